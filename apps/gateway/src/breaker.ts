@@ -1,0 +1,36 @@
+import CircuitBreaker from 'opossum';
+import type { Logger } from 'pino';
+import type { GatewayConfig } from '@tserve/config';
+
+export type Guarded = <T>(call: () => Promise<T>) => Promise<T>;
+
+export interface RedisBreaker {
+  guard: Guarded;
+  state(): 'closed' | 'open' | 'half-open';
+  breaker: CircuitBreaker;
+}
+
+/**
+ * The circuit breaker on the gateway's one dependency, Redis. It opens on a sustained error rate
+ * (after a minimum volume, so one cold failure does not trip it); while open, requests are
+ * refused at once instead of each waiting out a dead connection; a half-open probe closes it.
+ */
+export function createRedisBreaker(config: GatewayConfig, logger: Logger): RedisBreaker {
+  const breaker = new CircuitBreaker((call: () => Promise<unknown>) => call(), {
+    name: 'redis',
+    timeout: config.BREAKER_TIMEOUT_MS,
+    errorThresholdPercentage: config.BREAKER_ERROR_PERCENT,
+    volumeThreshold: config.BREAKER_VOLUME,
+    resetTimeout: config.BREAKER_RESET_MS,
+    rollingCountTimeout: 10000,
+    rollingCountBuckets: 10,
+  });
+  breaker.on('open', () => logger.warn({ breaker: 'redis' }, 'circuit breaker opened: refusing requests'));
+  breaker.on('halfOpen', () => logger.info({ breaker: 'redis' }, 'circuit breaker half-open: probing'));
+  breaker.on('close', () => logger.info({ breaker: 'redis' }, 'circuit breaker closed'));
+  return {
+    breaker,
+    guard: <T>(call: () => Promise<T>) => breaker.fire(call) as Promise<T>,
+    state: () => (breaker.opened ? 'open' : breaker.halfOpen ? 'half-open' : 'closed'),
+  };
+}

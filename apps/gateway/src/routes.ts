@@ -1,0 +1,74 @@
+import express, { type Request, type Response, type Router } from 'express';
+import { isUtf8 } from 'node:buffer';
+import { ApiError, describeIssues, inferenceRequestSchema } from '@tserve/contract';
+import type { GatewayConfig } from '@tserve/config';
+import type { InferenceResult, InferenceService } from './inference.js';
+
+const rejectInvalidUtf8 = (_req: unknown, _res: unknown, buf: Buffer) => {
+  if (!isUtf8(buf)) throw Object.assign(new Error('invalid UTF-8'), { type: 'invalid.utf8', status: 400 });
+};
+
+function isJson(req: Request): boolean {
+  return req.is('application/json') === 'application/json' || Boolean(req.is('+json'));
+}
+
+function respond(res: Response, result: InferenceResult, single: boolean, startedAt: number): void {
+  res.setHeader('x-request-id', result.jobId);
+  res.setHeader('x-queue-time', String(result.timing.queue_ms));
+  res.setHeader('x-inference-time', String(result.timing.inference_ms));
+  res.setHeader('x-batch-size', String(result.timing.batch_size));
+  res.setHeader('x-total-time', (performance.now() - startedAt).toFixed(3));
+  if (result.warnings.length) res.setHeader('x-warnings', JSON.stringify(result.warnings));
+  res.json(single ? result.outputs[0] : result.outputs);
+}
+
+function parseInferenceBody(body: unknown) {
+  if (body === undefined) throw new ApiError('unsupported_media_type', 'send a JSON body with Content-Type: application/json');
+  const parsed = inferenceRequestSchema.safeParse(body);
+  if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
+  const { inputs, parameters, options } = parsed.data;
+  return { single: typeof inputs === 'string', inputs: typeof inputs === 'string' ? [inputs] : inputs, parameters: parameters ?? {}, timeoutMs: options?.timeout_ms };
+}
+
+/** A client may shorten its deadline with this header as well as with `options.timeout_ms`. */
+function headerTimeout(req: Request): number | undefined {
+  const raw = req.get('x-request-timeout-ms');
+  if (raw === undefined) return undefined;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < 1) throw new ApiError('validation', 'x-request-timeout-ms must be a positive integer');
+  return value;
+}
+
+const minDefined = (...values: Array<number | undefined>) => {
+  const defined = values.filter((v): v is number => v !== undefined);
+  return defined.length ? Math.min(...defined) : undefined;
+};
+
+export function inferenceRoutes(config: GatewayConfig, service: InferenceService): Router {
+  const router = express.Router();
+  const json = express.json({ limit: config.MAX_BODY_BYTES, strict: false, verify: rejectInvalidUtf8 });
+  const rawText = express.text({ limit: config.MAX_BODY_BYTES, type: () => true, verify: rejectInvalidUtf8 });
+
+  // The classic pipeline web server: the whole body is one text; a JSON body may use the Inference API shape.
+  router.post('/', (req, res, next) => (isJson(req) ? json : rawText)(req, res, next), async (req, res) => {
+    const startedAt = performance.now();
+    const call = isJson(req)
+      ? parseInferenceBody(req.body)
+      : { single: true, inputs: [String(req.body ?? '')], parameters: {}, timeoutMs: undefined };
+    if (!call.inputs[0]) throw new ApiError('validation', 'send the text to run as the request body, e.g. curl -X POST -d "some text" localhost:8000/');
+    const result = await service.infer({ model: service.defaultModel(), inputs: call.inputs, parameters: call.parameters, timeoutMs: minDefined(call.timeoutMs, headerTimeout(req)) });
+    respond(res, result, call.single, startedAt);
+  });
+
+  // Model ids contain a slash: /models/org/name.
+  router.post('/models/*id', json, async (req, res) => {
+    const startedAt = performance.now();
+    if (!isJson(req)) throw new ApiError('unsupported_media_type', 'send a JSON body with Content-Type: application/json');
+    const model = ([] as string[]).concat(req.params.id as string | string[]).join('/');
+    const call = parseInferenceBody(req.body);
+    const result = await service.infer({ model, inputs: call.inputs, parameters: call.parameters, timeoutMs: minDefined(call.timeoutMs, headerTimeout(req)) });
+    respond(res, result, call.single, startedAt);
+  });
+
+  return router;
+}

@@ -1,0 +1,50 @@
+#!/usr/bin/env node
+import { fileURLToPath } from 'node:url';
+import { ConfigError, formatHelp, loadLauncherConfig } from '@tserve/config';
+import { ensureRedis, RedisUnavailable } from './redis.js';
+import { Supervisor } from './supervisor.js';
+
+if (process.argv.includes('--help') || process.argv.includes('-h')) {
+  process.stdout.write(
+    formatHelp(
+      'npm start: runs the whole system locally: Redis (when none answers), the gateway and WORKERS workers per model.\n\nUsage: [MODEL=a,b] [WORKERS=N] [MODEL_DIR=../shared/models] npm start',
+      ['launcher', 'gateway', 'worker', 'common'],
+    ),
+  );
+  process.exit(0);
+}
+
+const log = (msg: string) => process.stderr.write(`[launcher] ${msg}\n`);
+const script = (app: string) => fileURLToPath(new URL(`../../${app}/dist/main.js`, import.meta.url));
+
+async function main(): Promise<void> {
+  const config = loadLauncherConfig();
+  const redis = await ensureRedis(config.REDIS_URL, config.REDIS_SERVER_BIN, log);
+  const supervisor = new Supervisor(log);
+  const env = { ...process.env, REDIS_URL: config.REDIS_URL };
+
+  supervisor.start({ name: 'gateway', script: script('gateway'), env: { ...env, DEFAULT_MODEL: process.env.DEFAULT_MODEL ?? config.models[0] }, restart: false });
+  for (const model of config.models) {
+    for (let i = 0; i < config.WORKERS; i++) {
+      supervisor.start({ name: `worker ${model} #${i + 1}`, script: script('worker'), env: { ...env, MODEL: model }, restart: true });
+    }
+  }
+  log(`started gateway and ${config.WORKERS} worker(s) for ${config.models.join(', ')}; Ctrl-C stops everything`);
+
+  let stopping = false;
+  const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log(`${signal}: stopping`);
+    await supervisor.stopAll();
+    redis?.kill('SIGTERM');
+    process.exit(0);
+  };
+  process.on('SIGINT', () => void stop('SIGINT'));
+  process.on('SIGTERM', () => void stop('SIGTERM'));
+}
+
+main().catch((err) => {
+  log(err instanceof ConfigError || err instanceof RedisUnavailable ? err.message : `failed: ${String(err)}`);
+  process.exit(1);
+});

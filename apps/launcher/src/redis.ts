@@ -1,0 +1,49 @@
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { Redis } from 'ioredis';
+
+export async function redisAnswers(url: string, timeoutMs = 1500): Promise<boolean> {
+  const client = new Redis(url, { lazyConnect: true, connectTimeout: timeoutMs, maxRetriesPerRequest: 0, retryStrategy: () => null, enableOfflineQueue: false });
+  client.on('error', () => {});
+  try {
+    await client.connect();
+    return (await client.ping()) === 'PONG';
+  } catch {
+    return false;
+  } finally {
+    client.disconnect();
+  }
+}
+
+function onPath(bin: string): boolean {
+  return spawnSync('sh', ['-c', `command -v "${bin}"`], { stdio: 'ignore' }).status === 0;
+}
+
+export class RedisUnavailable extends Error {}
+
+/**
+ * Redis at REDIS_URL, or, when nothing answers there and it is a local address, an embedded
+ * redis-server started for this run (no persistence: the queue holds only requests in flight).
+ */
+export async function ensureRedis(url: string, bin: string, log: (msg: string) => void): Promise<ChildProcess | undefined> {
+  if (await redisAnswers(url)) return undefined;
+  const parsed = new URL(url);
+  const local = ['127.0.0.1', 'localhost', '::1', '[::1]'].includes(parsed.hostname);
+  if (!local || !onPath(bin)) {
+    throw new RedisUnavailable(
+      `nothing answers at REDIS_URL=${url}` +
+        (local ? ` and "${bin}" is not on PATH.\nInstall Redis (Debian/Ubuntu: apt-get install redis-server; macOS: brew install redis) or point REDIS_URL at one.` : '.\nStart that Redis or point REDIS_URL at one that runs.'),
+    );
+  }
+  const port = parsed.port || '6379';
+  log(`no Redis at ${url}; starting ${bin} on port ${port}`);
+  const child = spawn(bin, ['--port', port, '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--maxmemory-policy', 'noeviction'], {
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  for (let i = 0; i < 50; i++) {
+    if (await redisAnswers(url, 200)) return child;
+    if (child.exitCode !== null) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  child.kill('SIGKILL');
+  throw new RedisUnavailable(`started ${bin} on port ${port} but it does not answer`);
+}

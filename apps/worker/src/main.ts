@@ -1,0 +1,111 @@
+#!/usr/bin/env node
+import os from 'node:os';
+import { Worker } from 'bullmq';
+import { pino } from 'pino';
+import { ConfigError, formatHelp, loadWorkerConfig } from '@tserve/config';
+import type { InferenceJobData, WorkerInfo } from '@tserve/contract';
+import { createRedis, queueNameFor } from '@tserve/queue';
+import { loadModel, ModelLoadError } from './model.js';
+import { Engine } from './engine.js';
+import { headFor } from './tasks/index.js';
+import { BatchRunner } from './runner.js';
+import { Consumer } from './consumer.js';
+import { Heartbeat } from './heartbeat.js';
+
+if (process.argv.includes('--help') || process.argv.includes('-h')) {
+  process.stdout.write(
+    formatHelp(
+      'tserve worker: loads one model once and serves its queue in dynamic batches.\n\nUsage: MODEL=<id> [MODEL_DIR=<dir>] node apps/worker/dist/main.js',
+      ['worker', 'common'],
+    ),
+  );
+  process.exit(0);
+}
+
+async function main(): Promise<void> {
+  const config = loadWorkerConfig();
+  const workerId = config.WORKER_ID ?? `${os.hostname()}-${process.pid}`;
+  const logger = pino({ level: config.LOG_LEVEL, base: { service: 'worker', model: config.MODEL, worker: workerId } });
+
+  const started = performance.now();
+  const loaded = await loadModel(config);
+  const engine = new Engine(loaded);
+  const head = headFor(loaded);
+  // The first call of a session allocates its buffers; pay that before taking any job.
+  await engine.forward([engine.encode(loaded.tokenizer.mask_token ? `warm ${loaded.tokenizer.mask_token} up` : 'warm up', true)]);
+  logger.info({ task: loaded.task, dtype: config.DTYPE, device: config.DEVICE, loadMs: Math.round(performance.now() - started) }, 'model loaded');
+
+  const connection = createRedis(config.REDIS_URL, 'worker');
+  const publisher = createRedis(config.REDIS_URL, 'worker');
+  const worker = new Worker<InferenceJobData>(queueNameFor(config.MODEL), null, {
+    connection,
+    prefix: config.QUEUE_PREFIX,
+    autorun: false,
+    lockDuration: config.JOB_LOCK_MS,
+    stalledInterval: config.STALLED_INTERVAL_MS,
+    // A job whose worker died is retried; twice in a row means the job itself kills workers.
+    maxStalledCount: 2,
+    drainDelay: 1,
+  });
+  worker.on('error', (err) => logger.warn({ err: String(err) }, 'queue connection error'));
+
+  let consumer: Consumer | undefined;
+  const runner = new BatchRunner(
+    engine,
+    head,
+    { maxSize: config.BATCH_MAX_SIZE, maxTokens: config.BATCH_MAX_TOKENS },
+    (job, outcome) => consumer!.settle(job, outcome),
+  );
+  consumer = new Consumer(
+    worker,
+    publisher,
+    runner,
+    {
+      limits: { maxSize: config.BATCH_MAX_SIZE, maxWaitMs: config.BATCH_MAX_WAIT_MS },
+      lockMs: config.JOB_LOCK_MS,
+      token: workerId,
+      onBatch: (report, jobs) => logger.debug({ jobs, calls: report.callSizes, expired: report.expired }, 'batch done'),
+    },
+    logger,
+  );
+
+  const info: WorkerInfo = {
+    id: workerId,
+    model: config.MODEL,
+    task: loaded.task,
+    dtype: config.DTYPE,
+    device: config.DEVICE,
+    pid: process.pid,
+    host: os.hostname(),
+    startedAt: Date.now(),
+    batchMaxSize: config.BATCH_MAX_SIZE,
+    maxTokens: loaded.maxLength,
+  };
+  const heartbeat = new Heartbeat(publisher, config.QUEUE_PREFIX, info, config.HEARTBEAT_MS, config.WORKER_TTL_MS, logger);
+
+  void worker.startStalledCheckTimer();
+  consumer.start();
+  await heartbeat.start();
+  logger.info({ queue: queueNameFor(config.MODEL) }, 'worker ready');
+
+  let stopping = false;
+  const shutdown = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    logger.info({ signal }, 'stopping: finishing the batch in hand');
+    // Leave the registry first so no gateway counts on this worker while it drains.
+    await heartbeat.stop();
+    await consumer!.stop();
+    await Promise.allSettled([connection.quit(), publisher.quit()]);
+    logger.info('stopped');
+    process.exit(0);
+  };
+  process.on('SIGTERM', () => void shutdown('SIGTERM'));
+  process.on('SIGINT', () => void shutdown('SIGINT'));
+}
+
+main().catch((err) => {
+  const message = err instanceof ModelLoadError || err instanceof ConfigError ? err.message : `worker failed: ${String(err)}`;
+  process.stderr.write(`${message}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,99 @@
+import path from 'node:path';
+import fs from 'node:fs';
+import {
+  env,
+  AutoConfig,
+  AutoTokenizer,
+  AutoModel,
+  AutoModelForSequenceClassification,
+  AutoModelForMaskedLM,
+  AutoModelForTokenClassification,
+  LogLevel,
+  type PreTrainedModel,
+  type PreTrainedTokenizer,
+} from '@huggingface/transformers';
+import { TASKS, type Task } from '@tserve/contract';
+import type { WorkerConfig } from '@tserve/config';
+
+/** The one model a worker serves, loaded once. */
+export interface LoadedModel {
+  id: string;
+  task: Task;
+  tokenizer: PreTrainedTokenizer;
+  model: PreTrainedModel;
+  config: ModelConfig;
+  /** Longest sequence (special tokens included) the model's position table accepts. */
+  maxLength: number;
+}
+
+export interface ModelConfig {
+  architectures?: string[];
+  id2label?: Record<string, string>;
+  problem_type?: string;
+  max_position_embeddings?: number;
+  [key: string]: unknown;
+}
+
+export class ModelLoadError extends Error {}
+
+const AUTO_CLASS: Record<Task, { from_pretrained: typeof AutoModel.from_pretrained }> = {
+  'text-classification': AutoModelForSequenceClassification,
+  'fill-mask': AutoModelForMaskedLM,
+  'token-classification': AutoModelForTokenClassification,
+  'feature-extraction': AutoModel,
+};
+
+/** The task a model was trained for, read from its architecture name as the HF pipelines do. */
+export function taskFromConfig(config: ModelConfig): Task | undefined {
+  const arch = config.architectures?.[0] ?? '';
+  if (arch.endsWith('ForSequenceClassification')) return 'text-classification';
+  if (arch.endsWith('ForMaskedLM')) return 'fill-mask';
+  if (arch.endsWith('ForTokenClassification')) return 'token-classification';
+  if (arch.endsWith('Model')) return 'feature-extraction';
+  return undefined;
+}
+
+function where(config: WorkerConfig): string {
+  return config.MODEL_DIR ? path.join(path.resolve(config.MODEL_DIR), config.MODEL) : `the Hugging Face hub (${config.MODEL})`;
+}
+
+export async function loadModel(config: WorkerConfig): Promise<LoadedModel> {
+  // The worker logs errors itself, once, without dumping input tensors.
+  env.logLevel = LogLevel.NONE;
+  if (config.MODEL_DIR) {
+    env.allowRemoteModels = false;
+    env.allowLocalModels = true;
+    env.localModelPath = path.resolve(config.MODEL_DIR);
+    const dir = path.join(env.localModelPath, config.MODEL);
+    if (!fs.existsSync(path.join(dir, 'config.json'))) {
+      throw new ModelLoadError(`cannot load model "${config.MODEL}": no config.json in ${dir}`);
+    }
+  }
+
+  try {
+    const modelConfig = (await AutoConfig.from_pretrained(config.MODEL)) as unknown as ModelConfig;
+    const task = (config.TASK ?? taskFromConfig(modelConfig)) as Task | undefined;
+    if (!task || !TASKS.includes(task)) {
+      throw new ModelLoadError(
+        `cannot serve model "${config.MODEL}": task ${task ? `"${task}"` : `unknown for architecture ${modelConfig.architectures?.[0] ?? '(none)'}`}` +
+          `; set TASK to one of ${TASKS.join(', ')}`,
+      );
+    }
+    const tokenizer = await AutoTokenizer.from_pretrained(config.MODEL);
+    const model = await AUTO_CLASS[task].from_pretrained(config.MODEL, {
+      dtype: config.DTYPE,
+      device: config.DEVICE,
+      session_options: config.INTRA_OP_THREADS > 0 ? { intraOpNumThreads: config.INTRA_OP_THREADS } : undefined,
+    });
+    const maxLength = Math.min(
+      modelConfig.max_position_embeddings ?? Number.POSITIVE_INFINITY,
+      (tokenizer as unknown as { model_max_length?: number }).model_max_length ?? Number.POSITIVE_INFINITY,
+      // Tokenizers without a stated limit report a huge number; 512 is the BERT family's table.
+    );
+    return { id: config.MODEL, task, tokenizer, model, config: modelConfig, maxLength: Number.isFinite(maxLength) ? maxLength : 512 };
+  } catch (err) {
+    if (err instanceof ModelLoadError) throw err;
+    const reason = err instanceof Error ? err.message : String(err);
+    throw new ModelLoadError(`cannot load model "${config.MODEL}" (dtype ${config.DTYPE}, device ${config.DEVICE}) from ${where(config)}: ${reason}`);
+  }
+}

@@ -1,0 +1,40 @@
+import { ApiError, type FillMaskParameters } from '@tserve/contract';
+import type { LoadedModel } from '../model.js';
+import type { TaskHead } from './head.js';
+import { softmax, topK } from './math.js';
+
+export function fillMaskHead(loaded: LoadedModel): TaskHead<FillMaskParameters> {
+  const { tokenizer } = loaded;
+  const maskId = tokenizer.mask_token_id;
+  const maskToken = tokenizer.mask_token ?? '[MASK]';
+  const maskPositions = (ids: number[]) => ids.flatMap((id, i) => (id === maskId ? [i] : []));
+  return {
+    check(encoded) {
+      if (maskId === undefined || maskId === null) throw new ApiError('validation', 'this model has no mask token');
+      if (maskPositions(encoded.ids).length === 0) {
+        throw new ApiError('validation', `input must contain the mask token ${maskToken}: "${encoded.text.slice(0, 80)}"`);
+      }
+    },
+    decode(output, index, encoded, parameters) {
+      const [, length, vocab] = output.dims;
+      const k = parameters.top_k ?? 5;
+      const positions = maskPositions(encoded.ids);
+      const perMask = positions.map((pos) => {
+        const start = (index * length + pos) * vocab;
+        const probs = softmax(output.data.subarray(start, start + vocab));
+        return topK(probs, k).map((token) => {
+          const filled = encoded.ids.slice();
+          filled[pos] = token;
+          return {
+            score: probs[token],
+            token,
+            token_str: tokenizer.decode([token]),
+            sequence: tokenizer.decode(filled, { skip_special_tokens: true }),
+          };
+        });
+      });
+      // As the HF pipeline: one mask gives a list of candidates, several give a list per mask.
+      return perMask.length === 1 ? perMask[0] : perMask;
+    },
+  };
+}

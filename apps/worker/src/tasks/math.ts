@@ -1,0 +1,41 @@
+/** Small numeric helpers shared by the task heads. */
+
+export function softmax(values: ArrayLike<number>): Float64Array {
+  let max = -Infinity;
+  for (let i = 0; i < values.length; i++) if (values[i] > max) max = values[i];
+  const out = new Float64Array(values.length);
+  let sum = 0;
+  for (let i = 0; i < values.length; i++) {
+    out[i] = Math.exp(values[i] - max);
+    sum += out[i];
+  }
+  for (let i = 0; i < out.length; i++) out[i] /= sum;
+  return out;
+}
+
+export function sigmoid(values: ArrayLike<number>): Float64Array {
+  return Float64Array.from(values as ArrayLike<number>, (v) => 1 / (1 + Math.exp(-v)));
+}
+
+/** Indices of the k largest values, largest first. */
+export function topK(values: ArrayLike<number>, k: number): number[] {
+  const idx = Array.from({ length: values.length }, (_, i) => i);
+  if (k >= values.length) return idx.sort((a, b) => values[b] - values[a]);
+  // Partial selection keeps fill-mask over a 30k vocabulary cheap.
+  const best: number[] = [];
+  for (let i = 0; i < values.length; i++) {
+    if (best.length < k) {
+      best.push(i);
+      best.sort((a, b) => values[b] - values[a]);
+    } else if (values[i] > values[best[k - 1]]) {
+      best[k - 1] = i;
+      best.sort((a, b) => values[b] - values[a]);
+    }
+  }
+  return best;
+}
+
+/** One row of a [batch, ...] output as a view, no copy. */
+export function row(data: Float32Array, index: number, size: number): Float32Array {
+  return data.subarray(index * size, (index + 1) * size);
+}

@@ -1,0 +1,45 @@
+/**
+ * Every error a client can see, as one JSON shape: `{"error": "...", "error_type": "..."}`.
+ * Workers send these back through Redis, so an error keeps its status across processes.
+ */
+
+export const ERROR_STATUS = {
+  validation: 400,
+  not_found: 404,
+  unsupported_media_type: 415,
+  payload_too_large: 413,
+  inference: 422,
+  internal: 500,
+  overloaded: 503,
+  unavailable: 503,
+  timeout: 504,
+} as const;
+
+export type ErrorType = keyof typeof ERROR_STATUS;
+
+export interface ErrorBody {
+  error: string;
+  error_type: ErrorType;
+}
+
+export class ApiError extends Error {
+  readonly status: number;
+  constructor(
+    readonly type: ErrorType,
+    message: string,
+    /** Seconds a client should wait before retrying (503s). */
+    readonly retryAfterSeconds?: number,
+  ) {
+    super(message);
+    this.name = 'ApiError';
+    this.status = ERROR_STATUS[type];
+  }
+
+  toBody(): ErrorBody {
+    return { error: this.message, error_type: this.type };
+  }
+
+  static fromBody(body: ErrorBody): ApiError {
+    return new ApiError(body.error_type in ERROR_STATUS ? body.error_type : 'internal', body.error);
+  }
+}

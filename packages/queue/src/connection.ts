@@ -1,0 +1,33 @@
+import { Redis, type RedisOptions } from 'ioredis';
+
+export type RedisRole =
+  /** Workers: BullMQ's blocking fetches need unlimited retries; they wait for Redis to come back. */
+  | 'worker'
+  /** Gateway: a request must fail fast when Redis is gone, never queue behind a dead connection. */
+  | 'gateway'
+  /** Pub/sub subscribers: reconnect forever and resubscribe. */
+  | 'subscriber';
+
+export function createRedis(url: string, role: RedisRole, commandTimeoutMs = 2000): Redis {
+  const base: RedisOptions = {
+    lazyConnect: false,
+    // Reconnect quickly but not in a hot loop.
+    retryStrategy: (times) => Math.min(50 * times, 1000),
+    connectionName: `tserve-${role}`,
+  };
+  const byRole: Record<RedisRole, RedisOptions> = {
+    worker: { maxRetriesPerRequest: null, enableReadyCheck: true },
+    subscriber: { maxRetriesPerRequest: null },
+    gateway: {
+      maxRetriesPerRequest: 1,
+      enableOfflineQueue: false,
+      commandTimeout: commandTimeoutMs,
+      // BullMQ runs its setup commands while the connection is still coming up.
+      enableReadyCheck: true,
+    },
+  };
+  const redis = new Redis(url, { ...base, ...byRole[role] });
+  // ioredis reports connection loss as 'error' events; callers log them, none may crash the process.
+  redis.on('error', () => {});
+  return redis;
+}

@@ -1,0 +1,25 @@
+/**
+ * Where things live in Redis. Every key starts with the configured prefix, so several
+ * deployments (or test runs) can share one Redis without seeing each other.
+ */
+
+/** One BullMQ queue per model. Model ids hold a '/', which BullMQ keys should not; '--' is the hub cache's own spelling. */
+export function queueNameFor(model: string): string {
+  return `models--${model.replaceAll('/', '--')}`;
+}
+
+export function modelFromQueueName(name: string): string | undefined {
+  if (!name.startsWith('models--')) return undefined;
+  return name.slice('models--'.length).replaceAll('--', '/');
+}
+
+export const keys = {
+  /** Set of worker ids that have announced themselves (some may have expired). */
+  workers: (prefix: string) => `${prefix}:workers`,
+  /** One worker's announcement; expires unless renewed, so a killed worker disappears by itself. */
+  worker: (prefix: string, id: string) => `${prefix}:worker:${id}`,
+  /** Pub/sub channel on which workers publish the outcomes for one gateway instance. */
+  results: (prefix: string, gatewayId: string) => `${prefix}:results:${gatewayId}`,
+};
+
+export const JOB_NAME = 'infer';
