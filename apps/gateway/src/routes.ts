@@ -39,6 +39,9 @@ function headerTimeout(req: Request): number | undefined {
   return value;
 }
 
+/** Set by the request logger (pino-http) when present; never taken from the client, since job ids must be unique. */
+const requestId = (req: Request): string | undefined => (typeof (req as { id?: unknown }).id === 'string' ? (req as { id?: string }).id : undefined);
+
 const minDefined = (...values: Array<number | undefined>) => {
   const defined = values.filter((v): v is number => v !== undefined);
   return defined.length ? Math.min(...defined) : undefined;
@@ -56,7 +59,7 @@ export function inferenceRoutes(config: GatewayConfig, service: InferenceService
       ? parseInferenceBody(req.body)
       : { single: true, inputs: [String(req.body ?? '')], parameters: {}, timeoutMs: undefined };
     if (!call.inputs[0]) throw new ApiError('validation', 'send the text to run as the request body, e.g. curl -X POST -d "some text" localhost:8000/');
-    const result = await service.infer({ model: service.defaultModel(), inputs: call.inputs, parameters: call.parameters, timeoutMs: minDefined(call.timeoutMs, headerTimeout(req)) });
+    const result = await service.infer({ model: service.defaultModel(), inputs: call.inputs, parameters: call.parameters, timeoutMs: minDefined(call.timeoutMs, headerTimeout(req)), requestId: requestId(req) });
     respond(res, result, call.single, startedAt);
   });
 
@@ -66,7 +69,7 @@ export function inferenceRoutes(config: GatewayConfig, service: InferenceService
     if (!isJson(req)) throw new ApiError('unsupported_media_type', 'send a JSON body with Content-Type: application/json');
     const model = ([] as string[]).concat(req.params.id as string | string[]).join('/');
     const call = parseInferenceBody(req.body);
-    const result = await service.infer({ model, inputs: call.inputs, parameters: call.parameters, timeoutMs: minDefined(call.timeoutMs, headerTimeout(req)) });
+    const result = await service.infer({ model, inputs: call.inputs, parameters: call.parameters, timeoutMs: minDefined(call.timeoutMs, headerTimeout(req)), requestId: requestId(req) });
     respond(res, result, call.single, startedAt);
   });
 
