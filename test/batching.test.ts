@@ -1,0 +1,207 @@
+/**
+ * Issue 3: deadline-bounded dynamic batching in real worker processes against real Redis.
+ * Most cases fill the queue before the worker starts, so what the worker gathers is known exactly;
+ * each outcome reports the size of the model call that ran it.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import type { JobOutcome } from '@tserve/contract';
+import { TestSystem, uniquePrefix, REDIS_URL } from './helpers/system.ts';
+import { DirectQueue, textOfTokens } from './helpers/direct-queue.ts';
+
+const MODEL = 'replica/tiny-bert-sst2';
+
+async function withPrefilledQueue(
+  name: string,
+  workerEnv: Record<string, string | number>,
+  fill: (q: DirectQueue) => Promise<string[]>,
+): Promise<{ outcomes: JobOutcome[]; system: TestSystem }> {
+  const system = new TestSystem(uniquePrefix(name));
+  const queue = new DirectQueue(REDIS_URL, system.prefix, MODEL);
+  await queue.start();
+  try {
+    const ids = await fill(queue);
+    system.startWorker({ model: MODEL, env: { DTYPE: 'fp32', ...workerEnv } });
+    const outcomes = await Promise.all(ids.map((id) => queue.outcome(id)));
+    return { outcomes, system };
+  } catch (err) {
+    throw new Error(`${String(err)}\n${system.logs()}`);
+  } finally {
+    await queue.close();
+  }
+}
+
+const sizes = (outcomes: JobOutcome[]) => outcomes.map((o) => (o.ok ? o.timing.batch_size : -1));
+
+describe('batch formation', () => {
+  const systems: TestSystem[] = [];
+  after(() => Promise.all(systems.map((s) => s.stop())));
+
+  it('caps a batch at BATCH_MAX_SIZE and fills it from a deep queue', async () => {
+    const { outcomes, system } = await withPrefilledQueue('size-cap', { BATCH_MAX_SIZE: 4 }, (q) =>
+      Promise.all(Array.from({ length: 20 }, (_, i) => q.add([`text number ${i}`]))),
+    );
+    systems.push(system);
+    assert.ok(outcomes.every((o) => o.ok), JSON.stringify(outcomes.find((o) => !o.ok)));
+    assert.deepEqual(sizes(outcomes), Array(20).fill(4));
+  });
+
+  it('stops gathering at the one deadline after the first job (BATCH_MAX_WAIT_MS=0 gives batches of one)', async () => {
+    const { outcomes, system } = await withPrefilledQueue('deadline', { BATCH_MAX_SIZE: 32, BATCH_MAX_WAIT_MS: 0 }, (q) =>
+      Promise.all(Array.from({ length: 8 }, (_, i) => q.add([`text number ${i}`]))),
+    );
+    systems.push(system);
+    assert.deepEqual(sizes(outcomes), Array(8).fill(1));
+  });
+
+  it('gathers everything waiting before the deadline', async () => {
+    // Each job costs BullMQ a Lua script to fetch (~0.3 ms here), so the test's deadline is generous.
+    const { outcomes, system } = await withPrefilledQueue('gather', { BATCH_MAX_SIZE: 32, BATCH_MAX_WAIT_MS: 1000 }, (q) =>
+      Promise.all(Array.from({ length: 8 }, (_, i) => q.add([`text number ${i}`]))),
+    );
+    systems.push(system);
+    assert.deepEqual(sizes(outcomes), Array(8).fill(8));
+  });
+
+  it('does not wait for company when nothing else is queued', async () => {
+    // A deadline far longer than the test's patience: a batcher that idled until it would fail here.
+    const system = new TestSystem(uniquePrefix('no-idle'));
+    systems.push(system);
+    await system.startGateway();
+    system.startWorker({ model: MODEL, env: { BATCH_MAX_WAIT_MS: 20_000 } });
+    await system.waitForWorkers(MODEL);
+    for (let i = 0; i < 3; i++) {
+      const started = Date.now();
+      const res = await system.infer(MODEL, `lonely request ${i}`, undefined, { options: { timeout_ms: 10_000 } });
+      assert.equal(res.status, 200, JSON.stringify(res.body));
+      assert.equal(res.headers.get('x-batch-size'), '1');
+      assert.ok(Date.now() - started < 10_000);
+    }
+  });
+
+  it('caps a model call by padded tokens (BATCH_MAX_TOKENS)', async () => {
+    const text = textOfTokens(16);
+    const { outcomes, system } = await withPrefilledQueue('token-cap', { BATCH_MAX_SIZE: 32, BATCH_MAX_TOKENS: 64, BATCH_MAX_WAIT_MS: 1000 }, (q) =>
+      Promise.all(Array.from({ length: 8 }, () => q.add([text]))),
+    );
+    systems.push(system);
+    // 64 padded tokens hold four 16-token sequences.
+    assert.deepEqual(sizes(outcomes), Array(8).fill(4));
+  });
+
+  it('groups by length: one long input does not pad the short ones', async () => {
+    const short = textOfTokens(16);
+    const long = textOfTokens(400);
+    const { outcomes, system } = await withPrefilledQueue('grouping', { BATCH_MAX_SIZE: 32, BATCH_MAX_WAIT_MS: 1000 }, async (q) => {
+      const ids = await Promise.all(Array.from({ length: 15 }, () => q.add([short])));
+      ids.splice(7, 0, await q.add([long]));
+      ids.push(...(await Promise.all(Array.from({ length: 16 }, () => q.add([short])))));
+      return ids;
+    });
+    systems.push(system);
+    const s = sizes(outcomes);
+    assert.equal(s[7], 1, 'the long input runs in a call of its own');
+    assert.deepEqual(s.filter((_, i) => i !== 7), Array(31).fill(31), 'the 31 short inputs share one call');
+  });
+});
+
+describe('correctness under batching', () => {
+  const system = new TestSystem(uniquePrefix('batched-equal'));
+  const texts = [
+    'This restaurant is awesome',
+    'This restaurant is awful',
+    'Paris is the [MASK] of France.',
+    'My name is Sarah and I live in London',
+    textOfTokens(40, 'food'),
+    'short',
+  ];
+
+  before(async () => {
+    await system.startGateway();
+    system.startWorker({ model: MODEL, env: { DTYPE: 'fp32' } });
+    await system.waitForWorkers(MODEL);
+  });
+  after(() => system.stop());
+
+  it('a batched answer equals the answer for the same input alone (fp32)', async () => {
+    const alone = [];
+    for (const text of texts) {
+      const res = await system.infer(MODEL, text, { top_k: null });
+      assert.equal(res.status, 200);
+      assert.equal(res.headers.get('x-batch-size'), '1');
+      alone.push(res.body);
+    }
+    const listed = await system.infer(MODEL, texts, { top_k: null });
+    assert.equal(listed.status, 200);
+    assert.ok(Number(listed.headers.get('x-batch-size')) > 1, 'the list ran batched');
+    const concurrent = await Promise.all(texts.map((t) => system.infer(MODEL, t, { top_k: null })));
+    const maxDiff = (a: any[], b: any[]) =>
+      Math.max(...a.map((r, i) => (assert.equal(r.label, b[i].label), Math.abs(r.score - b[i].score))));
+    texts.forEach((text, i) => {
+      // fp32 with an attention mask: padding changes nothing but float summation order.
+      assert.ok(maxDiff(listed.body[i], alone[i]) < 1e-6, `"${text}" in a list: ${JSON.stringify(listed.body[i])} vs ${JSON.stringify(alone[i])}`);
+      assert.ok(maxDiff(concurrent[i].body, alone[i]) < 1e-6, `"${text}" concurrent`);
+    });
+  });
+});
+
+describe('failures inside a batch', () => {
+  const systems: TestSystem[] = [];
+  after(() => Promise.all(systems.map((s) => s.stop())));
+
+  it('isolates an input that breaks the model; its neighbours get their answers', async () => {
+    // 600 tokens with truncation off overflow the 512-position table: ONNX Runtime fails the whole call.
+    const culpritText = textOfTokens(600, 'word');
+    const innocents = [480, 490, 500, 510, 470, 505].map((n) => textOfTokens(n, 'word'));
+    let culprit = '';
+    const { outcomes, system } = await withPrefilledQueue('isolation', { BATCH_MAX_SIZE: 32, BATCH_MAX_WAIT_MS: 1000 }, async (q) => {
+      const ids = [];
+      for (const text of innocents.slice(0, 3)) ids.push(await q.add([text], { truncation: false }));
+      culprit = await q.add([culpritText], { truncation: false });
+      ids.push(culprit);
+      for (const text of innocents.slice(3)) ids.push(await q.add([text], { truncation: false }));
+      return ids;
+    });
+    systems.push(system);
+    const bad = outcomes.find((o) => o.id === culprit)!;
+    assert.equal(bad.ok, false);
+    assert.ok(!bad.ok && bad.error.error_type === 'validation', JSON.stringify(bad));
+    assert.ok(!bad.ok && /600 tokens/.test(bad.error.error) && /512/.test(bad.error.error), JSON.stringify(bad));
+    const good = outcomes.filter((o) => o.id !== culprit);
+    assert.equal(good.length, innocents.length);
+    for (const o of good) assert.ok(o.ok, `an innocent neighbour failed: ${JSON.stringify(o)}`);
+    // They really shared a call with the culprit before it was split off.
+    assert.ok(good.some((o) => o.ok && o.timing.batch_size > 1));
+    assert.ok(system.procs[0].running, 'the worker survived');
+  });
+
+  it('with truncation on (the default) the long input is cut and says so', async () => {
+    const system = new TestSystem(uniquePrefix('truncate'));
+    systems.push(system);
+    await system.startGateway();
+    system.startWorker({ model: MODEL });
+    await system.waitForWorkers(MODEL);
+    const res = await system.infer(MODEL, textOfTokens(600, 'word'));
+    assert.equal(res.status, 200, JSON.stringify(res.body));
+    const warnings = JSON.parse(res.headers.get('x-warnings') ?? '[]');
+    assert.match(warnings[0], /truncated from 600 to 512 tokens/);
+    const refused = await system.infer(MODEL, textOfTokens(600, 'word'), { truncation: false });
+    assert.equal(refused.status, 400, JSON.stringify(refused.body));
+    assert.match(refused.body.error, /600 tokens long but this model accepts at most 512/);
+  });
+
+  it('drops jobs whose deadline passed without running them', async () => {
+    const { outcomes, system } = await withPrefilledQueue('expired', {}, async (q) => {
+      const expired = await Promise.all(Array.from({ length: 3 }, (_, i) => q.add([`late ${i}`], {}, -1)));
+      const fresh = await q.add(['on time']);
+      return [...expired, fresh];
+    });
+    systems.push(system);
+    for (const o of outcomes.slice(0, 3)) {
+      assert.ok(!o.ok && o.error.error_type === 'timeout', JSON.stringify(o));
+      assert.match(!o.ok ? o.error.error : '', /deadline passed before the model ran/);
+    }
+    assert.ok(outcomes[3].ok, 'a job on time in the same batch still runs');
+    assert.equal(outcomes[3].ok && outcomes[3].timing.batch_size, 1, 'expired jobs took no place in the model call');
+  });
+});

@@ -1,0 +1,69 @@
+/**
+ * Talks to a model's queue as a gateway would (enqueue, then wait on a reply channel), so a test
+ * can fill the queue before a worker starts and see exactly how the worker batches it.
+ */
+import { randomUUID } from 'node:crypto';
+import { Queue } from 'bullmq';
+import { Redis } from 'ioredis';
+import type { InferenceJobData, JobOutcome, TaskParameters } from '@tserve/contract';
+import { DEFAULT_JOB_OPTIONS, JOB_NAME, keys, queueNameFor } from '@tserve/queue';
+
+export class DirectQueue {
+  private readonly redis: Redis;
+  private readonly subscriber: Redis;
+  private readonly queue: Queue;
+  private readonly channel: string;
+  private readonly outcomes = new Map<string, JobOutcome>();
+  private readonly waiters = new Map<string, (o: JobOutcome) => void>();
+
+  constructor(redisUrl: string, prefix: string, model: string) {
+    this.redis = new Redis(redisUrl, { maxRetriesPerRequest: null });
+    this.subscriber = new Redis(redisUrl, { maxRetriesPerRequest: null });
+    this.queue = new Queue(queueNameFor(model), { connection: this.redis, prefix, defaultJobOptions: DEFAULT_JOB_OPTIONS });
+    this.channel = keys.results(prefix, `direct-${randomUUID()}`);
+    this.subscriber.on('message', (_c: string, message: string) => {
+      const outcome = JSON.parse(message) as JobOutcome;
+      this.outcomes.set(outcome.id, outcome);
+      this.waiters.get(outcome.id)?.(outcome);
+    });
+  }
+
+  async start(): Promise<void> {
+    await this.subscriber.subscribe(this.channel);
+  }
+
+  async add(inputs: string[], parameters: TaskParameters = {}, deadlineInMs = 60_000): Promise<string> {
+    const id = randomUUID();
+    const now = Date.now();
+    const data: InferenceJobData = { inputs, parameters, deadline: now + deadlineInMs, replyTo: this.channel, enqueuedAt: now };
+    await this.queue.add(JOB_NAME, data, { jobId: id });
+    return id;
+  }
+
+  outcome(id: string, timeoutMs = 30_000): Promise<JobOutcome> {
+    const known = this.outcomes.get(id);
+    if (known) return Promise.resolve(known);
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`no outcome for job ${id} within ${timeoutMs} ms`)), timeoutMs);
+      this.waiters.set(id, (o) => {
+        clearTimeout(timer);
+        resolve(o);
+      });
+    });
+  }
+
+  jobState(id: string): Promise<string> {
+    return this.queue.getJobState(id);
+  }
+
+  async close(): Promise<void> {
+    await this.queue.close();
+    this.subscriber.disconnect();
+    this.redis.disconnect();
+  }
+}
+
+/** A text of exactly `tokens` tokens for the BERT tokenizers of the replicas ([CLS] + n × "a" + [SEP]). */
+export function textOfTokens(tokens: number, word = 'a'): string {
+  return Array.from({ length: tokens - 2 }, () => word).join(' ');
+}
