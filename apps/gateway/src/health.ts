@@ -19,12 +19,14 @@ export function healthRoutes(registry: ModelRegistry, breaker: RedisBreaker, def
     if (breakerState === 'open') reasons.push('circuit breaker to Redis is open');
     if (served.length === 0) reasons.push('no live worker serves any model');
     for (const model of registry.lost()) reasons.push(`model ${model} has no live worker`);
-    if (defaultModel && !registry.get(defaultModel) && !registry.lost().includes(defaultModel)) {
+    for (const f of registry.failed()) reasons.push(`model ${f.model} is not served: ${f.reason}`);
+    if (defaultModel && !registry.get(defaultModel) && !registry.lost().includes(defaultModel) && !registry.failure(defaultModel)) {
       reasons.push(`default model ${defaultModel} has no live worker`);
     }
     const models = Object.fromEntries(
       [...served.map((m) => [m.id, { task: m.task, workers: m.workers.length, queue_depth: m.depth }] as const),
-        ...registry.lost().map((id) => [id, { task: registry.taskOf(id), workers: 0 }] as const)],
+        ...registry.lost().map((id) => [id, { task: registry.taskOf(id), workers: 0 }] as const),
+        ...registry.failed().map((f) => [f.model, { workers: 0, error: f.reason }] as const)],
     );
     const body = { status: reasons.length ? 'unavailable' : 'ready', reasons, breaker: breakerState, models };
     if (reasons.length) res.setHeader('Retry-After', '2');

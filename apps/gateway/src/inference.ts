@@ -111,6 +111,8 @@ export class InferenceService {
   }
 
   private unknownModel(model: string): ApiError {
+    const failure = this.registry.failure(model);
+    if (failure) return new ApiError('unavailable', `model ${model} is not served: its worker could not load it (${failure.reason})`, 5);
     if (this.registry.taskOf(model)) return new ApiError('unavailable', `no live worker serves model ${model} right now; retry shortly`, 2);
     if (!this.registry.healthy) return new ApiError('unavailable', 'cannot reach Redis to find the served models; retry shortly', 2);
     const served = this.registry.served().map((m) => m.id);

@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import type { Task, WorkerInfo } from '@tserve/contract';
-import { listLiveWorkers } from '@tserve/queue';
+import { listLiveWorkers, listLoadFailures, type LoadFailure } from '@tserve/queue';
 import type { QueueSet } from './queues.js';
 
 export interface ServedModel {
@@ -20,6 +20,8 @@ export class ModelRegistry {
   private models = new Map<string, ServedModel>();
   /** Models that had a live worker at some point; one with none left is reported as down. */
   private readonly known = new Map<string, Task>();
+  /** Models whose worker reported it could not load them, and has no live worker since. */
+  private failures = new Map<string, LoadFailure>();
   private timer?: NodeJS.Timeout;
   lastError?: string;
   lastRefreshAt = 0;
@@ -29,6 +31,7 @@ export class ModelRegistry {
     private readonly prefix: string,
     private readonly queues: QueueSet,
     private readonly refreshMs: number,
+    private readonly failureTtlMs: number,
     private readonly logger: Logger,
   ) {}
 
@@ -55,6 +58,14 @@ export class ModelRegistry {
     return [...this.known.keys()].filter((id) => !this.models.has(id));
   }
 
+  failure(model: string): LoadFailure | undefined {
+    return this.failures.get(model);
+  }
+
+  failed(): LoadFailure[] {
+    return [...this.failures.values()];
+  }
+
   taskOf(model: string): Task | undefined {
     return this.known.get(model);
   }
@@ -71,7 +82,10 @@ export class ModelRegistry {
 
   async refresh(): Promise<void> {
     try {
-      const workers = await listLiveWorkers(this.redis, this.prefix);
+      const [workers, failures] = await Promise.all([
+        listLiveWorkers(this.redis, this.prefix),
+        listLoadFailures(this.redis, this.prefix, this.failureTtlMs),
+      ]);
       const byModel = new Map<string, ServedModel>();
       for (const w of workers) {
         const entry = byModel.get(w.model) ?? { id: w.model, task: w.task, workers: [], depth: 0 };
@@ -85,6 +99,7 @@ export class ModelRegistry {
       );
       for (const m of byModel.values()) this.known.set(m.id, m.task);
       this.models = byModel;
+      this.failures = new Map(failures.filter((f) => !byModel.has(f.model)).map((f) => [f.model, f]));
       if (this.lastError) this.logger.info('registry refresh recovered');
       this.lastError = undefined;
       this.lastRefreshAt = Date.now();

@@ -4,7 +4,7 @@ import { Worker } from 'bullmq';
 import { pino } from 'pino';
 import { ConfigError, formatHelp, loadWorkerConfig } from '@tserve/config';
 import type { InferenceJobData, WorkerInfo } from '@tserve/contract';
-import { createRedis, queueNameFor } from '@tserve/queue';
+import { clearLoadFailure, createRedis, queueNameFor, reportLoadFailure } from '@tserve/queue';
 import { loadModel, ModelLoadError } from './model.js';
 import { Engine } from './engine.js';
 import { headFor } from './tasks/index.js';
@@ -28,7 +28,10 @@ async function main(): Promise<void> {
   const logger = pino({ level: config.LOG_LEVEL, base: { service: 'worker', model: config.MODEL, worker: workerId } });
 
   const started = performance.now();
-  const loaded = await loadModel(config);
+  const loaded = await loadModel(config).catch(async (err: unknown) => {
+    if (err instanceof ModelLoadError) await leaveFailureReport(config.REDIS_URL, config.QUEUE_PREFIX, config.MODEL, err.message);
+    throw err;
+  });
   const engine = new Engine(loaded);
   const head = headFor(loaded);
   // The first call of a session allocates its buffers; pay that before taking any job.
@@ -83,6 +86,7 @@ async function main(): Promise<void> {
   };
   const heartbeat = new Heartbeat(publisher, config.QUEUE_PREFIX, info, config.HEARTBEAT_MS, config.WORKER_TTL_MS, logger);
 
+  await clearLoadFailure(publisher, config.QUEUE_PREFIX, config.MODEL).catch(() => {});
   void worker.startStalledCheckTimer();
   consumer.start();
   await heartbeat.start();
@@ -102,6 +106,22 @@ async function main(): Promise<void> {
   };
   process.on('SIGTERM', () => void shutdown('SIGTERM'));
   process.on('SIGINT', () => void shutdown('SIGINT'));
+}
+
+/** Best effort, bounded: the gateway then answers 503 with this reason instead of 404 for the model. */
+async function leaveFailureReport(url: string, prefix: string, model: string, reason: string): Promise<void> {
+  const redis = createRedis(url, 'gateway', 1000);
+  try {
+    await new Promise<void>((resolve) => {
+      redis.once('ready', () => resolve());
+      setTimeout(resolve, 1000).unref();
+    });
+    await reportLoadFailure(redis, prefix, { model, reason, at: Date.now() });
+  } catch {
+    // Redis unreachable too: the message on stderr is all there is.
+  } finally {
+    redis.disconnect();
+  }
 }
 
 main().catch((err) => {

@@ -34,6 +34,8 @@ const commonShape = {
   /** How often a worker announces itself, and how long the gateway trusts an announcement. */
   HEARTBEAT_MS: int(1000, 50),
   WORKER_TTL_MS: int(5000, 100),
+  /** How long a worker's "cannot load this model" report keeps the model listed as failed. */
+  LOAD_FAILURE_TTL_MS: int(600_000, 0),
 };
 
 const workerSchema = z.object({
@@ -127,6 +129,7 @@ export const SETTINGS_HELP: Record<'common' | 'worker' | 'gateway' | 'launcher',
     ['LOG_LEVEL', 'info', 'pino log level'],
     ['HEARTBEAT_MS', '1000', 'how often a worker announces itself'],
     ['WORKER_TTL_MS', '5000', 'a worker silent this long counts as gone'],
+    ['LOAD_FAILURE_TTL_MS', '600000', 'how long a model whose worker failed to load it is reported as failed'],
   ],
   worker: [
     ['MODEL', '(required)', 'model id, e.g. replica/MiniLM-L6-H384-uncased-sst2'],

@@ -80,13 +80,26 @@ export const inferenceRequestSchema = z
 
 export type InferenceRequest = z.infer<typeof inferenceRequestSchema>;
 
-/** Turns zod issues into one sentence a client can act on. */
-export function describeIssues(error: z.ZodError, root = 'body'): string {
-  return error.issues
+/** Turns zod issues into one sentence a client can act on; paths are prefixed with `prefix` (e.g. "parameters"). */
+export function describeIssues(error: z.ZodError, prefix?: string): string {
+  return flatten(error.issues)
     .map((issue) => {
-      const path = issue.path.length ? issue.path.join('.') : root;
+      const path = [...(prefix ? [prefix] : []), ...issue.path.map(String)].join('.') || 'body';
       if (issue.code === 'unrecognized_keys') return `${path}: unknown field(s) ${issue.keys.map((k) => `"${k}"`).join(', ')}`;
       return `${path}: ${issue.message}`;
     })
     .join('; ');
+}
+
+/**
+ * A union's failure says only that no branch fitted. When a branch got further (a list whose
+ * item is wrong), its own issues say what to fix, so those are reported instead.
+ */
+function flatten(issues: z.core.$ZodIssue[]): z.core.$ZodIssue[] {
+  return issues.flatMap((issue) => {
+    if (issue.code !== 'invalid_union') return [issue];
+    const deeper = issue.errors.flat().filter((inner) => inner.path.length > 0);
+    if (deeper.length === 0) return [issue];
+    return flatten(deeper).map((inner) => ({ ...inner, path: [...issue.path, ...inner.path] }));
+  });
 }

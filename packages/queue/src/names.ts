@@ -18,6 +18,8 @@ export const keys = {
   workers: (prefix: string) => `${prefix}:workers`,
   /** One worker's announcement; expires unless renewed, so a killed worker disappears by itself. */
   worker: (prefix: string, id: string) => `${prefix}:worker:${id}`,
+  /** Hash: model → why its worker could not load it. Lets the gateway answer 503 (not 404) and say why. */
+  loadFailures: (prefix: string) => `${prefix}:load-failures`,
   /** Pub/sub channel on which workers publish the outcomes for one gateway instance. */
   results: (prefix: string, gatewayId: string) => `${prefix}:results:${gatewayId}`,
 };

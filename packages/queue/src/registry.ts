@@ -32,3 +32,27 @@ export async function listLiveWorkers(redis: Redis, prefix: string): Promise<Wor
   if (gone.length) await redis.srem(keys.workers(prefix), ...gone);
   return live;
 }
+
+export interface LoadFailure {
+  model: string;
+  reason: string;
+  at: number;
+}
+
+/** A worker that cannot load its model leaves the reason behind before it exits. */
+export async function reportLoadFailure(redis: Redis, prefix: string, failure: LoadFailure): Promise<void> {
+  await redis.hset(keys.loadFailures(prefix), failure.model, JSON.stringify(failure));
+}
+
+/** A worker that loaded the model clears any earlier failure for it. */
+export async function clearLoadFailure(redis: Redis, prefix: string, model: string): Promise<void> {
+  await redis.hdel(keys.loadFailures(prefix), model);
+}
+
+/** Failures newer than `maxAgeMs`: an old one is about a deployment that has probably moved on. */
+export async function listLoadFailures(redis: Redis, prefix: string, maxAgeMs: number, now = Date.now()): Promise<LoadFailure[]> {
+  const all = await redis.hgetall(keys.loadFailures(prefix));
+  return Object.values(all)
+    .map((v) => JSON.parse(v) as LoadFailure)
+    .filter((f) => now - f.at <= maxAgeMs);
+}
