@@ -8,7 +8,7 @@ export interface ServedModel {
   id: string;
   task: Task;
   workers: WorkerInfo[];
-  /** Waiting jobs at the last refresh, plus what this gateway enqueued since. */
+  /** Waiting jobs at the last refresh, plus what this gateway has enqueued since that refresh began. */
   depth: number;
 }
 
@@ -22,6 +22,8 @@ export class ModelRegistry {
   private readonly known = new Map<string, Task>();
   /** Models whose worker reported it could not load them, and has no live worker since. */
   private failures = new Map<string, LoadFailure>();
+  /** Enqueues per model since start; a refresh adds those made while it ran to the depth it read. */
+  private readonly enqueued = new Map<string, number>();
   private timer?: NodeJS.Timeout;
   lastError?: string;
   lastRefreshAt = 0;
@@ -71,6 +73,7 @@ export class ModelRegistry {
   }
 
   noteEnqueued(model: string): void {
+    this.enqueued.set(model, (this.enqueued.get(model) ?? 0) + 1);
     const served = this.models.get(model);
     if (served) served.depth++;
   }
@@ -81,6 +84,7 @@ export class ModelRegistry {
   }
 
   async refresh(): Promise<void> {
+    const enqueuedBefore = new Map(this.enqueued);
     try {
       const [workers, failures] = await Promise.all([
         listLiveWorkers(this.redis, this.prefix),
@@ -94,7 +98,9 @@ export class ModelRegistry {
       }
       await Promise.all(
         [...byModel.values()].map(async (m) => {
-          m.depth = await this.queues.get(m.id).getWaitingCount();
+          const waiting = await this.queues.get(m.id).getWaitingCount();
+          // Jobs enqueued while the count was read may or may not be in it: count them, to err on the safe side.
+          m.depth = waiting + (this.enqueued.get(m.id) ?? 0) - (enqueuedBefore.get(m.id) ?? 0);
         }),
       );
       for (const m of byModel.values()) this.known.set(m.id, m.task);

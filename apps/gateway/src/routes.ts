@@ -1,5 +1,6 @@
 import express, { type Request, type Response, type Router } from 'express';
 import { isUtf8 } from 'node:buffer';
+import { randomUUID } from 'node:crypto';
 import { ApiError, describeIssues, inferenceRequestSchema } from '@tserve/contract';
 import type { GatewayConfig } from '@tserve/config';
 import type { InferenceResult, InferenceService } from './inference.js';
@@ -13,7 +14,6 @@ function isJson(req: Request): boolean {
 }
 
 function respond(res: Response, result: InferenceResult, single: boolean, startedAt: number): void {
-  res.setHeader('x-request-id', result.jobId);
   res.setHeader('x-queue-time', String(result.timing.queue_ms));
   res.setHeader('x-inference-time', String(result.timing.inference_ms));
   res.setHeader('x-batch-size', String(result.timing.batch_size));
@@ -39,8 +39,16 @@ function headerTimeout(req: Request): number | undefined {
   return value;
 }
 
-/** Set by the request logger (pino-http) when present; never taken from the client, since job ids must be unique. */
-const requestId = (req: Request): string | undefined => (typeof (req as { id?: unknown }).id === 'string' ? (req as { id?: string }).id : undefined);
+/**
+ * The request's id, which becomes its job id: the request logger's (pino-http) when present, else a
+ * fresh one. Never taken from the client, since job ids must be unique. Sent back on errors too.
+ */
+function requestId(req: Request, res: Response): string {
+  const logged = (req as { id?: unknown }).id;
+  const id = typeof logged === 'string' ? logged : randomUUID();
+  res.setHeader('x-request-id', id);
+  return id;
+}
 
 const minDefined = (...values: Array<number | undefined>) => {
   const defined = values.filter((v): v is number => v !== undefined);
@@ -59,7 +67,7 @@ export function inferenceRoutes(config: GatewayConfig, service: InferenceService
       ? parseInferenceBody(req.body)
       : { single: true, inputs: [String(req.body ?? '')], parameters: {}, timeoutMs: undefined };
     if (!call.inputs[0]) throw new ApiError('validation', 'send the text to run as the request body, e.g. curl -X POST -d "some text" localhost:8000/');
-    const result = await service.infer({ model: service.defaultModel(), inputs: call.inputs, parameters: call.parameters, timeoutMs: minDefined(call.timeoutMs, headerTimeout(req)), requestId: requestId(req) });
+    const result = await service.infer({ model: service.defaultModel(), inputs: call.inputs, parameters: call.parameters, timeoutMs: minDefined(call.timeoutMs, headerTimeout(req)), requestId: requestId(req, res) });
     respond(res, result, call.single, startedAt);
   });
 
@@ -69,7 +77,7 @@ export function inferenceRoutes(config: GatewayConfig, service: InferenceService
     if (!isJson(req)) throw new ApiError('unsupported_media_type', 'send a JSON body with Content-Type: application/json');
     const model = ([] as string[]).concat(req.params.id as string | string[]).join('/');
     const call = parseInferenceBody(req.body);
-    const result = await service.infer({ model, inputs: call.inputs, parameters: call.parameters, timeoutMs: minDefined(call.timeoutMs, headerTimeout(req)), requestId: requestId(req) });
+    const result = await service.infer({ model, inputs: call.inputs, parameters: call.parameters, timeoutMs: minDefined(call.timeoutMs, headerTimeout(req)), requestId: requestId(req, res) });
     respond(res, result, call.single, startedAt);
   });
 

@@ -1,0 +1,106 @@
+/**
+ * Issue 4, overload: load shedding answers 503 + Retry-After without enqueueing, and deadlines
+ * answer 504 without running the job. A worker frozen with SIGSTOP plays a model that has fallen
+ * behind: its heartbeat key is long-lived here, so the gateway still counts it as live.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { Queue } from 'bullmq';
+import { Redis } from 'ioredis';
+import { queueNameFor } from '@tserve/queue';
+import { TestSystem, uniquePrefix, REDIS_URL, sleep, type Proc } from './helpers/system.ts';
+
+const MODEL = 'replica/tiny-bert-sst2';
+
+describe('overload', () => {
+  const system = new TestSystem(uniquePrefix('overload'), REDIS_URL, { WORKER_TTL_MS: 120_000 });
+  let worker: Proc;
+  let redis: Redis;
+  let queue: Queue;
+
+  before(async () => {
+    await system.startGateway({ MAX_QUEUE_DEPTH: 4, REQUEST_TIMEOUT_MS: 3000 });
+    worker = system.startWorker({ model: MODEL });
+    await system.waitForWorkers(MODEL);
+    redis = new Redis(REDIS_URL);
+    queue = new Queue(queueNameFor(MODEL), { connection: redis, prefix: system.prefix });
+  });
+  after(async () => {
+    worker.kill('SIGCONT');
+    await queue.close();
+    redis.disconnect();
+    await system.stop();
+  });
+
+  it('sheds load past MAX_QUEUE_DEPTH with 503 + Retry-After, without enqueueing', async () => {
+    worker.kill('SIGSTOP');
+    try {
+      const results = await Promise.all(
+        Array.from({ length: 12 }, (_, i) => {
+          const started = Date.now();
+          return system.infer(MODEL, `burst ${i}`, undefined, { options: { timeout_ms: 1500 } }).then((r) => ({ ...r, ms: Date.now() - started }));
+        }),
+      );
+      const shed = results.filter((r) => r.status === 503);
+      const accepted = results.filter((r) => r.status !== 503);
+      // The depth estimate errs on the safe side while a refresh races the burst: never more than the cap.
+      assert.ok(accepted.length >= 1 && accepted.length <= 4, `accepted: ${JSON.stringify(results.map((r) => r.status))}`);
+      assert.ok(shed.length >= 8);
+      for (const r of shed) {
+        assert.equal(r.body.error_type, 'overloaded');
+        assert.ok(Number(r.headers.get('retry-after')) >= 1, 'Retry-After set');
+        assert.ok(r.ms < 1500, `shed at once, not after the deadline (${r.ms} ms)`);
+      }
+      // The accepted ones waited for the frozen worker until their deadline.
+      for (const r of accepted) assert.equal(r.status, 504, JSON.stringify(r.body));
+      assert.ok((await queue.getWaitingCount()) <= 4, 'shed requests were never enqueued');
+    } finally {
+      worker.kill('SIGCONT');
+    }
+    // Once the worker catches up, the model takes requests again.
+    await sleep(1000);
+    const ok = await system.infer(MODEL, 'after the burst');
+    assert.equal(ok.status, 200, JSON.stringify(ok.body));
+  });
+
+  it('answers 504 at the deadline and the job never runs', async () => {
+    worker.kill('SIGSTOP');
+    let res;
+    const started = Date.now();
+    try {
+      res = await system.infer(MODEL, 'too late', undefined, { options: { timeout_ms: 400 } });
+    } finally {
+      worker.kill('SIGCONT');
+    }
+    const elapsed = Date.now() - started;
+    assert.equal(res.status, 504, JSON.stringify(res.body));
+    assert.equal(res.body.error_type, 'timeout');
+    assert.ok(elapsed >= 350 && elapsed < 3000, `answered at the client's deadline (${elapsed} ms)`);
+    const jobId = res.headers.get('x-request-id')!;
+    assert.ok(jobId, 'the 504 names its request id');
+    await sleep(1500);
+    const state = await queue.getJobState(jobId);
+    // Removed by the gateway while still waiting, or refused unrun by the worker: never completed.
+    assert.ok(state === 'unknown' || state === 'failed', `job state ${state}`);
+    if (state === 'failed') assert.match((await queue.getJob(jobId))!.failedReason, /deadline passed before the model ran/);
+  });
+
+  it('caps a client deadline at REQUEST_TIMEOUT_MS and honours the x-request-timeout-ms header', async () => {
+    worker.kill('SIGSTOP');
+    try {
+      let started = Date.now();
+      const capped = await system.infer(MODEL, 'wants forever', undefined, { options: { timeout_ms: 600_000 } });
+      let elapsed = Date.now() - started;
+      assert.equal(capped.status, 504);
+      assert.ok(elapsed >= 2900 && elapsed < 6000, `server cap of 3000 ms applied (${elapsed} ms)`);
+
+      started = Date.now();
+      const header = await system.post(`/models/${MODEL}`, { inputs: 'short fuse' }, { 'x-request-timeout-ms': '300' });
+      elapsed = Date.now() - started;
+      assert.equal(header.status, 504);
+      assert.ok(elapsed >= 250 && elapsed < 2900, `header deadline applied (${elapsed} ms)`);
+    } finally {
+      worker.kill('SIGCONT');
+    }
+  });
+});
