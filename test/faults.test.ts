@@ -1,0 +1,191 @@
+/**
+ * Issue 4, faults caused for real: a worker killed with SIGKILL mid-batch, Redis restarted under
+ * load, a worker that cannot load its model, and every worker gone. Nothing accepted is lost,
+ * nothing hangs past its deadline, and the system recovers by itself.
+ */
+import { after, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { Queue } from 'bullmq';
+import { Redis } from 'ioredis';
+import { queueNameFor } from '@tserve/queue';
+import { PrivateRedis, TestSystem, freePort, sleep, uniquePrefix, waitFor, REDIS_URL } from './helpers/system.ts';
+import { textOfTokens } from './helpers/direct-queue.ts';
+
+const MODEL = 'replica/tiny-bert-sst2';
+
+/** Runs `total` requests with `concurrency` in flight; `onProgress` sees each completion count. */
+async function load<T>(total: number, concurrency: number, send: (i: number) => Promise<T>, onProgress?: (done: number) => void): Promise<T[]> {
+  const results: T[] = new Array(total);
+  let next = 0;
+  let done = 0;
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < total) {
+        const i = next++;
+        results[i] = await send(i);
+        onProgress?.(++done);
+      }
+    }),
+  );
+  return results;
+}
+
+describe('faults', () => {
+  const cleanups: Array<() => Promise<void>> = [];
+  after(async () => {
+    for (const c of cleanups) await c();
+  });
+
+  it('a worker killed with SIGKILL mid-batch loses no accepted request', async () => {
+    const system = new TestSystem(uniquePrefix('kill'));
+    cleanups.push(() => system.stop());
+    await system.startGateway();
+    const workerEnv = { DTYPE: 'fp32', JOB_LOCK_MS: 1500, STALLED_INTERVAL_MS: 500, BATCH_MAX_WAIT_MS: 5 };
+    const victim = system.startWorker({ model: MODEL, env: workerEnv });
+    system.startWorker({ model: MODEL, env: workerEnv });
+    await system.waitForWorkers(MODEL, 2);
+
+    // Long-ish inputs keep batches busy, so the kill lands while the victim holds jobs.
+    const texts = Array.from({ length: 24 }, (_, i) => `${textOfTokens(150, 'meal')} number ${i}`);
+    const expected = new Map<string, number>();
+    for (const t of texts) {
+      const r = await system.infer(MODEL, t, { top_k: null });
+      assert.equal(r.status, 200);
+      expected.set(t, r.body.find((x: any) => x.label === 'POSITIVE').score);
+    }
+
+    const redis = new Redis(REDIS_URL);
+    const queue = new Queue(queueNameFor(MODEL), { connection: redis, prefix: system.prefix });
+    cleanups.push(async () => {
+      await queue.close();
+      redis.disconnect();
+    });
+    let killedWithActiveJobs = false;
+    let killing = false;
+    const results = await load(
+      192,
+      24,
+      async (i) => {
+        const started = Date.now();
+        const r = await system.infer(MODEL, texts[i % texts.length], { top_k: null });
+        return { ...r, text: texts[i % texts.length], ms: Date.now() - started };
+      },
+      (done) => {
+        if (done === 40 && !killing) {
+          killing = true;
+          void (async () => {
+            // Kill only while the queue shows jobs in flight, i.e. mid-batch.
+            await waitFor('active jobs', async () => (await queue.getActiveCount()) > 0, 5000, 1);
+            killedWithActiveJobs = true;
+            victim.kill('SIGKILL');
+            // The supervisor's part: a replacement comes up and joins in.
+            system.startWorker({ model: MODEL, env: workerEnv });
+          })();
+        }
+      },
+    );
+    assert.ok(killedWithActiveJobs, 'the worker was killed while jobs were active');
+    assert.equal(await victim.exited, null, 'the victim died of its signal');
+    const failed = results.filter((r) => r.status !== 200);
+    assert.deepEqual(failed.map((r) => `${r.status} ${JSON.stringify(r.body)}`), [], 'every accepted request answered');
+    for (const r of results) {
+      const score = r.body.find((x: any) => x.label === 'POSITIVE').score;
+      assert.ok(Math.abs(score - expected.get(r.text)!) < 1e-5, `correct answer after recovery: ${score} vs ${expected.get(r.text)}`);
+    }
+    // The victim's jobs waited for their lock to expire, then ran elsewhere.
+    assert.ok(results.some((r) => r.ms >= 1000), `some request was recovered from the dead worker (max ${Math.max(...results.map((r) => r.ms))} ms)`);
+  });
+
+  it('Redis restarted under load: 503 quickly while down, recovery by itself after', async () => {
+    const redis = new PrivateRedis(await freePort());
+    await redis.start();
+    const system = new TestSystem(uniquePrefix('redis-restart'), redis.url);
+    cleanups.push(async () => {
+      await system.stop();
+      await redis.stop();
+    });
+    await system.startGateway({ BREAKER_VOLUME: 5, BREAKER_RESET_MS: 1000, REDIS_COMMAND_TIMEOUT_MS: 500, REQUEST_TIMEOUT_MS: 5000 });
+    system.startWorker({ model: MODEL });
+    await system.waitForWorkers(MODEL);
+
+    const warm = await system.infer(MODEL, 'before the outage');
+    assert.equal(warm.status, 200);
+
+    await redis.stop();
+    const down: Array<{ status: number; ms: number; retryAfter: string | null; body: any }> = [];
+    for (let i = 0; i < 15; i++) {
+      const started = Date.now();
+      const r = await system.infer(MODEL, `during the outage ${i}`);
+      down.push({ status: r.status, ms: Date.now() - started, retryAfter: r.headers.get('retry-after'), body: r.body });
+    }
+    for (const r of down) {
+      assert.equal(r.status, 503, JSON.stringify(r.body));
+      assert.ok(r.ms < 2500, `503 came quickly, not at the 5 s deadline (${r.ms} ms)`);
+      assert.ok(r.retryAfter, 'Retry-After set');
+    }
+    assert.ok(down.some((r) => /circuit breaker/.test(r.body.error)), 'the breaker opened and refused at once');
+    const readyDown = await fetch(`${system.url}/ready`);
+    assert.equal(readyDown.status, 503);
+    const readyBody = (await readyDown.json()) as { reasons: string[]; breaker: string };
+    assert.ok(readyBody.reasons.some((r) => /Redis/.test(r)), JSON.stringify(readyBody));
+    assert.ok(system.gateway!.running, 'the gateway survived');
+
+    await redis.start();
+    await waitFor('a request served after Redis returned', async () => (await system.infer(MODEL, 'after the outage')).status === 200, 30_000, 250);
+    await waitFor('/ready 200 after Redis returned', async () => (await fetch(`${system.url}/ready`)).status === 200, 10_000);
+    assert.ok(system.procs.every((p) => p.running), 'gateway and worker recovered without a restart');
+  });
+
+  it('a worker that cannot load its model exits non-zero; the model is reported and answered 503', async () => {
+    const system = new TestSystem(uniquePrefix('bad-model'));
+    cleanups.push(() => system.stop());
+    await system.startGateway();
+    system.startWorker({ model: MODEL });
+    await system.waitForWorkers(MODEL);
+    const broken = system.startWorker({ model: 'replica/does-not-exist' });
+    const code = await broken.exited;
+    assert.notEqual(code, 0);
+    assert.match(broken.output, /replica\/does-not-exist/);
+    assert.match(broken.output, /shared\/models\/replica\/does-not-exist/, 'names the path it looked in');
+
+    await waitFor('/ready to report the model', async () => {
+      const r = await fetch(`${system.url}/ready`);
+      const body = (await r.json()) as { reasons: string[] };
+      return r.status === 503 && body.reasons.some((x) => x.includes('replica/does-not-exist'));
+    }, 5000);
+    const started = Date.now();
+    const r = await system.infer('replica/does-not-exist', 'hello');
+    assert.equal(r.status, 503, JSON.stringify(r.body));
+    assert.match(r.body.error, /could not load it/);
+    assert.ok(Date.now() - started < 2000, 'refused at once');
+    assert.equal((await system.infer(MODEL, 'the other model is fine')).status, 200);
+  });
+
+  it('with every worker gone, requests get 503 or 504 within their deadline, never hang', async () => {
+    const system = new TestSystem(uniquePrefix('no-workers'));
+    cleanups.push(() => system.stop());
+    await system.startGateway();
+    const worker = system.startWorker({ model: MODEL });
+    await system.waitForWorkers(MODEL);
+    worker.kill('SIGKILL');
+    await worker.exited;
+
+    // At first the worker's heartbeat has not expired: the request waits for its deadline.
+    for (let i = 0; i < 3; i++) {
+      const started = Date.now();
+      const r = await system.infer(MODEL, `anyone there ${i}`, undefined, { options: { timeout_ms: 1000 } });
+      const ms = Date.now() - started;
+      assert.ok(r.status === 503 || r.status === 504, `${r.status} ${JSON.stringify(r.body)}`);
+      assert.ok(ms < 2500, `answered within its deadline (${ms} ms)`);
+    }
+    // Once the heartbeat expires the gateway knows, and refuses at once.
+    await waitFor('heartbeat to expire', async () => (await fetch(`${system.url}/ready`)).status === 503, 5000);
+    const started = Date.now();
+    const r = await system.infer(MODEL, 'still nobody');
+    assert.equal(r.status, 503);
+    assert.match(r.body.error, /no live worker/);
+    assert.ok(Date.now() - started < 1000);
+    const ready = (await (await fetch(`${system.url}/ready`)).json()) as { reasons: string[] };
+    assert.ok(ready.reasons.some((x) => x.includes(`model ${MODEL} has no live worker`)), JSON.stringify(ready));
+  });
+});
