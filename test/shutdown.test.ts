@@ -1,0 +1,111 @@
+/**
+ * Issue 5, graceful shutdown and rolling restart: SIGTERM makes a worker finish the batch in hand
+ * and a gateway answer what is in flight; replacing workers one by one under load loses nothing.
+ */
+import { after, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { Queue } from 'bullmq';
+import { Redis } from 'ioredis';
+import { queueNameFor } from '@tserve/queue';
+import { TestSystem, sleep, uniquePrefix, waitFor, REDIS_URL } from './helpers/system.ts';
+import { DirectQueue, textOfTokens } from './helpers/direct-queue.ts';
+
+const MODEL = 'replica/tiny-bert-sst2';
+
+describe('graceful shutdown', () => {
+  const cleanups: Array<() => Promise<void>> = [];
+  after(async () => {
+    for (const c of cleanups) await c();
+  });
+
+  it('a worker on SIGTERM finishes its batch, publishes it, leaves the rest queued, and exits 0', async () => {
+    const system = new TestSystem(uniquePrefix('worker-term'));
+    cleanups.push(() => system.stop());
+    const direct = new DirectQueue(REDIS_URL, system.prefix, MODEL);
+    await direct.start();
+    const redis = new Redis(REDIS_URL);
+    const queue = new Queue(queueNameFor(MODEL), { connection: redis, prefix: system.prefix });
+    cleanups.push(async () => {
+      await direct.close();
+      await queue.close();
+      redis.disconnect();
+    });
+
+    const text = textOfTokens(500, 'slow');
+    const ids = await Promise.all(Array.from({ length: 64 }, () => direct.add([text])));
+    const worker = system.startWorker({ model: MODEL, env: { BATCH_MAX_SIZE: 8, BATCH_MAX_WAIT_MS: 1000 } });
+    const first = await Promise.race(ids.map((id) => direct.outcome(id).then(() => id)));
+    assert.ok(first);
+    worker.kill('SIGTERM');
+    assert.equal(await worker.exited, 0, worker.output);
+
+    const states = await Promise.all(ids.map((id) => direct.jobState(id)));
+    const completed = states.filter((s) => s === 'completed').length;
+    assert.equal(states.filter((s) => s === 'active').length, 0, `no job left locked by the stopped worker: ${states.join(',')}`);
+    assert.ok(completed >= 8 && completed < 64, `its batches finished (${completed} completed)`);
+    assert.equal(completed + states.filter((s) => s === 'waiting').length, 64, 'the rest wait for another worker');
+
+    // Every completed job's result was published before the worker exited.
+    const published = await Promise.all(ids.filter((_, i) => states[i] === 'completed').map((id) => direct.outcome(id, 1000)));
+    assert.ok(published.every((o) => o.ok));
+
+    // A successor serves the rest: nothing was lost.
+    system.startWorker({ model: MODEL });
+    const rest = await Promise.all(ids.map((id) => direct.outcome(id, 60_000)));
+    assert.ok(rest.every((o) => o.ok));
+  });
+
+  it('a gateway on SIGTERM stops accepting, answers the requests in flight, and exits 0', async () => {
+    const system = new TestSystem(uniquePrefix('gateway-term'), REDIS_URL, { WORKER_TTL_MS: 60_000 });
+    cleanups.push(() => system.stop());
+    await system.startGateway();
+    const worker = system.startWorker({ model: MODEL });
+    await system.waitForWorkers(MODEL);
+
+    worker.kill('SIGSTOP');
+    const inFlight = Array.from({ length: 10 }, (_, i) => system.infer(MODEL, `in flight ${i}`));
+    await sleep(300);
+    system.gateway!.kill('SIGTERM');
+    await sleep(300);
+    // New connections are refused while the old requests are still being answered.
+    await assert.rejects(fetch(`${system.url}/health`), 'no new connections after SIGTERM');
+    worker.kill('SIGCONT');
+    const answers = await Promise.all(inFlight);
+    assert.deepEqual(answers.map((a) => a.status), Array(10).fill(200));
+    assert.equal(await system.gateway!.exited, 0, system.gateway!.output);
+  });
+
+  it('a rolling restart of the workers under load loses no request', async () => {
+    const system = new TestSystem(uniquePrefix('rolling'));
+    cleanups.push(() => system.stop());
+    await system.startGateway();
+    const first = [system.startWorker({ model: MODEL }), system.startWorker({ model: MODEL })];
+    await system.waitForWorkers(MODEL, 2);
+
+    let stop = false;
+    const statuses: number[] = [];
+    const loadLoop = Promise.all(
+      Array.from({ length: 8 }, async (_, c) => {
+        for (let i = 0; !stop; i++) {
+          const r = await system.infer(MODEL, `rolling ${c} ${i}`);
+          statuses.push(r.status);
+        }
+      }),
+    );
+    await sleep(500);
+    for (const old of first) {
+      old.kill('SIGTERM');
+      assert.equal(await old.exited, 0, old.output);
+      const replacement = system.startWorker({ model: MODEL });
+      await waitFor('replacement live', async () => {
+        const body = (await (await fetch(`${system.url}/ready`)).json()) as { models: Record<string, { workers: number }> };
+        return replacement.running && body.models[MODEL]?.workers === 2;
+      }, 30_000);
+    }
+    await sleep(500);
+    stop = true;
+    await loadLoop;
+    assert.ok(statuses.length > 50, `load ran throughout (${statuses.length} requests)`);
+    assert.deepEqual(statuses.filter((s) => s !== 200), [], 'every request answered 200');
+  });
+});
