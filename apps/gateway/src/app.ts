@@ -4,16 +4,21 @@ import { ApiError } from '@tserve/contract';
 import type { GatewayConfig } from '@tserve/config';
 import type { InferenceService } from './inference.js';
 import type { ModelRegistry } from './model-registry.js';
+import type { QueueSet } from './queues.js';
 import type { RedisBreaker } from './breaker.js';
 import { inferenceRoutes } from './routes.js';
 import { healthRoutes } from './health.js';
 import { errorHandler } from './http-errors.js';
+import { createMetrics, observeInference } from './metrics.js';
+import { requestLog } from './request-log.js';
+import { DASHBOARD_PATH, dashboard } from './dashboard.js';
 
 export interface AppParts {
   config: GatewayConfig;
   logger: Logger;
   service: InferenceService;
   registry: ModelRegistry;
+  queues: QueueSet;
   breaker: RedisBreaker;
 }
 
@@ -21,9 +26,17 @@ export function createApp(parts: AppParts): Express {
   const app = express();
   app.disable('x-powered-by');
   app.set('etag', false);
+  const metrics = createMetrics(parts.registry, parts.breaker);
+  // Both first, so that every request is counted and logged, refused and unknown ones included.
+  app.use(metrics.track);
+  app.use(requestLog(parts.logger));
   app.use(healthRoutes(parts.registry, parts.breaker, parts.config.DEFAULT_MODEL));
-  app.use(inferenceRoutes(parts.config, parts.service));
-  app.use((req, _res, next) => next(new ApiError('not_found', `no route for ${req.method} ${req.path}; see POST /, POST /models/<model id>, GET /health, GET /ready`)));
+  app.use(metrics.routes());
+  app.use(DASHBOARD_PATH, dashboard(parts));
+  app.use(inferenceRoutes(parts.config, observeInference(parts.service, metrics)));
+  app.use((req, _res, next) =>
+    next(new ApiError('not_found', `no route for ${req.method} ${req.path}; see POST /, POST /models/<model id>, GET /health, GET /ready, GET /metrics, ${DASHBOARD_PATH}`)),
+  );
   app.use(errorHandler(parts.logger));
   return app;
 }

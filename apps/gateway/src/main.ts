@@ -29,11 +29,11 @@ async function main(): Promise<void> {
   const redis = createRedis(config.REDIS_URL, 'gateway', config.REDIS_COMMAND_TIMEOUT_MS);
   const subscriber = createRedis(config.REDIS_URL, 'subscriber');
   const queues = new QueueSet(redis, config.QUEUE_PREFIX);
-  const registry = new ModelRegistry(redis, config.QUEUE_PREFIX, queues, config.REGISTRY_REFRESH_MS, logger);
+  const registry = new ModelRegistry(redis, config.QUEUE_PREFIX, queues, config.REGISTRY_REFRESH_MS, config.LOAD_FAILURE_TTL_MS, logger);
   const router = new ResultRouter(subscriber, keys.results(config.QUEUE_PREFIX, gatewayId), config.RESULT_POLL_MS, logger);
   const breaker = createRedisBreaker(config, logger);
   const service = new InferenceService(config, registry, queues, router, breaker);
-  const app = createApp({ config, logger, service, registry, breaker });
+  const app = createApp({ config, logger, service, registry, queues, breaker });
 
   await router.start();
   await registry.start();
@@ -51,9 +51,12 @@ async function main(): Promise<void> {
     stopping = true;
     logger.info({ signal, pending: router.pending }, 'stopping: answering requests in flight');
     const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+    // Keep-alive connections go idle as their last answers leave; close them as they do.
+    const closeIdle = setInterval(() => server.closeIdleConnections(), 50);
     server.closeIdleConnections();
     const grace = new Promise<void>((resolve) => setTimeout(resolve, config.SHUTDOWN_GRACE_MS).unref());
     await Promise.race([closed, grace]);
+    clearInterval(closeIdle);
     registry.stop();
     await router.stop();
     await queues.close();

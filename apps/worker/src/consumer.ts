@@ -114,7 +114,9 @@ export class Consumer {
       for (const r of [published, recorded]) {
         if (r.status === 'rejected') this.logger.warn({ jobId: job.id, err: String(r.reason) }, 'settling job failed');
       }
-      this.logger.debug({ jobId: job.id, ok: outcome.ok }, 'job settled');
+      // A failure gets an info line with its type only: messages may quote the user's input.
+      if (outcome.ok) this.logger.debug({ jobId: job.id, ok: true }, 'job settled');
+      else this.logger.info({ jobId: job.id, ok: false, error_type: outcome.error.error_type }, 'job failed');
     })();
     this.settling.add(work);
     void work.finally(() => this.settling.delete(work));

@@ -27,7 +27,8 @@ interface Pending {
   outputs: unknown[];
   remaining: number;
   warnings: string[];
-  queueMs: number;
+  /** From enqueue to its first model call; gateway and worker clocks must agree (NTP) for this across machines. */
+  queueMs?: number;
   inferenceMs: number;
   batchSize: number;
   failed: boolean;
@@ -67,7 +68,6 @@ export class BatchRunner {
         outputs: new Array(job.data.inputs.length),
         remaining: job.data.inputs.length,
         warnings: [],
-        queueMs: 0,
         inferenceMs: 0,
         batchSize: 0,
         failed: false,
@@ -96,7 +96,13 @@ export class BatchRunner {
       const startedAt = this.now();
       const results = await this.runIsolated(live, report);
       const elapsed = performance.now() - started;
-      live.forEach(({ owner }, i) => this.settle(owner.pending, owner.input, results[i], startedAt, elapsed, live.length));
+      // A job with several inputs in this call spent the call's time once, not once per input.
+      for (const pending of new Set(live.map(({ owner }) => owner.pending))) {
+        pending.inferenceMs += elapsed;
+        pending.batchSize = Math.max(pending.batchSize, live.length);
+        pending.queueMs ??= Math.max(0, startedAt - pending.job.data.enqueuedAt);
+      }
+      live.forEach(({ owner }, i) => this.settle(owner.pending, owner.input, results[i]));
     }
     return report;
   }
@@ -152,7 +158,7 @@ export class BatchRunner {
     return new ApiError('inference', `the model could not run this input: ${firstLine(err instanceof Error ? err.message : String(err))}`);
   }
 
-  private settle(pending: Pending, input: number, result: Result, startedAt: number, elapsed: number, size: number): void {
+  private settle(pending: Pending, input: number, result: Result): void {
     if (pending.failed) return;
     if (!result.ok) {
       pending.failed = true;
@@ -162,16 +168,13 @@ export class BatchRunner {
       return;
     }
     pending.outputs[input] = result.value;
-    if (pending.queueMs === 0) pending.queueMs = Math.max(0, startedAt - pending.job.data.enqueuedAt);
-    pending.inferenceMs += elapsed;
-    pending.batchSize = Math.max(pending.batchSize, size);
     if (--pending.remaining > 0) return;
     void this.finish(pending.job, {
       id: pending.job.id,
       ok: true,
       outputs: pending.outputs,
       warnings: pending.warnings,
-      timing: { queue_ms: pending.queueMs, inference_ms: round(pending.inferenceMs), batch_size: pending.batchSize },
+      timing: { queue_ms: pending.queueMs ?? 0, inference_ms: round(pending.inferenceMs), batch_size: pending.batchSize },
     });
   }
 

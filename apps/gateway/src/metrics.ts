@@ -1,0 +1,176 @@
+import express, { type Request, type RequestHandler, type Response, type Router } from 'express';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { JobTiming } from '@tserve/contract';
+import type { InferenceService } from './inference.js';
+import type { ModelRegistry } from './model-registry.js';
+import type { RedisBreaker } from './breaker.js';
+
+/** Latencies of a server whose model calls take about a millisecond and whose deadline is tens of seconds. */
+const SECONDS_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+const BATCH_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256];
+const BREAKER_STATES = ['closed', 'open', 'half-open'] as const;
+
+/**
+ * Status label of a request whose client left before it was answered (nginx's convention), so
+ * that abandoned requests are counted apart from answered ones.
+ */
+const CLIENT_CLOSED = '499';
+
+/**
+ * A sub-app whose own routes are not worth telling apart (the dashboard, its assets and API) names
+ * the label all its requests share.
+ */
+export function labelRoute(res: Response, label: string): void {
+  res.locals.routeLabel = label;
+}
+
+/**
+ * The route pattern that served a request (`/models/*id`), never the raw URL: a label per model id
+ * or per mistyped path would grow without bound.
+ */
+export function routeOf(req: Request, res: Response): string {
+  const named = res.locals?.routeLabel;
+  if (typeof named === 'string') return named;
+  const route = (req as { route?: { path?: unknown } }).route;
+  return typeof route?.path === 'string' ? `${req.baseUrl}${route.path}` : 'unmatched';
+}
+
+export interface GatewayMetrics {
+  readonly registry: Registry;
+  /** First middleware: counts and times every request when its response closes. */
+  track: RequestHandler;
+  /** Records the timing the worker reported for one answered job. */
+  observeTiming(model: string, timing: JobTiming): void;
+  /** `GET /metrics` in the Prometheus text format. */
+  routes(): Router;
+}
+
+/**
+ * The gateway's metrics, in a registry of its own (not prom-client's global one) so that two apps
+ * in one process, as in tests, never share or double-register series. Queue depth, live workers
+ * and the breaker are read when scraped, so they cost nothing between scrapes.
+ */
+export function createMetrics(models: ModelRegistry, breaker: RedisBreaker): GatewayMetrics {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry });
+  const registers = [registry];
+
+  const requests = new Counter({
+    name: 'tserve_http_requests_total',
+    help: 'HTTP requests answered, by method, route pattern and status code (499: the client left first)',
+    labelNames: ['method', 'route', 'status'] as const,
+    registers,
+  });
+  const duration = new Histogram({
+    name: 'tserve_http_request_duration_seconds',
+    help: 'Time from receiving a request to finishing its response, by method, route pattern and status code',
+    labelNames: ['method', 'route', 'status'] as const,
+    buckets: SECONDS_BUCKETS,
+    registers,
+  });
+  const queueWait = new Histogram({
+    name: 'tserve_queue_wait_seconds',
+    help: 'Time a job waited from enqueue to the start of the model call that ran it, by model (answered jobs)',
+    labelNames: ['model'] as const,
+    buckets: SECONDS_BUCKETS,
+    registers,
+  });
+  const inference = new Histogram({
+    name: 'tserve_inference_duration_seconds',
+    help: 'Model time of a job, tokenization and post-processing included, by model (answered jobs)',
+    labelNames: ['model'] as const,
+    buckets: SECONDS_BUCKETS,
+    registers,
+  });
+  const batchSize = new Histogram({
+    name: 'tserve_batch_size',
+    help: 'Sequences in the model call that ran a job (the largest if several), by model (answered jobs)',
+    labelNames: ['model'] as const,
+    buckets: BATCH_BUCKETS,
+    registers,
+  });
+  new Gauge({
+    name: 'tserve_queue_depth',
+    help: 'Jobs waiting in each served model\'s queue, as of the last registry refresh plus this gateway\'s enqueues since',
+    labelNames: ['model'] as const,
+    registers,
+    collect() {
+      // Reset first: a model no longer served must drop out, not keep its last value.
+      this.reset();
+      for (const model of models.served()) this.set({ model: model.id }, model.depth);
+    },
+  });
+  new Gauge({
+    name: 'tserve_live_workers',
+    help: 'Workers announcing each model; 0 for a model that lost all its workers or that its worker could not load',
+    labelNames: ['model'] as const,
+    registers,
+    collect() {
+      this.reset();
+      for (const model of models.served()) this.set({ model: model.id }, model.workers.length);
+      for (const id of models.lost()) this.set({ model: id }, 0);
+      for (const failure of models.failed()) this.set({ model: failure.model }, 0);
+    },
+  });
+  new Gauge({
+    name: 'tserve_breaker_state',
+    help: 'Circuit breaker state: 1 for the current state, 0 for the others',
+    labelNames: ['breaker', 'state'] as const,
+    registers,
+    collect() {
+      const current = breaker.state();
+      for (const state of BREAKER_STATES) this.set({ breaker: 'redis', state }, state === current ? 1 : 0);
+    },
+  });
+
+  const track: RequestHandler = (req, res, next) => {
+    const started = performance.now();
+    // 'close' comes once per response, answered or abandoned; 'finish' never comes for the latter.
+    res.once('close', () => {
+      const labels = { method: req.method, route: routeOf(req, res), status: res.writableFinished ? String(res.statusCode) : CLIENT_CLOSED };
+      requests.inc(labels);
+      duration.observe(labels, (performance.now() - started) / 1000);
+    });
+    next();
+  };
+
+  return {
+    registry,
+    track,
+    observeTiming(model, timing) {
+      queueWait.observe({ model }, timing.queue_ms / 1000);
+      inference.observe({ model }, timing.inference_ms / 1000);
+      batchSize.observe({ model }, timing.batch_size);
+    },
+    routes() {
+      const router = express.Router();
+      router.get('/metrics', async (_req, res) => {
+        const body = await registry.metrics();
+        res.setHeader('content-type', registry.contentType);
+        res.setHeader('cache-control', 'no-store');
+        res.send(body);
+      });
+      return router;
+    },
+  };
+}
+
+/**
+ * The inference service as the routes see it, with each answered job's timing recorded under the
+ * model it ran on. Done here, at the service's edge, so the routes need not know about metrics.
+ * Methods are bound to the real service so its private state stays its own.
+ */
+export function observeInference(service: InferenceService, metrics: GatewayMetrics): InferenceService {
+  const infer: InferenceService['infer'] = async (call) => {
+    const result = await service.infer(call);
+    metrics.observeTiming(call.model, result.timing);
+    return result;
+  };
+  return new Proxy(service, {
+    get(target, prop) {
+      if (prop === 'infer') return infer;
+      const value: unknown = Reflect.get(target, prop, target);
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
+}

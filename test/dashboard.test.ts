@@ -1,0 +1,150 @@
+/**
+ * The bull-board queue dashboard at /admin/queues: off (404) unless credentials are configured,
+ * 401 without them, read-only on request, and a real browser sees each served model's queue.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { chromium } from 'playwright-core';
+import { ROOT, TestSystem, uniquePrefix } from './helpers/system.ts';
+
+const MODEL = 'replica/tiny-bert-sst2';
+const QUEUE = 'models--replica--tiny-bert-sst2';
+const USER = 'ops';
+const PASSWORD = `pw-${Math.random().toString(36).slice(2)}`;
+const TOKEN = `tok-${Math.random().toString(36).slice(2)}`;
+const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+const SCREENSHOT = path.join(ROOT, 'test/artifacts/dashboard.png');
+
+const basic = (user: string, password: string) => `Basic ${Buffer.from(`${user}:${password}`).toString('base64')}`;
+
+describe('queue dashboard', () => {
+  const system = new TestSystem(uniquePrefix('dashboard'));
+  // Same prefix, so it sees the same worker and queue; its settings differ.
+  const tokenGateway = new TestSystem(system.prefix);
+  const plain = new TestSystem(uniquePrefix('dashboard-off'));
+
+  before(async () => {
+    await system.startGateway({ DASHBOARD_USER: USER, DASHBOARD_PASSWORD: PASSWORD });
+    await tokenGateway.startGateway({ DASHBOARD_TOKEN: TOKEN, DASHBOARD_READONLY: 'true' });
+    await plain.startGateway();
+    system.startWorker({ model: MODEL });
+    await system.waitForWorkers(MODEL);
+    await tokenGateway.waitForWorkers(MODEL);
+    const res = await system.infer(MODEL, 'a job for the board to show');
+    assert.equal(res.status, 200, JSON.stringify(res.body));
+  });
+  after(async () => {
+    await plain.stop();
+    await tokenGateway.stop();
+    await system.stop();
+  });
+
+  it('is off, with a 404 saying how to turn it on, when no credentials are configured', async () => {
+    for (const pathname of ['/admin/queues', '/admin/queues/api/queues']) {
+      const res = await fetch(`${plain.url}${pathname}`, { headers: { authorization: basic(USER, PASSWORD) } });
+      assert.equal(res.status, 404);
+      assert.match(res.headers.get('content-type') ?? '', /application\/json/);
+      const body = (await res.json()) as { error: string; error_type: string };
+      assert.equal(body.error_type, 'not_found');
+      assert.match(body.error, /DASHBOARD_USER/);
+      assert.match(body.error, /DASHBOARD_TOKEN/);
+    }
+  });
+
+  it('answers 401 with a basic-auth challenge without the right credentials', async () => {
+    for (const authorization of [undefined, basic(USER, 'wrong'), basic('someone', PASSWORD), `Bearer ${PASSWORD}`]) {
+      for (const pathname of ['/admin/queues', '/admin/queues/api/queues', '/admin/queues/static/favicon-32x32.png']) {
+        const res = await fetch(`${system.url}${pathname}`, { headers: authorization ? { authorization } : {} });
+        assert.equal(res.status, 401, `${pathname} with ${authorization}`);
+        assert.match(res.headers.get('www-authenticate') ?? '', /^Basic realm="[^"]+"/);
+        const body = (await res.json()) as { error: string; error_type: string };
+        assert.equal(body.error_type, 'unauthorized');
+        assert.ok(!JSON.stringify(body).includes(PASSWORD), 'the answer never echoes a credential');
+      }
+    }
+  });
+
+  it('serves the board and its queue API with the right credentials', async () => {
+    const authorization = basic(USER, PASSWORD);
+    const page = await fetch(`${system.url}/admin/queues`, { headers: { authorization } });
+    assert.equal(page.status, 200);
+    assert.match(await page.text(), /<base href="\/admin\/queues\/"/);
+    const api = await fetch(`${system.url}/admin/queues/api/queues`, { headers: { authorization } });
+    assert.equal(api.status, 200);
+    const body = (await api.json()) as { queues: Array<{ name: string; readOnlyMode: boolean; counts: Record<string, number> }> };
+    const queue = body.queues.find((q) => q.name === QUEUE);
+    assert.ok(queue, `queues: ${body.queues.map((q) => q.name).join(', ')}`);
+    assert.equal(queue.readOnlyMode, false);
+    assert.ok(queue.counts.completed >= 1, JSON.stringify(queue.counts));
+  });
+
+  it('refuses changes sent from another site', async () => {
+    const res = await fetch(`${system.url}/admin/queues/api/queues/${QUEUE}/resume`, {
+      method: 'PUT',
+      headers: { authorization: basic(USER, PASSWORD), origin: 'https://elsewhere.example' },
+    });
+    assert.equal(res.status, 403);
+    assert.equal(((await res.json()) as { error_type: string }).error_type, 'forbidden');
+    const fromSibling = await fetch(`${system.url}/admin/queues/api/queues/${QUEUE}/resume`, {
+      method: 'PUT',
+      headers: { authorization: basic(USER, PASSWORD), 'sec-fetch-site': 'same-site' },
+    });
+    assert.equal(fromSibling.status, 403);
+  });
+
+  it('takes a bearer token, or a ?token= login that sets a cookie; read-only refuses changes', async () => {
+    const refused = await fetch(`${tokenGateway.url}/admin/queues/api/queues`, { headers: { authorization: 'Bearer wrong' } });
+    assert.equal(refused.status, 401);
+    assert.match(refused.headers.get('www-authenticate') ?? '', /^Bearer realm=/);
+
+    const api = await fetch(`${tokenGateway.url}/admin/queues/api/queues`, { headers: { authorization: `Bearer ${TOKEN}` } });
+    assert.equal(api.status, 200);
+    const queue = ((await api.json()) as { queues: Array<{ name: string; readOnlyMode: boolean }> }).queues.find((q) => q.name === QUEUE);
+    assert.equal(queue?.readOnlyMode, true);
+    const pause = await fetch(`${tokenGateway.url}/admin/queues/api/queues/${QUEUE}/pause`, { method: 'PUT', headers: { authorization: `Bearer ${TOKEN}` } });
+    assert.equal(pause.status, 405, 'read-only: the queue cannot be paused');
+    assert.equal((await system.infer(MODEL, 'still served')).status, 200);
+
+    const login = await fetch(`${tokenGateway.url}/admin/queues?token=${TOKEN}`, { redirect: 'manual' });
+    assert.equal(login.status, 303);
+    assert.equal(login.headers.get('location'), '/admin/queues', 'the token is dropped from the address');
+    const cookie = login.headers.get('set-cookie') ?? '';
+    assert.match(cookie, /HttpOnly/);
+    assert.match(cookie, /SameSite=Strict/);
+    assert.ok(!cookie.includes(TOKEN), 'the cookie does not hold the token itself');
+    const withCookie = await fetch(`${tokenGateway.url}/admin/queues/api/queues`, { headers: { cookie: cookie.split(';')[0] } });
+    assert.equal(withCookie.status, 200);
+    const badLogin = await fetch(`${tokenGateway.url}/admin/queues?token=wrong`, { redirect: 'manual' });
+    assert.equal(badLogin.status, 401);
+  });
+
+  const noBrowser = !fs.existsSync(CHROMIUM) && `no Chromium at ${CHROMIUM} (apt-get install chromium, as .ci/run does; or set CHROMIUM_PATH)`;
+  it('shows the model\'s queue in a browser', { skip: noBrowser }, async () => {
+    const browser = await chromium.launch({
+      executablePath: CHROMIUM,
+      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    });
+    try {
+      const context = await browser.newContext({ httpCredentials: { username: USER, password: PASSWORD }, viewport: { width: 1280, height: 800 } });
+      const page = await context.newPage();
+      // The board's page links web fonts; nothing outside the gateway is reachable from the test machine.
+      await page.route((url) => url.origin !== system.url, (route) => route.abort());
+      await page.goto(`${system.url}/admin/queues`);
+      await page.getByText(QUEUE).first().waitFor({ state: 'visible', timeout: 30_000 });
+      // Open the model's queue and wait for its job list, so the screenshot shows the board, not its spinner.
+      await page.getByText(QUEUE).first().click();
+      await page.getByText(/completed/i).first().waitFor({ state: 'visible', timeout: 30_000 });
+      await page.getByText(/Loading/).waitFor({ state: 'detached', timeout: 30_000 }).catch(() => {});
+      fs.mkdirSync(path.dirname(SCREENSHOT), { recursive: true });
+      await page.screenshot({ path: SCREENSHOT, fullPage: true });
+      assert.ok(fs.statSync(SCREENSHOT).size > 10_000, 'screenshot written');
+      // The board's own pages may still change things (resuming a running queue changes nothing).
+      const status = await page.evaluate((queue) => fetch(`api/queues/${queue}/resume`, { method: 'PUT' }).then((r) => r.status), QUEUE);
+      assert.equal(status, 200);
+    } finally {
+      await browser.close();
+    }
+  });
+});

@@ -1,0 +1,123 @@
+/**
+ * Issue 2, running it: `npm start` (the launcher) brings up Redis when none answers, the gateway and
+ * WORKERS workers per model, answers the README's curl, and stops everything on Ctrl-C.
+ * Also: /ready says 503 until a worker is up.
+ */
+import { after, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import path from 'node:path';
+import { MODEL_DIR, Proc, ROOT, TestSystem, freePort, uniquePrefix, waitFor } from './helpers/system.ts';
+
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+/** Child pids of a process, from /proc (the launcher's gateway, workers and Redis). */
+async function childrenOf(pid: number): Promise<number[]> {
+  const { readFile, readdir } = await import('node:fs/promises');
+  const pids: number[] = [];
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = await readFile(`/proc/${entry}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      if (ppid === pid) pids.push(Number(entry));
+    } catch {
+      // the process ended while we looked
+    }
+  }
+  return pids;
+}
+
+describe('npm start (launcher)', () => {
+  const cleanups: Array<() => Promise<void>> = [];
+  after(async () => {
+    for (const c of cleanups) await c();
+  });
+
+  it('starts Redis when none answers, serves the README curl for the first model, and Ctrl-C stops everything', async () => {
+    const port = await freePort();
+    const redisPort = await freePort();
+    const launcher = new Proc(
+      'launcher',
+      spawn(process.execPath, [path.join(ROOT, 'apps/launcher/dist/main.js')], {
+        env: {
+          PATH: process.env.PATH,
+          HOME: process.env.HOME,
+          MODEL_DIR,
+          MODEL: 'replica/tiny-bert-sst2,replica/tiny-bert-ner',
+          WORKERS: '2',
+          PORT: String(port),
+          REDIS_URL: `redis://127.0.0.1:${redisPort}`,
+          LOG_LEVEL: 'warn',
+        },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      }),
+    );
+    cleanups.push(async () => void (await launcher.stop('SIGKILL')));
+    const url = `http://127.0.0.1:${port}`;
+    await waitFor('the system to be ready', async () => (await fetch(`${url}/ready`)).status === 200, 60_000, 250).catch((err) => {
+      throw new Error(`${err}\n${launcher.output}`);
+    });
+    assert.match(launcher.output, new RegExp(`starting redis-server on port ${redisPort}`));
+
+    const ready = (await (await fetch(`${url}/ready`)).json()) as { models: Record<string, { workers: number }> };
+    await waitFor('two workers per model', async () => {
+      const body = (await (await fetch(`${url}/ready`)).json()) as { models: Record<string, { workers: number }> };
+      return body.models['replica/tiny-bert-sst2']?.workers === 2 && body.models['replica/tiny-bert-ner']?.workers === 2;
+    }, 60_000);
+    assert.ok(ready.models['replica/tiny-bert-sst2']);
+
+    // The README's example, as curl sends it (form-encoded).
+    const res = await fetch(`${url}/`, { method: 'POST', body: 'This restaurant is awesome', headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+    assert.equal(res.status, 200);
+    const body = (await res.json()) as Array<{ label: string; score: number }>;
+    assert.ok(['POSITIVE', 'NEGATIVE'].includes(body[0].label), 'the first MODEL serves POST /');
+    const ner = await fetch(`${url}/models/replica/tiny-bert-ner`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ inputs: 'My name is Sarah' }) });
+    assert.equal(ner.status, 200);
+
+    const children = await childrenOf(launcher.pid);
+    assert.equal(children.length, 1 + 4 + 1, `gateway, four workers and redis-server: ${children}`);
+    launcher.kill('SIGINT');
+    assert.equal(await launcher.exited, 0, launcher.output);
+    await waitFor('every child to exit', async () => children.every((pid) => !alive(pid)), 15_000);
+  });
+
+  it('stops with a clear message when no Redis answers and none can be started', async () => {
+    const launcher = new Proc(
+      'launcher',
+      spawn(process.execPath, [path.join(ROOT, 'apps/launcher/dist/main.js')], {
+        env: { PATH: '/nonexistent', HOME: process.env.HOME, REDIS_URL: `redis://127.0.0.1:${await freePort()}` },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      }),
+    );
+    assert.equal(await launcher.exited, 1);
+    assert.match(launcher.output, /nothing answers at REDIS_URL/);
+    assert.match(launcher.output, /apt-get install redis-server|point REDIS_URL/);
+  });
+
+  it('/ready is 503 before a worker is up and 200 after', async () => {
+    const system = new TestSystem(uniquePrefix('ready'));
+    cleanups.push(() => system.stop());
+    await system.startGateway();
+    const before = await fetch(`${system.url}/ready`);
+    assert.equal(before.status, 503);
+    assert.match(JSON.stringify(await before.json()), /no live worker/);
+    system.startWorker({ model: 'replica/tiny-bert-sst2' });
+    await waitFor('/ready 200', async () => (await fetch(`${system.url}/ready`)).status === 200, 30_000);
+  });
+
+  it('--help prints the settings of each program', async () => {
+    for (const app of ['gateway', 'worker', 'launcher']) {
+      const proc = new Proc(app, spawn(process.execPath, [path.join(ROOT, `apps/${app}/dist/main.js`), '--help'], { stdio: ['ignore', 'pipe', 'pipe'] }));
+      assert.equal(await proc.exited, 0);
+      assert.match(proc.output, /REDIS_URL/);
+    }
+  });
+});
