@@ -12,7 +12,42 @@ import { Redis } from 'ioredis';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 export const MODEL_DIR = path.resolve(process.env.MODEL_DIR ?? path.join(ROOT, '../shared/models'));
-export const REDIS_URL = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
+/**
+ * The Redis the tests share: TEST_REDIS_URL, else the local default; when nothing answers there, a
+ * private redis-server for this test process, so `npm test` needs Redis installed, not running.
+ * (Resolved at the end of this module, once everything it uses is defined.)
+ */
+
+async function resolveTestRedis(): Promise<string> {
+  if (process.env.TEST_REDIS_URL) return process.env.TEST_REDIS_URL;
+  const fallback = 'redis://127.0.0.1:6379';
+  if (await answers(fallback)) return fallback;
+  const port = await freePort();
+  const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+  child.on('error', () => {});
+  // It must not keep the test process alive; it dies with it.
+  child.unref();
+  process.on('exit', () => child.kill('SIGKILL'));
+  const url = `redis://127.0.0.1:${port}`;
+  for (let i = 0; i < 50; i++) {
+    if (await answers(url)) return url;
+    await sleep(100);
+  }
+  throw new Error(`the tests need Redis: nothing answers at ${fallback} and redis-server could not be started (apt-get install redis-server, or set TEST_REDIS_URL)`);
+}
+
+async function answers(url: string): Promise<boolean> {
+  const r = new Redis(url, { lazyConnect: true, connectTimeout: 500, maxRetriesPerRequest: 0, retryStrategy: () => null, enableOfflineQueue: false });
+  r.on('error', () => {});
+  try {
+    await r.connect();
+    return (await r.ping()) === 'PONG';
+  } catch {
+    return false;
+  } finally {
+    r.disconnect();
+  }
+}
 
 export function reference(): Record<string, { task: string; cases: Array<Record<string, any>> }> {
   return JSON.parse(fs.readFileSync(path.join(MODEL_DIR, 'REFERENCE.json'), 'utf8'));
@@ -193,18 +228,11 @@ export class PrivateRedis {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     this.proc = new Proc(`redis:${this.port}`, child);
-    await waitFor(`redis on ${this.port}`, async () => {
-      const r = new Redis(this.url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
-      r.on('error', () => {});
-      try {
-        await r.connect();
-        return (await r.ping()) === 'PONG';
-      } finally {
-        r.disconnect();
-      }
-    }, 10_000, 50);
+    await waitFor(`redis on ${this.port}`, () => answers(this.url), 10_000, 50);
   }
   async stop(): Promise<void> {
     await this.proc?.stop('SIGKILL');
   }
 }
+
+export const REDIS_URL = await resolveTestRedis();
