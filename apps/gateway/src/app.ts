@@ -9,7 +9,7 @@ import type { RedisBreaker } from './breaker.js';
 import { inferenceRoutes } from './routes.js';
 import { healthRoutes } from './health.js';
 import { errorHandler } from './http-errors.js';
-import { createMetrics, observeInference } from './metrics.js';
+import type { GatewayMetrics } from './metrics.js';
 import { requestLog } from './request-log.js';
 import { DASHBOARD_PATH, dashboard } from './dashboard.js';
 
@@ -20,20 +20,21 @@ export interface AppParts {
   registry: ModelRegistry;
   queues: QueueSet;
   breaker: RedisBreaker;
+  metrics: GatewayMetrics;
 }
 
 export function createApp(parts: AppParts): Express {
   const app = express();
   app.disable('x-powered-by');
   app.set('etag', false);
-  const metrics = createMetrics(parts.registry, parts.breaker);
+  const { metrics } = parts;
   // Both first, so that every request is counted and logged, refused and unknown ones included.
   app.use(metrics.track);
   app.use(requestLog(parts.logger));
   app.use(healthRoutes(parts.registry, parts.breaker, parts.config.DEFAULT_MODEL));
   app.use(metrics.routes());
   app.use(DASHBOARD_PATH, dashboard(parts));
-  app.use(inferenceRoutes(parts.config, observeInference(parts.service, metrics)));
+  app.use(inferenceRoutes(parts.config, parts.service));
   app.use((req, _res, next) =>
     next(new ApiError('not_found', `no route for ${req.method} ${req.path}; see POST /, POST /models/<model id>, GET /health, GET /ready, GET /metrics, ${DASHBOARD_PATH}`)),
   );

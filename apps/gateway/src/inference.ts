@@ -38,6 +38,8 @@ export class InferenceService {
     private readonly queues: QueueSet,
     private readonly router: ResultRouter,
     private readonly breaker: RedisBreaker,
+    /** Told each answered job's timing (metrics). */
+    private readonly onAnswered: (model: string, timing: JobTiming) => void = () => {},
   ) {}
 
   /** The model `POST /` serves: DEFAULT_MODEL, or the only one served. */
@@ -91,6 +93,7 @@ export class InferenceService {
     }
     const outcome = await answer;
     if (!outcome.ok) throw ApiError.fromBody(outcome.error);
+    this.onAnswered(call.model, outcome.timing);
     return { jobId, outputs: outcome.outputs, warnings: outcome.warnings, timing: outcome.timing };
   }
 

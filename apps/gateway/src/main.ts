@@ -10,6 +10,7 @@ import { ResultRouter } from './result-router.js';
 import { createRedisBreaker } from './breaker.js';
 import { InferenceService } from './inference.js';
 import { createApp } from './app.js';
+import { createMetrics } from './metrics.js';
 
 if (process.argv.includes('--help') || process.argv.includes('-h')) {
   process.stdout.write(
@@ -32,8 +33,9 @@ async function main(): Promise<void> {
   const registry = new ModelRegistry(redis, config.QUEUE_PREFIX, queues, config.REGISTRY_REFRESH_MS, config.LOAD_FAILURE_TTL_MS, logger);
   const router = new ResultRouter(subscriber, keys.results(config.QUEUE_PREFIX, gatewayId), config.RESULT_POLL_MS, logger);
   const breaker = createRedisBreaker(config, logger);
-  const service = new InferenceService(config, registry, queues, router, breaker);
-  const app = createApp({ config, logger, service, registry, queues, breaker });
+  const metrics = createMetrics(registry, breaker);
+  const service = new InferenceService(config, registry, queues, router, breaker, metrics.observeTiming);
+  const app = createApp({ config, logger, service, registry, queues, breaker, metrics });
 
   await router.start();
   await registry.start();

@@ -1,7 +1,6 @@
 import express, { type Request, type RequestHandler, type Response, type Router } from 'express';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { JobTiming } from '@tserve/contract';
-import type { InferenceService } from './inference.js';
 import type { ModelRegistry } from './model-registry.js';
 import type { RedisBreaker } from './breaker.js';
 
@@ -153,24 +152,4 @@ export function createMetrics(models: ModelRegistry, breaker: RedisBreaker): Gat
       return router;
     },
   };
-}
-
-/**
- * The inference service as the routes see it, with each answered job's timing recorded under the
- * model it ran on. Done here, at the service's edge, so the routes need not know about metrics.
- * Methods are bound to the real service so its private state stays its own.
- */
-export function observeInference(service: InferenceService, metrics: GatewayMetrics): InferenceService {
-  const infer: InferenceService['infer'] = async (call) => {
-    const result = await service.infer(call);
-    metrics.observeTiming(call.model, result.timing);
-    return result;
-  };
-  return new Proxy(service, {
-    get(target, prop) {
-      if (prop === 'infer') return infer;
-      const value: unknown = Reflect.get(target, prop, target);
-      return typeof value === 'function' ? value.bind(target) : value;
-    },
-  });
 }
