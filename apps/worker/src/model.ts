@@ -83,7 +83,10 @@ export async function loadModel(config: WorkerConfig): Promise<LoadedModel> {
     const model = await AUTO_CLASS[task].from_pretrained(config.MODEL, {
       dtype: config.DTYPE,
       device: config.DEVICE,
-      session_options: config.INTRA_OP_THREADS > 0 ? { intraOpNumThreads: config.INTRA_OP_THREADS } : undefined,
+      session_options: {
+        ...(config.INTRA_OP_THREADS > 0 ? { intraOpNumThreads: config.INTRA_OP_THREADS } : {}),
+        extra: { session: { intra_op: { allow_spinning: config.INTRA_OP_SPINNING ? '1' : '0' } } },
+      },
     });
     const maxLength = Math.min(
       modelConfig.max_position_embeddings ?? Number.POSITIVE_INFINITY,

@@ -54,6 +54,11 @@ const workerSchema = z.object({
   WORKER_ID: optionalString,
   /** Threads ONNX Runtime may use inside one model call (0: its default, one per core). */
   INTRA_OP_THREADS: int(0, 0),
+  /**
+   * ONNX Runtime's threads spin after each call, waiting for the next. On a machine the worker shares
+   * with Redis and the gateway that spinning steals their cores, so it is off unless asked for.
+   */
+  INTRA_OP_SPINNING: bool(false),
 });
 
 const gatewaySchema = z.object({
@@ -144,6 +149,7 @@ export const SETTINGS_HELP: Record<'common' | 'worker' | 'gateway' | 'launcher',
     ['STALLED_INTERVAL_MS', '5000', 'how often to look for jobs of dead workers'],
     ['WORKER_ID', 'host-pid', 'name in heartbeats and logs'],
     ['INTRA_OP_THREADS', '0', 'ONNX Runtime threads per model call (0: one per core)'],
+    ['INTRA_OP_SPINNING', 'false', 'let ONNX Runtime threads spin between calls (dedicated machines)'],
   ],
   gateway: [
     ['PORT', '8000', 'HTTP port'],

@@ -1,0 +1,147 @@
+import { withCpu } from './cpu.ts';
+import { inferBody, inferPath, measureQuietly, quiesce, type BenchContext } from './context.ts';
+import { loadInProcess, measureBatched, measureMixedCycle, measureSingles, type InProcessModel } from './inprocess.ts';
+import { runLoad, type LoadResult } from './load.ts';
+import { round } from './stats.ts';
+import { craftText, loadTokenizer } from './texts.ts';
+import type { InputText, MixedRun, ModelResults, ServerPoint } from './types.ts';
+
+/**
+ * Everything measured for one model, alternating strictly between the server and the in-process
+ * model (never both at once, since they share the cores): in-process single calls, the server's
+ * concurrency sweep, in-process batches of the sizes the server formed, BATCH_MAX_SIZE=1, mixed lengths.
+ */
+
+export interface ModelPhaseResult {
+  results: ModelResults;
+  points: ServerPoint[];
+  mixed?: MixedRun;
+}
+
+const short = (model: string) => model.split('/').pop()!;
+
+function describe(load: LoadResult, model: string): string {
+  const mine = (k: string) => !k.startsWith('worker:') || k === `worker:${short(model)}`;
+  const procs = load.cpu ? Object.entries(load.cpu.procs).filter(([k]) => mine(k)).map(([k, v]) => `${k.replace(/^worker:.*/, 'worker')} ${v}%`) : [];
+  const cpu = load.cpu ? ` cpu[${procs.join(' ')} other ${load.cpu.other}%]` : '';
+  return `${round(load.rps, 1)} req/s p50 ${round(load.latency.p50)} ms p99 ${round(load.latency.p99)} ms batch ${round(load.server.batchMean, 1)} errors ${load.errors}${cpu}`;
+}
+
+export async function runModelPhase(ctx: BenchContext, model: string): Promise<ModelPhaseResult> {
+  const { options, log } = ctx;
+  const tokenizer = await loadTokenizer(model, options.modelDir);
+  const texts: Record<string, InputText> = {};
+  const lengths = [...new Set([...options.lengths, options.mixedLongTokens])];
+  for (const tokens of lengths) {
+    const text = craftText(tokenizer, tokens);
+    texts[tokens] = { tokens, chars: text.length, text };
+  }
+
+  const results: ModelResults = { model, texts, singles: [], batched: [] };
+  const points: ServerPoint[] = [];
+  const inproc = await loadInProcess(model, options.modelDir);
+  try {
+    for (const tokens of options.lengths) {
+      const { value, cpu } = await measureQuietly(ctx, model, () => withCpu(ctx.pids(), () => measureSingles(inproc, texts[tokens].text, options.singleCalls)), (r) => r.cpu.other);
+      results.singles.push({ tokens, latency: value, cpu });
+      log(`${short(model)} in-process ${tokens} tok: pipe(text) p50 ${round(value.p50)} ms p99 ${round(value.p99)} ms (other cpu ${cpu.other}%)`);
+    }
+
+    if (!options.skip.has('sweep')) {
+      for (const tokens of options.lengths) {
+        for (const concurrency of options.concurrencies) {
+          const load = await serverPoint(ctx, model, texts[tokens].text, concurrency);
+          points.push({ model, tokens, concurrency, kind: 'sweep', load });
+          log(`${short(model)} ${tokens} tok c=${concurrency}: ${describe(load, model)}`);
+        }
+      }
+    }
+
+    if (!options.skip.has('batch1') && ctx.system) {
+      const concurrency = Math.max(...options.concurrencies);
+      await ctx.system.restartWorker(model, { BATCH_MAX_SIZE: 1 });
+      try {
+        for (const tokens of options.lengths) {
+          const load = await serverPoint(ctx, model, texts[tokens].text, concurrency);
+          points.push({ model, tokens, concurrency, kind: 'batch1', load });
+          log(`${short(model)} ${tokens} tok c=${concurrency} BATCH_MAX_SIZE=1: ${describe(load, model)}`);
+        }
+      } finally {
+        await ctx.system.restartWorker(model);
+      }
+    }
+
+    await measureBatchSizes(ctx, inproc, results, points);
+
+    const mixed = options.skip.has('mixed') ? undefined : await runMixed(ctx, inproc, model, texts, points);
+    return { results, points, mixed };
+  } finally {
+    await inproc.dispose();
+  }
+}
+
+function serverPoint(ctx: BenchContext, model: string, text: string, concurrency: number, body?: () => string): Promise<LoadResult> {
+  const run = () =>
+    runLoad({
+      url: ctx.url(),
+      path: inferPath(model),
+      body: body ?? inferBody(text),
+      connections: concurrency,
+      warmupSeconds: ctx.options.warmupSeconds,
+      durationSeconds: ctx.options.durationSeconds,
+      pids: ctx.pids(),
+    });
+  return measureQuietly(ctx, model, run, (load) => load.cpu?.other);
+}
+
+/** In-process pipe(list) at every (rounded) mean batch size the server formed, per length. */
+async function measureBatchSizes(ctx: BenchContext, inproc: InProcessModel, results: ModelResults, points: ServerPoint[]): Promise<void> {
+  for (const tokens of ctx.options.lengths) {
+    const sizes = new Set(points.filter((p) => p.tokens === tokens && Number.isFinite(p.load.server.batchMean)).map((p) => Math.max(1, Math.round(p.load.server.batchMean))));
+    for (const batchSize of [...sizes].sort((a, b) => a - b)) {
+      const measure = () => withCpu(ctx.pids(), () => measureBatched(inproc, results.texts[tokens].text, batchSize, ctx.options.batchedSeconds));
+      const { value, cpu } = await measureQuietly(ctx, results.model, measure, (r) => r.cpu.other);
+      results.batched.push({ tokens, ...value, cpu });
+      ctx.log(`${short(results.model)} in-process ${tokens} tok pipe(list of ${batchSize}): ${round(value.seqPerSec, 1)} seq/s, call p50 ${round(value.callP50Ms)} ms`);
+    }
+  }
+}
+
+async function runMixed(
+  ctx: BenchContext,
+  inproc: InProcessModel,
+  model: string,
+  texts: Record<string, InputText>,
+  points: ServerPoint[],
+): Promise<MixedRun> {
+  const { options } = ctx;
+  const shortTokens = Math.min(...options.lengths);
+  const concurrency = options.mixedConcurrency;
+  let allShort = points.find((p) => p.kind === 'sweep' && p.tokens === shortTokens && p.concurrency === concurrency)?.load;
+  if (!allShort) {
+    allShort = await serverPoint(ctx, model, texts[shortTokens].text, concurrency);
+    points.push({ model, tokens: shortTokens, concurrency, kind: 'sweep', load: allShort });
+  }
+  const shortBody = inferBody(texts[shortTokens].text);
+  const longBody = inferBody(texts[options.mixedLongTokens].text);
+  let sent = 0;
+  // One request in `every` is long, counted over all connections, so the ratio holds exactly.
+  const mixed = await serverPoint(ctx, model, '', concurrency, () => (sent++ % options.mixedEvery === 0 ? longBody : shortBody));
+  ctx.log(`${short(model)} mixed (1 in ${options.mixedEvery} of ${options.mixedLongTokens} tok) c=${concurrency}: ${describe(mixed, model)}; all-short ${round(allShort.rps, 1)} req/s`);
+
+  const batchSize = Math.max(1, Math.round(allShort.server.batchMean || 1));
+  await quiesce(ctx, model);
+  const ideal = await measureMixedCycle(inproc, texts[shortTokens].text, texts[options.mixedLongTokens].text, options.mixedEvery, batchSize, options.batchedSeconds * 2);
+  ctx.log(`${short(model)} in-process mixed cycle: ideal throughput ratio ${round(ideal.idealRatio, 3)} (batches of ${batchSize})`);
+  return {
+    model,
+    concurrency,
+    every: options.mixedEvery,
+    shortTokens,
+    longTokens: options.mixedLongTokens,
+    mixed,
+    allShortRps: allShort.rps,
+    allShortBatchMean: allShort.server.batchMean,
+    inProcessIdeal: { ...ideal, batchSize },
+  };
+}

@@ -1,0 +1,89 @@
+import { rssMiB } from './cpu.ts';
+import { inferBody, inferPath, quiesce, type BenchContext } from './context.ts';
+import { runLoad } from './load.ts';
+import { round, summarize } from './stats.ts';
+import type { RssSample, SoakRun } from './types.ts';
+
+/**
+ * Overload soak: open-loop load at a multiple of the measured capacity against a gateway with a
+ * small queue bound and deadline. A healthy server sheds the excess at once (503), answers what
+ * it accepts within the deadline, and holds its memory flat instead of piling up waiters.
+ */
+
+// autocannon's overallRate is a per-connection quota per one-second window, not a schedule: a
+// connection sends its quota back to back when its window opens, and all connections of one
+// instance open their windows together. One request per connection per second, and 100 instances
+// whose windows open 10 ms apart, turn that into bursts of rate/100 every 10 ms (with 20
+// instances, bursts of rate/20 every 50 ms, shed p99 was ~2x worse: the load shape matters).
+// A connection still waiting for an answer delays its next request, as a real client would.
+const REQUESTS_PER_CONNECTION = 1;
+const MAX_CONNECTIONS = 4000;
+export const STAGGERED_INSTANCES = 100;
+
+export async function runSoak(ctx: BenchContext, model: string, text: string, tokens: number, capacityRps: number): Promise<SoakRun> {
+  const { options, log } = ctx;
+  if (ctx.system) {
+    await ctx.system.restartGateway({ MAX_QUEUE_DEPTH: options.soakQueueDepth, REQUEST_TIMEOUT_MS: options.soakTimeoutMs });
+  }
+  const targetRate = Math.max(1, Math.round(capacityRps * options.soakFactor));
+  const connections = Math.min(MAX_CONNECTIONS, Math.max(16, Math.ceil(targetRate / REQUESTS_PER_CONNECTION)));
+  const gatewayPid = ctx.system?.gateway?.pid ?? options.gatewayPid;
+  const samples: RssSample[] = [];
+  log(`soak: ${targetRate} req/s offered (${options.soakFactor}x ${round(capacityRps, 1)}) on ${connections} connections for ${options.soakWarmupSeconds}+${options.soakSeconds} s`);
+
+  await quiesce(ctx, model);
+  const load = await runLoad({
+    url: ctx.url(),
+    path: inferPath(model),
+    body: inferBody(text),
+    connections,
+    rate: targetRate,
+    instances: STAGGERED_INSTANCES,
+    warmupSeconds: options.soakWarmupSeconds,
+    durationSeconds: options.soakSeconds,
+    // Longer than the deadline, so a late answer shows up as the gateway's 504, not a socket timeout.
+    timeoutSeconds: Math.ceil(options.soakTimeoutMs / 1000) + 5,
+    pids: ctx.pids(),
+    onSecond: (second) => samples.push({ second, mib: rssMiB(gatewayPid) }),
+    timeline: true,
+  });
+  const end = rssMiB(gatewayPid);
+  await new Promise((r) => setTimeout(r, 2000));
+  const afterDrain = rssMiB(gatewayPid);
+
+  let recoveredStatus: number | undefined;
+  try {
+    const res = await fetch(`${ctx.url()}${inferPath(model)}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: inferBody(text) });
+    recoveredStatus = res.status;
+    await res.arrayBuffer();
+  } catch {
+    recoveredStatus = 0;
+  }
+
+  const status = load.status;
+  const count = (s: string) => status[s] ?? 0;
+  const ok = Object.entries(status).filter(([s]) => s.startsWith('2')).reduce((a, [, n]) => a + n, 0);
+  const other = Object.entries(status).filter(([s]) => !s.startsWith('2') && s !== '503' && s !== '504').reduce((a, [, n]) => a + n, 0);
+  const rssValues = samples.map((s) => s.mib).filter((v): v is number => v !== undefined);
+  const run: SoakRun = {
+    model,
+    tokens,
+    capacityRps,
+    targetRate,
+    seconds: options.soakSeconds,
+    warmupSeconds: options.soakWarmupSeconds,
+    queueDepth: ctx.system ? options.soakQueueDepth : undefined,
+    timeoutMs: ctx.system ? options.soakTimeoutMs : undefined,
+    load,
+    counts: { ok, shed: count('503'), timeout: count('504'), other, socketErrors: load.socketErrors },
+    acceptedLatency: load.latency,
+    shedLatency: load.latencyByStatus['503'] ?? summarize([]),
+    rss: { start: samples[0]?.mib, end: end ?? samples.at(-1)?.mib, max: rssValues.length ? Math.max(...rssValues) : undefined, afterDrain, samples },
+    recoveredStatus,
+  };
+  log(
+    `soak: sent ${round(load.sentPerSec, 1)}/s; 200 ${ok}, 503 ${run.counts.shed}, 504 ${run.counts.timeout}, other ${other}, socket errors ${load.socketErrors}; ` +
+      `accepted p99 ${round(run.acceptedLatency.p99)} ms, shed p99 ${round(run.shedLatency.p99)} ms; RSS ${run.rss.start} -> ${run.rss.end} MiB`,
+  );
+  return run;
+}

@@ -1,0 +1,115 @@
+import { round } from './stats.ts';
+import type { BenchResults, TargetResult } from './types.ts';
+
+/**
+ * The performance targets, each judged on figures from the same run. A target whose inputs were
+ * not measured (a skipped phase) is reported as SKIP (pass: null), never as a pass.
+ */
+
+const SINGLE_OVERHEAD_MS = 1.5;
+const BATCHING_GAIN = 2;
+const INPROCESS_SHARE = 0.8;
+const MIXED_SHARE = 0.9;
+const SHED_P99_MS = 10;
+/** RSS rule: end of soak ≤ 1.2 × start, start sampled after the soak's warm-up (heap already grown to the load). */
+export const RSS_GROWTH = 1.2;
+
+const skip = (id: string, name: string, why: string): TargetResult => ({ id, name, pass: null, detail: `not measured: ${why}` });
+const short = (model: string) => model.split('/').pop()!;
+
+export function evaluateTargets(r: Omit<BenchResults, 'targets'>, lengths: number[], concurrencies: number[]): TargetResult[] {
+  const out: TargetResult[] = [];
+  const shortest = Math.min(...lengths);
+  const top = Math.max(...concurrencies);
+
+  for (const m of r.models) {
+    const name = `(a) ${short(m.model)}: c=1, ${shortest} tok, gateway p50 <= in-process p50 + ${SINGLE_OVERHEAD_MS} ms`;
+    const point = r.points.find((p) => p.model === m.model && p.kind === 'sweep' && p.tokens === shortest && p.concurrency === 1);
+    const single = m.singles.find((s) => s.tokens === shortest);
+    if (!point || !single) {
+      out.push(skip('a', name, 'no c=1 point'));
+      continue;
+    }
+    const gw = point.load.latency.p50;
+    const limit = single.latency.p50 + SINGLE_OVERHEAD_MS;
+    out.push({ id: 'a', name, pass: gw <= limit, detail: `gateway p50 ${round(gw)} ms vs in-process p50 ${round(single.latency.p50)} ms (+${round(gw - single.latency.p50)} ms; limit ${round(limit)} ms)` });
+  }
+
+  for (const m of r.models) {
+    for (const tokens of lengths) {
+      const name = `(b) ${short(m.model)}: c=${top}, ${tokens} tok, >= ${BATCHING_GAIN}x BATCH_MAX_SIZE=1 and >= ${INPROCESS_SHARE * 100}% of in-process batched`;
+      const point = r.points.find((p) => p.model === m.model && p.kind === 'sweep' && p.tokens === tokens && p.concurrency === top);
+      if (!point) {
+        out.push(skip('b', name, `no c=${top} point`));
+        continue;
+      }
+      const batch1 = r.points.find((p) => p.model === m.model && p.kind === 'batch1' && p.tokens === tokens);
+      const size = Math.max(1, Math.round(point.load.server.batchMean));
+      const inproc = m.batched.find((b) => b.tokens === tokens && b.batchSize === size);
+      const parts: string[] = [`${round(point.load.rps, 1)} req/s`];
+      let gainOk: boolean | undefined;
+      let shareOk: boolean | undefined;
+      if (batch1) {
+        const gain = point.load.rps / batch1.load.rps;
+        gainOk = gain >= BATCHING_GAIN;
+        parts.push(`${round(gain, 2)}x BATCH_MAX_SIZE=1 (${round(batch1.load.rps, 1)} req/s)`);
+      } else parts.push('BATCH_MAX_SIZE=1 not measured');
+      if (inproc) {
+        const share = point.load.rps / inproc.seqPerSec;
+        shareOk = share >= INPROCESS_SHARE;
+        parts.push(`${round(share * 100, 1)}% of in-process pipe(list of ${size}) ${round(inproc.seqPerSec, 1)} seq/s`);
+        // What batching can give at all on this CPU: in-process, the same batch size against one at a time.
+        const alone = m.batched.find((b) => b.tokens === tokens && b.batchSize === 1);
+        if (alone) parts.push(`in-process batching gain at this size ${round(inproc.seqPerSec / alone.seqPerSec, 2)}x`);
+      } else parts.push('in-process batched not measured');
+      // One failed half fails the target even when the other half was not measured.
+      const pass = gainOk === false || shareOk === false ? false : gainOk && shareOk ? true : null;
+      out.push({ id: 'b', name, pass, detail: parts.join('; ') });
+    }
+  }
+
+  for (const m of r.models) {
+    const mixed = r.mixed.find((x) => x.model === m.model);
+    const name = `(c) ${short(m.model)}: mixed lengths >= ${MIXED_SHARE}x the all-short run`;
+    if (!mixed) {
+      out.push(skip('c', name, 'mixed phase skipped'));
+      continue;
+    }
+    const ratio = mixed.mixed.rps / mixed.allShortRps;
+    const ideal = mixed.inProcessIdeal ? `; in-process best possible ${round(mixed.inProcessIdeal.idealRatio, 3)}x` : '';
+    out.push({
+      id: 'c',
+      name,
+      pass: ratio >= MIXED_SHARE,
+      detail: `${round(mixed.mixed.rps, 1)} vs ${round(mixed.allShortRps, 1)} req/s = ${round(ratio, 3)}x at c=${mixed.concurrency} (1 in ${mixed.every} inputs ${mixed.longTokens} tok)${ideal}`,
+    });
+  }
+
+  const s = r.soak;
+  if (!s) {
+    out.push(skip('d', '(d) soak', 'soak skipped'));
+  } else {
+    const deadline = s.timeoutMs ?? Number.POSITIVE_INFINITY;
+    const acceptedOk = s.counts.ok > 0 && s.acceptedLatency.p99 <= deadline;
+    out.push({
+      id: 'd',
+      name: `(d) soak: accepted (200) p99 within the deadline (${s.timeoutMs ? `REQUEST_TIMEOUT_MS=${s.timeoutMs}` : "the gateway's own; unknown with --url"})`,
+      pass: acceptedOk,
+      detail: `p99 ${round(s.acceptedLatency.p99)} ms over ${s.counts.ok} accepted; ${s.counts.timeout} answered 504`,
+    });
+    out.push({
+      id: 'd',
+      name: `(d) soak: shed (503) p99 < ${SHED_P99_MS} ms`,
+      pass: s.counts.shed > 0 ? s.shedLatency.p99 < SHED_P99_MS : null,
+      detail: s.counts.shed > 0 ? `p99 ${round(s.shedLatency.p99)} ms over ${s.counts.shed} shed (p50 ${round(s.shedLatency.p50)} ms)` : 'nothing was shed: the offered load did not exceed the queue bound',
+    });
+    const { start, end } = s.rss;
+    out.push({
+      id: 'd',
+      name: `(d) soak: gateway RSS flat (end <= ${RSS_GROWTH} x start, start after ${s.warmupSeconds} s of soak load)`,
+      pass: start !== undefined && end !== undefined ? end <= start * RSS_GROWTH : null,
+      detail: start !== undefined && end !== undefined ? `${start} -> ${end} MiB (${round(end / start, 3)}x; max ${s.rss.max} MiB, ${s.rss.afterDrain} MiB 2 s after)` : 'gateway pid unknown (pass --gateway-pid with --url)',
+    });
+  }
+  return out;
+}

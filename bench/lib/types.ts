@@ -1,0 +1,114 @@
+import type { CpuUsage } from './cpu.ts';
+import type { BatchedResult } from './inprocess.ts';
+import type { LoadResult } from './load.ts';
+import type { Summary } from './stats.ts';
+
+/** The shape of bench/results/*.json; report, chart and targets read only this. */
+
+export interface InputText {
+  tokens: number;
+  chars: number;
+  text: string;
+}
+
+export interface InProcessSingles {
+  tokens: number;
+  latency: Summary;
+  cpu: CpuUsage;
+}
+
+export interface InProcessBatched extends BatchedResult {
+  tokens: number;
+  cpu: CpuUsage;
+}
+
+export interface ServerPoint {
+  model: string;
+  tokens: number;
+  concurrency: number;
+  /** 'sweep': default settings; 'batch1': worker restarted with BATCH_MAX_SIZE=1. */
+  kind: 'sweep' | 'batch1';
+  load: LoadResult;
+}
+
+export interface MixedRun {
+  model: string;
+  concurrency: number;
+  every: number;
+  shortTokens: number;
+  longTokens: number;
+  mixed: LoadResult;
+  /** The all-short run at the same concurrency: the sweep's point. */
+  allShortRps: number;
+  allShortBatchMean: number;
+  /** In-process: all-short cycle time over mixed cycle time, the best ratio a server could show. */
+  inProcessIdeal?: { shortOnlyMs: number; mixedMs: number; idealRatio: number; batchSize: number };
+}
+
+export interface RssSample {
+  second: number;
+  mib: number | undefined;
+}
+
+export interface SoakRun {
+  model: string;
+  tokens: number;
+  capacityRps: number;
+  targetRate: number;
+  seconds: number;
+  warmupSeconds: number;
+  queueDepth?: number;
+  timeoutMs?: number;
+  load: LoadResult;
+  counts: { ok: number; shed: number; timeout: number; other: number; socketErrors: number };
+  acceptedLatency: Summary;
+  shedLatency: Summary;
+  rss: { start?: number; end?: number; max?: number; afterDrain?: number; samples: RssSample[] };
+  /** A request right after the soak: the gateway still answers normally. */
+  recoveredStatus?: number;
+}
+
+export interface GatewayCost {
+  concurrency: number;
+  status: string;
+  perSec: number;
+  p50: number;
+  p99: number;
+  gatewayCpuPct: number;
+  cpuMsPerRequest: number;
+}
+
+export interface ModelResults {
+  model: string;
+  texts: Record<string, InputText>;
+  singles: InProcessSingles[];
+  batched: InProcessBatched[];
+}
+
+export interface TargetResult {
+  id: string;
+  name: string;
+  pass: boolean | null;
+  detail: string;
+}
+
+export interface BenchResults {
+  meta: {
+    startedAt: string;
+    finishedAt: string;
+    elapsedSeconds: number;
+    argv: string[];
+    options: Record<string, unknown>;
+    machine: { cpus: number; cpuModel: string; memGiB: number; node: string };
+    serverSettings: Record<string, string>;
+    target: string;
+    quietWaitSeconds: number;
+    quietRetries: number;
+  };
+  models: ModelResults[];
+  points: ServerPoint[];
+  mixed: MixedRun[];
+  soak?: SoakRun;
+  gatewayCost?: GatewayCost;
+  targets: TargetResult[];
+}
