@@ -6,7 +6,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { JobOutcome } from '@tserve/contract';
-import { TestSystem, uniquePrefix, REDIS_URL } from './helpers/system.ts';
+import { TestSystem, uniquePrefix, REDIS_URL, sleep } from './helpers/system.ts';
 import { DirectQueue, textOfTokens } from './helpers/direct-queue.ts';
 
 const MODEL = 'replica/tiny-bert-sst2';
@@ -203,5 +203,45 @@ describe('failures inside a batch', () => {
     }
     assert.ok(outcomes[3].ok, 'a job on time in the same batch still runs');
     assert.equal(outcomes[3].ok && outcomes[3].timing.batch_size, 1, 'expired jobs took no place in the model call');
+  });
+});
+
+describe('long batches', () => {
+  it('keep the worker alive and its jobs locked while the model runs (inference off the event loop)', async () => {
+    // A batch of 32 × 500 tokens on DistilBERT runs for seconds: far longer than the heartbeat TTL
+    // and the job lock here. A worker whose event loop stalled during inference would drop out of
+    // the registry and lose its locks, and its jobs would run twice.
+    const model = 'replica/distilbert-base-uncased-finetuned-sst-2-english';
+    const system = new TestSystem(uniquePrefix('long-batch'), REDIS_URL, { WORKER_TTL_MS: 1000 });
+    const queue = new DirectQueue(REDIS_URL, system.prefix, model);
+    await queue.start();
+    try {
+      await system.startGateway();
+      const worker = system.startWorker({ model, env: { BATCH_MAX_SIZE: 32, BATCH_MAX_WAIT_MS: 1000, JOB_LOCK_MS: 1000, STALLED_INTERVAL_MS: 500, LOG_LEVEL: 'info' } });
+      await system.waitForWorkers(model);
+      const text = textOfTokens(500, 'long');
+      const started = Date.now();
+      const ids = await Promise.all(Array.from({ length: 32 }, () => queue.add([text])));
+      let minWorkers = Infinity;
+      let polling = true;
+      const poll = (async () => {
+        while (polling) {
+          const body = (await (await fetch(`${system.url}/ready`)).json()) as { models: Record<string, { workers: number }> };
+          minWorkers = Math.min(minWorkers, body.models[model]?.workers ?? 0);
+          await sleep(100);
+        }
+      })();
+      const outcomes = await Promise.all(ids.map((id) => queue.outcome(id, 120_000)));
+      polling = false;
+      await poll;
+      const elapsed = Date.now() - started;
+      assert.ok(elapsed > 2000, `the batch ran longer than the TTL and the lock (${elapsed} ms), so the test means something`);
+      assert.ok(outcomes.every((o) => o.ok), JSON.stringify(outcomes.find((o) => !o.ok)));
+      assert.equal(minWorkers, 1, 'the worker never dropped out of the registry');
+      assert.doesNotMatch(worker.output, /settling job failed|lock renewal failed/, 'no lock was lost');
+    } finally {
+      await queue.close();
+      await system.stop();
+    }
   });
 });

@@ -42,6 +42,15 @@ export class InferenceService {
     private readonly onAnswered: (model: string, timing: JobTiming) => void = () => {},
   ) {}
 
+  /**
+   * Refuses a request for an overloaded model before its body is read: under overload, parsing and
+   * validating a body only to shed it is the work the server can least afford.
+   */
+  shedEarly(model: string): void {
+    const served = this.registry.get(model);
+    if (served && served.depth >= this.config.MAX_QUEUE_DEPTH) throw this.overloaded(model, served.depth);
+  }
+
   /** The model `POST /` serves: DEFAULT_MODEL, or the only one served. */
   defaultModel(): string {
     if (this.config.DEFAULT_MODEL) return this.config.DEFAULT_MODEL;
@@ -65,7 +74,7 @@ export class InferenceService {
       );
     }
     if (served.depth >= this.config.MAX_QUEUE_DEPTH) {
-      throw new ApiError('overloaded', `model ${call.model} has ${served.depth} requests waiting; retry shortly`, 1);
+      throw this.overloaded(call.model, served.depth);
     }
     if (this.breaker.state() === 'open') throw this.breakerOpen();
 
@@ -91,7 +100,8 @@ export class InferenceService {
       answer.catch(() => {});
       throw this.breaker.state() === 'open' ? this.breakerOpen() : new ApiError('unavailable', 'the queue is unavailable (Redis is not answering); retry shortly', 2);
     }
-    const outcome = await answer;
+    // However it ends (answer, error, deadline), the job has left the waiting list.
+    const outcome = await answer.finally(() => this.registry.noteLeft(call.model));
     if (!outcome.ok) throw ApiError.fromBody(outcome.error);
     this.onAnswered(call.model, outcome.timing);
     return { jobId, outputs: outcome.outputs, warnings: outcome.warnings, timing: outcome.timing };
@@ -101,6 +111,10 @@ export class InferenceService {
     const parsed = parameterSchemas[task].safeParse(parameters);
     if (!parsed.success) throw new ApiError('validation', `invalid parameters for ${task}: ${describeIssues(parsed.error, 'parameters')}`);
     return parsed.data;
+  }
+
+  private overloaded(model: string, depth: number): ApiError {
+    return new ApiError('overloaded', `model ${model} has ${depth} requests waiting; retry shortly`, 1);
   }
 
   private breakerOpen(): ApiError {

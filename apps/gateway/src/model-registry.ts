@@ -78,6 +78,15 @@ export class ModelRegistry {
     if (served) served.depth++;
   }
 
+  /**
+   * A job of this gateway left the queue. Without this, an overloaded model would stay refused until
+   * the next refresh even after its workers drained it. The next refresh replaces the estimate.
+   */
+  noteLeft(model: string): void {
+    const served = this.models.get(model);
+    if (served && served.depth > 0) served.depth--;
+  }
+
   /** Fresh: the last refresh succeeded within a few periods. */
   get healthy(): boolean {
     return this.lastError === undefined && Date.now() - this.lastRefreshAt < Math.max(3 * this.refreshMs, 2000);

@@ -1,4 +1,4 @@
-import express, { type Request, type Response, type Router } from 'express';
+import express, { type NextFunction, type Request, type Response, type Router } from 'express';
 import { isUtf8 } from 'node:buffer';
 import { randomUUID } from 'node:crypto';
 import { ApiError, describeIssues, inferenceRequestSchema } from '@tserve/contract';
@@ -55,13 +55,34 @@ const minDefined = (...values: Array<number | undefined>) => {
   return defined.length ? Math.min(...defined) : undefined;
 };
 
+const modelOf = (req: Request) => ([] as string[]).concat(req.params.id as string | string[]).join('/');
+
 export function inferenceRoutes(config: GatewayConfig, service: InferenceService): Router {
   const router = express.Router();
+  const shedFirst = (model: (req: Request) => string | undefined) => (req: Request, _res: Response, next: NextFunction) => {
+    const name = model(req);
+    if (name === undefined) return next();
+    try {
+      service.shedEarly(name);
+    } catch (err) {
+      // Answer without reading the body; Node discards what the client still sends.
+      return next(err);
+    }
+    next();
+  };
   const json = express.json({ limit: config.MAX_BODY_BYTES, strict: false, verify: rejectInvalidUtf8 });
   const rawText = express.text({ limit: config.MAX_BODY_BYTES, type: () => true, verify: rejectInvalidUtf8 });
 
   // The classic pipeline web server: the whole body is one text; a JSON body may use the Inference API shape.
-  router.post('/', (req, res, next) => (isJson(req) ? json : rawText)(req, res, next), async (req, res) => {
+  // No default model to shed for yet: the handler says why, after reading the body.
+  const defaultModelOrNone = () => {
+    try {
+      return service.defaultModel();
+    } catch {
+      return undefined;
+    }
+  };
+  router.post('/', shedFirst(defaultModelOrNone), (req, res, next) => (isJson(req) ? json : rawText)(req, res, next), async (req, res) => {
     const startedAt = performance.now();
     const call = isJson(req)
       ? parseInferenceBody(req.body)
@@ -72,10 +93,10 @@ export function inferenceRoutes(config: GatewayConfig, service: InferenceService
   });
 
   // Model ids contain a slash: /models/org/name.
-  router.post('/models/*id', json, async (req, res) => {
+  router.post('/models/*id', shedFirst((req) => modelOf(req)), json, async (req, res) => {
     const startedAt = performance.now();
     if (!isJson(req)) throw new ApiError('unsupported_media_type', 'send a JSON body with Content-Type: application/json');
-    const model = ([] as string[]).concat(req.params.id as string | string[]).join('/');
+    const model = modelOf(req);
     const call = parseInferenceBody(req.body);
     const result = await service.infer({ model, inputs: call.inputs, parameters: call.parameters, timeoutMs: minDefined(call.timeoutMs, headerTimeout(req)), requestId: requestId(req, res) });
     respond(res, result, call.single, startedAt);

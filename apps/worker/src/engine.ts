@@ -1,5 +1,8 @@
-import { Tensor } from '@huggingface/transformers';
+import type { Tensor } from '@huggingface/transformers';
 import type { LoadedModel } from './model.js';
+import type { BatchOutput, ModelThread } from './model-thread-client.js';
+
+export type { BatchOutput } from './model-thread-client.js';
 
 /** One input after tokenization: what the batch planner and the task heads work from. */
 export interface Encoded {
@@ -9,20 +12,18 @@ export interface Encoded {
   truncatedFrom?: number;
 }
 
-/** The model's main output for a whole batch: [batch, classes] or [batch, length, width], row-major. */
-export interface BatchOutput {
-  data: Float32Array;
-  dims: number[];
-}
-
 /**
- * Tokenizes inputs one by one (their lengths drive batching) and runs padded batches.
- * Tensors are built here rather than by the tokenizer so a batch pads only to its own longest input.
+ * Tokenizes inputs one by one (their lengths drive batching) and runs padded batches on the model
+ * thread. Tensors are built here rather than by the tokenizer so a batch pads only to its own
+ * longest input. The model's main output comes back as [batch, classes] or [batch, length, width].
  */
 export class Engine {
   private readonly padId: number;
 
-  constructor(readonly loaded: LoadedModel) {
+  constructor(
+    readonly loaded: LoadedModel,
+    private readonly thread: ModelThread,
+  ) {
     this.padId = loaded.tokenizer.pad_token_id ?? 0;
   }
 
@@ -45,14 +46,6 @@ export class Engine {
         attention[r * width + i] = 1n;
       }
     });
-    const dims = [rows, width];
-    // Models that take no token_type_ids have it dropped by transformers.js.
-    const outputs = (await this.loaded.model({
-      input_ids: new Tensor('int64', inputIds, dims),
-      attention_mask: new Tensor('int64', attention, dims),
-      token_type_ids: new Tensor('int64', new BigInt64Array(rows * width), dims),
-    })) as Record<string, Tensor>;
-    const main = outputs.logits ?? outputs.last_hidden_state ?? Object.values(outputs)[0];
-    return { data: main.data as Float32Array, dims: main.dims };
+    return this.thread.forward(rows, width, inputIds, attention);
   }
 }

@@ -5,7 +5,8 @@ import { pino } from 'pino';
 import { ConfigError, formatHelp, loadWorkerConfig } from '@tserve/config';
 import type { InferenceJobData, WorkerInfo } from '@tserve/contract';
 import { clearLoadFailure, createRedis, queueNameFor, reportLoadFailure } from '@tserve/queue';
-import { loadModel, ModelLoadError } from './model.js';
+import { describeModel, ModelLoadError } from './model.js';
+import { ModelThread } from './model-thread-client.js';
 import { Engine } from './engine.js';
 import { headFor } from './tasks/index.js';
 import { BatchRunner } from './runner.js';
@@ -28,11 +29,17 @@ async function main(): Promise<void> {
   const logger = pino({ level: config.LOG_LEVEL, base: { service: 'worker', model: config.MODEL, worker: workerId } });
 
   const started = performance.now();
-  const loaded = await loadModel(config).catch(async (err: unknown) => {
+  const reportFailure = async (err: unknown) => {
     if (err instanceof ModelLoadError) await leaveFailureReport(config.REDIS_URL, config.QUEUE_PREFIX, config.MODEL, err.message);
     throw err;
-  });
-  const engine = new Engine(loaded);
+  };
+  const loaded = await describeModel(config).catch(reportFailure);
+  const thread = await ModelThread.start(config, loaded.task, (reason) => {
+    // Its jobs stay locked until the lock expires; then another worker's stalled check runs them.
+    logger.fatal({ reason }, 'model thread died; exiting');
+    process.exit(1);
+  }).catch(reportFailure);
+  const engine = new Engine(loaded, thread);
   const head = headFor(loaded);
   // The first call of a session allocates its buffers; pay that before taking any job.
   await engine.forward([engine.encode(loaded.tokenizer.mask_token ? `warm ${loaded.tokenizer.mask_token} up` : 'warm up', true)]);
@@ -100,6 +107,7 @@ async function main(): Promise<void> {
     // Leave the registry first so no gateway counts on this worker while it drains.
     await heartbeat.stop();
     await consumer!.stop();
+    await thread.stop();
     await Promise.allSettled([connection.quit(), publisher.quit()]);
     logger.info('stopped');
     process.exit(0);

@@ -15,12 +15,11 @@ import {
 import { TASKS, type Task } from '@tserve/contract';
 import type { WorkerConfig } from '@tserve/config';
 
-/** The one model a worker serves, loaded once. */
+/** What the worker's main thread knows of its model; the session itself lives in the model thread. */
 export interface LoadedModel {
   id: string;
   task: Task;
   tokenizer: PreTrainedTokenizer;
-  model: PreTrainedModel;
   config: ModelConfig;
   /** Longest sequence (special tokens included) the model's position table accepts. */
   maxLength: number;
@@ -57,19 +56,32 @@ function where(config: WorkerConfig): string {
   return config.MODEL_DIR ? path.join(path.resolve(config.MODEL_DIR), config.MODEL) : `the Hugging Face hub (${config.MODEL})`;
 }
 
-export async function loadModel(config: WorkerConfig): Promise<LoadedModel> {
+/** Points transformers.js at MODEL_DIR (offline) or the hub; both threads call it before loading. */
+export function configureLoading(config: WorkerConfig): void {
   // The worker logs errors itself, once, without dumping input tensors.
   env.logLevel = LogLevel.NONE;
   if (config.MODEL_DIR) {
     env.allowRemoteModels = false;
     env.allowLocalModels = true;
     env.localModelPath = path.resolve(config.MODEL_DIR);
-    const dir = path.join(env.localModelPath, config.MODEL);
+  }
+}
+
+function loadError(config: WorkerConfig, err: unknown): ModelLoadError {
+  if (err instanceof ModelLoadError) return err;
+  const reason = err instanceof Error ? err.message : String(err);
+  return new ModelLoadError(`cannot load model "${config.MODEL}" (dtype ${config.DTYPE}, device ${config.DEVICE}) from ${where(config)}: ${reason}`);
+}
+
+/** Config, task and tokenizer: everything but the session, for the main thread. */
+export async function describeModel(config: WorkerConfig): Promise<LoadedModel> {
+  configureLoading(config);
+  if (config.MODEL_DIR) {
+    const dir = path.join(path.resolve(config.MODEL_DIR), config.MODEL);
     if (!fs.existsSync(path.join(dir, 'config.json'))) {
       throw new ModelLoadError(`cannot load model "${config.MODEL}": no config.json in ${dir}`);
     }
   }
-
   try {
     const modelConfig = (await AutoConfig.from_pretrained(config.MODEL)) as unknown as ModelConfig;
     const task = (config.TASK ?? taskFromConfig(modelConfig)) as Task | undefined;
@@ -80,7 +92,22 @@ export async function loadModel(config: WorkerConfig): Promise<LoadedModel> {
       );
     }
     const tokenizer = await AutoTokenizer.from_pretrained(config.MODEL);
-    const model = await AUTO_CLASS[task].from_pretrained(config.MODEL, {
+    // Tokenizers without a stated limit report a huge number; 512 is the BERT family's table.
+    const maxLength = Math.min(
+      modelConfig.max_position_embeddings ?? Number.POSITIVE_INFINITY,
+      (tokenizer as unknown as { model_max_length?: number }).model_max_length ?? Number.POSITIVE_INFINITY,
+    );
+    return { id: config.MODEL, task, tokenizer, config: modelConfig, maxLength: Number.isFinite(maxLength) ? maxLength : 512 };
+  } catch (err) {
+    throw loadError(config, err);
+  }
+}
+
+/** The ONNX Runtime session, for the model thread. */
+export async function loadSession(config: WorkerConfig, task: Task): Promise<PreTrainedModel> {
+  configureLoading(config);
+  try {
+    return await AUTO_CLASS[task].from_pretrained(config.MODEL, {
       dtype: config.DTYPE,
       device: config.DEVICE,
       session_options: {
@@ -88,15 +115,7 @@ export async function loadModel(config: WorkerConfig): Promise<LoadedModel> {
         extra: { session: { intra_op: { allow_spinning: config.INTRA_OP_SPINNING ? '1' : '0' } } },
       },
     });
-    const maxLength = Math.min(
-      modelConfig.max_position_embeddings ?? Number.POSITIVE_INFINITY,
-      (tokenizer as unknown as { model_max_length?: number }).model_max_length ?? Number.POSITIVE_INFINITY,
-      // Tokenizers without a stated limit report a huge number; 512 is the BERT family's table.
-    );
-    return { id: config.MODEL, task, tokenizer, model, config: modelConfig, maxLength: Number.isFinite(maxLength) ? maxLength : 512 };
   } catch (err) {
-    if (err instanceof ModelLoadError) throw err;
-    const reason = err instanceof Error ? err.message : String(err);
-    throw new ModelLoadError(`cannot load model "${config.MODEL}" (dtype ${config.DTYPE}, device ${config.DEVICE}) from ${where(config)}: ${reason}`);
+    throw loadError(config, err);
   }
 }

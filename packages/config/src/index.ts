@@ -71,7 +71,7 @@ const gatewaySchema = z.object({
   MAX_INPUTS_PER_REQUEST: int(64, 1),
   MAX_BODY_BYTES: int(1_000_000, 1),
   /** How often the gateway refreshes live workers and queue depths from Redis. */
-  REGISTRY_REFRESH_MS: int(500, 20),
+  REGISTRY_REFRESH_MS: int(250, 20),
   /** How often pending requests fall back to reading their job's state (missed pub/sub messages). */
   RESULT_POLL_MS: int(1000, 20),
   BREAKER_ERROR_PERCENT: int(50, 1),
@@ -159,7 +159,7 @@ export const SETTINGS_HELP: Record<'common' | 'worker' | 'gateway' | 'launcher',
     ['MAX_QUEUE_DEPTH', '1000', 'waiting jobs per model before new requests get 503'],
     ['MAX_INPUTS_PER_REQUEST', '64', 'most list items in one request (413 above)'],
     ['MAX_BODY_BYTES', '1000000', 'largest request body (413 above)'],
-    ['REGISTRY_REFRESH_MS', '500', 'how often live workers and queue depths are read'],
+    ['REGISTRY_REFRESH_MS', '250', 'how often live workers and queue depths are read'],
     ['RESULT_POLL_MS', '1000', 'fallback poll of job state for pending requests'],
     ['BREAKER_ERROR_PERCENT', '50', 'Redis error rate that opens the circuit breaker'],
     ['BREAKER_VOLUME', '10', 'calls in the window before the breaker may open'],
