@@ -1,7 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
-import { Redis } from 'ioredis';
-import { cleanPrefix, freePort, waitFor } from '../../test/helpers/system.ts';
+import { cleanPrefix, freePort, redisAnswers, waitFor } from '../../test/helpers/system.ts';
 import { ROOT } from './paths.ts';
 
 /**
@@ -55,18 +54,6 @@ function startNode(name: string, script: string, env: Env): Child {
   return new Child(name, child);
 }
 
-async function redisAnswers(url: string): Promise<boolean> {
-  const r = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
-  r.on('error', () => {});
-  try {
-    await r.connect();
-    return (await r.ping()) === 'PONG';
-  } catch {
-    return false;
-  } finally {
-    r.disconnect();
-  }
-}
 
 export interface SystemOptions {
   modelDir: string;

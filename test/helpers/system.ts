@@ -21,7 +21,7 @@ export const MODEL_DIR = path.resolve(process.env.MODEL_DIR ?? path.join(ROOT, '
 async function resolveTestRedis(): Promise<string> {
   if (process.env.TEST_REDIS_URL) return process.env.TEST_REDIS_URL;
   const fallback = 'redis://127.0.0.1:6379';
-  if (await answers(fallback)) return fallback;
+  if (await redisAnswers(fallback)) return fallback;
   const port = await freePort();
   const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
   child.on('error', () => {});
@@ -30,13 +30,13 @@ async function resolveTestRedis(): Promise<string> {
   process.on('exit', () => child.kill('SIGKILL'));
   const url = `redis://127.0.0.1:${port}`;
   for (let i = 0; i < 50; i++) {
-    if (await answers(url)) return url;
+    if (await redisAnswers(url)) return url;
     await sleep(100);
   }
   throw new Error(`the tests need Redis: nothing answers at ${fallback} and redis-server could not be started (apt-get install redis-server, or set TEST_REDIS_URL)`);
 }
 
-async function answers(url: string): Promise<boolean> {
+export async function redisAnswers(url: string): Promise<boolean> {
   const r = new Redis(url, { lazyConnect: true, connectTimeout: 500, maxRetriesPerRequest: 0, retryStrategy: () => null, enableOfflineQueue: false });
   r.on('error', () => {});
   try {
@@ -228,7 +228,7 @@ export class PrivateRedis {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     this.proc = new Proc(`redis:${this.port}`, child);
-    await waitFor(`redis on ${this.port}`, () => answers(this.url), 10_000, 50);
+    await waitFor(`redis on ${this.port}`, () => redisAnswers(this.url), 10_000, 50);
   }
   async stop(): Promise<void> {
     await this.proc?.stop('SIGKILL');
