@@ -9,6 +9,9 @@ import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
+import { redisAnswers } from '@tserve/queue';
+
+export { redisAnswers };
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 export const MODEL_DIR = path.resolve(process.env.MODEL_DIR ?? path.join(ROOT, '../shared/models'));
@@ -21,7 +24,7 @@ export const MODEL_DIR = path.resolve(process.env.MODEL_DIR ?? path.join(ROOT, '
 async function resolveTestRedis(): Promise<string> {
   if (process.env.TEST_REDIS_URL) return process.env.TEST_REDIS_URL;
   const fallback = 'redis://127.0.0.1:6379';
-  if (await redisAnswers(fallback)) return fallback;
+  if (await redisAnswers(fallback, 500)) return fallback;
   const port = await freePort();
   const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
   child.on('error', () => {});
@@ -30,23 +33,10 @@ async function resolveTestRedis(): Promise<string> {
   process.on('exit', () => child.kill('SIGKILL'));
   const url = `redis://127.0.0.1:${port}`;
   for (let i = 0; i < 50; i++) {
-    if (await redisAnswers(url)) return url;
+    if (await redisAnswers(url, 500)) return url;
     await sleep(100);
   }
   throw new Error(`the tests need Redis: nothing answers at ${fallback} and redis-server could not be started (apt-get install redis-server, or set TEST_REDIS_URL)`);
-}
-
-export async function redisAnswers(url: string): Promise<boolean> {
-  const r = new Redis(url, { lazyConnect: true, connectTimeout: 500, maxRetriesPerRequest: 0, retryStrategy: () => null, enableOfflineQueue: false });
-  r.on('error', () => {});
-  try {
-    await r.connect();
-    return (await r.ping()) === 'PONG';
-  } catch {
-    return false;
-  } finally {
-    r.disconnect();
-  }
 }
 
 export function reference(): Record<string, { task: string; cases: Array<Record<string, any>> }> {
@@ -228,7 +218,7 @@ export class PrivateRedis {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     this.proc = new Proc(`redis:${this.port}`, child);
-    await waitFor(`redis on ${this.port}`, () => redisAnswers(this.url), 10_000, 50);
+    await waitFor(`redis on ${this.port}`, () => redisAnswers(this.url, 500), 10_000, 50);
   }
   async stop(): Promise<void> {
     await this.proc?.stop('SIGKILL');

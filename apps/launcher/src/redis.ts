@@ -1,18 +1,5 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { Redis } from 'ioredis';
-
-export async function redisAnswers(url: string, timeoutMs = 1500): Promise<boolean> {
-  const client = new Redis(url, { lazyConnect: true, connectTimeout: timeoutMs, maxRetriesPerRequest: 0, retryStrategy: () => null, enableOfflineQueue: false });
-  client.on('error', () => {});
-  try {
-    await client.connect();
-    return (await client.ping()) === 'PONG';
-  } catch {
-    return false;
-  } finally {
-    client.disconnect();
-  }
-}
+import { redisAnswers } from '@tserve/queue';
 
 function onPath(bin: string): boolean {
   return spawnSync('sh', ['-c', `command -v "${bin}"`], { stdio: 'ignore' }).status === 0;
