@@ -104,7 +104,7 @@ describe('faults', () => {
       await system.stop();
       await redis.stop();
     });
-    await system.startGateway({ BREAKER_VOLUME: 5, BREAKER_RESET_MS: 1000, REDIS_COMMAND_TIMEOUT_MS: 500, REQUEST_TIMEOUT_MS: 5000 });
+    await system.startGateway({ BREAKER_VOLUME: 5, BREAKER_RESET_MS: 1000, REDIS_COMMAND_TIMEOUT_MS: 500, REQUEST_TIMEOUT_MS: 15000 });
     system.startWorker({ model: MODEL });
     await system.waitForWorkers(MODEL);
 
@@ -120,7 +120,8 @@ describe('faults', () => {
     }
     for (const r of down) {
       assert.equal(r.status, 503, JSON.stringify(r.body));
-      assert.ok(r.ms < 2500, `503 came quickly, not at the 5 s deadline (${r.ms} ms)`);
+      // Bounds far from the 15 s deadline, so a slow machine cannot blur the two behaviours.
+      assert.ok(r.ms < 5000, `503 came quickly, not at the 15 s deadline (${r.ms} ms)`);
       assert.ok(r.retryAfter, 'Retry-After set');
     }
     assert.ok(down.some((r) => /circuit breaker/.test(r.body.error)), 'the breaker opened and refused at once');
@@ -157,7 +158,7 @@ describe('faults', () => {
     const r = await system.infer('replica/does-not-exist', 'hello');
     assert.equal(r.status, 503, JSON.stringify(r.body));
     assert.match(r.body.error, /could not load it/);
-    assert.ok(Date.now() - started < 2000, 'refused at once');
+    assert.ok(Date.now() - started < 5000, 'refused at once, not at the 30 s deadline');
     assert.equal((await system.infer(MODEL, 'the other model is fine')).status, 200);
   });
 
@@ -176,7 +177,7 @@ describe('faults', () => {
       const r = await system.infer(MODEL, `anyone there ${i}`, undefined, { options: { timeout_ms: 1000 } });
       const ms = Date.now() - started;
       assert.ok(r.status === 503 || r.status === 504, `${r.status} ${JSON.stringify(r.body)}`);
-      assert.ok(ms < 2500, `answered within its deadline (${ms} ms)`);
+      assert.ok(ms < 5000, `answered at its 1 s deadline, not hanging (${ms} ms)`);
     }
     // Once the heartbeat expires the gateway knows, and refuses at once.
     await waitFor('heartbeat to expire', async () => (await fetch(`${system.url}/ready`)).status === 503, 5000);
@@ -184,7 +185,7 @@ describe('faults', () => {
     const r = await system.infer(MODEL, 'still nobody');
     assert.equal(r.status, 503);
     assert.match(r.body.error, /no live worker/);
-    assert.ok(Date.now() - started < 1000);
+    assert.ok(Date.now() - started < 5000, 'refused at once, not at the 30 s deadline');
     const ready = (await (await fetch(`${system.url}/ready`)).json()) as { reasons: string[] };
     assert.ok(ready.reasons.some((x) => x.includes(`model ${MODEL} has no live worker`)), JSON.stringify(ready));
   });

@@ -38,7 +38,7 @@ describe('overload', () => {
       const results = await Promise.all(
         Array.from({ length: 12 }, (_, i) => {
           const started = Date.now();
-          return system.infer(MODEL, `burst ${i}`, undefined, { options: { timeout_ms: 1500 } }).then((r) => ({ ...r, ms: Date.now() - started }));
+          return system.infer(MODEL, `burst ${i}`, undefined, { options: { timeout_ms: 3000 } }).then((r) => ({ ...r, ms: Date.now() - started }));
         }),
       );
       const shed = results.filter((r) => r.status === 503);
@@ -49,7 +49,7 @@ describe('overload', () => {
       for (const r of shed) {
         assert.equal(r.body.error_type, 'overloaded');
         assert.ok(Number(r.headers.get('retry-after')) >= 1, 'Retry-After set');
-        assert.ok(r.ms < 1500, `shed at once, not after the deadline (${r.ms} ms)`);
+        assert.ok(r.ms < 2000, `shed at once, not at the 3 s deadline (${r.ms} ms)`);
       }
       // The accepted ones waited for the frozen worker until their deadline.
       for (const r of accepted) assert.equal(r.status, 504, JSON.stringify(r.body));
