@@ -41,9 +41,9 @@ describe('faults', () => {
     cleanups.push(() => system.stop());
     await system.startGateway();
     const workerEnv = { DTYPE: 'fp32', JOB_LOCK_MS: 1500, STALLED_INTERVAL_MS: 500, BATCH_MAX_WAIT_MS: 5 };
+    // The victim is the only worker when it dies, so every active job at that moment is its own.
     const victim = system.startWorker({ model: MODEL, env: workerEnv });
-    system.startWorker({ model: MODEL, env: workerEnv });
-    await system.waitForWorkers(MODEL, 2);
+    await system.waitForWorkers(MODEL, 1);
 
     // Long-ish inputs keep batches busy, so the kill lands while the victim holds jobs.
     const texts = Array.from({ length: 24 }, (_, i) => `${textOfTokens(150, 'meal')} number ${i}`);
@@ -78,7 +78,7 @@ describe('faults', () => {
             await waitFor('active jobs', async () => (await queue.getActiveCount()) > 0, 5000, 1);
             killedWithActiveJobs = true;
             victim.kill('SIGKILL');
-            // The supervisor's part: a replacement comes up and joins in.
+            // The supervisor's part: a replacement comes up and runs the victim's jobs.
             system.startWorker({ model: MODEL, env: workerEnv });
           })();
         }
@@ -93,7 +93,7 @@ describe('faults', () => {
       assert.ok(Math.abs(score - expected.get(r.text)!) < 1e-5, `correct answer after recovery: ${score} vs ${expected.get(r.text)}`);
     }
     // The victim's jobs waited for their lock to expire, then ran elsewhere.
-    assert.ok(results.some((r) => r.ms >= 1000), `some request was recovered from the dead worker (max ${Math.max(...results.map((r) => r.ms))} ms)`);
+    assert.ok(results.some((r) => r.ms >= 1500), `some request was recovered from the dead worker (max ${Math.max(...results.map((r) => r.ms))} ms)`);
   });
 
   it('Redis restarted under load: 503 quickly while down, recovery by itself after', async () => {
