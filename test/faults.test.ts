@@ -41,9 +41,9 @@ describe('faults', () => {
     cleanups.push(() => system.stop());
     await system.startGateway();
     const workerEnv = { DTYPE: 'fp32', JOB_LOCK_MS: 1500, STALLED_INTERVAL_MS: 500, BATCH_MAX_WAIT_MS: 5 };
-    // The victim is the only worker when it dies, so every active job at that moment is its own.
-    const victim = system.startWorker({ model: MODEL, env: workerEnv });
-    await system.waitForWorkers(MODEL, 1);
+    const victim = system.startWorker({ model: MODEL, env: { ...workerEnv, WORKER_ID: 'victim' } });
+    system.startWorker({ model: MODEL, env: workerEnv });
+    await system.waitForWorkers(MODEL, 2);
 
     // Long-ish inputs keep batches busy, so the kill lands while the victim holds jobs.
     const texts = Array.from({ length: 24 }, (_, i) => `${textOfTokens(150, 'meal')} number ${i}`);
@@ -74,11 +74,11 @@ describe('faults', () => {
         if (done === 40 && !killing) {
           killing = true;
           void (async () => {
-            // Kill only while the queue shows jobs in flight, i.e. mid-batch.
-            await waitFor('active jobs', async () => (await queue.getActiveCount()) > 0, 5000, 1);
+            // Kill only while the victim holds jobs, i.e. mid-batch.
+            await waitFor('the victim to hold jobs', async () => (await queue.getActive()).some((j) => j.processedBy === 'victim'), 10_000, 1);
             killedWithActiveJobs = true;
             victim.kill('SIGKILL');
-            // The supervisor's part: a replacement comes up and runs the victim's jobs.
+            // The supervisor's part: a replacement comes up and joins in.
             system.startWorker({ model: MODEL, env: workerEnv });
           })();
         }

@@ -51,6 +51,8 @@ async function main(): Promise<void> {
     connection,
     prefix: config.QUEUE_PREFIX,
     autorun: false,
+    // Recorded on each job as processedBy: the dashboard and the tests can tell which worker ran it.
+    name: workerId,
     lockDuration: config.JOB_LOCK_MS,
     stalledInterval: config.STALLED_INTERVAL_MS,
     // A job whose worker died is retried; twice in a row means the job itself kills workers.
