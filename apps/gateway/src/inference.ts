@@ -24,7 +24,6 @@ export interface InferenceCall {
 }
 
 export interface InferenceResult {
-  jobId: string;
   outputs: unknown[];
   warnings: string[];
   timing: JobTiming;
@@ -43,12 +42,15 @@ export class InferenceService {
   ) {}
 
   /**
-   * Refuses a request for an overloaded model before its body is read: under overload, parsing and
-   * validating a body only to shed it is the work the server can least afford.
+   * Refuses a request for an overloaded model. The routes call it before reading the body (under
+   * overload, parsing a body only to shed it is the work the server can least afford); `infer`
+   * calls it again, since the queue may have filled while the body arrived.
    */
   shedEarly(model: string): void {
     const served = this.registry.get(model);
-    if (served && served.depth >= this.config.MAX_QUEUE_DEPTH) throw this.overloaded(model, served.depth);
+    if (served && served.depth >= this.config.MAX_QUEUE_DEPTH) {
+      throw new ApiError('overloaded', `model ${model} has ${served.depth} requests waiting; retry shortly`, 1);
+    }
   }
 
   /** The model `POST /` serves: DEFAULT_MODEL, or the only one served. */
@@ -73,9 +75,7 @@ export class InferenceService {
         `${call.inputs.length} inputs in one request; at most ${this.config.MAX_INPUTS_PER_REQUEST} are accepted (MAX_INPUTS_PER_REQUEST)`,
       );
     }
-    if (served.depth >= this.config.MAX_QUEUE_DEPTH) {
-      throw this.overloaded(call.model, served.depth);
-    }
+    this.shedEarly(call.model);
     if (this.breaker.state() === 'open') throw this.breakerOpen();
 
     const timeout = Math.min(call.timeoutMs ?? this.config.REQUEST_TIMEOUT_MS, this.config.REQUEST_TIMEOUT_MS);
@@ -104,17 +104,13 @@ export class InferenceService {
     const outcome = await answer.finally(() => this.registry.noteLeft(call.model));
     if (!outcome.ok) throw ApiError.fromBody(outcome.error);
     this.onAnswered(call.model, outcome.timing);
-    return { jobId, outputs: outcome.outputs, warnings: outcome.warnings, timing: outcome.timing };
+    return { outputs: outcome.outputs, warnings: outcome.warnings, timing: outcome.timing };
   }
 
   private checkParameters(task: keyof typeof parameterSchemas, parameters: Record<string, unknown>): TaskParameters {
     const parsed = parameterSchemas[task].safeParse(parameters);
     if (!parsed.success) throw new ApiError('validation', `invalid parameters for ${task}: ${describeIssues(parsed.error, 'parameters')}`);
     return parsed.data;
-  }
-
-  private overloaded(model: string, depth: number): ApiError {
-    return new ApiError('overloaded', `model ${model} has ${depth} requests waiting; retry shortly`, 1);
   }
 
   private breakerOpen(): ApiError {
