@@ -89,15 +89,16 @@ export class InferenceService {
       enqueuedAt: now,
     };
     const queue = this.queues.get(call.model);
-    // Registered before the job exists, so even an instant answer finds its waiter.
+    // Registered before the job exists, so even an instant answer finds its waiter. The deadline may
+    // pass while the enqueue is still in flight: the rejection is handled here and rethrown below.
     const answer = this.router.wait(jobId, queue, data.deadline);
+    answer.catch(() => {});
     // Counted before the enqueue resolves, so a burst cannot slip past the depth check all at once.
     this.registry.noteEnqueued(call.model);
     try {
       await this.breaker.guard(() => queue.add(JOB_NAME, data, { jobId }));
     } catch (err) {
       this.router.cancel(jobId);
-      answer.catch(() => {});
       throw this.breaker.state() === 'open' ? this.breakerOpen() : new ApiError('unavailable', 'the queue is unavailable (Redis is not answering); retry shortly', 2);
     }
     // However it ends (answer, error, deadline), the job has left the waiting list.

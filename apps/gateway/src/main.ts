@@ -1,5 +1,7 @@
 #!/usr/bin/env node
 import { randomUUID } from 'node:crypto';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import { pino } from 'pino';
 import { ConfigError, formatHelp, loadGatewayConfig } from '@tserve/config';
@@ -22,10 +24,18 @@ if (process.argv.includes('--help') || process.argv.includes('-h')) {
   process.exit(0);
 }
 
+/** A start-up failure whose message says all a user needs: printed alone, no stack. */
+class StartupError extends Error {}
+
 async function main(): Promise<void> {
   const config = loadGatewayConfig();
   const gatewayId = `${os.hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`;
   const logger = pino({ level: config.LOG_LEVEL, base: { service: 'gateway', gateway: gatewayId } });
+  // A last line of defence: a promise rejection nobody handled is a bug to log and fix, but not a
+  // reason to drop every other client's connection. (Node's default would exit the process.)
+  process.on('unhandledRejection', (reason) => {
+    logger.error({ err: reason instanceof Error ? { message: reason.message, stack: reason.stack } : String(reason) }, 'unhandled rejection');
+  });
 
   const redis = createRedis(config.REDIS_URL, 'gateway', config.REDIS_COMMAND_TIMEOUT_MS);
   const subscriber = createRedis(config.REDIS_URL, 'subscriber');
@@ -40,12 +50,29 @@ async function main(): Promise<void> {
   await router.start();
   await registry.start();
 
-  const server = app.listen(config.PORT, config.HOST, () => {
-    const address = server.address();
-    const port = typeof address === 'object' && address ? address.port : config.PORT;
-    logger.info({ port }, `gateway listening on http://${config.HOST}:${port}`);
-  });
+  // Slow-drip clients may not pin connections: a request must arrive whole within these bounds
+  // (Node checks them every connectionsCheckingInterval, so that is kept well below them).
+  const server = http.createServer(
+    {
+      headersTimeout: Math.min(config.HTTP_HEADERS_TIMEOUT_MS, config.HTTP_REQUEST_TIMEOUT_MS),
+      requestTimeout: config.HTTP_REQUEST_TIMEOUT_MS,
+      connectionsCheckingInterval: Math.max(100, Math.min(1000, config.HTTP_HEADERS_TIMEOUT_MS / 4)),
+    },
+    app,
+  );
   server.keepAliveTimeout = 65_000;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(config.PORT, config.HOST, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  }).catch((err: NodeJS.ErrnoException) => {
+    const why = err.code === 'EADDRINUSE' ? 'is already in use' : err.code === 'EACCES' ? 'needs more privileges' : `cannot be opened (${err.message})`;
+    throw new StartupError(`gateway: port ${config.PORT} on ${config.HOST} ${why}; set PORT to a free port`);
+  });
+  const port = (server.address() as AddressInfo).port;
+  logger.info({ port }, `gateway listening on http://${config.HOST}:${port}`);
 
   let stopping = false;
   const shutdown = async (signal: string) => {
@@ -71,6 +98,6 @@ async function main(): Promise<void> {
 }
 
 main().catch((err) => {
-  process.stderr.write(`${err instanceof ConfigError ? err.message : `gateway failed: ${String(err)}`}\n`);
+  process.stderr.write(`${err instanceof ConfigError || err instanceof StartupError ? err.message : `gateway failed: ${String(err)}`}\n`);
   process.exit(1);
 });

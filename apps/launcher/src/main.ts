@@ -20,28 +20,28 @@ const script = (app: string) => fileURLToPath(new URL(`../../${app}/dist/main.js
 async function main(): Promise<void> {
   const config = loadLauncherConfig();
   const redis = await ensureRedis(config.REDIS_URL, config.REDIS_SERVER_BIN, log);
-  const supervisor = new Supervisor(log);
+  let stopping = false;
+  const stop = async (why: string, code: number) => {
+    if (stopping) return;
+    stopping = true;
+    log(why);
+    await supervisor.stopAll();
+    redis?.kill('SIGTERM');
+    process.exit(code);
+  };
+  const supervisor = new Supervisor(log, (reason) => void stop(`${reason}; stopping everything`, 1));
   const env = { ...process.env, REDIS_URL: config.REDIS_URL };
 
-  supervisor.start({ name: 'gateway', script: script('gateway'), env: { ...env, DEFAULT_MODEL: process.env.DEFAULT_MODEL ?? config.models[0] }, restart: false });
+  supervisor.start({ name: 'gateway', script: script('gateway'), env: { ...env, DEFAULT_MODEL: process.env.DEFAULT_MODEL ?? config.models[0] }, essential: true });
   for (const model of config.models) {
     for (let i = 0; i < config.WORKERS; i++) {
-      supervisor.start({ name: `worker ${model} #${i + 1}`, script: script('worker'), env: { ...env, MODEL: model }, restart: true });
+      supervisor.start({ name: `worker ${model} #${i + 1}`, script: script('worker'), env: { ...env, MODEL: model }, essential: false });
     }
   }
   log(`started gateway and ${config.WORKERS} worker(s) for ${config.models.join(', ')}; Ctrl-C stops everything`);
 
-  let stopping = false;
-  const stop = async (signal: string) => {
-    if (stopping) return;
-    stopping = true;
-    log(`${signal}: stopping`);
-    await supervisor.stopAll();
-    redis?.kill('SIGTERM');
-    process.exit(0);
-  };
-  process.on('SIGINT', () => void stop('SIGINT'));
-  process.on('SIGTERM', () => void stop('SIGTERM'));
+  process.on('SIGINT', () => void stop('SIGINT: stopping', 0));
+  process.on('SIGTERM', () => void stop('SIGTERM: stopping', 0));
 }
 
 main().catch((err) => {

@@ -81,6 +81,9 @@ const gatewaySchema = z.object({
   /** How long Redis calls may wait before failing fast (keeps requests from hanging on a dead Redis). */
   REDIS_COMMAND_TIMEOUT_MS: int(2000, 10),
   SHUTDOWN_GRACE_MS: int(10000, 0),
+  /** A client must send its headers within this, and its whole request within the next; slow-drip senders are cut off. */
+  HTTP_HEADERS_TIMEOUT_MS: int(10_000, 100),
+  HTTP_REQUEST_TIMEOUT_MS: int(30_000, 100),
   DASHBOARD_USER: optionalString,
   DASHBOARD_PASSWORD: optionalString,
   DASHBOARD_TOKEN: optionalString,
@@ -167,6 +170,8 @@ export const SETTINGS_HELP: Record<'common' | 'worker' | 'gateway' | 'launcher',
     ['BREAKER_TIMEOUT_MS', '2000', 'an enqueue slower than this counts as a failure'],
     ['REDIS_COMMAND_TIMEOUT_MS', '2000', 'Redis commands fail after this instead of hanging'],
     ['SHUTDOWN_GRACE_MS', '10000', 'time to answer in-flight requests on SIGTERM'],
+    ['HTTP_HEADERS_TIMEOUT_MS', '10000', 'a client must send its request headers within this (408 after)'],
+    ['HTTP_REQUEST_TIMEOUT_MS', '30000', 'a client must send its whole request, body included, within this (408 after)'],
     ['DASHBOARD_USER / DASHBOARD_PASSWORD', '(off)', 'basic auth for /admin/queues'],
     ['DASHBOARD_TOKEN', '(off)', 'bearer token for /admin/queues'],
     ['DASHBOARD_READONLY', 'false', 'dashboard without retry/remove buttons'],
