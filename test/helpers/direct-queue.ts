@@ -5,7 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
-import type { InferenceJobData, JobOutcome, TaskParameters } from '@tserve/contract';
+import type { InferenceJobData, JobOutcome, RequestOutcome, TaskParameters } from '@tserve/contract';
 import { DEFAULT_JOB_OPTIONS, JOB_NAME, keys, queueNameFor } from '@tserve/queue';
 
 export class DirectQueue {
@@ -13,8 +13,8 @@ export class DirectQueue {
   private readonly subscriber: Redis;
   private readonly queue: Queue;
   private readonly channel: string;
-  private readonly outcomes = new Map<string, JobOutcome>();
-  private readonly waiters = new Map<string, (o: JobOutcome) => void>();
+  private readonly outcomes = new Map<string, RequestOutcome>();
+  private readonly waiters = new Map<string, (o: RequestOutcome) => void>();
 
   constructor(redisUrl: string, prefix: string, model: string) {
     this.redis = new Redis(redisUrl, { maxRetriesPerRequest: null });
@@ -22,9 +22,10 @@ export class DirectQueue {
     this.queue = new Queue(queueNameFor(model), { connection: this.redis, prefix, defaultJobOptions: DEFAULT_JOB_OPTIONS });
     this.channel = keys.results(prefix, `direct-${randomUUID()}`);
     this.subscriber.on('message', (_c: string, message: string) => {
-      const outcome = JSON.parse(message) as JobOutcome;
-      this.outcomes.set(outcome.id, outcome);
-      this.waiters.get(outcome.id)?.(outcome);
+      for (const outcome of (JSON.parse(message) as JobOutcome).outcomes) {
+        this.outcomes.set(outcome.id, outcome);
+        this.waiters.get(outcome.id)?.(outcome);
+      }
     });
   }
 
@@ -32,15 +33,24 @@ export class DirectQueue {
     await this.subscriber.subscribe(this.channel);
   }
 
+  /** Enqueues one request as a job of its own; the job id is the request id. */
   async add(inputs: string[], parameters: TaskParameters = {}, deadlineInMs = 60_000): Promise<string> {
-    const id = randomUUID();
-    const now = Date.now();
-    const data: InferenceJobData = { inputs, parameters, deadline: now + deadlineInMs, replyTo: this.channel, enqueuedAt: now };
-    await this.queue.add(JOB_NAME, data, { jobId: id });
+    const [id] = await this.addJob([{ inputs, parameters, deadlineInMs }]);
     return id;
   }
 
-  outcome(id: string, timeoutMs = 30_000): Promise<JobOutcome> {
+  /** Enqueues several requests as one job, as a gateway coalesces them; returns their ids (the first is the job's). */
+  async addJob(requests: Array<{ inputs: string[]; parameters?: TaskParameters; deadlineInMs?: number }>): Promise<string[]> {
+    const now = Date.now();
+    const data: InferenceJobData = {
+      replyTo: this.channel,
+      requests: requests.map((r) => ({ id: randomUUID(), inputs: r.inputs, parameters: r.parameters ?? {}, deadline: now + (r.deadlineInMs ?? 60_000), enqueuedAt: now })),
+    };
+    await this.queue.add(JOB_NAME, data, { jobId: data.requests[0].id });
+    return data.requests.map((r) => r.id);
+  }
+
+  outcome(id: string, timeoutMs = 30_000): Promise<RequestOutcome> {
     const known = this.outcomes.get(id);
     if (known) return Promise.resolve(known);
     return new Promise((resolve, reject) => {

@@ -9,7 +9,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
-import { redisAnswers } from '@tserve/queue';
+import { queueNameFor, redisAnswers } from '@tserve/queue';
 
 export { redisAnswers };
 
@@ -177,6 +177,17 @@ export class TestSystem {
 
   infer(model: string, inputs: unknown, parameters?: unknown, extra: Record<string, unknown> = {}) {
     return this.post(`/models/${model}`, { inputs, ...(parameters ? { parameters } : {}), ...extra });
+  }
+
+  /** What a finished job holds: a worker's JobOutcome for every request it carried. */
+  async jobReturnValue(model: string, jobId: string): Promise<any> {
+    const redis = new Redis(this.redisUrl, { maxRetriesPerRequest: 1 });
+    try {
+      const raw = await redis.hget(`${this.prefix}:${queueNameFor(model)}:${jobId}`, 'returnvalue');
+      return raw === null ? undefined : JSON.parse(raw);
+    } finally {
+      redis.disconnect();
+    }
   }
 
   logs(): string {

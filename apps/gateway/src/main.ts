@@ -11,6 +11,7 @@ import { ModelRegistry } from './model-registry.js';
 import { ResultRouter } from './result-router.js';
 import { createRedisBreaker } from './breaker.js';
 import { InferenceService } from './inference.js';
+import { EnqueueCoalescer } from './coalescer.js';
 import { createApp } from './app.js';
 import { createMetrics } from './metrics.js';
 
@@ -40,11 +41,15 @@ async function main(): Promise<void> {
   const redis = createRedis(config.REDIS_URL, 'gateway', config.REDIS_COMMAND_TIMEOUT_MS);
   const subscriber = createRedis(config.REDIS_URL, 'subscriber');
   const queues = new QueueSet(redis, config.QUEUE_PREFIX);
-  const registry = new ModelRegistry(redis, config.QUEUE_PREFIX, queues, config.REGISTRY_REFRESH_MS, config.LOAD_FAILURE_TTL_MS, logger);
-  const router = new ResultRouter(subscriber, keys.results(config.QUEUE_PREFIX, gatewayId), config.RESULT_POLL_MS, logger);
+  const registry = new ModelRegistry(redis, config.QUEUE_PREFIX, gatewayId, config.REGISTRY_REFRESH_MS, config.LOAD_FAILURE_TTL_MS, logger);
   const breaker = createRedisBreaker(config, logger);
   const metrics = createMetrics(registry, breaker);
-  const service = new InferenceService(config, registry, queues, router, breaker, metrics.observeTiming);
+  const router = new ResultRouter(subscriber, keys.results(config.QUEUE_PREFIX, gatewayId), config.RESULT_POLL_MS, logger, metrics.unclaimed);
+  const coalescer = new EnqueueCoalescer(
+    (model, jobs) => breaker.guard(() => queues.enqueue(model, router.channel, jobs)),
+    (model) => registry.batchSize(model),
+  );
+  const service = new InferenceService(config, registry, queues, coalescer, router, breaker, redis, metrics);
   const app = createApp({ config, logger, service, registry, queues, breaker, metrics });
 
   await router.start();

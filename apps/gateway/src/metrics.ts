@@ -1,6 +1,7 @@
 import express, { type Request, type RequestHandler, type Response, type Router } from 'express';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { JobTiming } from '@tserve/contract';
+import type { JobTiming, RequestOutcome } from '@tserve/contract';
+import type { AbandonedAt, InferenceObserver } from './inference.js';
 import type { ModelRegistry } from './model-registry.js';
 import type { RedisBreaker } from './breaker.js';
 
@@ -34,12 +35,11 @@ export function routeOf(req: Request, res: Response): string {
   return typeof route?.path === 'string' ? `${req.baseUrl}${route.path}` : 'unmatched';
 }
 
-export interface GatewayMetrics {
-  readonly registry: Registry;
+export interface GatewayMetrics extends InferenceObserver {
   /** First middleware: counts and times every request when its response closes. */
   track: RequestHandler;
-  /** Records the timing the worker reported for one answered job. */
-  observeTiming(model: string, timing: JobTiming): void;
+  /** An outcome that arrived after its request stopped waiting; counts the ones the worker skipped. */
+  unclaimed(model: string, outcome: RequestOutcome): void;
   /** `GET /metrics` in the Prometheus text format. */
   routes(): Router;
 }
@@ -88,9 +88,21 @@ export function createMetrics(models: ModelRegistry, breaker: RedisBreaker): Gat
     buckets: BATCH_BUCKETS,
     registers,
   });
+  const abandoned = new Counter({
+    name: 'tserve_requests_abandoned_total',
+    help: 'Requests whose client left before the answer, by model and where they were dropped: gateway (never enqueued) or queue (workers told to skip them)',
+    labelNames: ['model', 'at'] as const,
+    registers,
+  });
+  const skipped = new Counter({
+    name: 'tserve_requests_skipped_total',
+    help: 'Abandoned requests a worker skipped unrun (the rest had already started when the worker heard)',
+    labelNames: ['model'] as const,
+    registers,
+  });
   new Gauge({
     name: 'tserve_queue_depth',
-    help: 'Jobs waiting in each served model\'s queue, as of the last registry refresh plus this gateway\'s enqueues since',
+    help: 'Requests accepted and not yet answered for each served model, over all gateways (this one exactly, the others as of the last registry refresh)',
     labelNames: ['model'] as const,
     registers,
     collect() {
@@ -134,12 +146,17 @@ export function createMetrics(models: ModelRegistry, breaker: RedisBreaker): Gat
   };
 
   return {
-    registry,
     track,
-    observeTiming(model, timing) {
+    answered(model: string, timing: JobTiming) {
       queueWait.observe({ model }, timing.queue_ms / 1000);
       inference.observe({ model }, timing.inference_ms / 1000);
       batchSize.observe({ model }, timing.batch_size);
+    },
+    abandoned(model: string, at: AbandonedAt) {
+      abandoned.inc({ model, at });
+    },
+    unclaimed(model: string, outcome: RequestOutcome) {
+      if (!outcome.ok && outcome.error.error_type === 'cancelled') skipped.inc({ model });
     },
     routes() {
       const router = express.Router();

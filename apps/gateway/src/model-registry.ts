@@ -1,16 +1,21 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import type { Task, WorkerInfo } from '@tserve/contract';
-import { listLiveWorkers, listLoadFailures, type LoadFailure } from '@tserve/queue';
-import type { QueueSet } from './queues.js';
+import { exchangeDepths, listLiveWorkers, listLoadFailures, type LoadFailure } from '@tserve/queue';
 
 export interface ServedModel {
   id: string;
   task: Task;
   workers: WorkerInfo[];
-  /** Waiting jobs at the last refresh, plus what this gateway has enqueued since that refresh began. */
+  /**
+   * Requests accepted and not yet answered: this gateway's own, counted exactly, plus what the other
+   * gateways reported at the last refresh.
+   */
   depth: number;
 }
+
+/** Before any worker of a model has announced its batch size; the worker's own default. */
+const DEFAULT_JOB_SEQUENCES = 32;
 
 /**
  * What the workers say they serve, refreshed from Redis in the background so that the request
@@ -22,8 +27,10 @@ export class ModelRegistry {
   private readonly known = new Map<string, Task>();
   /** Models whose worker reported it could not load them, and has no live worker since. */
   private failures = new Map<string, LoadFailure>();
-  /** Enqueues per model since start; a refresh adds those made while it ran to the depth it read. */
-  private readonly enqueued = new Map<string, number>();
+  /** This gateway's requests per model that are accepted and not yet answered. */
+  private readonly outstanding = new Map<string, number>();
+  /** What the other gateways last reported of their outstanding requests, per model. */
+  private peers = new Map<string, number>();
   private timer?: NodeJS.Timeout;
   lastError?: string;
   lastRefreshAt = 0;
@@ -31,7 +38,8 @@ export class ModelRegistry {
   constructor(
     private readonly redis: Redis,
     private readonly prefix: string,
-    private readonly queues: QueueSet,
+    /** This gateway's name in the depth each gateway reports to the others. */
+    private readonly gatewayId: string,
     private readonly refreshMs: number,
     private readonly failureTtlMs: number,
     private readonly logger: Logger,
@@ -68,21 +76,28 @@ export class ModelRegistry {
     return [...this.failures.values()];
   }
 
+  /** Most sequences a job for the model should carry: its smallest worker batch. */
+  batchSize(model: string): number {
+    const workers = this.models.get(model)?.workers ?? [];
+    return workers.length ? Math.min(...workers.map((w) => w.batchMaxSize)) : DEFAULT_JOB_SEQUENCES;
+  }
+
   taskOf(model: string): Task | undefined {
     return this.known.get(model);
   }
 
-  noteEnqueued(model: string): void {
-    this.enqueued.set(model, (this.enqueued.get(model) ?? 0) + 1);
+  /** A request for the model was accepted: it counts towards the depth until it is answered. */
+  noteAccepted(model: string): void {
+    this.outstanding.set(model, (this.outstanding.get(model) ?? 0) + 1);
     const served = this.models.get(model);
     if (served) served.depth++;
   }
 
-  /**
-   * A job of this gateway left the queue. Without this, an overloaded model would stay refused until
-   * the next refresh even after its workers drained it. The next refresh replaces the estimate.
-   */
+  /** A request of this gateway was answered, failed or abandoned. */
   noteLeft(model: string): void {
+    const left = (this.outstanding.get(model) ?? 1) - 1;
+    if (left > 0) this.outstanding.set(model, left);
+    else this.outstanding.delete(model);
     const served = this.models.get(model);
     if (served && served.depth > 0) served.depth--;
   }
@@ -93,7 +108,6 @@ export class ModelRegistry {
   }
 
   async refresh(): Promise<void> {
-    const enqueuedBefore = new Map(this.enqueued);
     try {
       const [workers, failures] = await Promise.all([
         listLiveWorkers(this.redis, this.prefix),
@@ -105,14 +119,13 @@ export class ModelRegistry {
         entry.workers.push(w);
         byModel.set(w.model, entry);
       }
-      await Promise.all(
-        [...byModel.values()].map(async (m) => {
-          const waiting = await this.queues.get(m.id).getWaitingCount();
-          // Jobs enqueued while the count was read may or may not be in it: count them, to err on the safe side.
-          m.depth = waiting + (this.enqueued.get(m.id) ?? 0) - (enqueuedBefore.get(m.id) ?? 0);
-        }),
-      );
-      for (const m of byModel.values()) this.known.set(m.id, m.task);
+      // Depth is exchanged per refresh, not per request: the request path stays free of Redis calls.
+      const mine = new Map([...byModel.keys()].map((id) => [id, this.outstanding.get(id) ?? 0]));
+      this.peers = await exchangeDepths(this.redis, this.prefix, this.gatewayId, mine, Math.max(3 * this.refreshMs, 2000));
+      for (const m of byModel.values()) {
+        m.depth = (this.outstanding.get(m.id) ?? 0) + (this.peers.get(m.id) ?? 0);
+        this.known.set(m.id, m.task);
+      }
       this.models = byModel;
       this.failures = new Map(failures.filter((f) => !byModel.has(f.model)).map((f) => [f.model, f]));
       if (this.lastError) this.logger.info('registry refresh recovered');

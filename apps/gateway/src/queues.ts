@@ -1,6 +1,8 @@
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
-import { DEFAULT_JOB_OPTIONS, queueNameFor } from '@tserve/queue';
+import type { InferenceJobData } from '@tserve/contract';
+import { DEFAULT_JOB_OPTIONS, JOB_NAME, queueNameFor } from '@tserve/queue';
+import type { CoalescedJob } from './coalescer.js';
 
 /** One BullMQ Queue per model, created on first use and sharing the gateway's connection. */
 export class QueueSet {
@@ -23,6 +25,14 @@ export class QueueSet {
       this.queues.set(model, queue);
     }
     return queue;
+  }
+
+  /** Adds jobs to a model's queue; several go in one MULTI, one round trip. */
+  async enqueue(model: string, replyTo: string, jobs: CoalescedJob[]): Promise<void> {
+    const queue = this.get(model);
+    const entries = jobs.map((job) => ({ name: JOB_NAME, data: { requests: job.requests, replyTo } satisfies InferenceJobData, opts: { jobId: job.id } }));
+    if (entries.length === 1) await queue.add(entries[0].name, entries[0].data, entries[0].opts);
+    else await queue.addBulk(entries);
   }
 
   all(): Queue[] {

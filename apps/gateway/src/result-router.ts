@@ -1,24 +1,24 @@
 import { Job, type Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { ApiError, type ErrorBody, type JobOutcome } from '@tserve/contract';
+import { ApiError, decodeJobFailure, type JobOutcome, type RequestOutcome } from '@tserve/contract';
 
 interface Waiter {
-  jobId: string;
-  queue: Queue;
   since: number;
-  resolve: (outcome: JobOutcome) => void;
+  /** The job carrying the request, once it is in Redis: the fallback poll reads it. */
+  job?: { queue: Queue; id: string };
+  resolve: (outcome: RequestOutcome) => void;
   reject: (err: ApiError) => void;
   timer: NodeJS.Timeout;
 }
 
 /**
- * Delivers each job's outcome to the request waiting for it, by job id.
+ * Delivers each request's outcome to the request waiting for it, by request id.
  *
- * Workers publish outcomes on this gateway instance's own channel (no shared event stream to
- * scan, nothing to trim). Pub/sub is fire-and-forget, so a message sent while the subscriber was
- * reconnecting would be lost: requests that wait longer than one poll period also read their
- * job's state from the queue, which still holds the result for a while after completion.
+ * Workers publish one message per job on this gateway instance's own channel, holding the outcome
+ * of every request in the job (no shared event stream to scan, nothing to trim). Pub/sub is
+ * fire-and-forget, so a message sent while the subscriber was reconnecting would be lost: requests
+ * that wait longer than one poll period also read their job's stored return value.
  */
 export class ResultRouter {
   private readonly waiters = new Map<string, Waiter>();
@@ -30,6 +30,8 @@ export class ResultRouter {
     readonly channel: string,
     private readonly pollMs: number,
     private readonly logger: Logger,
+    /** Told of outcomes nobody waits for any more (the client left, or was answered 504). */
+    private readonly onUnclaimed: (model: string, outcome: RequestOutcome) => void = () => {},
   ) {}
 
   async start(): Promise<void> {
@@ -43,25 +45,31 @@ export class ResultRouter {
     return this.waiters.size;
   }
 
-  /** Resolves with the job's outcome, or rejects with a 504 when `deadline` (epoch ms) passes first. */
-  wait(jobId: string, queue: Queue, deadline: number): Promise<JobOutcome> {
+  /** Resolves with the request's outcome, or rejects with a 504 when `deadline` (epoch ms) passes first. */
+  wait(requestId: string, deadline: number): Promise<RequestOutcome> {
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
-        this.waiters.delete(jobId);
-        // Best effort: a job still waiting is removed; a worker that picks it up anyway drops it unrun.
-        queue.remove(jobId).catch(() => {});
+        this.waiters.delete(requestId);
+        // A request still queued is dropped unrun by the worker, which checks every deadline.
         reject(new ApiError('timeout', 'the request deadline passed before the model answered'));
       }, Math.max(0, deadline - Date.now()));
-      this.waiters.set(jobId, { jobId, queue, since: Date.now(), resolve, reject, timer });
+      this.waiters.set(requestId, { since: Date.now(), resolve, reject, timer });
     });
   }
 
-  /** Releases a waiter whose enqueue failed. */
-  cancel(jobId: string): void {
-    const waiter = this.waiters.get(jobId);
+  /** Names the job that carries a waiting request, for the fallback poll. */
+  bindJob(requestId: string, queue: Queue, jobId: string): void {
+    const waiter = this.waiters.get(requestId);
+    if (waiter) waiter.job = { queue, id: jobId };
+  }
+
+  /** Releases a waiter (its enqueue failed, or its client left); it rejects with `error` if given. */
+  cancel(requestId: string, error?: ApiError): void {
+    const waiter = this.waiters.get(requestId);
     if (!waiter) return;
     clearTimeout(waiter.timer);
-    this.waiters.delete(jobId);
+    this.waiters.delete(requestId);
+    if (error) waiter.reject(error);
   }
 
   async stop(): Promise<void> {
@@ -69,20 +77,27 @@ export class ResultRouter {
     await this.subscriber.unsubscribe(this.channel).catch(() => {});
   }
 
-  private deliver(outcome: JobOutcome): void {
+  private deliver(model: string, outcome: RequestOutcome): void {
     const waiter = this.waiters.get(outcome.id);
-    if (!waiter) return; // answered already (by the poll, or a 504), or another gateway's job
+    if (!waiter) {
+      // Answered already (by the poll, or a 504), or its client left.
+      this.onUnclaimed(model, outcome);
+      return;
+    }
     clearTimeout(waiter.timer);
     this.waiters.delete(outcome.id);
     waiter.resolve(outcome);
   }
 
   private onMessage(message: string): void {
+    let parsed: JobOutcome;
     try {
-      this.deliver(JSON.parse(message) as JobOutcome);
+      parsed = JSON.parse(message) as JobOutcome;
     } catch (err) {
       this.logger.warn({ err: String(err) }, 'unreadable result message');
+      return;
     }
+    for (const outcome of parsed.outcomes) this.deliver(parsed.model, outcome);
   }
 
   private async poll(): Promise<void> {
@@ -90,34 +105,32 @@ export class ResultRouter {
     this.polling = true;
     try {
       const cutoff = Date.now() - this.pollMs;
-      const stale = [...this.waiters.values()].filter((w) => w.since <= cutoff);
-      await Promise.all(stale.map((w) => this.readState(w)));
+      const jobs = new Map<string, { queue: Queue; id: string }>();
+      for (const waiter of this.waiters.values()) {
+        if (waiter.since <= cutoff && waiter.job) jobs.set(`${waiter.job.queue.name}/${waiter.job.id}`, waiter.job);
+      }
+      await Promise.all([...jobs.values()].map((job) => this.readJob(job.queue, job.id)));
     } finally {
       this.polling = false;
     }
   }
 
-  private async readState(waiter: Waiter): Promise<void> {
+  /** Delivers what a finished job holds: its outcomes, or its failure to each of its requests. */
+  private async readJob(queue: Queue, jobId: string): Promise<void> {
     try {
-      const job = await Job.fromId(waiter.queue, waiter.jobId);
-      if (!job) return;
-      if (job.finishedOn && job.returnvalue) {
-        this.deliver(job.returnvalue as JobOutcome);
-      } else if (job.finishedOn && job.failedReason) {
-        this.deliver({ id: waiter.jobId, ok: false, error: parseFailure(job.failedReason) });
+      const job = await Job.fromId(queue, jobId);
+      if (!job?.finishedOn) return;
+      const model = (job.returnvalue as JobOutcome | null)?.model ?? queue.name;
+      if (job.returnvalue) {
+        for (const outcome of (job.returnvalue as JobOutcome).outcomes) this.deliver(model, outcome);
+      } else if (job.failedReason) {
+        const error = decodeJobFailure(job.failedReason);
+        for (const request of (job.data as { requests?: Array<{ id: string }> }).requests ?? []) {
+          if (this.waiters.has(request.id)) this.deliver(model, { id: request.id, ok: false, error });
+        }
       }
     } catch {
       // Redis unreachable: the request keeps waiting until its deadline.
     }
   }
-}
-
-function parseFailure(reason: string): ErrorBody {
-  try {
-    const body = JSON.parse(reason) as ErrorBody;
-    if (typeof body.error === 'string' && typeof body.error_type === 'string') return body;
-  } catch {
-    // Not written by a worker (e.g. BullMQ's own "job stalled more than allowable limit").
-  }
-  return { error: `the job failed: ${reason}`, error_type: 'internal' };
 }

@@ -50,6 +50,15 @@ function requestId(req: Request, res: Response): string {
   return id;
 }
 
+/** Aborts when the client closes the connection before its answer was sent. */
+function clientGone(res: Response): AbortSignal {
+  const controller = new AbortController();
+  res.once('close', () => {
+    if (!res.writableFinished) controller.abort();
+  });
+  return controller.signal;
+}
+
 const minDefined = (...values: Array<number | undefined>) => {
   const defined = values.filter((v): v is number => v !== undefined);
   return defined.length ? Math.min(...defined) : undefined;
@@ -83,7 +92,7 @@ export function inferenceRoutes(config: GatewayConfig, service: InferenceService
       ? parseInferenceBody(req.body)
       : { single: true, inputs: [String(req.body ?? '')], parameters: {}, timeoutMs: undefined };
     if (!call.inputs[0]) throw new ApiError('validation', 'send the text to run as the request body, e.g. curl -X POST -d "some text" localhost:8000/');
-    const result = await service.infer({ model: service.defaultModel(), inputs: call.inputs, parameters: call.parameters, timeoutMs: minDefined(call.timeoutMs, headerTimeout(req)), requestId: requestId(req, res) });
+    const result = await service.infer({ model: service.defaultModel(), inputs: call.inputs, parameters: call.parameters, timeoutMs: minDefined(call.timeoutMs, headerTimeout(req)), requestId: requestId(req, res), signal: clientGone(res) });
     respond(res, result, call.single, startedAt);
   });
 
@@ -93,7 +102,7 @@ export function inferenceRoutes(config: GatewayConfig, service: InferenceService
     if (!isJson(req)) throw new ApiError('unsupported_media_type', 'send a JSON body with Content-Type: application/json');
     const model = modelOf(req);
     const call = parseInferenceBody(req.body);
-    const result = await service.infer({ model, inputs: call.inputs, parameters: call.parameters, timeoutMs: minDefined(call.timeoutMs, headerTimeout(req)), requestId: requestId(req, res) });
+    const result = await service.infer({ model, inputs: call.inputs, parameters: call.parameters, timeoutMs: minDefined(call.timeoutMs, headerTimeout(req)), requestId: requestId(req, res), signal: clientGone(res) });
     respond(res, result, call.single, startedAt);
   });
 

@@ -1,19 +1,21 @@
 /**
  * Deadline-bounded dynamic batch formation.
  *
- * Blocks for the first job; then gathers more until the batch holds `maxSize` sequences or one
- * deadline, `maxWaitMs` after the first job, has passed (the deadline is never extended). A fetch
- * round that comes back short means the queue is empty: the batch runs at once, so a lone request
- * never waits for company.
- *
- * Fetches of a round are issued together, so they share one Redis round trip instead of paying one
- * each (BullMQ's own concurrent worker fetches one job per round trip). The first round asks for a
- * few jobs only, so at low load an empty queue costs a handful of cheap calls, not `maxSize`.
+ * Waits for the first job; then gathers more until the batch holds `maxSize` sequences or one
+ * deadline, `maxWaitMs` after the first job, has passed (the deadline is never extended). The queue
+ * is asked how many jobs wait before any is fetched, so an empty queue costs one cheap length read
+ * and no fetch (a fetch is one of BullMQ's scripts, about ten commands inside Redis); an empty
+ * queue also ends the gathering at once, so a lone request never waits for company. The jobs of
+ * one round are fetched together, in one round trip.
  */
 
 export interface JobSource<J> {
-  /** The next waiting job; with `block`, waits for one (may still return undefined on timeout). */
-  take(block: boolean): Promise<J | undefined>;
+  /** Waits for the next job (may still return undefined, e.g. when the source is closing). */
+  next(): Promise<J | undefined>;
+  /** How many jobs are waiting now. */
+  waiting(): Promise<number>;
+  /** Up to `count` waiting jobs, fetched together. */
+  take(count: number): Promise<J[]>;
 }
 
 export interface BatchLimits {
@@ -21,32 +23,29 @@ export interface BatchLimits {
   maxWaitMs: number;
 }
 
-export const PROBE_ROUND = 4;
-
-export async function gatherBatch<J>(
-  source: JobSource<J>,
-  limits: BatchLimits,
-  sizeOf: (job: J) => number,
-): Promise<J[]> {
-  const first = await source.take(true);
+export async function gatherBatch<J>(source: JobSource<J>, limits: BatchLimits, sizeOf: (job: J) => number): Promise<J[]> {
+  const first = await source.next();
   if (first === undefined) return [];
-  const batch = [first];
-  let size = sizeOf(first);
+  const batch: J[] = [first];
   const deadline = performance.now() + limits.maxWaitMs;
-  let round = PROBE_ROUND;
+  let size = sizeOf(first);
   while (size < limits.maxSize && performance.now() < deadline) {
-    // Each job holds at least one sequence, so this many jobs can fill the batch at most.
-    const want = Math.min(round, limits.maxSize - size);
-    const fetched = await Promise.all(Array.from({ length: want }, () => source.take(false)));
-    let got = 0;
-    for (const job of fetched) {
-      if (job === undefined) continue;
-      batch.push(job);
-      size += sizeOf(job);
-      got++;
-    }
-    if (got < want) break;
-    round = limits.maxSize;
+    const more = await topUp(source, limits.maxSize - size, sizeOf(first));
+    if (more.length === 0) break;
+    batch.push(...more);
+    for (const job of more) size += sizeOf(job);
   }
   return batch;
+}
+
+/**
+ * Jobs waiting now, without blocking, about as many as fill `room` sequences. Sizes are known only
+ * after the fetch: a gateway coalesces requests into jobs of similar size under steady load, so the
+ * size of a job just seen is the guess (a batch may overshoot; the planner splits its model calls).
+ */
+export async function topUp<J>(source: JobSource<J>, room: number, typicalJobSize: number): Promise<J[]> {
+  if (room <= 0) return [];
+  const waiting = await source.waiting();
+  if (waiting === 0) return [];
+  return source.take(Math.min(waiting, Math.max(1, Math.floor(room / Math.max(1, typicalJobSize)))));
 }

@@ -1,65 +1,120 @@
 import type { Job, Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import type { InferenceJobData, JobOutcome } from '@tserve/contract';
-import { gatherBatch, type BatchLimits } from './batcher.js';
-import type { BatchRunner, BatchReport, RunnableJob } from './runner.js';
+import type { CancelNotice, InferenceJobData, JobOutcome, QueuedRequest, RequestOutcome } from '@tserve/contract';
+import { gatherBatch, topUp, type BatchLimits, type JobSource } from './batcher.js';
+import type { BatchRunner, BatchReport, PreparedBatch } from './runner.js';
 
 export interface ConsumerOptions {
+  model: string;
   limits: BatchLimits;
   lockMs: number;
   token: string;
   onBatch?: (report: BatchReport, jobs: number) => void;
 }
 
+/** A job this worker holds: its lock is renewed until every one of its requests has an outcome. */
+interface HeldJob {
+  job: Job<InferenceJobData>;
+  outcomes: Array<RequestOutcome | undefined>;
+  remaining: number;
+}
+
+/** How long a cancellation is remembered: longer than any request's deadline may be. */
+const CANCEL_MEMORY_MS = 10 * 60_000;
+
 /**
- * Pulls batches from the model's BullMQ queue and settles each job: the outcome is published to
- * the waiting gateway by job id and recorded in the queue. Jobs are fetched by hand (not with a
- * processor function) so a batch can be gathered in one round trip; locks are renewed here while
- * a batch runs, and BullMQ's stalled-job checker returns a dead worker's jobs to the queue.
+ * Pulls batches from the model's BullMQ queue, hands their requests to the runner, and settles each
+ * job once all its requests have outcomes: one publication to the waiting gateway, one record in
+ * the queue. Jobs are fetched by hand (not with a processor function) so a batch is gathered in few
+ * round trips, and the next batch is fetched and tokenized while the model thread runs the current
+ * one. Locks are renewed here in one call for all held jobs; BullMQ's stalled-job checker returns a
+ * dead worker's jobs to the queue.
  */
 export class Consumer {
   private stopping = false;
   private busy = false;
   private loop?: Promise<void>;
+  private renewTimer?: NodeJS.Timeout;
   private readonly settling = new Set<Promise<void>>();
-  private readonly inFlight = new Map<string, Job<InferenceJobData>>();
+  /** Held jobs by job id, and the job of each of their requests. */
+  private readonly held = new Map<string, HeldJob>();
+  private readonly jobOfRequest = new Map<string, { held: HeldJob; index: number }>();
+  /** Requests whose client left, with when that was heard. */
+  private readonly cancelled = new Map<string, number>();
+  private readonly source: JobSource<Job<InferenceJobData>>;
 
   constructor(
     private readonly worker: Worker<InferenceJobData>,
+    /** The worker's command connection, for the wait list's length. */
+    private readonly connection: Redis,
+    /** Publishes outcomes and records them; its commands are pipelined. */
     private readonly publisher: Redis,
     private readonly runner: BatchRunner,
     private readonly options: ConsumerOptions,
     private readonly logger: Logger,
-  ) {}
+  ) {
+    const token = options.token;
+    const waitKey = worker.keys.wait;
+    this.source = {
+      next: async () => {
+        const job = (await worker.getNextJob(token, { block: true })) as Job<InferenceJobData> | undefined;
+        if (job) this.busy = true;
+        return job;
+      },
+      waiting: async () => {
+        const waiting = await connection.llen(waitKey);
+        // BullMQ tries one fetch before blocking after any job it handed out; the length just read
+        // says that fetch would come back empty, so skip it and block on the queue's marker at once
+        // (a job added meanwhile leaves a marker, so none is missed).
+        if (waiting === 0) (worker as unknown as { drained: boolean }).drained = true;
+        return waiting;
+      },
+      take: async (count) => {
+        const jobs = await Promise.all(Array.from({ length: count }, () => worker.getNextJob(token, { block: false })));
+        return jobs.filter((j): j is Job<InferenceJobData> => j !== undefined);
+      },
+    };
+  }
+
+  /** True for a request whose client has gone away; the runner skips it. */
+  isAbandoned = (requestId: string): boolean => this.cancelled.has(requestId);
+
+  /** Remembers requests named on the model's cancellation channel. */
+  noteCancelled(message: string): void {
+    try {
+      const notice = JSON.parse(message) as CancelNotice;
+      const now = Date.now();
+      for (const id of notice.ids) this.cancelled.set(id, now);
+    } catch {
+      this.logger.warn('unreadable cancellation message');
+    }
+  }
 
   start(): void {
+    this.renewTimer = setInterval(() => void this.renewLocks(), Math.max(100, this.options.lockMs / 2));
     this.loop = this.run();
   }
 
-  /** Stops fetching, finishes the batch in hand and its publications. */
+  /** Stops fetching, finishes the batches in hand and their publications. */
   async stop(): Promise<void> {
     this.stopping = true;
     // A worker idle in a blocking fetch holds no job: closing wakes it up.
     if (!this.busy) await this.worker.close();
     await this.loop;
     await Promise.allSettled(this.settling);
+    clearInterval(this.renewTimer);
     await this.worker.close();
   }
 
   private async run(): Promise<void> {
-    const source = {
-      take: async (block: boolean) => {
-        const job = (await this.worker.getNextJob(this.options.token, { block })) as Job<InferenceJobData> | undefined;
-        if (job) this.busy = true;
-        return job;
-      },
-    };
+    let running: Promise<void> = Promise.resolve();
+    let modelBusy = false;
     while (!this.stopping) {
-      this.busy = false;
+      if (!modelBusy) this.busy = false;
       let jobs: Job<InferenceJobData>[];
       try {
-        jobs = await gatherBatch(source, this.options.limits, (job) => job.data.inputs.length);
+        jobs = await gatherBatch(this.source, this.options.limits, (job) => sequencesOf(job));
       } catch (err) {
         if (this.stopping) break;
         this.logger.warn({ err: String(err) }, 'fetching jobs failed; retrying');
@@ -67,59 +122,105 @@ export class Consumer {
         continue;
       }
       if (jobs.length === 0) continue;
-      await this.runBatch(jobs);
+      this.hold(jobs);
+      // Tokenized here while the model thread may still run the previous batch.
+      const batch = this.runner.prepare(jobs.flatMap((j) => j.data.requests));
+      const waitedForModel = modelBusy;
+      await running;
+      // This batch waited for the model anyway: what arrived meanwhile joins it without delaying it.
+      if (waitedForModel && !this.stopping) await this.topUp(batch);
+      modelBusy = true;
+      running = this.execute(batch, jobs.length).finally(() => {
+        modelBusy = false;
+      });
+    }
+    await running;
+  }
+
+  private async topUp(batch: PreparedBatch): Promise<void> {
+    try {
+      const typical = Math.max(1, Math.round(batch.sequences.length / Math.max(1, this.held.size)));
+      const more = await topUp(this.source, this.options.limits.maxSize - batch.sequences.length, typical);
+      if (more.length === 0) return;
+      this.hold(more);
+      this.runner.prepare(more.flatMap((j) => j.data.requests), batch);
+    } catch (err) {
+      this.logger.warn({ err: String(err) }, 'fetching more jobs failed; running the batch as it is');
     }
   }
 
-  private async runBatch(jobs: Job<InferenceJobData>[]): Promise<void> {
-    for (const job of jobs) this.inFlight.set(job.id!, job);
-    const renew = setInterval(() => void this.extendLocks(), Math.max(100, this.options.lockMs / 2));
+  private async execute(batch: PreparedBatch, jobs: number): Promise<void> {
     try {
-      const runnable: RunnableJob[] = jobs.map((job) => ({ id: job.id!, data: job.data }));
-      const report = await this.runner.run(runnable);
-      this.options.onBatch?.(report, jobs.length);
+      const report = await this.runner.execute(batch);
+      this.options.onBatch?.(report, jobs);
     } catch (err) {
-      // The runner isolates input errors itself; reaching here is a bug, and its jobs must not hang.
+      // The runner isolates input errors itself; reaching here is a bug, and its requests must not hang.
       this.logger.error({ err: String(err) }, 'batch failed unexpectedly');
-      for (const job of jobs) {
-        if (this.inFlight.has(job.id!)) {
-          void this.settle({ id: job.id!, data: job.data }, { id: job.id!, ok: false, error: { error: 'internal error while running the model', error_type: 'internal' } });
+      for (const { owner } of batch.sequences) {
+        if (this.jobOfRequest.has(owner.pending.request.id)) {
+          this.finish(owner.pending.request, {
+            id: owner.pending.request.id,
+            ok: false,
+            error: { error: 'internal error while running the model', error_type: 'internal' },
+          });
         }
       }
-    } finally {
-      clearInterval(renew);
     }
   }
 
-  private async extendLocks(): Promise<void> {
-    await Promise.all(
-      [...this.inFlight.values()].map((job) =>
-        job.extendLock(this.options.token, this.options.lockMs).catch((err) => this.logger.warn({ jobId: job.id, err: String(err) }, 'lock renewal failed')),
-      ),
-    );
+  private hold(jobs: Job<InferenceJobData>[]): void {
+    for (const job of jobs) {
+      const held: HeldJob = { job, outcomes: new Array(job.data.requests.length), remaining: job.data.requests.length };
+      this.held.set(job.id!, held);
+      job.data.requests.forEach((request, index) => this.jobOfRequest.set(request.id, { held, index }));
+    }
   }
 
-  /** Passed to the runner as its Finish: publish first (the client is waiting), then record. */
-  settle = (job: RunnableJob, outcome: JobOutcome): Promise<void> => {
-    const bullJob = this.inFlight.get(job.id);
-    this.inFlight.delete(job.id);
+  /** Passed to the runner: records a request's outcome; the job is settled with its last one. */
+  finish = (request: QueuedRequest, outcome: RequestOutcome): void => {
+    const place = this.jobOfRequest.get(request.id);
+    if (!place) return;
+    this.jobOfRequest.delete(request.id);
+    this.cancelled.delete(request.id);
+    place.held.outcomes[place.index] = outcome;
+    if (--place.held.remaining === 0) this.settle(place.held);
+  };
+
+  /** Publishes first (clients are waiting), then records the job as completed; both in one round trip. */
+  private settle(held: HeldJob): void {
+    const { job } = held;
+    this.held.delete(job.id!);
+    const result: JobOutcome = { job: job.id!, model: this.options.model, outcomes: held.outcomes as RequestOutcome[] };
     const work = (async () => {
-      const publish = this.publisher.publish(job.data.replyTo, JSON.stringify(outcome));
-      const record = bullJob
-        ? outcome.ok
-          ? bullJob.moveToCompleted(outcome, this.options.token, false)
-          : bullJob.moveToFailed(new Error(JSON.stringify(outcome.error)), this.options.token, false)
-        : Promise.resolve();
-      const [published, recorded] = await Promise.allSettled([publish, record]);
+      const [published, recorded] = await Promise.allSettled([
+        this.publisher.publish(job.data.replyTo, JSON.stringify(result)),
+        job.moveToCompleted(result, this.options.token, false),
+      ]);
       for (const r of [published, recorded]) {
         if (r.status === 'rejected') this.logger.warn({ jobId: job.id, err: String(r.reason) }, 'settling job failed');
       }
-      // A failure gets an info line with its type only: messages may quote the user's input.
-      if (outcome.ok) this.logger.debug({ jobId: job.id, ok: true }, 'job settled');
-      else this.logger.info({ jobId: job.id, ok: false, error_type: outcome.error.error_type }, 'job failed');
+      // Failures get their type only: messages may quote the user's input.
+      const failed = result.outcomes.filter((o) => !o.ok);
+      this.logger.debug(
+        { jobId: job.id, requests: result.outcomes.map((o) => o.id), failed: failed.map((o) => (o.ok ? undefined : o.error.error_type)) },
+        'job settled',
+      );
     })();
     this.settling.add(work);
     void work.finally(() => this.settling.delete(work));
-    return work;
-  };
+  }
+
+  private async renewLocks(): Promise<void> {
+    const now = Date.now();
+    for (const [id, at] of this.cancelled) if (now - at > CANCEL_MEMORY_MS) this.cancelled.delete(id);
+    const ids = [...this.held.keys()];
+    if (ids.length === 0) return;
+    try {
+      await this.worker.extendJobLocks(ids, ids.map(() => this.options.token), this.options.lockMs);
+    } catch (err) {
+      this.logger.warn({ jobs: ids.length, err: String(err) }, 'lock renewal failed');
+    }
+  }
 }
+
+const sequencesOf = (job: Job<InferenceJobData>) => job.data.requests.reduce((n, r) => n + r.inputs.length, 0);

@@ -4,7 +4,7 @@ import { Worker } from 'bullmq';
 import { pino } from 'pino';
 import { ConfigError, formatHelp, loadWorkerConfig } from '@tserve/config';
 import type { InferenceJobData, WorkerInfo } from '@tserve/contract';
-import { clearLoadFailure, createRedis, queueNameFor, reportLoadFailure } from '@tserve/queue';
+import { clearLoadFailure, createRedis, keys, queueNameFor, reportLoadFailure } from '@tserve/queue';
 import { describeModel, ModelLoadError } from './model.js';
 import { ModelThread } from './model-thread-client.js';
 import { Engine } from './engine.js';
@@ -46,7 +46,8 @@ async function main(): Promise<void> {
   logger.info({ task: loaded.task, dtype: config.DTYPE, device: config.DEVICE, loadMs: Math.round(performance.now() - started) }, 'model loaded');
 
   const connection = createRedis(config.REDIS_URL, 'worker');
-  const publisher = createRedis(config.REDIS_URL, 'worker');
+  const publisher = createRedis(config.REDIS_URL, 'worker', undefined, { enableAutoPipelining: true });
+  const cancellations = createRedis(config.REDIS_URL, 'subscriber');
   const worker = new Worker<InferenceJobData>(queueNameFor(config.MODEL), null, {
     connection,
     prefix: config.QUEUE_PREFIX,
@@ -61,25 +62,28 @@ async function main(): Promise<void> {
   });
   worker.on('error', (err) => logger.warn({ err: String(err) }, 'queue connection error'));
 
-  let consumer: Consumer | undefined;
-  const runner = new BatchRunner(
-    engine,
-    head,
-    { maxSize: config.BATCH_MAX_SIZE, maxTokens: config.BATCH_MAX_TOKENS },
-    (job, outcome) => consumer!.settle(job, outcome),
-  );
-  consumer = new Consumer(
+  const consumer: Consumer = new Consumer(
     worker,
+    connection,
     publisher,
-    runner,
+    new BatchRunner(
+      engine,
+      head,
+      { maxSize: config.BATCH_MAX_SIZE, maxTokens: config.BATCH_MAX_TOKENS },
+      (request, outcome) => consumer.finish(request, outcome),
+      (id) => consumer.isAbandoned(id),
+    ),
     {
+      model: config.MODEL,
       limits: { maxSize: config.BATCH_MAX_SIZE, maxWaitMs: config.BATCH_MAX_WAIT_MS },
       lockMs: config.JOB_LOCK_MS,
       token: workerId,
-      onBatch: (report, jobs) => logger.debug({ jobs, calls: report.callSizes, expired: report.expired }, 'batch done'),
+      onBatch: (report, jobs) => logger.debug({ jobs, calls: report.callSizes, expired: report.expired, abandoned: report.abandoned }, 'batch done'),
     },
     logger,
   );
+  cancellations.on('message', (_channel: string, message: string) => consumer.noteCancelled(message));
+  await cancellations.subscribe(keys.cancellations(config.QUEUE_PREFIX, config.MODEL));
 
   const info: WorkerInfo = {
     id: workerId,
@@ -108,9 +112,9 @@ async function main(): Promise<void> {
     logger.info({ signal }, 'stopping: finishing the batch in hand');
     // Leave the registry first so no gateway counts on this worker while it drains.
     await heartbeat.stop();
-    await consumer!.stop();
+    await consumer.stop();
     await thread.stop();
-    await Promise.allSettled([connection.quit(), publisher.quit()]);
+    await Promise.allSettled([connection.quit(), publisher.quit(), cancellations.quit()]);
     logger.info('stopped');
     process.exit(0);
   };

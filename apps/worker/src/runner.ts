@@ -1,28 +1,27 @@
-import { ApiError, type InferenceJobData, type JobOutcome, type TaskParameters } from '@tserve/contract';
+import { ApiError, type QueuedRequest, type RequestOutcome, type TaskParameters } from '@tserve/contract';
 import type { Engine, Encoded, BatchOutput } from './engine.js';
 import type { TaskHead } from './tasks/index.js';
 import { planBatches, type PlanLimits, type Sequence } from './planner.js';
 
-/** What the runner needs of a queued job; BullMQ's Job is adapted to this in consumer.ts. */
-export interface RunnableJob {
-  id: string;
-  data: InferenceJobData;
-}
-
-/** Where finished jobs go: the consumer publishes each outcome and settles the job in the queue. */
-export type Finish = (job: RunnableJob, outcome: JobOutcome) => Promise<void>;
+/** Where finished requests go: the consumer gathers them by job, then publishes and settles the job. */
+export type Finish = (request: QueuedRequest, outcome: RequestOutcome) => void;
 
 export interface BatchReport {
   /** Sequences in each model call that ran. */
   callSizes: number[];
-  /** Padded tokens (longest × count) of each model call. */
-  callTokens: number[];
   expired: number;
-  rejected: number;
+  /** Requests whose client had left: skipped unrun. */
+  abandoned: number;
+}
+
+/** A batch tokenized and checked, ready for its model calls. */
+export interface PreparedBatch {
+  sequences: Sequence<{ pending: Pending; input: number }>[];
+  report: BatchReport;
 }
 
 interface Pending {
-  job: RunnableJob;
+  request: QueuedRequest;
   parameters: TaskParameters;
   outputs: unknown[];
   remaining: number;
@@ -39,9 +38,9 @@ type Result = { ok: true; value: unknown } | { ok: false; error: ApiError };
 const firstLine = (message: string) => message.split('\n')[0].replace(/\/\S*onnxruntime_src\S*/g, '').slice(0, 240);
 
 /**
- * Runs one gathered batch of jobs: drops expired jobs unrun, rejects bad inputs alone, plans model
- * calls by length and tokens, and isolates a failing input by splitting its call until only the
- * culprit fails. Each job is finished as soon as its last input is done.
+ * Runs one gathered batch of requests: drops expired and abandoned ones unrun, rejects bad inputs
+ * alone, plans model calls by length and tokens, and isolates a failing input by splitting its call
+ * until only the culprit fails. Each request is finished as soon as its last input is done.
  */
 export class BatchRunner {
   constructor(
@@ -49,46 +48,52 @@ export class BatchRunner {
     private readonly head: TaskHead,
     private readonly limits: PlanLimits,
     private readonly finish: Finish,
+    /** True for a request whose client has gone away. */
+    private readonly isAbandoned: (requestId: string) => boolean = () => false,
     private readonly now: () => number = Date.now,
   ) {}
 
-  async run(jobs: RunnableJob[]): Promise<BatchReport> {
-    const report: BatchReport = { callSizes: [], callTokens: [], expired: 0, rejected: 0 };
-    const sequences: Sequence<{ pending: Pending; input: number }>[] = [];
+  async run(requests: QueuedRequest[]): Promise<BatchReport> {
+    return this.execute(this.prepare(requests));
+  }
 
-    for (const job of jobs) {
-      if (job.data.deadline <= this.now()) {
-        report.expired++;
-        void this.fail(job, new ApiError('timeout', 'the request deadline passed before the model ran it'));
-        continue;
-      }
+  /**
+   * Tokenizes and checks a batch on this thread; the consumer does it while the model thread still
+   * runs the previous batch. Expired, abandoned and invalid requests are finished here, unrun.
+   */
+  prepare(requests: QueuedRequest[], into?: PreparedBatch): PreparedBatch {
+    const batch = into ?? { sequences: [], report: { callSizes: [], expired: 0, abandoned: 0 } };
+    for (const request of requests) {
+      if (this.dropIfDead(request, batch.report)) continue;
       const pending: Pending = {
-        job,
-        parameters: job.data.parameters,
-        outputs: new Array(job.data.inputs.length),
-        remaining: job.data.inputs.length,
+        request,
+        parameters: request.parameters,
+        outputs: new Array(request.inputs.length),
+        remaining: request.inputs.length,
         warnings: [],
         inferenceMs: 0,
         batchSize: 0,
         failed: false,
       };
       try {
-        const encoded = job.data.inputs.map((text, i) => this.prepare(text, i, job.data.inputs.length, pending));
-        encoded.forEach((e, input) => sequences.push({ owner: { pending, input }, encoded: e }));
+        const encoded = request.inputs.map((text, i) => this.prepareInput(text, i, request.inputs.length, pending));
+        encoded.forEach((e, input) => batch.sequences.push({ owner: { pending, input }, encoded: e }));
       } catch (err) {
-        report.rejected++;
-        void this.fail(job, err instanceof ApiError ? err : new ApiError('validation', String(err)));
+        this.fail(request, err instanceof ApiError ? err : new ApiError('validation', String(err)));
       }
     }
+    return batch;
+  }
 
-    for (const chunk of planBatches(sequences, this.limits)) {
-      // A long batch ahead of it may have used up a job's time.
+  /** Runs a prepared batch's model calls, planned by length and tokens. */
+  async execute(batch: PreparedBatch): Promise<BatchReport> {
+    const { report } = batch;
+    for (const chunk of planBatches(batch.sequences, this.limits)) {
+      // A long call ahead of it may have used up a request's time, or its client may have left.
       const live = chunk.filter(({ owner }) => {
         if (owner.pending.failed) return false;
-        if (owner.pending.job.data.deadline > this.now()) return true;
+        if (!this.dropIfDead(owner.pending.request, report)) return true;
         owner.pending.failed = true;
-        report.expired++;
-        void this.fail(owner.pending.job, new ApiError('timeout', 'the request deadline passed before the model ran it'));
         return false;
       });
       if (live.length === 0) continue;
@@ -96,18 +101,33 @@ export class BatchRunner {
       const startedAt = this.now();
       const results = await this.runIsolated(live, report);
       const elapsed = performance.now() - started;
-      // A job with several inputs in this call spent the call's time once, not once per input.
+      // A request with several inputs in this call spent the call's time once, not once per input.
       for (const pending of new Set(live.map(({ owner }) => owner.pending))) {
         pending.inferenceMs += elapsed;
         pending.batchSize = Math.max(pending.batchSize, live.length);
-        pending.queueMs ??= Math.max(0, startedAt - pending.job.data.enqueuedAt);
+        pending.queueMs ??= Math.max(0, startedAt - pending.request.enqueuedAt);
       }
       live.forEach(({ owner }, i) => this.settle(owner.pending, owner.input, results[i]));
     }
     return report;
   }
 
-  private prepare(text: string, index: number, count: number, pending: Pending): Encoded {
+  /** Finishes, unrun, a request past its deadline or whose client left; true if it did. */
+  private dropIfDead(request: QueuedRequest, report: BatchReport): boolean {
+    if (request.deadline <= this.now()) {
+      report.expired++;
+      this.fail(request, new ApiError('timeout', 'the request deadline passed before the model ran it'));
+      return true;
+    }
+    if (this.isAbandoned(request.id)) {
+      report.abandoned++;
+      this.fail(request, new ApiError('cancelled', 'the client closed the connection before the model ran the request'));
+      return true;
+    }
+    return false;
+  }
+
+  private prepareInput(text: string, index: number, count: number, pending: Pending): Encoded {
     const truncation = pending.parameters.truncation ?? true;
     try {
       const encoded = this.engine.encode(text, truncation);
@@ -129,7 +149,6 @@ export class BatchRunner {
     let output: BatchOutput;
     try {
       report.callSizes.push(chunk.length);
-      report.callTokens.push(chunk.length * Math.max(...chunk.map((s) => s.encoded.ids.length)));
       output = await this.engine.forward(chunk.map((s) => s.encoded));
     } catch (err) {
       if (chunk.length === 1) return [{ ok: false, error: this.culpritError(chunk[0].encoded, err) }];
@@ -162,15 +181,15 @@ export class BatchRunner {
     if (pending.failed) return;
     if (!result.ok) {
       pending.failed = true;
-      const many = pending.job.data.inputs.length > 1;
+      const many = pending.request.inputs.length > 1;
       const error = many ? new ApiError(result.error.type, `inputs[${input}]: ${result.error.message}`) : result.error;
-      void this.fail(pending.job, error);
+      this.fail(pending.request, error);
       return;
     }
     pending.outputs[input] = result.value;
     if (--pending.remaining > 0) return;
-    void this.finish(pending.job, {
-      id: pending.job.id,
+    this.finish(pending.request, {
+      id: pending.request.id,
       ok: true,
       outputs: pending.outputs,
       warnings: pending.warnings,
@@ -178,8 +197,8 @@ export class BatchRunner {
     });
   }
 
-  private fail(job: RunnableJob, error: ApiError): Promise<void> {
-    return this.finish(job, { id: job.id, ok: false, error: error.toBody() });
+  private fail(request: QueuedRequest, error: ApiError): void {
+    this.finish(request, { id: request.id, ok: false, error: error.toBody() });
   }
 }
 

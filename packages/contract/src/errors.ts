@@ -13,6 +13,8 @@ export const ERROR_STATUS = {
   overloaded: 503,
   unavailable: 503,
   timeout: 504,
+  /** The client left before its request ran; it was skipped. Nobody reads this answer (nginx's 499). */
+  cancelled: 499,
 } as const;
 
 export type ErrorType = keyof typeof ERROR_STATUS;

@@ -1,29 +1,77 @@
 import type { Task, TaskParameters } from './schemas.js';
 import type { ErrorBody } from './errors.js';
 
-/** What the gateway enqueues for one request: already validated, so the worker trusts it. */
-export interface InferenceJobData {
+/** One client request inside a job: already validated, so the worker trusts it. */
+export interface QueuedRequest {
+  /** The gateway's request id (x-request-id): outcomes are routed back by it. */
+  id: string;
   inputs: string[];
   parameters: TaskParameters;
-  /** Epoch ms after which the job must not run: the client has been answered 504. */
+  /** Epoch ms after which the request must not run: its client has been answered 504. */
   deadline: number;
-  /** Pub/sub channel of the gateway instance waiting for this job. */
-  replyTo: string;
   enqueuedAt: number;
+}
+
+/**
+ * What the gateway enqueues: the requests for one model that arrived while its previous enqueue was
+ * in flight, coalesced so that a burst costs one job's Redis commands instead of one per request.
+ * Every request keeps its own id, deadline, parameters and outcome.
+ */
+export interface InferenceJobData {
+  requests: QueuedRequest[];
+  /** Pub/sub channel of the gateway instance waiting for these requests. */
+  replyTo: string;
 }
 
 export interface JobTiming {
   /** From enqueue to the start of the model call that ran it. */
   queue_ms: number;
-  /** Model calls that ran this job's inputs, tokenization and post-processing included. */
+  /** Model calls that ran this request's inputs, tokenization and post-processing included. */
   inference_ms: number;
   /** Sequences in the model call(s) that ran it; the largest if several. */
   batch_size: number;
 }
 
-export type JobOutcome =
+export type RequestOutcome =
   | { id: string; ok: true; outputs: unknown[]; warnings: string[]; timing: JobTiming }
   | { id: string; ok: false; error: ErrorBody };
+
+/**
+ * What a worker publishes once per job, and stores as the job's return value: one outcome per
+ * request, in the job's order.
+ */
+export interface JobOutcome {
+  job: string;
+  model: string;
+  outcomes: RequestOutcome[];
+}
+
+/**
+ * A job that failed as a whole (its batch crashed, or it killed workers repeatedly) keeps the
+ * reason as text in BullMQ; these write and read that text, so the gateway can answer each of the
+ * job's requests with the worker's error and status.
+ */
+export function encodeJobFailure(error: ErrorBody): string {
+  return JSON.stringify(error);
+}
+
+export function decodeJobFailure(reason: string): ErrorBody {
+  try {
+    const body = JSON.parse(reason) as ErrorBody;
+    if (typeof body.error === 'string' && typeof body.error_type === 'string') return body;
+  } catch {
+    // Not written by a worker (e.g. BullMQ's own "job stalled more than allowable limit").
+  }
+  return { error: `the job failed: ${reason}`, error_type: 'internal' };
+}
+
+/**
+ * Channel on which gateways tell a model's workers that a request's client went away, so a
+ * request not yet run is skipped. Best effort: a worker that misses it just computes the answer.
+ */
+export interface CancelNotice {
+  ids: string[];
+}
 
 /** What a worker announces in Redis; the gateway learns the served models from these alone. */
 export interface WorkerInfo {

@@ -8,7 +8,7 @@ export type RedisRole =
   /** Pub/sub subscribers: reconnect forever and resubscribe. */
   | 'subscriber';
 
-export function createRedis(url: string, role: RedisRole, commandTimeoutMs = 2000): Redis {
+export function createRedis(url: string, role: RedisRole, commandTimeoutMs = 2000, extra: RedisOptions = {}): Redis {
   const base: RedisOptions = {
     lazyConnect: false,
     // Reconnect quickly but not in a hot loop.
@@ -26,7 +26,7 @@ export function createRedis(url: string, role: RedisRole, commandTimeoutMs = 200
       enableReadyCheck: true,
     },
   };
-  const redis = new Redis(url, { ...base, ...byRole[role] });
+  const redis = new Redis(url, { ...base, ...byRole[role], ...extra });
   // ioredis reports connection loss as 'error' events; callers log them, none may crash the process.
   redis.on('error', () => {});
   return redis;

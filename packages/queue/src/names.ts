@@ -22,6 +22,10 @@ export const keys = {
   loadFailures: (prefix: string) => `${prefix}:load-failures`,
   /** Pub/sub channel on which workers publish the outcomes for one gateway instance. */
   results: (prefix: string, gatewayId: string) => `${prefix}:results:${gatewayId}`,
+  /** Hash: gateway id → its outstanding requests for the model, for cluster-wide load shedding. */
+  depth: (prefix: string, model: string) => `${prefix}:depth:${queueNameFor(model)}`,
+  /** Pub/sub channel on which gateways name a model's requests whose clients went away (CancelNotice). */
+  cancellations: (prefix: string, model: string) => `${prefix}:cancel:${queueNameFor(model)}`,
 };
 
 export const JOB_NAME = 'infer';

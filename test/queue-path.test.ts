@@ -1,0 +1,140 @@
+/**
+ * Issue 9, the queue path: a gateway coalesces the requests that arrive while a model's enqueue is
+ * in flight into one job, each request keeps its own answer, and a request whose client left is
+ * never run: withdrawn before it reached Redis, or skipped by the worker once queued.
+ *
+ * To hold an enqueue in flight for as long as the test needs, its private Redis is frozen with
+ * SIGSTOP; to hold a job in the queue, the worker is.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { Queue } from 'bullmq';
+import { Redis } from 'ioredis';
+import { queueNameFor } from '@tserve/queue';
+import { PrivateRedis, TestSystem, freePort, uniquePrefix, waitFor, type Proc } from './helpers/system.ts';
+
+const MODEL = 'replica/tiny-bert-sst2';
+
+/** One sample of the gateway's /metrics, 0 when absent. */
+async function metric(system: TestSystem, name: string, labels: Record<string, string>): Promise<number> {
+  const text = await (await fetch(`${system.url}/metrics`)).text();
+  const wanted = Object.entries(labels).map(([k, v]) => `${k}="${v}"`);
+  for (const line of text.split('\n')) {
+    if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue;
+    if (wanted.every((w) => line.includes(w))) return Number(line.slice(line.lastIndexOf(' ') + 1));
+  }
+  return 0;
+}
+
+describe('queue path', () => {
+  let redis: PrivateRedis;
+  let system: TestSystem;
+  let worker: Proc;
+  let admin: Redis;
+  let queue: Queue;
+
+  before(async () => {
+    redis = new PrivateRedis(await freePort());
+    await redis.start();
+    // Long-lived heartbeats and Redis timeouts: freezing Redis must not look like a dead worker or an outage.
+    system = new TestSystem(uniquePrefix('queue-path'), redis.url, { WORKER_TTL_MS: 120_000 });
+    await system.startGateway({ REDIS_COMMAND_TIMEOUT_MS: 30_000, BREAKER_TIMEOUT_MS: 30_000 });
+    worker = system.startWorker({ model: MODEL, env: { DTYPE: 'fp32' } });
+    await system.waitForWorkers(MODEL);
+    admin = new Redis(redis.url);
+    queue = new Queue(queueNameFor(MODEL), { connection: admin, prefix: system.prefix });
+  });
+  after(async () => {
+    redis.proc?.kill('SIGCONT');
+    worker.kill('SIGCONT');
+    await queue.close();
+    admin.disconnect();
+    await system.stop();
+    await redis.stop();
+  });
+
+  it('coalesces requests that arrive during an enqueue into one job; each gets its own answer', async () => {
+    const texts = Array.from({ length: 10 }, (_, i) => `request number ${i} was ${i % 2 ? 'great' : 'awful'}`);
+    const alone = new Map<string, number>();
+    for (const text of texts) alone.set(text, (await system.infer(MODEL, text, { top_k: null })).body.find((x: any) => x.label === 'POSITIVE').score);
+    const jobsBefore = await queue.getCompletedCount();
+
+    redis.proc!.kill('SIGSTOP');
+    let answers;
+    try {
+      const first = system.infer(MODEL, texts[0], { top_k: null });
+      // The first request's enqueue hangs in the frozen Redis; the rest arrive while it is in flight.
+      await waitFor('the first request accepted', async () => (await metric(system, 'tserve_queue_depth', { model: MODEL })) === 1, 10_000, 20);
+      const rest = texts.slice(1).map((text) => system.infer(MODEL, text, { top_k: null }));
+      await waitFor('all ten accepted', async () => (await metric(system, 'tserve_queue_depth', { model: MODEL })) === 10, 10_000, 20);
+      redis.proc!.kill('SIGCONT');
+      answers = await Promise.all([first, ...rest]);
+    } finally {
+      redis.proc!.kill('SIGCONT');
+    }
+    answers.forEach((r, i) => {
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+      const score = r.body.find((x: any) => x.label === 'POSITIVE').score;
+      assert.ok(Math.abs(score - alone.get(texts[i])!) < 1e-5, `request ${i} got its own answer: ${score} vs ${alone.get(texts[i])}`);
+    });
+    assert.equal(new Set(answers.map((r) => r.headers.get('x-request-id'))).size, 10, 'each request kept its own id');
+    // The lone first request went out at once, as a job of its own; the nine that waited for it, as one.
+    await waitFor('two jobs recorded', async () => (await queue.getCompletedCount()) - jobsBefore === 2, 10_000);
+  });
+
+  it('withdraws a request whose client leaves before its enqueue; it never reaches Redis', async () => {
+    const before = await metric(system, 'tserve_requests_abandoned_total', { model: MODEL, at: 'gateway' });
+    const jobsBefore = await queue.getCompletedCount();
+    redis.proc!.kill('SIGSTOP');
+    try {
+      const held = system.infer(MODEL, 'holds the enqueue in flight');
+      await waitFor('the first request accepted', async () => (await metric(system, 'tserve_queue_depth', { model: MODEL })) === 1, 10_000, 20);
+      const controller = new AbortController();
+      const leaving = fetch(`${system.url}/models/${MODEL}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ inputs: 'the client of this one leaves' }),
+        signal: controller.signal,
+      }).catch(() => 'aborted');
+      await waitFor('the second request accepted', async () => (await metric(system, 'tserve_queue_depth', { model: MODEL })) === 2, 10_000, 20);
+      controller.abort();
+      assert.equal(await leaving, 'aborted');
+      await waitFor('the gateway withdrew it', async () => (await metric(system, 'tserve_requests_abandoned_total', { model: MODEL, at: 'gateway' })) === before + 1, 10_000, 20);
+      redis.proc!.kill('SIGCONT');
+      assert.equal((await held).status, 200);
+    } finally {
+      redis.proc!.kill('SIGCONT');
+    }
+    // Only the first request's job ever existed.
+    await waitFor('one job recorded', async () => (await queue.getCompletedCount()) - jobsBefore === 1, 10_000);
+    assert.equal(await queue.getWaitingCount(), 0);
+  });
+
+  it('skips a queued request whose client left, and counts it', async () => {
+    const skippedBefore = await metric(system, 'tserve_requests_skipped_total', { model: MODEL });
+    worker.kill('SIGSTOP');
+    const controller = new AbortController();
+    let requestId: string | null = null;
+    try {
+      const leaving = fetch(`${system.url}/models/${MODEL}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ inputs: 'nobody will read this answer' }),
+        signal: controller.signal,
+      }).catch(() => 'aborted');
+      await waitFor('the job queued', async () => (await queue.getWaitingCount()) === 1, 10_000, 20);
+      requestId = (await queue.getWaiting())[0].id!;
+      controller.abort();
+      assert.equal(await leaving, 'aborted');
+      await waitFor('the gateway told the workers', async () => (await metric(system, 'tserve_requests_abandoned_total', { model: MODEL, at: 'queue' })) >= 1, 10_000, 20);
+    } finally {
+      worker.kill('SIGCONT');
+    }
+    const stored = await waitFor('the job settled', () => system.jobReturnValue(MODEL, requestId!), 10_000);
+    const outcome = stored.outcomes.find((o: { id: string }) => o.id === requestId);
+    assert.ok(outcome && !outcome.ok && outcome.error.error_type === 'cancelled', JSON.stringify(stored));
+    await waitFor('the skip counted', async () => (await metric(system, 'tserve_requests_skipped_total', { model: MODEL })) === skippedBefore + 1, 10_000, 20);
+    // The worker goes on serving.
+    assert.equal((await system.infer(MODEL, 'still here')).status, 200);
+  });
+});
