@@ -21,7 +21,7 @@ import { craftText, loadTokenizer } from './lib/texts.ts';
 import type { BenchResults, GatewayCost, MixedRun, ModelResults, ServerPoint, SoakRun } from './lib/types.ts';
 
 /** Server settings read from the environment that change what is measured; recorded with the results. */
-const RECORDED_SETTINGS = ['BATCH_MAX_SIZE', 'BATCH_MAX_WAIT_MS', 'BATCH_MAX_TOKENS', 'INTRA_OP_THREADS', 'DTYPE', 'DEVICE', 'REGISTRY_REFRESH_MS', 'RESULT_POLL_MS'];
+const RECORDED_SETTINGS = ['WORKER_NICE', 'BATCH_MAX_SIZE', 'BATCH_MAX_WAIT_MS', 'BATCH_MAX_TOKENS', 'INTRA_OP_THREADS', 'DTYPE', 'DEVICE', 'REGISTRY_REFRESH_MS', 'RESULT_POLL_MS'];
 
 function readOptions(): BenchOptions {
   try {

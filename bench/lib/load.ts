@@ -1,6 +1,7 @@
 import autocannon, { type Client } from 'autocannon';
 import { cpuBetween, sampleCpu, type CpuUsage } from './cpu.ts';
 import { summarize, mean, type Summary } from './stats.ts';
+import { costPerRequest, readRedisCpu, readRedisStats, resetRedisStats, type RedisCost } from './redis-cost.ts';
 
 /**
  * One load point against the gateway with autocannon, measured by this module rather than by
@@ -32,6 +33,8 @@ export interface LoadSpec {
   onSecond?: (second: number) => void;
   /** Keep per-second figures too (for the soak: does anything drift over time?). */
   timeline?: boolean;
+  /** The system's Redis, when the bench owns it: its cost per answered request is measured over the window. */
+  redisUrl?: string;
 }
 
 export interface SecondStats {
@@ -73,6 +76,7 @@ export interface LoadResult {
   server: ServerTiming;
   cpu?: CpuUsage;
   timeline?: SecondStats[];
+  redis?: RedisCost;
 }
 
 const HEADER_NAMES = ['x-batch-size', 'x-queue-time', 'x-inference-time', 'x-total-time'] as const;
@@ -172,7 +176,13 @@ export async function runLoad(spec: LoadSpec): Promise<LoadResult> {
   let cpuStart: ReturnType<typeof sampleCpu> | undefined;
   let cpuEnd: ReturnType<typeof sampleCpu> | undefined;
   let ticker: NodeJS.Timeout | undefined;
+  let redisStart: Promise<number> | undefined;
+  let redisEnd: ReturnType<typeof readRedisStats> | undefined;
   const windowStart = setTimeout(() => {
+    if (spec.redisUrl) {
+      const url = spec.redisUrl;
+      redisStart = resetRedisStats(url).then(() => readRedisCpu(url));
+    }
     recorder.measuring = true;
     recorder.windowStart = performance.now();
     cpuStart = spec.pids && sampleCpu(spec.pids);
@@ -181,6 +191,7 @@ export async function runLoad(spec: LoadSpec): Promise<LoadResult> {
     ticker = setInterval(() => spec.onSecond?.(++second), 1000);
   }, spec.warmupSeconds * 1000);
   const windowEnd = setTimeout(() => {
+    if (spec.redisUrl) redisEnd = readRedisStats(spec.redisUrl);
     recorder.measuring = false;
     cpuEnd = spec.pids && sampleCpu(spec.pids);
     clearInterval(ticker);
@@ -209,6 +220,7 @@ export async function runLoad(spec: LoadSpec): Promise<LoadResult> {
 
   const seconds = spec.durationSeconds;
   const ok = Object.entries(recorder.latency).filter(([s]) => s.startsWith('2')).flatMap(([, v]) => v);
+  const redis = redisStart && redisEnd ? costPerRequest(await redisEnd, await redisStart, ok.length) : undefined;
   const non2xx = Object.entries(recorder.status).filter(([s]) => !s.startsWith('2')).reduce((a, [, n]) => a + n, 0);
   return {
     seconds,
@@ -230,6 +242,7 @@ export async function runLoad(spec: LoadSpec): Promise<LoadResult> {
       pathOverheadMs: summarize(recorder.pathOverhead),
     },
     cpu: cpuStart && cpuEnd ? cpuBetween(cpuStart, cpuEnd) : undefined,
+    redis,
     timeline: spec.timeline
       ? Array.from(recorder.perSecond.slice(0, Math.ceil(seconds)), (b, second) => {
           const l = summarize(b?.latency ?? []);

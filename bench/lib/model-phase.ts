@@ -24,7 +24,8 @@ function describe(load: LoadResult, model: string): string {
   const mine = (k: string) => !k.startsWith('worker:') || k === `worker:${short(model)}`;
   const procs = load.cpu ? Object.entries(load.cpu.procs).filter(([k]) => mine(k)).map(([k, v]) => `${k.replace(/^worker:.*/, 'worker')} ${v}%`) : [];
   const cpu = load.cpu ? ` cpu[${procs.join(' ')} other ${load.cpu.other}%]` : '';
-  return `${round(load.rps, 1)} req/s p50 ${round(load.latency.p50)} ms p99 ${round(load.latency.p99)} ms batch ${round(load.server.batchMean, 1)} errors ${load.errors}${cpu}`;
+  const redis = load.redis ? ` redis[${round(load.redis.commandsPerRequest, 1)} cmd ${round(load.redis.processUsecPerRequest, 1)} µs cpu per req]` : '';
+  return `${round(load.rps, 1)} req/s p50 ${round(load.latency.p50)} ms p99 ${round(load.latency.p99)} ms batch ${round(load.server.batchMean, 1)} errors ${load.errors}${cpu}${redis}`;
 }
 
 export async function runModelPhase(ctx: BenchContext, model: string): Promise<ModelPhaseResult> {
@@ -90,6 +91,7 @@ function serverPoint(ctx: BenchContext, model: string, text: string, concurrency
       warmupSeconds: ctx.options.warmupSeconds,
       durationSeconds: ctx.options.durationSeconds,
       pids: ctx.pids(),
+      redisUrl: ctx.system?.redisUrl,
     });
   return measureQuietly(ctx, model, run, (load) => load.cpu?.other);
 }

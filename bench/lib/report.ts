@@ -65,16 +65,18 @@ export function formatReport(r: BenchResults): string {
     out.push('Concurrency sweep (closed loop). Latency: client-side, 200 responses, ms. batch: mean x-batch-size.');
     out.push('queue/infer/gw: medians of x-queue-time, x-inference-time, x-total-time; http: client latency - x-total-time (median).');
     out.push(`cpu: % of one core used by gateway/worker/redis/bench(load generator)/other processes during the point; ! other > ${DISTURBED_PCT}%.`);
+    out.push('redis: per answered request, the commands Redis ran (INFO commandstats, inside BullMQ\'s scripts too) and the redis-server CPU µs.');
     if (r.meta.target !== 'started by the bench') out.push('(with --url the server\'s own processes are not known and count as "other")');
     out.push(
       table(
-        ['model', 'tok', 'c', 'req/s', 'p50', 'p90', 'p99', 'err', 'batch', 'queue', 'infer', 'gw', 'http', 'in-proc seq/s', 'x in-proc', 'cpu gw/wk/rd/bn/oth'],
+        ['model', 'tok', 'c', 'req/s', 'p50', 'p90', 'p99', 'err', 'redis cmd', 'redis µs', 'batch', 'queue', 'infer', 'gw', 'http', 'in-proc seq/s', 'x in-proc', 'cpu gw/wk/rd/bn/oth'],
         sweep.map((p) => {
           const model = r.models.find((x) => x.model === p.model);
           const size = Math.max(1, Math.round(p.load.server.batchMean));
           const inproc = model?.batched.find((b) => b.tokens === p.tokens && b.batchSize === size);
           return [
             short(p.model), p.tokens, p.concurrency, round(p.load.rps, 1), ms(p.load.latency.p50), ms(p.load.latency.p90), ms(p.load.latency.p99), p.load.errors,
+            p.load.redis && round(p.load.redis.commandsPerRequest, 1), p.load.redis && round(p.load.redis.processUsecPerRequest, 1),
             round(p.load.server.batchMean, 1), ms(p.load.server.queueMs.p50), ms(p.load.server.inferenceMs.p50), ms(p.load.server.gatewayTotalMs.p50),
             ms(p.load.server.clientOverheadMs.p50),
             inproc ? `${round(inproc.seqPerSec, 1)} @${size}` : undefined,

@@ -35,7 +35,8 @@ async function main(): Promise<void> {
   supervisor.start({ name: 'gateway', script: script('gateway'), env: { ...env, DEFAULT_MODEL: process.env.DEFAULT_MODEL ?? config.models[0] }, essential: true });
   for (const model of config.models) {
     for (let i = 0; i < config.WORKERS; i++) {
-      supervisor.start({ name: `worker ${model} #${i + 1}`, script: script('worker'), env: { ...env, MODEL: model }, essential: false });
+      // Everything runs on this host: the model yields to the gateway, so 503s and /health stay fast under load.
+      supervisor.start({ name: `worker ${model} #${i + 1}`, script: script('worker'), env: { WORKER_NICE: '10', ...env, MODEL: model }, essential: false });
     }
   }
   log(`started gateway and ${config.WORKERS} worker(s) for ${config.models.join(', ')}; Ctrl-C stops everything`);

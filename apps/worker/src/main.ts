@@ -33,6 +33,15 @@ async function main(): Promise<void> {
     if (err instanceof ModelLoadError) await leaveFailureReport(config.REDIS_URL, config.QUEUE_PREFIX, config.MODEL, err.message);
     throw err;
   };
+  // Before the model thread exists: Linux threads inherit their creator's niceness, so the model
+  // thread and ONNX Runtime's pool get it, while a gateway beside them keeps its normal priority.
+  if (config.WORKER_NICE !== 0) {
+    try {
+      os.setPriority(config.WORKER_NICE);
+    } catch (err) {
+      logger.warn({ err: String(err), nice: config.WORKER_NICE }, 'could not change the worker\'s priority; running at the default');
+    }
+  }
   const loaded = await describeModel(config).catch(reportFailure);
   const thread = await ModelThread.start(config, loaded.task, (reason) => {
     // Its jobs stay locked until the lock expires; then another worker's stalled check runs them.

@@ -59,6 +59,12 @@ const workerSchema = z.object({
    * with Redis and the gateway that spinning steals their cores, so it is off unless asked for.
    */
   INTRA_OP_SPINNING: bool(false),
+  /**
+   * Scheduling niceness of the model's threads (Linux: -20..19, higher yields more). On a host the
+   * worker shares with a gateway, a positive value lets the gateway answer (and shed) at once while
+   * the model saturates the cores; the launcher sets 10.
+   */
+  WORKER_NICE: z.coerce.number().int().min(-20).max(19).default(0),
 });
 
 const gatewaySchema = z.object({
@@ -153,6 +159,7 @@ export const SETTINGS_HELP: Record<'common' | 'worker' | 'gateway' | 'launcher',
     ['WORKER_ID', 'host-pid', 'name in heartbeats and logs'],
     ['INTRA_OP_THREADS', '0', 'ONNX Runtime threads per model call (0: one per core)'],
     ['INTRA_OP_SPINNING', 'false', 'let ONNX Runtime threads spin between calls (dedicated machines)'],
+    ['WORKER_NICE', '0', 'niceness of the model threads; 10 beside a gateway on one host (npm start sets it)'],
   ],
   gateway: [
     ['PORT', '8000', 'HTTP port'],

@@ -1,0 +1,69 @@
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import type { QueuedRequest } from '@tserve/contract';
+import { EnqueueCoalescer, Withdrawn, splitIntoJobs, type CoalescedJob } from '../../apps/gateway/src/coalescer.ts';
+
+const request = (id: string, inputs = 1): QueuedRequest => ({ id, inputs: Array(inputs).fill('x'), parameters: {}, deadline: Date.now() + 10_000, enqueuedAt: Date.now() });
+
+/** An enqueue that completes only when the test says so, recording what it was given. */
+function heldEnqueue() {
+  const calls: Array<{ model: string; jobs: CoalescedJob[]; release: (err?: Error) => void }> = [];
+  const enqueue = (model: string, jobs: CoalescedJob[]) =>
+    new Promise<void>((resolve, reject) => calls.push({ model, jobs, release: (err) => (err ? reject(err) : resolve()) }));
+  return { calls, enqueue };
+}
+
+describe('splitIntoJobs', () => {
+  it('keeps order and caps each job by sequences; an oversized request goes alone', () => {
+    const entries = [request('a', 2), request('b', 2), request('c', 1), request('d', 5), request('e', 1)].map((r) => ({ request: r }));
+    assert.deepEqual(splitIntoJobs(entries, 4).map((job) => job.map((e) => e.request.id)), [['a', 'b'], ['c'], ['d'], ['e']]);
+    assert.deepEqual(splitIntoJobs([], 4), []);
+  });
+});
+
+describe('EnqueueCoalescer', () => {
+  it('sends a lone request at once, and those arriving during its enqueue together after it', async () => {
+    const { calls, enqueue } = heldEnqueue();
+    const coalescer = new EnqueueCoalescer(enqueue, () => 32);
+    const first = coalescer.submit('m', request('r1'));
+    assert.equal(calls.length, 1, 'no timer: the first request went out at once');
+    const rest = ['r2', 'r3', 'r4'].map((id) => coalescer.submit('m', request(id)));
+    assert.equal(calls.length, 1, 'the others wait for the enqueue in flight');
+    assert.equal(coalescer.waiting, 3);
+    calls[0].release();
+    assert.equal(await first, 'r1');
+    await new Promise((r) => setImmediate(r));
+    assert.equal(calls.length, 2);
+    assert.deepEqual(calls[1].jobs.map((j) => [j.id, j.requests.map((r) => r.id)]), [['r2', ['r2', 'r3', 'r4']]]);
+    calls[1].release();
+    assert.deepEqual(await Promise.all(rest), ['r2', 'r2', 'r2'], 'each learns the id of the job that carries it');
+  });
+
+  it('keeps models apart, splits a flush by the model\'s batch size, and fails a flush as a whole', async () => {
+    const { calls, enqueue } = heldEnqueue();
+    const coalescer = new EnqueueCoalescer(enqueue, (model) => (model === 'small' ? 2 : 32));
+    void coalescer.submit('small', request('s0'));
+    void coalescer.submit('other', request('o0'));
+    assert.equal(calls.length, 2, 'another model\'s enqueue does not wait');
+    const waiting = ['s1', 's2', 's3'].map((id) => coalescer.submit('small', request(id)));
+    calls[0].release();
+    await new Promise((r) => setImmediate(r));
+    assert.deepEqual(calls[2].jobs.map((j) => j.requests.map((r) => r.id)), [['s1', 's2'], ['s3']]);
+    calls[2].release(new Error('redis down'));
+    for (const w of waiting) await assert.rejects(w, /redis down/);
+  });
+
+  it('withdraws a request not yet sent, and only such a one', async () => {
+    const { calls, enqueue } = heldEnqueue();
+    const coalescer = new EnqueueCoalescer(enqueue, () => 32);
+    const sent = coalescer.submit('m', request('r1'));
+    const held = coalescer.submit('m', request('r2'));
+    assert.equal(coalescer.withdraw('m', 'r1'), false, 'already in flight');
+    assert.equal(coalescer.withdraw('m', 'r2'), true);
+    await assert.rejects(held, Withdrawn);
+    calls[0].release();
+    await sent;
+    await new Promise((r) => setImmediate(r));
+    assert.equal(calls.length, 1, 'nothing left to send');
+  });
+});
