@@ -67,7 +67,9 @@ async function main(): Promise<void> {
     stalledInterval: config.STALLED_INTERVAL_MS,
     // A job whose worker died is retried; twice in a row means the job itself kills workers.
     maxStalledCount: 2,
-    drainDelay: 1,
+    // Seconds an idle blocking fetch waits before polling again; a job's marker wakes it at once, so
+    // this only sets how often an idle worker asks an empty queue.
+    drainDelay: 5,
   });
   worker.on('error', (err) => logger.warn({ err: String(err) }, 'queue connection error'));
 
