@@ -33,6 +33,8 @@ export interface LoadSpec {
   onSecond?: (second: number) => void;
   /** Keep per-second figures too (for the soak: does anything drift over time?). */
   timeline?: boolean;
+  /** Extra request headers (e.g. an API key). */
+  headers?: Record<string, string>;
   /** The system's Redis, when the bench owns it: its cost per answered request is measured over the window. */
   redisUrl?: string;
 }
@@ -140,7 +142,7 @@ class Recorder {
 
 function runInstance(spec: LoadSpec, recorder: Recorder, connections: number, rate: number | undefined, seconds: number): Promise<void> {
   const fixed = typeof spec.body === 'string';
-  const headers = { 'content-type': 'application/json' };
+  const headers = { 'content-type': 'application/json', ...spec.headers };
   return new Promise((resolve, reject) => {
     const instance = autocannon(
       {

@@ -1,15 +1,15 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import type { QueuedRequest } from '@tserve/contract';
+import type { Priority, QueuedRequest } from '@tserve/contract';
 import { EnqueueCoalescer, Withdrawn, splitIntoJobs, type CoalescedJob } from '../../apps/gateway/src/coalescer.ts';
 
 const request = (id: string, inputs = 1): QueuedRequest => ({ id, inputs: Array(inputs).fill('x'), parameters: {}, deadline: Date.now() + 10_000, enqueuedAt: Date.now() });
 
 /** An enqueue that completes only when the test says so, recording what it was given. */
 function heldEnqueue() {
-  const calls: Array<{ model: string; jobs: CoalescedJob[]; release: (err?: Error) => void }> = [];
-  const enqueue = (model: string, jobs: CoalescedJob[]) =>
-    new Promise<void>((resolve, reject) => calls.push({ model, jobs, release: (err) => (err ? reject(err) : resolve()) }));
+  const calls: Array<{ model: string; priority: Priority; jobs: CoalescedJob[]; release: (err?: Error) => void }> = [];
+  const enqueue = (model: string, priority: Priority, jobs: CoalescedJob[]) =>
+    new Promise<void>((resolve, reject) => calls.push({ model, priority, jobs, release: (err) => (err ? reject(err) : resolve()) }));
   return { calls, enqueue };
 }
 
@@ -51,6 +51,15 @@ describe('EnqueueCoalescer', () => {
     assert.deepEqual(calls[2].jobs.map((j) => j.requests.map((r) => r.id)), [['s1', 's2'], ['s3']]);
     calls[2].release(new Error('redis down'));
     for (const w of waiting) await assert.rejects(w, /redis down/);
+  });
+
+  it('keeps the classes apart: a batch request does not ride in an interactive job', async () => {
+    const { calls, enqueue } = heldEnqueue();
+    const coalescer = new EnqueueCoalescer(enqueue, () => 32);
+    void coalescer.submit('m', request('i1'));
+    void coalescer.submit('m', request('b1'), 'batch');
+    assert.deepEqual(calls.map((c) => [c.priority, c.jobs[0].id]), [['interactive', 'i1'], ['batch', 'b1']]);
+    assert.equal(coalescer.withdraw('m', 'b1'), false, 'withdrawn from its own class only');
   });
 
   it('withdraws a request not yet sent, and only such a one', async () => {

@@ -7,6 +7,8 @@ import type { ModelRegistry } from './model-registry.js';
 import type { QueueSet } from './queues.js';
 import type { RedisBreaker } from './breaker.js';
 import { inferenceRoutes } from './routes.js';
+import type { KeyStore } from './api-keys.js';
+import type { Quotas } from './quotas.js';
 import { healthRoutes } from './health.js';
 import { errorHandler } from './http-errors.js';
 import type { GatewayMetrics } from './metrics.js';
@@ -21,6 +23,9 @@ export interface AppParts {
   queues: QueueSet;
   breaker: RedisBreaker;
   metrics: GatewayMetrics;
+  /** API keys and their quotas; absent when keys are off. */
+  keys?: KeyStore;
+  quotas?: Quotas;
 }
 
 export function createApp(parts: AppParts): Express {
@@ -34,7 +39,15 @@ export function createApp(parts: AppParts): Express {
   app.use(healthRoutes(parts.registry, parts.breaker, parts.config.DEFAULT_MODEL));
   app.use(metrics.routes());
   app.use(DASHBOARD_PATH, dashboard(parts));
-  app.use(inferenceRoutes(parts.config, parts.service));
+  app.use(
+    inferenceRoutes(parts.config, parts.service, {
+      keys: parts.keys,
+      quotas: parts.quotas,
+      service: parts.service,
+      requestTimeoutMs: parts.config.REQUEST_TIMEOUT_MS,
+      onQuotaRejected: metrics.quotaRejected,
+    }),
+  );
   app.use((req, _res, next) =>
     next(new ApiError('not_found', `no route for ${req.method} ${req.path}; see POST /, POST /models/<model id>, GET /health, GET /ready, GET /metrics, ${DASHBOARD_PATH}`)),
   );

@@ -1,4 +1,4 @@
-import type { QueuedRequest } from '@tserve/contract';
+import type { Priority, QueuedRequest } from '@tserve/contract';
 
 /** One job to enqueue: requests for one model, in arrival order. Its id is its first request's. */
 export interface CoalescedJob {
@@ -6,8 +6,8 @@ export interface CoalescedJob {
   requests: QueuedRequest[];
 }
 
-/** Sends jobs for a model to Redis; several at once go in one round trip. */
-export type Enqueue = (model: string, jobs: CoalescedJob[]) => Promise<void>;
+/** Sends jobs for a model and class to Redis; several at once go in one round trip. */
+export type Enqueue = (model: string, priority: Priority, jobs: CoalescedJob[]) => Promise<void>;
 
 /** A request taken back before it was sent (deadline or client gone): its `submit` rejects with this. */
 export class Withdrawn extends Error {}
@@ -19,9 +19,14 @@ interface Entry {
 }
 
 interface Lane {
+  model: string;
+  priority: Priority;
   waiting: Entry[];
   sending: boolean;
 }
+
+/** Requests coalesce per model and class: a job has one priority in the queue. */
+const laneKey = (model: string, priority: Priority) => `${priority}\n${model}`;
 
 /**
  * Coalesces a model's requests into as few jobs as the load allows, with no timer: a request that
@@ -39,17 +44,18 @@ export class EnqueueCoalescer {
   ) {}
 
   /** Resolves with the id of the job that carries the request, once it is in Redis. */
-  submit(model: string, request: QueuedRequest): Promise<string> {
-    const lane = this.lanes.get(model) ?? { waiting: [], sending: false };
-    this.lanes.set(model, lane);
+  submit(model: string, request: QueuedRequest, priority: Priority = 'interactive'): Promise<string> {
+    const key = laneKey(model, priority);
+    const lane = this.lanes.get(key) ?? { model, priority, waiting: [], sending: false };
+    this.lanes.set(key, lane);
     const sent = new Promise<string>((resolve, reject) => lane.waiting.push({ request, resolve, reject }));
-    if (!lane.sending) void this.send(model, lane);
+    if (!lane.sending) void this.send(key, lane);
     return sent;
   }
 
   /** Takes a request back if it has not been sent yet; true if it was still here. */
-  withdraw(model: string, requestId: string): boolean {
-    const lane = this.lanes.get(model);
+  withdraw(model: string, requestId: string, priority: Priority = 'interactive'): boolean {
+    const lane = this.lanes.get(laneKey(model, priority));
     const index = lane?.waiting.findIndex((e) => e.request.id === requestId) ?? -1;
     if (!lane || index < 0) return false;
     const [entry] = lane.waiting.splice(index, 1);
@@ -64,14 +70,15 @@ export class EnqueueCoalescer {
     return n;
   }
 
-  private async send(model: string, lane: Lane): Promise<void> {
+  private async send(key: string, lane: Lane): Promise<void> {
     lane.sending = true;
     while (lane.waiting.length > 0) {
       const entries = lane.waiting.splice(0);
-      const jobs = splitIntoJobs(entries, this.maxSequences(model));
+      const jobs = splitIntoJobs(entries, this.maxSequences(lane.model));
       try {
         await this.enqueue(
-          model,
+          lane.model,
+          lane.priority,
           jobs.map((job) => ({ id: job[0].request.id, requests: job.map((e) => e.request) })),
         );
         for (const job of jobs) for (const e of job) e.resolve(job[0].request.id);
@@ -80,7 +87,7 @@ export class EnqueueCoalescer {
       }
     }
     lane.sending = false;
-    if (lane.waiting.length === 0) this.lanes.delete(model);
+    if (lane.waiting.length === 0) this.lanes.delete(key);
   }
 }
 

@@ -3,8 +3,8 @@ import { randomUUID } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
-import { pino } from 'pino';
-import { ConfigError, formatHelp, loadGatewayConfig } from '@tserve/config';
+import { pino, type Logger } from 'pino';
+import { ConfigError, formatHelp, loadGatewayConfig, type GatewayConfig } from '@tserve/config';
 import { createRedis, keys } from '@tserve/queue';
 import { QueueSet } from './queues.js';
 import { ModelRegistry } from './model-registry.js';
@@ -12,6 +12,8 @@ import { ResultRouter } from './result-router.js';
 import { createRedisBreaker } from './breaker.js';
 import { InferenceService } from './inference.js';
 import { EnqueueCoalescer } from './coalescer.js';
+import { KeyStore, parseKeyFile } from './api-keys.js';
+import { Quotas } from './quotas.js';
 import { createApp } from './app.js';
 import { createMetrics } from './metrics.js';
 
@@ -27,6 +29,22 @@ if (process.argv.includes('--help') || process.argv.includes('-h')) {
 
 /** A start-up failure whose message says all a user needs: printed alone, no stack. */
 class StartupError extends Error {}
+
+/** The API keys in force, or none (keys off) when neither API_KEYS_FILE nor API_KEYS is set. */
+function loadKeys(config: GatewayConfig, logger: Logger): KeyStore | undefined {
+  const report = (message: string, error?: boolean) => (error ? logger.error(message) : logger.info(message));
+  try {
+    const store = config.API_KEYS_FILE
+      ? KeyStore.fromFile(config.API_KEYS_FILE, report)
+      : config.API_KEYS
+        ? new KeyStore(parseKeyFile(config.API_KEYS, 'API_KEYS'))
+        : undefined;
+    if (store) logger.info(`API keys on: ${store.size} key(s); inference routes need Authorization: Bearer <key>`);
+    return store;
+  } catch (err) {
+    throw new StartupError(`gateway: cannot load API keys: ${err instanceof Error ? err.message : String(err)}`);
+  }
+}
 
 async function main(): Promise<void> {
   const config = loadGatewayConfig();
@@ -46,11 +64,13 @@ async function main(): Promise<void> {
   const metrics = createMetrics(registry, breaker);
   const router = new ResultRouter(subscriber, keys.results(config.QUEUE_PREFIX, gatewayId), config.RESULT_POLL_MS, logger, metrics.unclaimed);
   const coalescer = new EnqueueCoalescer(
-    (model, jobs) => breaker.guard(() => queues.enqueue(model, router.channel, jobs)),
+    (model, priority, jobs) => breaker.guard(() => queues.enqueue(model, priority, router.channel, jobs)),
     (model) => registry.batchSize(model),
   );
   const service = new InferenceService(config, registry, queues, coalescer, router, breaker, redis, metrics);
-  const app = createApp({ config, logger, service, registry, queues, breaker, metrics });
+  const apiKeys = loadKeys(config, logger);
+  const quotas = apiKeys ? new Quotas(redis, config.QUEUE_PREFIX) : undefined;
+  const app = createApp({ config, logger, service, registry, queues, breaker, metrics, keys: apiKeys, quotas });
 
   await router.start();
   await registry.start();
@@ -92,6 +112,7 @@ async function main(): Promise<void> {
     await Promise.race([closed, grace]);
     clearInterval(closeIdle);
     registry.stop();
+    apiKeys?.stop();
     await router.stop();
     await queues.close();
     await Promise.allSettled([redis.quit(), subscriber.quit()]);

@@ -2,6 +2,8 @@ import express, { type Request, type RequestHandler, type Response, type Router 
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { JobTiming, RequestOutcome } from '@tserve/contract';
 import type { AbandonedAt, InferenceObserver } from './inference.js';
+import type { ApiKey } from './api-keys.js';
+import type { QuotaReason } from './quotas.js';
 import type { ModelRegistry } from './model-registry.js';
 import type { RedisBreaker } from './breaker.js';
 
@@ -40,6 +42,8 @@ export interface GatewayMetrics extends InferenceObserver {
   track: RequestHandler;
   /** An outcome that arrived after its request stopped waiting; counts the ones the worker skipped. */
   unclaimed(model: string, outcome: RequestOutcome): void;
+  /** A request refused with 429, by key name (never its secret). */
+  quotaRejected(key: ApiKey, reason: QuotaReason): void;
   /** `GET /metrics` in the Prometheus text format. */
   routes(): Router;
 }
@@ -100,6 +104,12 @@ export function createMetrics(models: ModelRegistry, breaker: RedisBreaker): Gat
     labelNames: ['model'] as const,
     registers,
   });
+  const quotaRejections = new Counter({
+    name: 'tserve_quota_rejections_total',
+    help: 'Requests refused with 429, by API key name and the limit hit (rate or concurrency)',
+    labelNames: ['key', 'reason'] as const,
+    registers,
+  });
   new Gauge({
     name: 'tserve_queue_depth',
     help: 'Requests accepted and not yet answered for each served model, over all gateways (this one exactly, the others as of the last registry refresh)',
@@ -157,6 +167,9 @@ export function createMetrics(models: ModelRegistry, breaker: RedisBreaker): Gat
     },
     unclaimed(model: string, outcome: RequestOutcome) {
       if (!outcome.ok && outcome.error.error_type === 'cancelled') skipped.inc({ model });
+    },
+    quotaRejected(key: ApiKey, reason: QuotaReason) {
+      quotaRejections.inc({ key: key.name, reason });
     },
     routes() {
       const router = express.Router();

@@ -1,8 +1,11 @@
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
-import type { InferenceJobData } from '@tserve/contract';
+import type { InferenceJobData, Priority } from '@tserve/contract';
 import { DEFAULT_JOB_OPTIONS, JOB_NAME, queueNameFor } from '@tserve/queue';
 import type { CoalescedJob } from './coalescer.js';
+
+/** BullMQ's priority for batch-class jobs; interactive ones carry none (0), which BullMQ serves first. */
+const BATCH_JOB_PRIORITY = 1;
 
 /** One BullMQ Queue per model, created on first use and sharing the gateway's connection. */
 export class QueueSet {
@@ -27,10 +30,15 @@ export class QueueSet {
     return queue;
   }
 
-  /** Adds jobs to a model's queue; several go in one MULTI, one round trip. */
-  async enqueue(model: string, replyTo: string, jobs: CoalescedJob[]): Promise<void> {
+  /**
+   * Adds jobs to a model's queue; several go in one MULTI, one round trip. Interactive jobs go to the
+   * wait list, batch jobs to BullMQ's prioritized set, which workers take from only when the wait
+   * list is empty: interactive work overtakes queued bulk work at no extra Redis cost.
+   */
+  async enqueue(model: string, priority: Priority, replyTo: string, jobs: CoalescedJob[]): Promise<void> {
     const queue = this.get(model);
-    const entries = jobs.map((job) => ({ name: JOB_NAME, data: { requests: job.requests, replyTo } satisfies InferenceJobData, opts: { jobId: job.id } }));
+    const opts = (id: string) => (priority === 'batch' ? { jobId: id, priority: BATCH_JOB_PRIORITY } : { jobId: id });
+    const entries = jobs.map((job) => ({ name: JOB_NAME, data: { requests: job.requests, replyTo } satisfies InferenceJobData, opts: opts(job.id) }));
     if (entries.length === 1) await queue.add(entries[0].name, entries[0].data, entries[0].opts);
     else await queue.addBulk(entries);
   }

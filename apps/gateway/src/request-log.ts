@@ -37,6 +37,8 @@ export function requestLog(logger: Logger): RequestHandler {
       status: res.statusCode,
       duration_ms: Number((performance.now() - startedAt).toFixed(3)),
       ...(res.writableFinished ? {} : { aborted: true }),
+      // The key's name, never the key: logs are read by more people than hold keys.
+      ...(res.locals.admitted?.key ? { key: res.locals.admitted.key.name } : {}),
     };
   };
   const http = pinoHttp({

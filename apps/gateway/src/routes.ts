@@ -1,9 +1,11 @@
-import express, { type NextFunction, type Request, type Response, type Router } from 'express';
+import express, { type Request, type Response, type Router } from 'express';
 import { isUtf8 } from 'node:buffer';
 import { randomUUID } from 'node:crypto';
 import { ApiError, describeIssues, inferenceRequestSchema } from '@tserve/contract';
 import type { GatewayConfig } from '@tserve/config';
 import type { InferenceResult, InferenceService } from './inference.js';
+import { admitBeforeBody, admittedOf, type AdmissionParts } from './admission.js';
+import { effectivePriority } from './api-keys.js';
 
 const rejectInvalidUtf8 = (_req: unknown, _res: unknown, buf: Buffer) => {
   if (!isUtf8(buf)) throw Object.assign(new Error('invalid UTF-8'), { type: 'invalid.utf8', status: 400 });
@@ -27,7 +29,7 @@ function parseInferenceBody(body: unknown) {
   const parsed = inferenceRequestSchema.safeParse(body);
   if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
   const { inputs, parameters, options } = parsed.data;
-  return { single: typeof inputs === 'string', inputs: typeof inputs === 'string' ? [inputs] : inputs, parameters: parameters ?? {}, timeoutMs: options?.timeout_ms };
+  return { single: typeof inputs === 'string', inputs: typeof inputs === 'string' ? [inputs] : inputs, parameters: parameters ?? {}, timeoutMs: options?.timeout_ms, priority: options?.priority };
 }
 
 /** A client may shorten its deadline with this header as well as with `options.timeout_ms`. */
@@ -66,14 +68,10 @@ const minDefined = (...values: Array<number | undefined>) => {
 
 const modelOf = (req: Request) => ([] as string[]).concat(req.params.id as string | string[]).join('/');
 
-export function inferenceRoutes(config: GatewayConfig, service: InferenceService): Router {
+export function inferenceRoutes(config: GatewayConfig, service: InferenceService, admission: AdmissionParts): Router {
   const router = express.Router();
-  // A shed request is answered without reading its body (Express 5 passes the throw on as an error).
-  const shedFirst = (model: (req: Request) => string | undefined) => (req: Request, _res: Response, next: NextFunction) => {
-    const name = model(req);
-    if (name !== undefined) service.shedEarly(name);
-    next();
-  };
+  // A refused request is answered without reading its body (Express 5 passes the throw on as an error).
+  const admit = (model: (req: Request) => string | undefined) => admitBeforeBody(admission, model);
   const json = express.json({ limit: config.MAX_BODY_BYTES, strict: false, verify: rejectInvalidUtf8 });
   const rawText = express.text({ limit: config.MAX_BODY_BYTES, type: () => true, verify: rejectInvalidUtf8 });
 
@@ -86,23 +84,39 @@ export function inferenceRoutes(config: GatewayConfig, service: InferenceService
       return undefined;
     }
   };
-  router.post('/', shedFirst(defaultModelOrNone), (req, res, next) => (isJson(req) ? json : rawText)(req, res, next), async (req, res) => {
+  router.post('/', admit(defaultModelOrNone), (req, res, next) => (isJson(req) ? json : rawText)(req, res, next), async (req, res) => {
     const startedAt = performance.now();
     const call = isJson(req)
       ? parseInferenceBody(req.body)
-      : { single: true, inputs: [String(req.body ?? '')], parameters: {}, timeoutMs: undefined };
+      : { single: true, inputs: [String(req.body ?? '')], parameters: {}, timeoutMs: undefined, priority: undefined };
     if (!call.inputs[0]) throw new ApiError('validation', 'send the text to run as the request body, e.g. curl -X POST -d "some text" localhost:8000/');
-    const result = await service.infer({ model: service.defaultModel(), inputs: call.inputs, parameters: call.parameters, timeoutMs: minDefined(call.timeoutMs, headerTimeout(req)), requestId: requestId(req, res), signal: clientGone(res) });
+    const result = await service.infer({
+      model: service.defaultModel(),
+      inputs: call.inputs,
+      parameters: call.parameters,
+      timeoutMs: minDefined(call.timeoutMs, headerTimeout(req)),
+      priority: effectivePriority(admittedOf(res).priority, call.priority),
+      requestId: requestId(req, res),
+      signal: clientGone(res),
+    });
     respond(res, result, call.single, startedAt);
   });
 
   // Model ids contain a slash: /models/org/name.
-  router.post('/models/*id', shedFirst((req) => modelOf(req)), json, async (req, res) => {
+  router.post('/models/*id', admit((req) => modelOf(req)), json, async (req, res) => {
     const startedAt = performance.now();
     if (!isJson(req)) throw new ApiError('unsupported_media_type', 'send a JSON body with Content-Type: application/json');
     const model = modelOf(req);
     const call = parseInferenceBody(req.body);
-    const result = await service.infer({ model, inputs: call.inputs, parameters: call.parameters, timeoutMs: minDefined(call.timeoutMs, headerTimeout(req)), requestId: requestId(req, res), signal: clientGone(res) });
+    const result = await service.infer({
+      model,
+      inputs: call.inputs,
+      parameters: call.parameters,
+      timeoutMs: minDefined(call.timeoutMs, headerTimeout(req)),
+      priority: effectivePriority(admittedOf(res).priority, call.priority),
+      requestId: requestId(req, res),
+      signal: clientGone(res),
+    });
     respond(res, result, call.single, startedAt);
   });
 

@@ -21,14 +21,15 @@ interface HeldJob {
 }
 
 /**
- * The wait list's length; when it is empty, also drops BullMQ's base wake-up marker. BullMQ re-adds
+ * Jobs waiting: the wait list (interactive) and the prioritized set (batch class). When both are
+ * empty, also drops BullMQ's base wake-up marker. BullMQ re-adds
  * that marker each time a job goes active, so that another worker looks for more; with nothing
  * waiting it only wakes this worker for a fetch that comes back empty (about ten commands inside
  * Redis, per job, at low load). Atomic, so a job added later leaves a fresh marker: no wake-up is
  * lost. Only the base marker ("0") goes; markers of delayed jobs stay.
  */
 const WAITING_OR_IDLE = `
-local waiting = redis.call('LLEN', KEYS[1])
+local waiting = redis.call('LLEN', KEYS[1]) + redis.call('ZCARD', KEYS[3])
 if waiting == 0 then redis.call('ZREM', KEYS[2], '0') end
 return waiting`;
 
@@ -69,6 +70,7 @@ export class Consumer {
     const token = options.token;
     const waitKey = worker.keys.wait;
     const markerKey = worker.keys.marker;
+    const prioritizedKey = worker.keys.prioritized;
     this.source = {
       next: async () => {
         const job = (await worker.getNextJob(token, { block: true })) as Job<InferenceJobData> | undefined;
@@ -76,7 +78,7 @@ export class Consumer {
         return job;
       },
       waiting: async () => {
-        const waiting = Number(await connection.eval(WAITING_OR_IDLE, 2, waitKey, markerKey));
+        const waiting = Number(await connection.eval(WAITING_OR_IDLE, 3, waitKey, markerKey, prioritizedKey));
         // BullMQ tries one fetch before blocking after any job it handed out; the length just read
         // says that fetch would come back empty, so skip it and block on the marker at once.
         if (waiting === 0) (worker as unknown as { drained: boolean }).drained = true;

@@ -74,6 +74,12 @@ const gatewaySchema = z.object({
   DEFAULT_MODEL: optionalString,
   REQUEST_TIMEOUT_MS: int(30000, 1),
   MAX_QUEUE_DEPTH: int(1000, 1),
+  /** Batch-class requests are refused once the depth reaches this share of MAX_QUEUE_DEPTH. */
+  BATCH_QUEUE_SHARE: z.coerce.number().min(0).max(1).default(0.5),
+  /** JSON file of API keys (see `npm run keys`); re-read when it changes. Unset with API_KEYS unset: no keys needed. */
+  API_KEYS_FILE: optionalString,
+  /** The same JSON inline, for deployments that pass secrets as variables. */
+  API_KEYS: optionalString,
   MAX_INPUTS_PER_REQUEST: int(64, 1),
   MAX_BODY_BYTES: int(1_000_000, 1),
   /** How often the gateway refreshes live workers and queue depths from Redis. */
@@ -166,7 +172,10 @@ export const SETTINGS_HELP: Record<'common' | 'worker' | 'gateway' | 'launcher',
     ['HOST', '0.0.0.0', 'HTTP bind address'],
     ['DEFAULT_MODEL', '(only model served)', 'model for POST /'],
     ['REQUEST_TIMEOUT_MS', '30000', 'deadline of every request (clients may ask for less)'],
-    ['MAX_QUEUE_DEPTH', '1000', 'waiting jobs per model before new requests get 503'],
+    ['MAX_QUEUE_DEPTH', '1000', 'requests in flight per model (all gateways) before new ones get 503'],
+    ['BATCH_QUEUE_SHARE', '0.5', 'batch-class requests get 503 once the depth reaches this share of MAX_QUEUE_DEPTH'],
+    ['API_KEYS_FILE', '(off)', 'JSON file of hashed API keys (npm run keys -- create); re-read on change'],
+    ['API_KEYS', '(off)', 'the same JSON inline; with neither set, no key is needed'],
     ['MAX_INPUTS_PER_REQUEST', '64', 'most list items in one request (413 above)'],
     ['MAX_BODY_BYTES', '1000000', 'largest request body (413 above)'],
     ['REGISTRY_REFRESH_MS', '250', 'how often live workers and queue depths are read'],

@@ -5,9 +5,12 @@
 
 export const ERROR_STATUS = {
   validation: 400,
+  unauthorized: 401,
+  forbidden: 403,
   not_found: 404,
   unsupported_media_type: 415,
   payload_too_large: 413,
+  rate_limited: 429,
   inference: 422,
   internal: 500,
   overloaded: 503,

@@ -59,10 +59,16 @@ export type TaskParameters =
   | TokenClassificationParameters
   | FeatureExtractionParameters;
 
+/** Who goes first: workers take interactive requests before batch ones, and batch ones are shed first. */
+export const PRIORITIES = ['interactive', 'batch'] as const;
+export type Priority = (typeof PRIORITIES)[number];
+
 export const optionsSchema = z
   .object({
     /** A client may shorten its deadline, never lengthen it past the server's. */
     timeout_ms: z.number().int().min(1).optional(),
+    /** May lower the class an API key gives, never raise it. */
+    priority: z.enum(PRIORITIES).optional(),
     // Accepted for Hugging Face Inference API compatibility; the model is always loaded.
     wait_for_model: z.boolean().optional(),
     use_cache: z.boolean().optional(),
