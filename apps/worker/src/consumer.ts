@@ -141,14 +141,42 @@ export class Consumer {
       const batch = this.runner.prepare(jobs.flatMap((j) => j.data.requests));
       const waitedForModel = modelBusy;
       await running;
-      // This batch waited for the model anyway: what arrived meanwhile joins it without delaying it.
-      if (waitedForModel && !this.stopping) await this.topUp(batch);
+      // This batch waited for the model anyway: interactive work that arrived meanwhile goes ahead of
+      // a batch holding bulk (batch-class) work, and otherwise what arrived joins it, delaying no one.
+      let ahead: PreparedBatch | undefined;
+      if (waitedForModel && !this.stopping) {
+        ahead = await this.interactiveAhead(jobs);
+        if (!ahead) await this.topUp(batch);
+      }
       modelBusy = true;
-      running = this.execute(batch, jobs.length).finally(() => {
+      running = (async () => {
+        if (ahead) await this.execute(ahead, 0);
+        await this.execute(batch, jobs.length);
+      })().finally(() => {
         modelBusy = false;
       });
     }
     await running;
+  }
+
+  /**
+   * Interactive jobs waiting now, prepared as a batch of their own, when `jobs` hold batch-class work.
+   * BullMQ fetches from the wait list (interactive) before the prioritized set, so the jobs taken
+   * here are interactive ones.
+   */
+  private async interactiveAhead(jobs: Job<InferenceJobData>[]): Promise<PreparedBatch | undefined> {
+    if (!jobs.some((job) => (job.opts.priority ?? 0) > 0)) return undefined;
+    try {
+      const waiting = await this.connection.llen(this.worker.keys.wait);
+      if (waiting === 0) return undefined;
+      const urgent = await this.source.take(Math.min(waiting, this.options.limits.maxSize));
+      if (urgent.length === 0) return undefined;
+      this.hold(urgent);
+      return this.runner.prepare(urgent.flatMap((j) => j.data.requests));
+    } catch (err) {
+      this.logger.warn({ err: String(err) }, 'fetching interactive jobs failed; running the batch in hand');
+      return undefined;
+    }
   }
 
   private async topUp(batch: PreparedBatch): Promise<void> {
