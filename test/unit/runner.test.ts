@@ -1,0 +1,102 @@
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import type { QueuedRequest, RequestOutcome } from '@tserve/contract';
+import { BatchRunner } from '../../apps/worker/src/runner.ts';
+import { planBatches } from '../../apps/worker/src/planner.ts';
+import type { Encoded, Engine } from '../../apps/worker/src/engine.ts';
+import type { TaskHead } from '../../apps/worker/src/tasks/index.ts';
+
+/**
+ * The runner with a stand-in engine: one "token" per word, a forward pass that fails on any batch
+ * holding the word "poison", and a clock that advances by 10 ms per model call.
+ */
+function harness(options: { abandoned?: string[] } = {}) {
+  let now = 1_000_000;
+  const calls: string[][] = [];
+  const engine = {
+    loaded: { maxLength: 512 },
+    encode: (text: string): Encoded => ({ text, ids: text.split(' ').map((_, i) => i) }),
+    forward: async (batch: Encoded[]) => {
+      calls.push(batch.map((e) => e.text));
+      now += 10;
+      if (batch.some((e) => e.text.includes('poison'))) throw new Error('ORT failed: bad input\n    at native frames');
+      return { data: new Float32Array(batch.length), dims: [batch.length, 1] };
+    },
+  } as unknown as Engine;
+  const head: TaskHead = { decode: (_output, row, encoded) => `${encoded.text}#${row}` };
+  const finished = new Map<string, RequestOutcome>();
+  const runner = new BatchRunner(
+    engine,
+    head,
+    { maxSize: 4, maxTokens: 1000 },
+    (request, outcome) => {
+      assert.ok(!finished.has(request.id), `${request.id} finished twice`);
+      finished.set(request.id, outcome);
+    },
+    (id) => (options.abandoned ?? []).includes(id),
+    () => now,
+  );
+  const request = (id: string, inputs: string[], deadlineIn = 1000): QueuedRequest => ({ id, inputs, parameters: {}, deadline: now + deadlineIn, enqueuedAt: now });
+  return { runner, finished, calls, request, advance: (ms: number) => (now += ms) };
+}
+
+describe('planBatches', () => {
+  const seq = (n: number) => ({ owner: n, encoded: { text: '', ids: Array(n).fill(0) } });
+
+  it('sorts by length and closes a call at the size cap, the token cap, or half padding', () => {
+    const plan = (lengths: number[], maxSize: number, maxTokens: number) => planBatches(lengths.map(seq), { maxSize, maxTokens }).map((c) => c.map((s) => s.owner));
+    assert.deepEqual(plan([5, 1, 3, 2], 2, 1000), [[1, 2], [3, 5]]);
+    assert.deepEqual(plan([4, 4, 4, 4], 8, 8), [[4, 4], [4, 4]]);
+    // Ten short ones and a long one: the long one goes alone rather than pad the rest.
+    assert.deepEqual(plan([...Array(10).fill(2), 40], 32, 10_000), [Array(10).fill(2), [40]]);
+  });
+});
+
+describe('BatchRunner', () => {
+  it('answers every input of a request once, in order, after its last call', async () => {
+    const { runner, finished, request } = harness();
+    await runner.run([request('a', ['one', 'two words', 'three little words']), request('b', ['alone'])]);
+    const a = finished.get('a')!;
+    assert.ok(a.ok);
+    assert.deepEqual(a.outputs.map((o) => String(o).split('#')[0]), ['one', 'two words', 'three little words']);
+    assert.ok(finished.get('b')!.ok);
+  });
+
+  it('isolates the input that breaks the model by halving; its request alone fails', async () => {
+    const { runner, finished, calls, request } = harness();
+    await runner.run(['x1', 'x2', 'poison pill', 'x3'].map((t, i) => request(`r${i}`, [t])));
+    const failed = [...finished.entries()].filter(([, o]) => !o.ok).map(([id]) => id);
+    assert.deepEqual(failed, ['r2']);
+    const outcome = finished.get('r2')!;
+    assert.ok(!outcome.ok && outcome.error.error_type === 'inference');
+    assert.ok(!outcome.ok && !/at native/.test(outcome.error.error), 'only the first line of the engine error');
+    assert.ok(calls.length > 1 && calls.some((c) => c.length === 1 && c[0] === 'poison pill'));
+  });
+
+  it('names the failing input of a multi-input request', async () => {
+    const { runner, finished, request } = harness();
+    await runner.run([request('m', ['fine', 'poison'])]);
+    const outcome = finished.get('m')!;
+    assert.ok(!outcome.ok && /^inputs\[1\]: /.test(outcome.error.error), JSON.stringify(outcome));
+  });
+
+  it('drops expired and abandoned requests unrun, and re-checks deadlines between calls', async () => {
+    const { runner, finished, calls, request, advance } = harness({ abandoned: ['gone'] });
+    const late = request('late', ['too late'], -1);
+    const gone = request('gone', ['nobody reads this']);
+    // Short inputs first; the long one comes in a later call, after the clock moved 10 ms.
+    const tight = request('tight', ['a b c d e f g h i j k l m n o p q r s t u v w x y z'], 15);
+    const tighter = request('tighter', ['a b c d e f g h i j k l m n o p q r s t u v w x y z and more'], 5);
+    const shorts = ['s1', 's2', 's3', 's4'].map((id) => request(id, ['short']));
+    const report = await runner.run([late, gone, ...shorts, tight, tighter]);
+    advance(0);
+    assert.equal(finished.get('tighter')!.ok === false && finished.get('tighter')!.error.error_type, 'timeout', 'expired during the first call');
+    assert.ok(!calls.flat().some((t) => t.endsWith('and more')));
+    assert.equal(finished.get('late')!.ok === false && finished.get('late')!.error.error_type, 'timeout');
+    assert.equal(finished.get('gone')!.ok === false && finished.get('gone')!.error.error_type, 'cancelled');
+    assert.ok(!calls.flat().includes('too late') && !calls.flat().includes('nobody reads this'));
+    assert.equal(report.expired, 2);
+    assert.equal(report.abandoned, 1);
+    assert.ok(finished.get('tight')!.ok, 'still on time after the first call');
+  });
+});
