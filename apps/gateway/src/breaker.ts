@@ -2,12 +2,9 @@ import CircuitBreaker from 'opossum';
 import type { Logger } from 'pino';
 import type { GatewayConfig } from '@tserve/config';
 
-export type Guarded = <T>(call: () => Promise<T>) => Promise<T>;
-
 export interface RedisBreaker {
-  guard: Guarded;
+  guard<T>(call: () => Promise<T>): Promise<T>;
   state(): 'closed' | 'open' | 'half-open';
-  breaker: CircuitBreaker;
 }
 
 /**
@@ -29,7 +26,6 @@ export function createRedisBreaker(config: GatewayConfig, logger: Logger): Redis
   breaker.on('halfOpen', () => logger.info({ breaker: 'redis' }, 'circuit breaker half-open: probing'));
   breaker.on('close', () => logger.info({ breaker: 'redis' }, 'circuit breaker closed'));
   return {
-    breaker,
     guard: <T>(call: () => Promise<T>) => breaker.fire(call) as Promise<T>,
     state: () => (breaker.opened ? 'open' : breaker.halfOpen ? 'half-open' : 'closed'),
   };

@@ -1,6 +1,5 @@
 import express, { type Request, type Response, type Router } from 'express';
 import { isUtf8 } from 'node:buffer';
-import { randomUUID } from 'node:crypto';
 import { ApiError, describeIssues, inferenceRequestSchema } from '@tserve/contract';
 import type { GatewayConfig } from '@tserve/config';
 import type { InferenceResult, InferenceService } from './inference.js';
@@ -42,15 +41,10 @@ function headerTimeout(req: Request): number | undefined {
 }
 
 /**
- * The request's id, which becomes its job id: the request logger's (pino-http) when present, else a
- * fresh one. Never taken from the client, since job ids must be unique. Sent back on errors too.
+ * The request's id, given by the request logger (pino-http) to every request: a fresh UUID, never
+ * the client's, since a lone request's id becomes its job id, which must be unique.
  */
-function requestId(req: Request, res: Response): string {
-  const logged = (req as { id?: unknown }).id;
-  const id = typeof logged === 'string' ? logged : randomUUID();
-  res.setHeader('x-request-id', id);
-  return id;
-}
+const requestId = (req: Request): string => String((req as { id?: unknown }).id);
 
 /** Aborts when the client closes the connection before its answer was sent. */
 function clientGone(res: Response): AbortSignal {
@@ -96,7 +90,7 @@ export function inferenceRoutes(config: GatewayConfig, service: InferenceService
       parameters: call.parameters,
       timeoutMs: minDefined(call.timeoutMs, headerTimeout(req)),
       priority: effectivePriority(admittedOf(res).priority, call.priority),
-      requestId: requestId(req, res),
+      requestId: requestId(req),
       signal: clientGone(res),
     });
     respond(res, result, call.single, startedAt);
@@ -114,7 +108,7 @@ export function inferenceRoutes(config: GatewayConfig, service: InferenceService
       parameters: call.parameters,
       timeoutMs: minDefined(call.timeoutMs, headerTimeout(req)),
       priority: effectivePriority(admittedOf(res).priority, call.priority),
-      requestId: requestId(req, res),
+      requestId: requestId(req),
       signal: clientGone(res),
     });
     respond(res, result, call.single, startedAt);

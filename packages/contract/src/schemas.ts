@@ -84,8 +84,6 @@ export const inferenceRequestSchema = z
   })
   .strict();
 
-export type InferenceRequest = z.infer<typeof inferenceRequestSchema>;
-
 /** Turns zod issues into one sentence a client can act on; paths are prefixed with `prefix` (e.g. "parameters"). */
 export function describeIssues(error: z.ZodError, prefix?: string): string {
   return flatten(error.issues)

@@ -8,11 +8,6 @@ export function queueNameFor(model: string): string {
   return `models--${model.replaceAll('/', '--')}`;
 }
 
-export function modelFromQueueName(name: string): string | undefined {
-  if (!name.startsWith('models--')) return undefined;
-  return name.slice('models--'.length).replaceAll('--', '/');
-}
-
 export const keys = {
   /** Set of worker ids that have announced themselves (some may have expired). */
   workers: (prefix: string) => `${prefix}:workers`,
