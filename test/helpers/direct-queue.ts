@@ -14,7 +14,8 @@ export class DirectQueue {
   private readonly queue: Queue;
   private readonly channel: string;
   private readonly outcomes = new Map<string, RequestOutcome>();
-  private readonly waiters = new Map<string, (o: RequestOutcome) => void>();
+  /** Several waits for one request may be pending; each is told, and each clears its own timer. */
+  private readonly waiters = new Map<string, Array<(o: RequestOutcome) => void>>();
 
   constructor(redisUrl: string, prefix: string, model: string) {
     this.redis = new Redis(redisUrl, { maxRetriesPerRequest: null });
@@ -24,7 +25,8 @@ export class DirectQueue {
     this.subscriber.on('message', (_c: string, message: string) => {
       for (const outcome of (JSON.parse(message) as JobOutcome).outcomes) {
         this.outcomes.set(outcome.id, outcome);
-        this.waiters.get(outcome.id)?.(outcome);
+        for (const notify of this.waiters.get(outcome.id) ?? []) notify(outcome);
+        this.waiters.delete(outcome.id);
       }
     });
   }
@@ -54,11 +56,15 @@ export class DirectQueue {
     const known = this.outcomes.get(id);
     if (known) return Promise.resolve(known);
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`no outcome for job ${id} within ${timeoutMs} ms`)), timeoutMs);
-      this.waiters.set(id, (o) => {
+      const notify = (o: RequestOutcome) => {
         clearTimeout(timer);
         resolve(o);
-      });
+      };
+      const timer = setTimeout(() => {
+        this.waiters.set(id, (this.waiters.get(id) ?? []).filter((n) => n !== notify));
+        reject(new Error(`no outcome for request ${id} within ${timeoutMs} ms`));
+      }, timeoutMs);
+      this.waiters.set(id, [...(this.waiters.get(id) ?? []), notify]);
     });
   }
 
