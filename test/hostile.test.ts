@@ -1,0 +1,171 @@
+/**
+ * Issue 8: no client can take the gateway down. Against a live system under steady load, a bounded
+ * mix of hostile clients: 1 ms and random deadlines, disconnects mid-body and mid-wait, slow-drip
+ * headers and bodies, malformed JSON and UTF-8, huge headers, unknown routes and methods. After it
+ * the gateway is the same process, answers, serves a normal request, never leaked a stack trace,
+ * logged no unhandled rejection, and its memory is back near where it began.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import net from 'node:net';
+import { spawn } from 'node:child_process';
+import path from 'node:path';
+import { MODEL_DIR, Proc, ROOT, TestSystem, uniquePrefix, waitFor } from './helpers/system.ts';
+
+const MODEL = 'replica/tiny-bert-sst2';
+const HEADERS_TIMEOUT_MS = 1000;
+const REQUEST_TIMEOUT_MS = 2000;
+/** A stack frame or a source path in a body: what an error must never show a client. */
+const LEAK = /\bat \S+ \(|\.(ts|js):\d+:\d+|node_modules|\/work\//;
+
+const rssMiB = (pid: number) => Number(/VmRSS:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) / 1024;
+
+/** Writes raw bytes on a fresh connection; resolves with what came back once the server closed it (or `after` ms). */
+function raw(port: number, chunks: Array<string | Buffer | { waitMs: number }>, options: { destroyAfterWrite?: boolean; maxMs?: number } = {}): Promise<{ text: string; closedAfterMs: number; closedByServer: boolean }> {
+  return new Promise((resolve) => {
+    const started = Date.now();
+    const socket = net.connect(port, '127.0.0.1');
+    let text = '';
+    let done = false;
+    const finish = (byServer: boolean) => {
+      if (done) return;
+      done = true;
+      clearTimeout(limit);
+      socket.destroy();
+      resolve({ text, closedAfterMs: Date.now() - started, closedByServer: byServer });
+    };
+    const limit = setTimeout(() => finish(false), options.maxMs ?? 15_000);
+    socket.on('data', (d) => (text += d.toString('latin1')));
+    socket.on('close', () => finish(true));
+    socket.on('error', () => finish(true));
+    socket.on('connect', async () => {
+      for (const chunk of chunks) {
+        if (done || socket.destroyed) return;
+        if (typeof chunk === 'object' && 'waitMs' in chunk) await new Promise((r) => setTimeout(r, chunk.waitMs));
+        else socket.write(chunk);
+      }
+      if (options.destroyAfterWrite) finish(false);
+    });
+  });
+}
+
+const request = (path: string, body: string, headers: Record<string, string> = {}) => {
+  const all = { host: 'x', 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)), ...headers };
+  return `POST ${path} HTTP/1.1\r\n${Object.entries(all).map(([k, v]) => `${k}: ${v}`).join('\r\n')}\r\n\r\n${body}`;
+};
+
+describe('hostile clients', () => {
+  const system = new TestSystem(uniquePrefix('hostile'));
+  let gateway: Proc;
+
+  before(async () => {
+    gateway = await system.startGateway({ HTTP_HEADERS_TIMEOUT_MS: HEADERS_TIMEOUT_MS, HTTP_REQUEST_TIMEOUT_MS: REQUEST_TIMEOUT_MS, LOG_LEVEL: 'info' });
+    system.startWorker({ model: MODEL });
+    await system.waitForWorkers(MODEL);
+  });
+  after(() => system.stop());
+
+  it('answers the 1 ms deadline that used to crash it with 504, and lives on', async () => {
+    for (const headers of [{ 'x-request-timeout-ms': '1' }, {}]) {
+      const body = 'x-request-timeout-ms' in headers ? 'hi' : JSON.stringify({ inputs: 'hi', options: { timeout_ms: 1 } });
+      const res = await fetch(`${system.url}/${'x-request-timeout-ms' in headers ? '' : `models/${MODEL}`}`, { method: 'POST', headers: { 'content-type': 'x-request-timeout-ms' in headers ? 'text/plain' : 'application/json', ...headers }, body });
+      assert.ok([200, 504].includes(res.status), `status ${res.status}`);
+      if (res.status === 504) assert.equal(((await res.json()) as { error_type: string }).error_type, 'timeout');
+    }
+    assert.ok(gateway.running);
+  });
+
+  it('survives a bounded mix of hostile clients under load, and is the same healthy process after', async () => {
+    const pid = gateway.pid;
+    const url = system.url;
+    const port = Number(new URL(url).port);
+    const valid = JSON.stringify({ inputs: 'a perfectly normal request' });
+    // Warm up first, so that the memory baseline is the working size, not a cold start.
+    for (let i = 0; i < 200; i++) await system.infer(MODEL, `warm up ${i}`);
+    const rssBefore = rssMiB(pid);
+
+    let loading = true;
+    const normal: number[] = [];
+    const load = Promise.all(
+      Array.from({ length: 4 }, async (_, c) => {
+        for (let i = 0; loading; i++) normal.push((await system.infer(MODEL, `steady load ${c} ${i}`)).status);
+      }),
+    );
+
+    const bodies: string[] = [];
+    const hostile: Array<() => Promise<unknown>> = [
+      // Deadlines: 1 ms and random, by header and by body.
+      async () => bodies.push(await (await fetch(`${url}/`, { method: 'POST', headers: { 'x-request-timeout-ms': '1' }, body: 'hi' })).text()),
+      async () => bodies.push(await (await fetch(`${url}/models/${MODEL}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ inputs: 'x', options: { timeout_ms: 1 + Math.floor(Math.random() * 40) } }) })).text()),
+      async () => bodies.push(await (await fetch(`${url}/models/${MODEL}`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-request-timeout-ms': String(1 + Math.floor(Math.random() * 40)) }, body: valid })).text()),
+      // Disconnects mid-body and mid-wait.
+      () => raw(port, [request(`/models/${MODEL}`, valid).slice(0, -10)], { destroyAfterWrite: true }),
+      () => raw(port, [request(`/models/${MODEL}`, valid), { waitMs: Math.floor(Math.random() * 5) }], { destroyAfterWrite: true }),
+      async () => {
+        const controller = new AbortController();
+        const pending = fetch(`${url}/models/${MODEL}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: valid, signal: controller.signal }).catch(() => undefined);
+        setTimeout(() => controller.abort(), Math.floor(Math.random() * 10));
+        await pending;
+      },
+      // Malformed JSON, invalid UTF-8, wrong types.
+      async () => bodies.push(await (await fetch(`${url}/models/${MODEL}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"inputs": [1, 2' })).text()),
+      async () => bodies.push(await (await fetch(`${url}/models/${MODEL}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: Buffer.from([0x7b, 0x22, 0x69, 0x22, 0x3a, 0x22, 0xc3, 0x28, 0x22, 0x7d]) })).text()),
+      async () => bodies.push(await (await fetch(`${url}/`, { method: 'POST', body: Buffer.from([0xff, 0xfe, 0xfd]) })).text()),
+      async () => bodies.push(await (await fetch(`${url}/models/${MODEL}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"inputs": {"__proto__": {"x": 1}}, "parameters": null}' })).text()),
+      // Huge headers, unknown routes and methods.
+      async () => bodies.push((await raw(port, [`GET /health HTTP/1.1\r\nhost: x\r\nx-big: ${'a'.repeat(64 * 1024)}\r\n\r\n`])).text),
+      async () => bodies.push(await (await fetch(`${url}/no/such/route`, { method: 'POST', body: '{}' })).text()),
+      async () => bodies.push(await (await fetch(`${url}/models/${MODEL}`, { method: 'DELETE' })).text()),
+      async () => bodies.push((await raw(port, ['BREW /models HTTP/1.1\r\nhost: x\r\n\r\n'])).text),
+      async () => bodies.push((await raw(port, ['\x16\x03\x01 not http at all\r\n\r\n'])).text),
+    ];
+    const mix = Array.from({ length: 300 }, (_, i) => hostile[i % hostile.length]);
+    await Promise.all(
+      Array.from({ length: 12 }, async (_, lane) => {
+        for (let i = lane; i < mix.length; i += 12) await mix[i]();
+      }),
+    );
+
+    // Slow senders are cut off by the server's own timeouts, not left holding connections.
+    const [slowHeaders, slowBody] = await Promise.all([
+      raw(port, ['POST / HTTP/1.1\r\n', ...Array.from({ length: 40 }, (_, i) => [{ waitMs: 250 }, `x-drip-${i}: 1\r\n`]).flat()]),
+      raw(port, [request(`/models/${MODEL}`, `{"inputs": "${'a'.repeat(200)}"}`).slice(0, -200), ...Array.from({ length: 40 }, () => [{ waitMs: 250 }, 'a']).flat()]),
+    ]);
+    for (const [what, r, limit] of [['headers', slowHeaders, HEADERS_TIMEOUT_MS], ['body', slowBody, REQUEST_TIMEOUT_MS]] as const) {
+      assert.ok(r.closedByServer, `a slow-drip ${what} was cut off by the server`);
+      // Node checks these timeouts every connectionsCheckingInterval (a quarter of the headers timeout here).
+      assert.ok(r.closedAfterMs < limit + 3000, `slow ${what} cut off after ${r.closedAfterMs} ms (limit ${limit} ms)`);
+    }
+
+    loading = false;
+    await load;
+    assert.ok(normal.length > 0 && normal.every((s) => s === 200), `the steady load was answered throughout: ${[...new Set(normal)].join(',')}`);
+
+    for (const body of bodies) assert.ok(!LEAK.test(body), `a body leaked internals: ${body.slice(0, 300)}`);
+    assert.equal(gateway.pid, pid);
+    assert.ok(gateway.running, `the gateway died:\n${gateway.output.slice(-2000)}`);
+    assert.equal((await fetch(`${url}/health`)).status, 200);
+    assert.equal((await system.infer(MODEL, 'after the storm')).status, 200);
+    assert.ok(!/unhandled rejection/.test(gateway.output), 'no unhandled rejection was logged');
+    // A leak check, not a speed check: generous, and given time for garbage collection.
+    await waitFor('gateway memory back near its start', async () => rssMiB(pid) < rssBefore * 1.5 + 30, 20_000, 500).catch(() => {
+      throw new Error(`gateway RSS ${rssMiB(pid).toFixed(0)} MiB after, ${rssBefore.toFixed(0)} MiB before`);
+    });
+  });
+
+  it('exits non-zero naming the port when the port is taken', async () => {
+    const port = Number(new URL(system.url).port);
+    const second = new Proc(
+      'gateway on a busy port',
+      spawn(process.execPath, [path.join(ROOT, 'apps/gateway/dist/main.js')], {
+        env: { PATH: process.env.PATH, REDIS_URL: system.redisUrl, QUEUE_PREFIX: system.prefix, MODEL_DIR, PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'warn' },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      }),
+    );
+    const code = await second.exited;
+    assert.notEqual(code, 0);
+    assert.match(second.output, new RegExp(`port ${port} on 127\\.0\\.0\\.1 is already in use`));
+    assert.ok(!LEAK.test(second.output), second.output);
+  });
+});
