@@ -7,7 +7,7 @@ import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
-import { MODEL_DIR, Proc, ROOT, TestSystem, freePort, uniquePrefix, waitFor } from './helpers/system.ts';
+import { MODEL_DIR, Proc, REDIS_URL, ROOT, TestSystem, freePort, uniquePrefix, waitFor } from './helpers/system.ts';
 
 const alive = (pid: number) => {
   try {
@@ -17,6 +17,21 @@ const alive = (pid: number) => {
     return false;
   }
 };
+
+/** Pids whose environment holds `entry` (e.g. a system's unique QUEUE_PREFIX), from /proc. */
+async function processesWithEnv(entry: string): Promise<number[]> {
+  const { readFile, readdir } = await import('node:fs/promises');
+  const pids: number[] = [];
+  for (const name of await readdir('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      if ((await readFile(`/proc/${name}/environ`, 'utf8')).split('\0').includes(entry)) pids.push(Number(name));
+    } catch {
+      // the process ended while we looked
+    }
+  }
+  return pids;
+}
 
 /** Child pids of a process, from /proc (the launcher's gateway, workers and Redis). */
 async function childrenOf(pid: number): Promise<number[]> {
@@ -87,6 +102,48 @@ describe('npm start (launcher)', () => {
     launcher.kill('SIGINT');
     assert.equal(await launcher.exited, 0, launcher.output);
     await waitFor('every child to exit', async () => children.every((pid) => !alive(pid)), 15_000);
+  });
+
+  it('restarts a gateway that crashed, and stops everything with exit 1 when the gateway cannot start', async () => {
+    const start = (port: number, prefix = uniquePrefix('supervise')) =>
+      new Proc(
+        'launcher',
+        spawn(process.execPath, [path.join(ROOT, 'apps/launcher/dist/main.js')], {
+          env: { PATH: process.env.PATH, HOME: process.env.HOME, MODEL_DIR, MODEL: 'replica/tiny-bert-sst2', PORT: String(port), REDIS_URL: REDIS_URL, QUEUE_PREFIX: prefix, LOG_LEVEL: 'warn' },
+          stdio: ['ignore', 'pipe', 'pipe'],
+        }),
+      );
+    const port = await freePort();
+    const launcher = start(port);
+    cleanups.push(async () => void (await launcher.stop('SIGKILL')));
+    const url = `http://127.0.0.1:${port}`;
+    await waitFor('the system to be ready', async () => (await fetch(`${url}/ready`)).status === 200, 60_000, 250);
+    const gatewayPid = async () => {
+      for (const pid of await childrenOf(launcher.pid)) {
+        if ((await import('node:fs')).readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('gateway/dist/main.js')) return pid;
+      }
+      return undefined;
+    };
+    const crashed = (await gatewayPid())!;
+    process.kill(crashed, 'SIGKILL');
+    await waitFor('a new gateway answering', async () => {
+      const pid = await gatewayPid();
+      return pid !== undefined && pid !== crashed && (await fetch(`${url}/health`).then((r) => r.ok, () => false));
+    }, 30_000, 100);
+    assert.match(launcher.output, /gateway exited \(SIGKILL\)/);
+    assert.match(launcher.output, /restarting gateway/);
+
+    // A second launcher on the same port: its gateway cannot listen, so nothing of it may stay up.
+    const blockedPrefix = uniquePrefix('blocked');
+    const blocked = start(port, blockedPrefix);
+    const code = await blocked.exited;
+    assert.equal(code, 1, blocked.output);
+    assert.match(blocked.output, new RegExp(`port ${port} on 0\\.0\\.0\\.0 is already in use`));
+    assert.match(blocked.output, /gateway failed while starting .*; stopping everything/);
+    // Its worker had been started too: no process of that launcher's system may survive it.
+    assert.deepEqual(await processesWithEnv(`QUEUE_PREFIX=${blockedPrefix}`), [], 'no process of the stopped system left running');
+    launcher.kill('SIGINT');
+    assert.equal(await launcher.exited, 0, launcher.output);
   });
 
   it('stops with a clear message when no Redis answers and none can be started', async () => {
