@@ -63,6 +63,25 @@ function defaultOf(value: string): string {
   return m ? m[1] : value;
 }
 
+/** A value with every `${NAME:-default}` replaced by its default: what the containers get from an empty .env. */
+function resolved(value: string): string {
+  return value.replace(/\$\{[A-Za-z_][A-Za-z0-9_]*:?-([^}]*)\}/g, '$1');
+}
+
+/**
+ * Settings the compose file reads from another variable than their own name, because the host's
+ * value (what `npm start` uses) means something else inside a container.
+ */
+const RENAMED: Record<string, string> = { MODEL: 'WORKER_MODEL', MODEL_DIR: 'WORKER_MODEL_DIR', SHUTDOWN_GRACE_MS: 'SHUTDOWN_GRACE_SECONDS' };
+
+/** Settings a program's `--help` lists. */
+function programSettings(app: 'gateway' | 'worker'): string[] {
+  const help = spawnSync(process.execPath, [path.join(ROOT, `apps/${app}/dist/main.js`), '--help'], { encoding: 'utf8' });
+  assert.equal(help.status, 0, help.stderr);
+  const table = help.stdout.split('Settings (environment variables):')[1] ?? '';
+  return [...table.matchAll(/^ {2}([A-Z][A-Z0-9_]*(?: \/ [A-Z][A-Z0-9_]*)*) {2}/gm)].flatMap((m) => m[1].split(' / '));
+}
+
 /** "15s", "1m30s", "500ms" → milliseconds. */
 function durationMs(value: string): number {
   const units: Record<string, number> = { h: 3_600_000, m: 60_000, s: 1000, ms: 1, us: 0.001 };
@@ -147,7 +166,7 @@ describe('docker-compose.yml', () => {
 
   it('the worker loads from MODEL_DIR=/models, mounted read-only', () => {
     const e = env(compose.services.worker);
-    assert.equal(defaultOf(e.MODEL_DIR ?? ''), '/models', `worker MODEL_DIR: ${e.MODEL_DIR}`);
+    assert.equal(resolved(e.MODEL_DIR ?? ''), '/models', `worker MODEL_DIR: ${e.MODEL_DIR}`);
     const models = (compose.services.worker.volumes ?? []).map(mount).find(([, target]) => target === '/models');
     assert.ok(models, 'nothing is mounted at /models');
     assert.equal(models[2], 'ro', `/models is writable: ${models.join(':')}`);
@@ -188,8 +207,13 @@ describe('docker-compose.yml', () => {
     for (const name of ['gateway', 'dashboard']) {
       const s = compose.services[name];
       assert.ok(s.stop_grace_period, `${name}: no stop_grace_period (Docker's 10 s default)`);
-      const grace = Number(defaultOf(env(s).SHUTDOWN_GRACE_MS ?? '10000'));
-      assert.ok(durationMs(s.stop_grace_period!) > grace, `${name}: stop_grace_period ${s.stop_grace_period} <= SHUTDOWN_GRACE_MS ${grace}`);
+      // One variable sets both: whatever its value, the stop period must stay the longer.
+      for (const seconds of ['10', '45', '300']) {
+        const at = (v: string) => v.replace(/\$\{SHUTDOWN_GRACE_SECONDS:-10\}/g, seconds);
+        const grace = Number(resolved(at(env(s).SHUTDOWN_GRACE_MS ?? '10000')));
+        const stop = durationMs(resolved(at(s.stop_grace_period!)));
+        assert.ok(stop > grace, `${name}: with SHUTDOWN_GRACE_SECONDS=${seconds}, stop_grace_period ${stop} ms <= SHUTDOWN_GRACE_MS ${grace}`);
+      }
     }
     assert.ok(compose.services.worker.stop_grace_period, 'worker: no stop_grace_period');
   });
@@ -201,10 +225,24 @@ describe('docker-compose.yml', () => {
       for (const [key, value] of Object.entries(env(s))) {
         assert.ok(schema.has(key), `${name}: ${key} is not a setting in packages/config/src/index.ts`);
         assert.ok(help.has(key), `${name}: ${key} is missing from the --help settings table`);
-        const m = /^\$\{([A-Za-z_][A-Za-z0-9_]*)/.exec(value);
-        if (m) assert.equal(m[1], key, `${name}: ${key} is read from \${${m[1]}}`);
+        const m = /\$\{([A-Za-z_][A-Za-z0-9_]*)/.exec(value);
+        if (m) assert.equal(m[1], RENAMED[key] ?? key, `${name}: ${key} is read from \${${m[1]}}`);
       }
     }
+  });
+
+  it('passes every setting of each program through to its containers (WORKER_ID excepted: replicas name themselves)', () => {
+    const wanted: Record<string, string[]> = { gateway: programSettings('gateway'), dashboard: programSettings('gateway'), worker: programSettings('worker').filter((k) => k !== 'WORKER_ID') };
+    for (const [name, keys] of Object.entries(wanted)) {
+      const e = env(compose.services[name]);
+      const missing = keys.filter((k) => !(k in e));
+      assert.deepEqual(missing, [], `${name} does not pass ${missing.join(', ')}`);
+    }
+  });
+
+  it('does not start the dashboard without its profile, and takes the model from WORKER_MODEL', () => {
+    assert.deepEqual((compose.services.dashboard as { profiles?: string[] }).profiles, ['dashboard']);
+    assert.equal(env(compose.services.worker).MODEL, '${WORKER_MODEL:-replica/MiniLM-L6-H384-uncased-sst2}');
   });
 
   it('passes `docker-compose config -q` (docker-compose 1.x)', (t) => {

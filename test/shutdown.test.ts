@@ -6,7 +6,7 @@ import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
-import { queueNameFor } from '@tserve/queue';
+import { keys, queueNameFor } from '@tserve/queue';
 import { TestSystem, uniquePrefix, waitFor, REDIS_URL } from './helpers/system.ts';
 import { DirectQueue, textOfTokens } from './helpers/direct-queue.ts';
 
@@ -97,13 +97,18 @@ describe('graceful shutdown', () => {
     );
     const answered = (n: number) => waitFor(`${n} answers`, async () => answers.length >= n, 30_000, 20);
     await answered(20);
-    for (const old of first) {
+    const redis = new Redis(REDIS_URL);
+    cleanups.push(async () => void redis.disconnect());
+    for (const [i, old] of first.entries()) {
       old.kill('SIGTERM');
       assert.equal(await old.exited, 0, old.output);
-      const replacement = system.startWorker({ model: MODEL });
+      // Live means announced in Redis. (The gateway's /ready may still count the worker just stopped
+      // until its next refresh, so a count of two there does not prove the replacement is up.)
+      const id = `replacement-${i}`;
+      const replacement = system.startWorker({ model: MODEL, env: { WORKER_ID: id } });
       await waitFor('replacement live', async () => {
-        const body = (await (await fetch(`${system.url}/ready`)).json()) as { models: Record<string, { workers: number }> };
-        return replacement.running && body.models[MODEL]?.workers === 2;
+        if (!replacement.running) throw new Error(`the replacement exited:\n${replacement.output}`);
+        return (await redis.exists(keys.worker(system.prefix, id))) === 1;
       }, 30_000);
     }
     // Some load on the replacements alone before stopping.
@@ -111,6 +116,6 @@ describe('graceful shutdown', () => {
     stop = true;
     await loadLoop;
     const failed = answers.filter((a) => a.status !== 200);
-    assert.deepEqual(failed.map((a) => `${a.status} ${JSON.stringify(a.body)}`), [], `every request answered 200 (${answers.length} sent)`);
+    assert.deepEqual(failed.map((a) => `${a.status} ${JSON.stringify(a.body)}`), [], `every request answered 200 (${answers.length} sent)\n${system.logs()}`);
   });
 });
