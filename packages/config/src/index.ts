@@ -200,7 +200,10 @@ export const SETTINGS_HELP: Record<'common' | 'worker' | 'gateway' | 'launcher',
 };
 
 export function formatHelp(title: string, sections: Array<keyof typeof SETTINGS_HELP>): string {
-  const rows = sections.flatMap((s) => SETTINGS_HELP[s]);
+  // A setting of two programs (MODEL: the launcher's list, the worker's id) is printed once, with
+  // the meaning of the first section that lists it: the program whose help this is.
+  const seen = new Set<string>();
+  const rows = sections.flatMap((s) => SETTINGS_HELP[s]).filter(([name]) => !seen.has(name) && Boolean(seen.add(name)));
   const width = Math.max(...rows.map(([name]) => name.length));
   const defWidth = Math.max(...rows.map(([, def]) => def.length));
   return [
