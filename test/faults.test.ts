@@ -51,7 +51,7 @@ describe('faults', () => {
     for (const t of texts) {
       const r = await system.infer(MODEL, t, { top_k: null });
       assert.equal(r.status, 200);
-      expected.set(t, r.body.find((x: any) => x.label === 'POSITIVE').score);
+      expected.set(t, r.body[0].find((x: any) => x.label === 'POSITIVE').score);
     }
 
     const redis = new Redis(REDIS_URL);
@@ -94,7 +94,7 @@ describe('faults', () => {
     const failed = results.filter((r) => r.status !== 200);
     assert.deepEqual(failed.map((r) => `${r.status} ${JSON.stringify(r.body)}`), [], 'every accepted request answered');
     for (const r of results) {
-      const score = r.body.find((x: any) => x.label === 'POSITIVE').score;
+      const score = r.body[0].find((x: any) => x.label === 'POSITIVE').score;
       assert.ok(Math.abs(score - expected.get(r.text)!) < 1e-5, `correct answer after recovery: ${score} vs ${expected.get(r.text)}`);
     }
     // Each job the victim held when it died ran again elsewhere once its lock expired (BullMQ's

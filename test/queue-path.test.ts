@@ -56,7 +56,7 @@ describe('queue path', () => {
   it('coalesces requests that arrive during an enqueue into one job; each gets its own answer', async () => {
     const texts = Array.from({ length: 10 }, (_, i) => `request number ${i} was ${i % 2 ? 'great' : 'awful'}`);
     const alone = new Map<string, number>();
-    for (const text of texts) alone.set(text, (await system.infer(MODEL, text, { top_k: null })).body.find((x: any) => x.label === 'POSITIVE').score);
+    for (const text of texts) alone.set(text, (await system.infer(MODEL, text, { top_k: null })).body[0].find((x: any) => x.label === 'POSITIVE').score);
     const jobsBefore = await queue.getCompletedCount();
 
     redis.proc!.kill('SIGSTOP');
@@ -74,7 +74,7 @@ describe('queue path', () => {
     }
     answers.forEach((r, i) => {
       assert.equal(r.status, 200, JSON.stringify(r.body));
-      const score = r.body.find((x: any) => x.label === 'POSITIVE').score;
+      const score = r.body[0].find((x: any) => x.label === 'POSITIVE').score;
       assert.ok(Math.abs(score - alone.get(texts[i])!) < 1e-5, `request ${i} got its own answer: ${score} vs ${alone.get(texts[i])}`);
     });
     assert.equal(new Set(answers.map((r) => r.headers.get('x-request-id'))).size, 10, 'each request kept its own id');

@@ -66,7 +66,7 @@ const PARAMETERS: Record<string, Record<string, unknown>> = {
   'text-classification': { top_k: null },
   'feature-extraction': {},
   'fill-mask': { top_k: 5 },
-  'token-classification': { ignore_labels: [] },
+  'token-classification': { ignore_labels: [], aggregation_strategy: 'none' },
 };
 
 /** The same call in this process, with transformers.js's own pipeline on the same file. */
@@ -115,7 +115,8 @@ describe('reference outputs through the gateway', () => {
           continue;
         }
         assert.equal(res.status, 200, JSON.stringify(res.body));
-        const served = figures(task, res.body);
+        // The Inference API answers one text-classification input as a list holding its list.
+        const served = figures(task, task === 'text-classification' ? res.body[0] : res.body);
         const expected = referenceFigures(task, c);
         if (task === 'token-classification') {
           // transformers.js's pipeline drops every special token, [MASK] too; the Python pipeline the

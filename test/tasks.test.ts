@@ -24,7 +24,7 @@ describe('task parameters', () => {
 
   it('token-classification: word aggregation strategies agree with the per-token answer', async () => {
     const text = 'Unbelievably, Sarahs tokenization works in Londonderry';
-    const tokens = (await system.infer(NER, text, { ignore_labels: [] })).body as Array<{ entity: string; score: number; word: string }>;
+    const tokens = (await system.infer(NER, text, { ignore_labels: [], aggregation_strategy: 'none' })).body as Array<{ entity: string; score: number; word: string }>;
     const words: (typeof tokens)[] = [];
     for (const t of tokens) (t.word.startsWith('##') ? words[words.length - 1] : words[words.push([]) - 1]).push(t);
     assert.ok(words.some((w) => w.length > 1), 'the text has multi-piece words');
@@ -33,7 +33,8 @@ describe('task parameters', () => {
 
     assert.ok(tokens.every((t) => t.entity.startsWith('B-')), 'every token opens its own entity');
     const first = await run('first');
-    assert.deepEqual(first.map((g) => g.word), words.map((w) => w.map((p) => p.word.replace(/^##/, '')).join('')));
+    // A group's word is the input's own text (here capitalised), the pieces' concatenation otherwise.
+    assert.deepEqual(first.map((g) => g.word.toLowerCase()), words.map((w) => w.map((p) => p.word.replace(/^##/, '')).join('')));
     first.forEach((g, i) => assert.ok(Math.abs(g.score - words[i][0].score) < 1e-9, 'first: the first piece decides'));
     const max = await run('max');
     max.forEach((g, i) => assert.ok(Math.abs(g.score - Math.max(...words[i].map((p) => p.score))) < 1e-9, 'max: the surest piece decides'));
@@ -48,21 +49,46 @@ describe('task parameters', () => {
 
     // ignore_labels filters by label; the default hides "O".
     const label = tokens[0].entity;
-    const filtered = (await system.infer(NER, text, { ignore_labels: [label] })).body as typeof tokens;
+    const filtered = (await system.infer(NER, text, { ignore_labels: [label], aggregation_strategy: 'none' })).body as typeof tokens;
     assert.ok(filtered.every((t) => t.entity !== label));
     assert.equal(filtered.length, tokens.filter((t) => t.entity !== label).length);
   });
 
+  it('token-classification: start and end are offsets into the input, through lower-casing, accents, CJK and emoji', async () => {
+    // Offsets count code points, as the Python pipelines do; the emoji is one code point ([UNK]).
+    const text = 'Zoë Müller lives in 東京 😀 ok';
+    const tokens = (await system.infer(NER, text, { ignore_labels: [], aggregation_strategy: 'none' })).body as Array<{ word: string; start: number; end: number }>;
+    assert.deepEqual(
+      tokens.map((t) => [t.word, t.start, t.end]),
+      [['zoe', 0, 3], ['muller', 4, 10], ['lives', 11, 16], ['in', 17, 19], ['東', 20, 21], ['京', 21, 22], ['[UNK]', 23, 24], ['ok', 25, 27]],
+    );
+    const pieces = (await system.infer(NER, 'Unbelievably Sarahs', { ignore_labels: [], aggregation_strategy: 'none' })).body as Array<{ word: string; start: number; end: number }>;
+    const original = Array.from('Unbelievably Sarahs');
+    for (const p of pieces) assert.equal(original.slice(p.start, p.end).join('').toLowerCase(), p.word.replace(/^##/, ''), JSON.stringify(p));
+    // Every strategy carries offsets, and a group's word is exactly the input between them.
+    for (const strategy of ['simple', 'first', 'average', 'max']) {
+      const groups = (await system.infer(NER, text, { ignore_labels: [], aggregation_strategy: strategy })).body as Array<{ word: string; start: number; end: number }>;
+      assert.ok(groups.length > 0);
+      for (const g of groups) assert.equal(Array.from(text).slice(g.start, g.end).join(''), g.word, `${strategy}: ${JSON.stringify(g)}`);
+    }
+  });
+
+  it('token-classification on /models/<id> groups entities by default (aggregation_strategy "simple")', async () => {
+    const grouped = (await system.infer(NER, 'Sarah lives in London')).body as Array<Record<string, unknown>>;
+    assert.ok(grouped.every((g) => 'entity_group' in g && typeof g.start === 'number'), JSON.stringify(grouped));
+  });
+
   it('text-classification: top_k and function_to_apply', async () => {
     const text = 'This restaurant is awesome';
-    const top1 = (await system.infer(CLASSIFIER, text)).body;
+    // The Inference API answers one text as a list holding its list of labels.
+    const top1 = (await system.infer(CLASSIFIER, text)).body[0];
     assert.equal(top1.length, 1, 'top_k defaults to 1');
-    const all = (await system.infer(CLASSIFIER, text, { top_k: null })).body;
+    const all = (await system.infer(CLASSIFIER, text, { top_k: null })).body[0];
     assert.equal(all.length, 2);
     assert.ok(Math.abs(all[0].score + all[1].score - 1) < 1e-9, 'softmax sums to one');
     assert.deepEqual(top1[0], all[0]);
-    const logits = (await system.infer(CLASSIFIER, text, { top_k: null, function_to_apply: 'none' })).body;
-    const sigmoid = (await system.infer(CLASSIFIER, text, { top_k: null, function_to_apply: 'sigmoid' })).body;
+    const logits = (await system.infer(CLASSIFIER, text, { top_k: null, function_to_apply: 'none' })).body[0];
+    const sigmoid = (await system.infer(CLASSIFIER, text, { top_k: null, function_to_apply: 'sigmoid' })).body[0];
     for (const s of sigmoid) {
       const logit = logits.find((l: any) => l.label === s.label).score;
       assert.ok(Math.abs(s.score - 1 / (1 + Math.exp(-logit))) < 1e-9);

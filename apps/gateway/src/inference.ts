@@ -7,6 +7,7 @@ import {
   type JobTiming,
   type Priority,
   type QueuedRequest,
+  type Task,
   type TaskParameters,
 } from '@tserve/contract';
 import { keys } from '@tserve/queue';
@@ -28,6 +29,11 @@ export interface InferenceCall {
   priority: Priority;
   /** Aborted when the client goes away: a request not yet run is then dropped. */
   signal?: AbortSignal;
+  /**
+   * Whose defaults apply: the Hugging Face Inference API's (`/models/<id>`), or those of a
+   * transformers pipeline called on the text (`POST /`, the classic pipeline web server).
+   */
+  api: 'inference-api' | 'pipeline';
 }
 
 /** Where a request whose client left was dropped: before it reached Redis, or queued (the worker skips it). */
@@ -40,6 +46,7 @@ export interface InferenceObserver {
 }
 
 export interface InferenceResult {
+  task: Task;
   outputs: unknown[];
   warnings: string[];
   timing: JobTiming;
@@ -88,7 +95,7 @@ export class InferenceService {
   async infer(call: InferenceCall): Promise<InferenceResult> {
     const served = this.registry.get(call.model);
     if (!served) throw this.unknownModel(call.model);
-    const parameters = this.checkParameters(served.task, call.parameters);
+    const parameters = this.checkParameters(served.task, call.parameters, call.api);
     if (call.inputs.length > this.config.MAX_INPUTS_PER_REQUEST) {
       throw new ApiError(
         'payload_too_large',
@@ -121,7 +128,7 @@ export class InferenceService {
       const outcome = await answer;
       if (!outcome.ok) throw ApiError.fromBody(outcome.error);
       this.observer.answered(call.model, outcome.timing);
-      return { outputs: outcome.outputs, warnings: outcome.warnings, timing: outcome.timing };
+      return { task: served.task, outputs: outcome.outputs, warnings: outcome.warnings, timing: outcome.timing };
     } finally {
       call.signal?.removeEventListener('abort', abandon);
       this.registry.noteLeft(call.model);
@@ -145,8 +152,10 @@ export class InferenceService {
       .catch(() => {});
   }
 
-  private checkParameters(task: keyof typeof parameterSchemas, parameters: Record<string, unknown>): TaskParameters {
-    const parsed = parameterSchemas[task].safeParse(parameters);
+  private checkParameters(task: Task, parameters: Record<string, unknown>, api: InferenceCall['api']): TaskParameters {
+    // The Inference API groups entities unless told otherwise; a pipeline called on a text does not.
+    const defaults = api === 'inference-api' && task === 'token-classification' ? { aggregation_strategy: 'simple' } : {};
+    const parsed = parameterSchemas[task].safeParse({ ...defaults, ...parameters });
     if (!parsed.success) throw new ApiError('validation', `invalid parameters for ${task}: ${describeIssues(parsed.error, 'parameters')}`);
     return parsed.data;
   }

@@ -14,7 +14,13 @@ function isJson(req: Request): boolean {
   return req.is('application/json') === 'application/json' || Boolean(req.is('+json'));
 }
 
-function respond(res: Response, result: InferenceResult, single: boolean, startedAt: number): void {
+/**
+ * The body of an answer: one output for a single input, else the list. The Inference API answers a
+ * single text-classification input as a list of one list too (`[[{label, score}, …]]`), which its
+ * clients expect.
+ */
+function respond(res: Response, result: InferenceResult, single: boolean, startedAt: number, api: 'inference-api' | 'pipeline'): void {
+  if (api === 'inference-api' && result.task === 'text-classification') single = false;
   res.setHeader('x-queue-time', String(result.timing.queue_ms));
   res.setHeader('x-inference-time', String(result.timing.inference_ms));
   res.setHeader('x-batch-size', String(result.timing.batch_size));
@@ -92,8 +98,9 @@ export function inferenceRoutes(config: GatewayConfig, service: InferenceService
       priority: effectivePriority(admittedOf(res).priority, call.priority),
       requestId: requestId(req),
       signal: clientGone(res),
+      api: 'pipeline',
     });
-    respond(res, result, call.single, startedAt);
+    respond(res, result, call.single, startedAt, 'pipeline');
   });
 
   // Model ids contain a slash: /models/org/name.
@@ -110,8 +117,9 @@ export function inferenceRoutes(config: GatewayConfig, service: InferenceService
       priority: effectivePriority(admittedOf(res).priority, call.priority),
       requestId: requestId(req),
       signal: clientGone(res),
+      api: 'inference-api',
     });
-    respond(res, result, call.single, startedAt);
+    respond(res, result, call.single, startedAt, 'inference-api');
   });
 
   return router;

@@ -2,18 +2,21 @@ import type { TokenClassificationParameters } from '@tserve/contract';
 import type { LoadedModel } from '../model.js';
 import type { TaskHead } from './head.js';
 import { softmax } from './math.js';
+import { alignTokens, sliceCodePoints, type Span, type TokenizerParts } from './offsets.js';
 
 interface TokenScore {
   index: number;
   id: number;
   word: string;
   probs: Float64Array;
+  span: Span | null;
 }
 
 interface Entity {
   label: string;
   score: number;
   ids: number[];
+  spans: Array<Span | null>;
   index?: number;
 }
 
@@ -32,6 +35,7 @@ function argmax(values: ArrayLike<number>): number {
 /**
  * Named-entity style token labels. `none` returns one entity per token; `simple` merges B-/I- runs;
  * `first`, `average` and `max` first merge subword pieces into words (WordPiece "##" continuation).
+ * Every entity carries `start`/`end`: code-point offsets into the input (see offsets.ts).
  */
 export function tokenClassificationHead(loaded: LoadedModel): TaskHead<TokenClassificationParameters> {
   const { tokenizer } = loaded;
@@ -39,13 +43,26 @@ export function tokenClassificationHead(loaded: LoadedModel): TaskHead<TokenClas
   const labelOf = (i: number) => labels[i] ?? `LABEL_${i}`;
   // What the tokenizer's template adds around any text ([CLS] … [SEP] for BERT): not part of the input.
   const templateIds = new Set(tokenizer.encode(''));
-  const inner = (tokenizer as unknown as { _tokenizer: { id_to_token(id: number): string } })._tokenizer;
+  const inner = (tokenizer as unknown as { _tokenizer: { id_to_token(id: number): string; model?: { unk_token?: string; continuing_subword_prefix?: string } } & Partial<TokenizerParts> })._tokenizer;
+  const parts: TokenizerParts = {
+    normalizer: inner.normalizer,
+    pre_tokenizer: inner.pre_tokenizer,
+    unknownToken: inner.model?.unk_token ?? '[UNK]',
+    continuingPrefix: inner.model?.continuing_subword_prefix ?? '##',
+  };
   const tokenString = (id: number) => inner.id_to_token(id) ?? tokenizer.decode([id]);
   const decodeWord = (ids: number[]) => tokenizer.decode(ids, { skip_special_tokens: false }).trim();
 
   function toEntity(t: TokenScore): Entity {
     const best = argmax(t.probs);
-    return { label: labelOf(best), score: t.probs[best], ids: [t.id], index: t.index };
+    return { label: labelOf(best), score: t.probs[best], ids: [t.id], spans: [t.span], index: t.index };
+  }
+
+  /** Where a run of tokens lies in the input: from its first token's start to its last token's end. */
+  function extent(spans: Array<Span | null>): Span | null {
+    const first = spans[0];
+    const last = spans[spans.length - 1];
+    return first && last ? [first[0], last[1]] : null;
   }
 
   function mergeWords(tokens: TokenScore[], strategy: 'first' | 'average' | 'max'): Entity[] {
@@ -56,19 +73,20 @@ export function tokenClassificationHead(loaded: LoadedModel): TaskHead<TokenClas
     }
     return words.map((pieces) => {
       const ids = pieces.map((p) => p.id);
-      if (strategy === 'first') return { ...toEntity(pieces[0]), ids };
+      const spans = pieces.map((p) => p.span);
+      if (strategy === 'first') return { ...toEntity(pieces[0]), ids, spans };
       if (strategy === 'max') {
         const best = pieces.map(toEntity).reduce((a, b) => (b.score > a.score ? b : a));
-        return { ...best, ids };
+        return { ...best, ids, spans };
       }
       const mean = new Float64Array(pieces[0].probs.length);
       for (const p of pieces) p.probs.forEach((v, i) => (mean[i] += v / pieces.length));
       const best = argmax(mean);
-      return { label: labelOf(best), score: mean[best], ids };
+      return { label: labelOf(best), score: mean[best], ids, spans };
     });
   }
 
-  function group(entities: Entity[]) {
+  function group(entities: Entity[], text: string) {
     const groups: Array<{ tag: string; members: Entity[] }> = [];
     for (const e of entities) {
       const [bi, tag] = splitTag(e.label);
@@ -76,23 +94,31 @@ export function tokenClassificationHead(loaded: LoadedModel): TaskHead<TokenClas
       if (last && last.tag === tag && bi !== 'B') last.members.push(e);
       else groups.push({ tag, members: [e] });
     }
-    return groups.map((g) => ({
-      entity_group: g.tag,
-      score: g.members.reduce((s, m) => s + m.score, 0) / g.members.length,
-      word: decodeWord(g.members.flatMap((m) => m.ids)),
-      start: null,
-      end: null,
-    }));
+    return groups.map((g) => {
+      const span = extent(g.members.flatMap((m) => m.spans));
+      return {
+        entity_group: g.tag,
+        score: g.members.reduce((s, m) => s + m.score, 0) / g.members.length,
+        // The input's own text where it can be located; the decoded tokens otherwise.
+        word: span ? sliceCodePoints(text, span) : decodeWord(g.members.flatMap((m) => m.ids)),
+        start: span?.[0] ?? null,
+        end: span?.[1] ?? null,
+      };
+    });
   }
 
   return {
     decode(output, index, encoded, parameters) {
       const [, length, classes] = output.dims;
-      const tokens: TokenScore[] = [];
+      const positions: number[] = [];
       encoded.ids.forEach((id, t) => {
-        if (templateIds.has(id) && (t === 0 || t === encoded.ids.length - 1)) return;
+        if (!(templateIds.has(id) && (t === 0 || t === encoded.ids.length - 1))) positions.push(t);
+      });
+      const words = positions.map((t) => tokenString(encoded.ids[t]));
+      const spans = alignTokens(encoded.text, words, parts);
+      const tokens: TokenScore[] = positions.map((t, k) => {
         const start = (index * length + t) * classes;
-        tokens.push({ index: t, id, word: tokenString(id), probs: softmax(output.data.subarray(start, start + classes)) });
+        return { index: t, id: encoded.ids[t], word: words[k], probs: softmax(output.data.subarray(start, start + classes)), span: spans[k] };
       });
       const strategy = parameters.aggregation_strategy ?? 'none';
       const ignore = new Set(parameters.ignore_labels ?? ['O']);
@@ -100,10 +126,10 @@ export function tokenClassificationHead(loaded: LoadedModel): TaskHead<TokenClas
         return tokens
           .map((t) => ({ t, e: toEntity(t) }))
           .filter(({ e }) => !ignore.has(e.label))
-          .map(({ t, e }) => ({ entity: e.label, score: e.score, index: t.index, word: t.word, start: null, end: null }));
+          .map(({ t, e }) => ({ entity: e.label, score: e.score, index: t.index, word: t.word, start: t.span?.[0] ?? null, end: t.span?.[1] ?? null }));
       }
       const entities = strategy === 'simple' ? tokens.map(toEntity) : mergeWords(tokens, strategy);
-      return group(entities).filter((g) => !ignore.has(g.entity_group));
+      return group(entities, encoded.text).filter((g) => !ignore.has(g.entity_group));
     },
   };
 }

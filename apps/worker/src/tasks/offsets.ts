@@ -1,0 +1,84 @@
+/**
+ * Character offsets of WordPiece tokens in the original input, which transformers.js's tokenizers
+ * do not report. The input is normalized one code point at a time with the tokenizer's own
+ * normalizer (lower-casing, accent stripping, spaces around CJK characters), remembering where each
+ * normalized character came from; the normalized text is split into words by the tokenizer's own
+ * pre-tokenizer; then the tokens are walked against the words: "##" pieces continue a word, and
+ * [UNK] stands for a whole word. Offsets count Unicode code points, as the Python pipelines do.
+ */
+
+/** What alignment needs of a tokenizer (transformers.js keeps these on its inner tokenizer). */
+export interface TokenizerParts {
+  normalizer?: { normalize(text: string): string } | null;
+  pre_tokenizer?: { pre_tokenize_text(text: string): string[] } | null;
+  unknownToken: string;
+  continuingPrefix: string;
+}
+
+export type Span = [start: number, end: number];
+
+/** Start and end (code points, end exclusive) of each token in `text`; null where none can be found. */
+export function alignTokens(text: string, tokens: string[], parts: TokenizerParts): Array<Span | null> {
+  const original = Array.from(text);
+  // The normalized text, one code point per entry, and the original code point each came from.
+  const normalized: string[] = [];
+  const origin: number[] = [];
+  original.forEach((char, i) => {
+    for (const c of Array.from(parts.normalizer ? parts.normalizer.normalize(char) : char)) {
+      normalized.push(c);
+      origin.push(i);
+    }
+  });
+  const joined = normalized.join('');
+  const words = parts.pre_tokenizer ? parts.pre_tokenizer.pre_tokenize_text(joined) : joined.split(/\s+/).filter(Boolean);
+
+  // Where each word starts and ends in `normalized`: found in order, skipping what lies between.
+  const wordSpans: Span[] = [];
+  let cursor = 0;
+  for (const word of words) {
+    const chars = Array.from(word);
+    let at = cursor;
+    while (at < normalized.length && !chars.every((c, k) => normalized[at + k] === c)) at++;
+    if (at >= normalized.length) break;
+    wordSpans.push([at, at + chars.length]);
+    cursor = at + chars.length;
+  }
+
+  const spans: Array<Span | null> = [];
+  let word = 0;
+  let within = 0;
+  const toOriginal = (from: number, to: number): Span => [origin[from], origin[to - 1] + 1];
+  for (const token of tokens) {
+    const span = wordSpans[word];
+    if (!span) {
+      spans.push(null);
+      continue;
+    }
+    if (token === parts.unknownToken) {
+      spans.push(toOriginal(span[0], span[1]));
+      word++;
+      within = 0;
+      continue;
+    }
+    const piece = Array.from(token.startsWith(parts.continuingPrefix) && within > 0 ? token.slice(parts.continuingPrefix.length) : token);
+    const from = span[0] + within;
+    const fits = piece.length > 0 && from + piece.length <= span[1] && piece.every((c, k) => normalized[from + k] === c);
+    if (!fits) {
+      // Not a WordPiece split of this word (another tokenizer family): give up on this token only.
+      spans.push(null);
+      continue;
+    }
+    spans.push(toOriginal(from, from + piece.length));
+    within += piece.length;
+    if (span[0] + within >= span[1]) {
+      word++;
+      within = 0;
+    }
+  }
+  return spans;
+}
+
+/** The original text between two code-point offsets. */
+export function sliceCodePoints(text: string, [start, end]: Span): string {
+  return Array.from(text).slice(start, end).join('');
+}

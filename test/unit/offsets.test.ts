@@ -1,0 +1,37 @@
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { alignTokens, sliceCodePoints, type TokenizerParts } from '../../apps/worker/src/tasks/offsets.ts';
+
+/** A BERT-like normalizer (lower-case, strip accents, space around CJK) and a whitespace/punctuation pre-tokenizer. */
+const bertLike: TokenizerParts = {
+  normalizer: {
+    normalize: (text) =>
+      text
+        .normalize('NFD')
+        .replace(/\p{Mn}/gu, '')
+        .toLowerCase()
+        .replace(/(\p{Script=Han})/gu, ' $1 '),
+  },
+  pre_tokenizer: { pre_tokenize_text: (text) => text.match(/[\p{L}\p{N}\p{So}]+|[^\s\p{L}\p{N}\p{So}]/gu) ?? [] },
+  unknownToken: '[UNK]',
+  continuingPrefix: '##',
+};
+
+describe('alignTokens', () => {
+  it('maps pieces, accents, CJK and unknown words back to code-point spans of the input', () => {
+    const text = 'Zoë Müllerx 東京, 😀!';
+    const tokens = ['zoe', 'mul', '##ler', '##x', '東', '京', ',', '[UNK]', '!'];
+    const spans = alignTokens(text, tokens, bertLike);
+    assert.deepEqual(spans, [[0, 3], [4, 7], [7, 10], [10, 11], [12, 13], [13, 14], [14, 15], [16, 17], [17, 18]]);
+    assert.equal(sliceCodePoints(text, spans[7]!), '😀');
+    assert.equal(sliceCodePoints(text, [4, 11]), 'Müllerx');
+  });
+
+  it('gives null, not a wrong span, for a token that is no piece of the next word', () => {
+    assert.deepEqual(alignTokens('hello world', ['hello', 'planet', 'world'], bertLike), [[0, 5], null, [6, 11]]);
+  });
+
+  it('stops where the tokens stop (a truncated input)', () => {
+    assert.deepEqual(alignTokens('one two three', ['one', 'two'], bertLike), [[0, 3], [4, 7]]);
+  });
+});
