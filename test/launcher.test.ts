@@ -88,6 +88,7 @@ describe('npm start (launcher)', () => {
       return body.models['replica/tiny-bert-sst2']?.workers === 2 && body.models['replica/tiny-bert-ner']?.workers === 2;
     }, 60_000);
     assert.ok(ready.models['replica/tiny-bert-sst2']);
+    await waitFor('the launcher to say ready', async () => /ready: replica\/tiny-bert-sst2, replica\/tiny-bert-ner served at http:\/\/127\.0\.0\.1:/.test(launcher.output), 10_000);
 
     // The README's example, as curl sends it (form-encoded).
     const res = await fetch(`${url}/`, { method: 'POST', body: 'This restaurant is awesome', headers: { 'content-type': 'application/x-www-form-urlencoded' } });

@@ -34,6 +34,8 @@ export interface InferenceCall {
    * transformers pipeline called on the text (`POST /`, the classic pipeline web server).
    */
   api: 'inference-api' | 'pipeline';
+  /** Wait for a model that is still loading (until the deadline) instead of answering 503 at once. */
+  waitForModel?: boolean;
 }
 
 /** Where a request whose client left was dropped: before it reached Redis, or queued (the worker skips it). */
@@ -93,6 +95,13 @@ export class InferenceService {
   }
 
   async infer(call: InferenceCall): Promise<InferenceResult> {
+    const timeout = Math.min(call.timeoutMs ?? this.config.REQUEST_TIMEOUT_MS, this.config.REQUEST_TIMEOUT_MS);
+    const deadline = Date.now() + timeout;
+    if (!this.registry.get(call.model) && call.waitForModel && this.registry.loading(call.model)) {
+      if (!(await this.registry.whenServed(call.model, deadline))) {
+        throw new ApiError('timeout', `the request deadline passed while model ${call.model} was loading`);
+      }
+    }
     const served = this.registry.get(call.model);
     if (!served) throw this.unknownModel(call.model);
     const parameters = this.checkParameters(served.task, call.parameters, call.api);
@@ -105,9 +114,7 @@ export class InferenceService {
     this.shedEarly(call.model, call.priority);
     if (this.breaker.state() === 'open') throw this.breakerOpen();
 
-    const timeout = Math.min(call.timeoutMs ?? this.config.REQUEST_TIMEOUT_MS, this.config.REQUEST_TIMEOUT_MS);
-    const now = Date.now();
-    const request: QueuedRequest = { id: call.requestId, inputs: call.inputs, parameters, deadline: now + timeout, enqueuedAt: now };
+    const request: QueuedRequest = { id: call.requestId, inputs: call.inputs, parameters, deadline, enqueuedAt: Date.now() };
     // Registered before the request is sent, so even an instant answer finds its waiter. The deadline
     // may pass while the enqueue is still in flight: that rejection is awaited below.
     const answer = this.router.wait(request.id, request.deadline);
@@ -171,6 +178,11 @@ export class InferenceService {
   }
 
   private unknownModel(model: string): ApiError {
+    const loading = this.registry.loading(model);
+    if (loading) {
+      // The Inference API's answer for a loading model; clients retry after estimated_time (or send x-wait-for-model).
+      return new ApiError('unavailable', `Model ${model} is currently loading`, loading.estimatedSeconds, { estimated_time: loading.estimatedSeconds });
+    }
     const failure = this.registry.failure(model);
     if (failure) return new ApiError('unavailable', `model ${model} is not served: its worker could not load it (${failure.reason})`, 5);
     if (this.registry.taskOf(model)) return new ApiError('unavailable', `no live worker serves model ${model} right now; retry shortly`, 2);

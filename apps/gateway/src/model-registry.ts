@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import type { Task, WorkerInfo } from '@tserve/contract';
-import { exchangeDepths, listLiveWorkers, listLoadFailures, type LoadFailure } from '@tserve/queue';
+import { exchangeDepths, listLiveWorkers, listLoadFailures, listLoadTimes, type LoadFailure } from '@tserve/queue';
 
 export interface ServedModel {
   id: string;
@@ -16,6 +16,15 @@ export interface ServedModel {
 
 /** Before any worker of a model has announced its batch size; the worker's own default. */
 const DEFAULT_JOB_SEQUENCES = 32;
+/** A loading model's estimate when no load of it has been measured yet, in seconds. */
+const UNKNOWN_LOAD_SECONDS = 20;
+
+/** A model whose workers are all still loading it. */
+export interface LoadingModel {
+  id: string;
+  /** Seconds until the first of its workers is likely ready: its last measured load time, less the time spent so far. */
+  estimatedSeconds: number;
+}
 
 /**
  * What the workers say they serve, refreshed from Redis in the background so that the request
@@ -27,6 +36,10 @@ export class ModelRegistry {
   private readonly known = new Map<string, Task>();
   /** Models whose worker reported it could not load them, and has no live worker since. */
   private failures = new Map<string, LoadFailure>();
+  /** Models announced by loading workers only. */
+  private loadingModels = new Map<string, LoadingModel>();
+  /** Called after each successful refresh (requests waiting for a model to finish loading). */
+  private readonly listeners = new Set<() => void>();
   /** This gateway's requests per model that are accepted and not yet answered. */
   private readonly outstanding = new Map<string, number>();
   /** What the other gateways last reported of their outstanding requests, per model. */
@@ -65,7 +78,31 @@ export class ModelRegistry {
 
   /** Models that were served earlier and have no live worker now. */
   lost(): string[] {
-    return [...this.known.keys()].filter((id) => !this.models.has(id));
+    return [...this.known.keys()].filter((id) => !this.models.has(id) && !this.loadingModels.has(id));
+  }
+
+  /** The model, if it is announced only by workers still loading it. */
+  loading(model: string): LoadingModel | undefined {
+    return this.loadingModels.get(model);
+  }
+
+  loadingAll(): LoadingModel[] {
+    return [...this.loadingModels.values()];
+  }
+
+  /** Resolves true once the model is served, or false when `deadline` (epoch ms) passes first. */
+  whenServed(model: string, deadline: number): Promise<boolean> {
+    if (this.models.has(model)) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const done = (served: boolean) => {
+        clearTimeout(timer);
+        this.listeners.delete(check);
+        resolve(served);
+      };
+      const check = () => this.models.has(model) && done(true);
+      const timer = setTimeout(() => done(false), Math.max(0, deadline - Date.now()));
+      this.listeners.add(check);
+    });
   }
 
   failure(model: string): LoadFailure | undefined {
@@ -109,16 +146,26 @@ export class ModelRegistry {
 
   async refresh(): Promise<void> {
     try {
-      const [workers, failures] = await Promise.all([
+      const [workers, failures, loadTimes] = await Promise.all([
         listLiveWorkers(this.redis, this.prefix),
         listLoadFailures(this.redis, this.prefix, this.failureTtlMs),
+        listLoadTimes(this.redis, this.prefix),
       ]);
       const byModel = new Map<string, ServedModel>();
+      const loading = new Map<string, LoadingModel>();
       for (const w of workers) {
+        if (w.state === 'loading' || !w.task) {
+          const known = loadTimes.get(w.model);
+          const left = known === undefined ? UNKNOWN_LOAD_SECONDS : Math.max(1, Math.ceil((known - (Date.now() - w.startedAt)) / 1000));
+          const entry = loading.get(w.model);
+          loading.set(w.model, { id: w.model, estimatedSeconds: Math.min(entry?.estimatedSeconds ?? Infinity, left) });
+          continue;
+        }
         const entry = byModel.get(w.model) ?? { id: w.model, task: w.task, workers: [], depth: 0 };
         entry.workers.push(w);
         byModel.set(w.model, entry);
       }
+      for (const id of byModel.keys()) loading.delete(id);
       // Depth is exchanged per refresh, not per request: the request path stays free of Redis calls.
       const mine = new Map([...byModel.keys()].map((id) => [id, this.outstanding.get(id) ?? 0]));
       this.peers = await exchangeDepths(this.redis, this.prefix, this.gatewayId, mine, Math.max(3 * this.refreshMs, 2000));
@@ -127,7 +174,9 @@ export class ModelRegistry {
         this.known.set(m.id, m.task);
       }
       this.models = byModel;
-      this.failures = new Map(failures.filter((f) => !byModel.has(f.model)).map((f) => [f.model, f]));
+      this.loadingModels = loading;
+      this.failures = new Map(failures.filter((f) => !byModel.has(f.model) && !loading.has(f.model)).map((f) => [f.model, f]));
+      for (const listener of [...this.listeners]) listener();
       if (this.lastError) this.logger.info('registry refresh recovered');
       this.lastError = undefined;
       this.lastRefreshAt = Date.now();

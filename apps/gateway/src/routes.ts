@@ -34,7 +34,7 @@ function parseInferenceBody(body: unknown) {
   const parsed = inferenceRequestSchema.safeParse(body);
   if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
   const { inputs, parameters, options } = parsed.data;
-  return { single: typeof inputs === 'string', inputs: typeof inputs === 'string' ? [inputs] : inputs, parameters: parameters ?? {}, timeoutMs: options?.timeout_ms, priority: options?.priority };
+  return { single: typeof inputs === 'string', inputs: typeof inputs === 'string' ? [inputs] : inputs, parameters: parameters ?? {}, timeoutMs: options?.timeout_ms, priority: options?.priority, options };
 }
 
 /** A client may shorten its deadline with this header as well as with `options.timeout_ms`. */
@@ -51,6 +51,26 @@ function headerTimeout(req: Request): number | undefined {
  * the client's, since a lone request's id becomes its job id, which must be unique.
  */
 const requestId = (req: Request): string => String((req as { id?: unknown }).id);
+
+/** A boolean header of the Hugging Face clients; anything but true/false is refused, never ignored. */
+function booleanHeader(req: Request, name: string): boolean | undefined {
+  const raw = req.get(name);
+  if (raw === undefined) return undefined;
+  const value = raw.trim().toLowerCase();
+  if (['true', '1'].includes(value)) return true;
+  if (['false', '0'].includes(value)) return false;
+  throw new ApiError('validation', `${name} must be true or false`);
+}
+
+/**
+ * `x-wait-for-model` / `options.wait_for_model`: wait while the model loads. `x-use-cache` /
+ * `options.use_cache` are accepted and always honoured: this server keeps no cache of answers, so
+ * every answer is computed afresh.
+ */
+function waitForModel(req: Request, body?: { wait_for_model?: boolean }): boolean {
+  booleanHeader(req, 'x-use-cache');
+  return booleanHeader(req, 'x-wait-for-model') ?? body?.wait_for_model ?? false;
+}
 
 /** Aborts when the client closes the connection before its answer was sent. */
 function clientGone(res: Response): AbortSignal {
@@ -88,7 +108,7 @@ export function inferenceRoutes(config: GatewayConfig, service: InferenceService
     const startedAt = performance.now();
     const call = isJson(req)
       ? parseInferenceBody(req.body)
-      : { single: true, inputs: [String(req.body ?? '')], parameters: {}, timeoutMs: undefined, priority: undefined };
+      : { single: true, inputs: [String(req.body ?? '')], parameters: {}, timeoutMs: undefined, priority: undefined, options: undefined };
     if (!call.inputs[0]) throw new ApiError('validation', 'send the text to run as the request body, e.g. curl -X POST -d "some text" localhost:8000/');
     const result = await service.infer({
       model: service.defaultModel(),
@@ -99,6 +119,7 @@ export function inferenceRoutes(config: GatewayConfig, service: InferenceService
       requestId: requestId(req),
       signal: clientGone(res),
       api: 'pipeline',
+      waitForModel: waitForModel(req, call.options),
     });
     respond(res, result, call.single, startedAt, 'pipeline');
   });
@@ -118,6 +139,7 @@ export function inferenceRoutes(config: GatewayConfig, service: InferenceService
       requestId: requestId(req),
       signal: clientGone(res),
       api: 'inference-api',
+      waitForModel: waitForModel(req, call.options),
     });
     respond(res, result, call.single, startedAt, 'inference-api');
   });

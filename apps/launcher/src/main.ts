@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 import { fileURLToPath } from 'node:url';
-import { ConfigError, formatHelp, loadLauncherConfig } from '@tserve/config';
+import { ConfigError, formatHelp, loadGatewayConfig, loadLauncherConfig } from '@tserve/config';
 import { ensureRedis, RedisUnavailable } from './redis.js';
 import { Supervisor } from './supervisor.js';
 
@@ -40,9 +40,33 @@ async function main(): Promise<void> {
     }
   }
   log(`started gateway and ${config.WORKERS} worker(s) for ${config.models.join(', ')}; Ctrl-C stops everything`);
+  if (config.WORKERS > 0) void announceReady(config.models, () => stopping);
 
   process.on('SIGINT', () => void stop('SIGINT: stopping', 0));
   process.on('SIGTERM', () => void stop('SIGTERM: stopping', 0));
+}
+
+/**
+ * Says "ready" once, when the gateway's /ready is 200 with every model served (none still loading):
+ * the moment requests for any of them stop getting 503.
+ */
+async function announceReady(models: string[], stopped: () => boolean): Promise<void> {
+  const gateway = loadGatewayConfig();
+  const host = ['0.0.0.0', '::'].includes(gateway.HOST) ? '127.0.0.1' : gateway.HOST;
+  const url = `http://${host.includes(':') ? `[${host}]` : host}:${gateway.PORT}`;
+  while (!stopped()) {
+    try {
+      const res = await fetch(`${url}/ready`);
+      const body = (await res.json()) as { models?: Record<string, { workers?: number }> };
+      if (res.ok && models.every((m) => (body.models?.[m]?.workers ?? 0) > 0)) {
+        log(`ready: ${models.join(', ')} served at ${url}`);
+        return;
+      }
+    } catch {
+      // not listening yet
+    }
+    await new Promise((r) => setTimeout(r, 500));
+  }
 }
 
 main().catch((err) => {

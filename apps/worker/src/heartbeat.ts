@@ -23,12 +23,14 @@ export class Heartbeat {
     this.timer.unref();
   }
 
-  async stop(): Promise<void> {
+  /** Leaves the registry; bounded, since a worker leaving because Redis is gone must still exit. */
+  async stop(timeoutMs = 2000): Promise<void> {
     clearInterval(this.timer);
-    await withdrawWorker(this.redis, this.prefix, this.info.id).catch(() => {});
+    await Promise.race([withdrawWorker(this.redis, this.prefix, this.info.id).catch(() => {}), new Promise((r) => setTimeout(r, timeoutMs).unref())]);
   }
 
-  private async beat(): Promise<void> {
+  /** Announces at once (after the announcement changed, e.g. loading → ready). */
+  async beat(): Promise<void> {
     try {
       await announceWorker(this.redis, this.prefix, this.info, this.ttlMs);
       if (this.failing) this.logger.info('heartbeat restored');

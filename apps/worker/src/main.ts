@@ -4,7 +4,7 @@ import { Worker } from 'bullmq';
 import { pino } from 'pino';
 import { ConfigError, formatHelp, loadWorkerConfig } from '@tserve/config';
 import type { InferenceJobData, WorkerInfo } from '@tserve/contract';
-import { clearLoadFailure, createRedis, keys, queueNameFor, reportLoadFailure } from '@tserve/queue';
+import { clearLoadFailure, createRedis, keys, queueNameFor, recordLoadTime, reportLoadFailure } from '@tserve/queue';
 import { describeModel, ModelLoadError } from './model.js';
 import { ModelThread } from './model-thread-client.js';
 import { Engine } from './engine.js';
@@ -29,7 +29,24 @@ async function main(): Promise<void> {
   const logger = pino({ level: config.LOG_LEVEL, base: { service: 'worker', model: config.MODEL, worker: workerId } });
 
   const started = performance.now();
+  const publisher = createRedis(config.REDIS_URL, 'worker', undefined, { enableAutoPipelining: true });
+  // Announced while loading, so that the gateway answers "loading" for this model, not "not served".
+  const info: WorkerInfo = {
+    id: workerId,
+    model: config.MODEL,
+    state: 'loading',
+    dtype: config.DTYPE,
+    device: config.DEVICE,
+    pid: process.pid,
+    host: os.hostname(),
+    startedAt: Date.now(),
+    batchMaxSize: config.BATCH_MAX_SIZE,
+    maxTokens: 0,
+  };
+  const heartbeat = new Heartbeat(publisher, config.QUEUE_PREFIX, info, config.HEARTBEAT_MS, config.WORKER_TTL_MS, logger);
+  await heartbeat.start();
   const reportFailure = async (err: unknown) => {
+    await heartbeat.stop();
     if (err instanceof ModelLoadError) await leaveFailureReport(config.REDIS_URL, config.QUEUE_PREFIX, config.MODEL, err.message);
     throw err;
   };
@@ -51,11 +68,11 @@ async function main(): Promise<void> {
   const engine = new Engine(loaded, thread);
   const head = headFor(loaded);
   // The first call of a session allocates its buffers; pay that before taking any job.
-  await engine.forward([engine.encode(loaded.tokenizer.mask_token ? `warm ${loaded.tokenizer.mask_token} up` : 'warm up', true)]);
-  logger.info({ task: loaded.task, dtype: config.DTYPE, device: config.DEVICE, loadMs: Math.round(performance.now() - started) }, 'model loaded');
+  await engine.forward([engine.encode(loaded.tokenizer.mask_token ? `warm ${loaded.tokenizer.mask_token} up` : 'warm up', true)]).catch(reportFailure);
+  const loadMs = performance.now() - started;
+  logger.info({ task: loaded.task, dtype: config.DTYPE, device: config.DEVICE, loadMs: Math.round(loadMs) }, 'model loaded');
 
   const connection = createRedis(config.REDIS_URL, 'worker');
-  const publisher = createRedis(config.REDIS_URL, 'worker', undefined, { enableAutoPipelining: true });
   const cancellations = createRedis(config.REDIS_URL, 'subscriber');
   const worker = new Worker<InferenceJobData>(queueNameFor(config.MODEL), null, {
     connection,
@@ -96,24 +113,12 @@ async function main(): Promise<void> {
   cancellations.on('message', (_channel: string, message: string) => consumer.noteCancelled(message));
   await cancellations.subscribe(keys.cancellations(config.QUEUE_PREFIX, config.MODEL));
 
-  const info: WorkerInfo = {
-    id: workerId,
-    model: config.MODEL,
-    task: loaded.task,
-    dtype: config.DTYPE,
-    device: config.DEVICE,
-    pid: process.pid,
-    host: os.hostname(),
-    startedAt: Date.now(),
-    batchMaxSize: config.BATCH_MAX_SIZE,
-    maxTokens: loaded.maxLength,
-  };
-  const heartbeat = new Heartbeat(publisher, config.QUEUE_PREFIX, info, config.HEARTBEAT_MS, config.WORKER_TTL_MS, logger);
-
   await clearLoadFailure(publisher, config.QUEUE_PREFIX, config.MODEL).catch(() => {});
+  await recordLoadTime(publisher, config.QUEUE_PREFIX, config.MODEL, loadMs).catch(() => {});
   void worker.startStalledCheckTimer();
   consumer.start();
-  await heartbeat.start();
+  Object.assign(info, { state: 'ready', task: loaded.task, maxTokens: loaded.maxLength } satisfies Partial<WorkerInfo>);
+  await heartbeat.beat();
   logger.info({ queue: queueNameFor(config.MODEL) }, 'worker ready');
 
   let stopping = false;

@@ -25,6 +25,8 @@ export type ErrorType = keyof typeof ERROR_STATUS;
 export interface ErrorBody {
   error: string;
   error_type: ErrorType;
+  /** For a model still loading: seconds until it is likely ready (the Inference API's field). */
+  estimated_time?: number;
 }
 
 export class ApiError extends Error {
@@ -34,6 +36,8 @@ export class ApiError extends Error {
     message: string,
     /** Seconds a client should wait before retrying (503s). */
     readonly retryAfterSeconds?: number,
+    /** Fields the body carries besides the message and type. */
+    readonly extra: Pick<ErrorBody, 'estimated_time'> = {},
   ) {
     super(message);
     this.name = 'ApiError';
@@ -41,7 +45,7 @@ export class ApiError extends Error {
   }
 
   toBody(): ErrorBody {
-    return { error: this.message, error_type: this.type };
+    return { error: this.message, error_type: this.type, ...this.extra };
   }
 
   static fromBody(body: ErrorBody): ApiError {

@@ -77,7 +77,10 @@ export interface CancelNotice {
 export interface WorkerInfo {
   id: string;
   model: string;
-  task: Task;
+  /** A worker announces itself while it loads its model, so that the gateway can say so (503 loading, not 404). */
+  state: 'loading' | 'ready';
+  /** Known once the model's config is read. */
+  task?: Task;
   dtype: string;
   device: string;
   pid: number;

@@ -15,6 +15,8 @@ export const keys = {
   worker: (prefix: string, id: string) => `${prefix}:worker:${id}`,
   /** Hash: model → why its worker could not load it. Lets the gateway answer 503 (not 404) and say why. */
   loadFailures: (prefix: string) => `${prefix}:load-failures`,
+  /** Hash: model → how long its last worker took to load it (ms), for a loading model's estimated_time. */
+  loadTimes: (prefix: string) => `${prefix}:load-times`,
   /** Pub/sub channel on which workers publish the outcomes for one gateway instance. */
   results: (prefix: string, gatewayId: string) => `${prefix}:results:${gatewayId}`,
   /** Hash: gateway id → its outstanding requests for the model, for cluster-wide load shedding. */

@@ -49,6 +49,16 @@ export async function clearLoadFailure(redis: Redis, prefix: string, model: stri
   await redis.hdel(keys.loadFailures(prefix), model);
 }
 
+/** How long loading the model took, so that gateways can tell clients how long a later load may take. */
+export async function recordLoadTime(redis: Redis, prefix: string, model: string, ms: number): Promise<void> {
+  await redis.hset(keys.loadTimes(prefix), model, String(Math.round(ms)));
+}
+
+export async function listLoadTimes(redis: Redis, prefix: string): Promise<Map<string, number>> {
+  const all = await redis.hgetall(keys.loadTimes(prefix));
+  return new Map(Object.entries(all).map(([model, ms]) => [model, Number(ms)]));
+}
+
 /** Failures newer than `maxAgeMs`: an old one is about a deployment that has probably moved on. */
 export async function listLoadFailures(redis: Redis, prefix: string, maxAgeMs: number, now = Date.now()): Promise<LoadFailure[]> {
   const all = await redis.hgetall(keys.loadFailures(prefix));
