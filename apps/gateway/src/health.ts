@@ -26,7 +26,7 @@ export function healthRoutes(registry: ModelRegistry, breaker: RedisBreaker, def
       reasons.push(`default model ${defaultModel} has no live worker`);
     }
     const models = Object.fromEntries(
-      [...served.map((m) => [m.id, { task: m.task, workers: m.workers.length, queue_depth: m.depth }] as const),
+      [...served.map((m) => [m.id, { task: m.task, workers: m.workers.length, queue_depth: m.depth, devices: [...new Set(m.workers.map((w) => `${w.device}/${w.dtype}`))] }] as const),
         ...registry.lost().map((id) => [id, { task: registry.taskOf(id), workers: 0 }] as const),
         ...registry.failed().map((f) => [f.model, { workers: 0, error: f.reason }] as const),
         ...registry.loadingAll().map((m) => [m.id, { workers: 0, loading: true, estimated_time: m.estimatedSeconds }] as const)],

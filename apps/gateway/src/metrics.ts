@@ -134,6 +134,18 @@ export function createMetrics(models: ModelRegistry, breaker: RedisBreaker): Gat
     },
   });
   new Gauge({
+    name: 'tserve_workers',
+    help: 'Live workers by model, device (cpu, webgpu, cuda) and dtype',
+    labelNames: ['model', 'device', 'dtype'] as const,
+    registers,
+    collect() {
+      this.reset();
+      for (const model of models.served()) {
+        for (const w of model.workers) this.inc({ model: model.id, device: w.device, dtype: w.dtype });
+      }
+    },
+  });
+  new Gauge({
     name: 'tserve_breaker_state',
     help: 'Circuit breaker state: 1 for the current state, 0 for the others',
     labelNames: ['breaker', 'state'] as const,

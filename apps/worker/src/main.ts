@@ -5,7 +5,8 @@ import { pino } from 'pino';
 import { ConfigError, formatHelp, loadWorkerConfig } from '@tserve/config';
 import type { InferenceJobData, WorkerInfo } from '@tserve/contract';
 import { clearLoadFailure, createRedis, keys, queueNameFor, recordLoadTime, reportLoadFailure } from '@tserve/queue';
-import { describeModel, ModelLoadError } from './model.js';
+import { chooseRuntime, describeModel, ModelLoadError } from './model.js';
+import { isGpu } from './device.js';
 import { ModelThread } from './model-thread-client.js';
 import { Engine } from './engine.js';
 import { headFor } from './tasks/index.js';
@@ -59,8 +60,13 @@ async function main(): Promise<void> {
       logger.warn({ err: String(err), nice: config.WORKER_NICE }, 'could not change the worker\'s priority; running at the default');
     }
   }
+  const runtime = await Promise.resolve().then(() => chooseRuntime(config)).catch(reportFailure);
+  for (const warning of runtime.warnings) logger.warn(warning);
+  // The model thread loads exactly what was chosen here.
+  const resolved = { ...config, DEVICE: runtime.device, DTYPE: runtime.dtype };
+  Object.assign(info, { device: runtime.device, dtype: runtime.dtype } satisfies Partial<WorkerInfo>);
   const loaded = await describeModel(config).catch(reportFailure);
-  const thread = await ModelThread.start(config, loaded.task, (reason) => {
+  const thread = await ModelThread.start(resolved, loaded.task, (reason) => {
     // Its jobs stay locked until the lock expires; then another worker's stalled check runs them.
     logger.fatal({ reason }, 'model thread died; exiting');
     process.exit(1);
@@ -68,9 +74,18 @@ async function main(): Promise<void> {
   const engine = new Engine(loaded, thread);
   const head = headFor(loaded);
   // The first call of a session allocates its buffers; pay that before taking any job.
-  await engine.forward([engine.encode(loaded.tokenizer.mask_token ? `warm ${loaded.tokenizer.mask_token} up` : 'warm up', true)]).catch(reportFailure);
+  const warmText = loaded.tokenizer.mask_token ? `warm ${loaded.tokenizer.mask_token} up` : 'warm up';
+  await engine.forward([engine.encode(warmText, true)]).catch(reportFailure);
+  if (isGpu(runtime.device)) {
+    // A GPU compiles its kernels for each new shape: the largest batch is paid here, not by the first users.
+    const rows = config.BATCH_MAX_SIZE;
+    const length = Math.max(2, Math.min(loaded.maxLength, Math.floor(config.BATCH_MAX_TOKENS / rows)));
+    const sample = engine.encode(warmText, true);
+    const longest = { text: warmText, ids: [sample.ids[0], ...Array<number>(length - 1).fill(sample.ids[1])] };
+    await engine.forward(Array.from({ length: rows }, () => longest)).catch(reportFailure);
+  }
   const loadMs = performance.now() - started;
-  logger.info({ task: loaded.task, dtype: config.DTYPE, device: config.DEVICE, loadMs: Math.round(loadMs) }, 'model loaded');
+  logger.info({ task: loaded.task, dtype: runtime.dtype, device: runtime.device, batchMaxSize: config.BATCH_MAX_SIZE, loadMs: Math.round(loadMs) }, 'model loaded');
 
   const connection = createRedis(config.REDIS_URL, 'worker');
   const cancellations = createRedis(config.REDIS_URL, 'subscriber');

@@ -14,6 +14,7 @@ import {
 } from '@huggingface/transformers';
 import { TASKS, type Task } from '@tserve/contract';
 import type { WorkerConfig } from '@tserve/config';
+import { checkDtypeFile, chooseDtype, DeviceChoiceError, isGpu, isNoAdapterError, noAdapterMessage, resolveDevice, type Device, type Dtype } from './device.js';
 
 /** What the worker's main thread knows of its model; the session itself lives in the model thread. */
 export interface LoadedModel {
@@ -70,7 +71,32 @@ export function configureLoading(config: WorkerConfig): void {
 function loadError(config: WorkerConfig, err: unknown): ModelLoadError {
   if (err instanceof ModelLoadError) return err;
   const reason = err instanceof Error ? err.message : String(err);
+  const device = resolveDevice(config.DEVICE);
+  if (isGpu(device) && isNoAdapterError(reason)) {
+    return new ModelLoadError(`cannot load model "${config.MODEL}": ${noAdapterMessage(device, reason.split('\n')[0].replace(/^.*?(Failed to get)/, '$1'))}`);
+  }
   return new ModelLoadError(`cannot load model "${config.MODEL}" (dtype ${config.DTYPE}, device ${config.DEVICE}) from ${where(config)}: ${reason}`);
+}
+
+/** The device and dtype a worker runs, decided before loading; warnings are for the start-up log. */
+export interface Runtime {
+  device: Device;
+  dtype: Dtype;
+  warnings: string[];
+}
+
+export function chooseRuntime(config: WorkerConfig): Runtime {
+  const device = resolveDevice(config.DEVICE);
+  const onnx = config.MODEL_DIR ? path.join(path.resolve(config.MODEL_DIR), config.MODEL, 'onnx') : undefined;
+  const available = onnx ? (fs.existsSync(onnx) ? fs.readdirSync(onnx) : []) : undefined;
+  try {
+    const { dtype, warning } = chooseDtype(config.DTYPE, device, available, config.DTYPE_FORCE);
+    checkDtypeFile(config.MODEL, dtype, available);
+    return { device, dtype, warnings: warning ? [warning] : [] };
+  } catch (err) {
+    if (err instanceof DeviceChoiceError) throw new ModelLoadError(`cannot load model "${config.MODEL}": ${err.message}`);
+    throw err;
+  }
 }
 
 /** Config, task and tokenizer: everything but the session, for the main thread. */

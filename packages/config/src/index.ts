@@ -19,8 +19,9 @@ const optionalString = z
   .optional()
   .transform((v) => (v === undefined || v.trim() === '' ? undefined : v.trim()));
 
-export const DTYPES = ['q8', 'fp32', 'fp16', 'int8', 'uint8', 'q4', 'q4f16', 'bnb4'] as const;
-export const DEVICES = ['cpu', 'cuda'] as const;
+export const DTYPES = ['auto', 'q8', 'fp32', 'fp16', 'int8', 'uint8', 'q4', 'q4f16', 'bnb4'] as const;
+/** `gpu`: the best GPU backend present (webgpu: the one onnxruntime-node ships; cuda needs its own build). */
+export const DEVICES = ['cpu', 'cuda', 'webgpu', 'gpu'] as const;
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 
 const commonShape = {
@@ -42,12 +43,16 @@ const workerSchema = z.object({
   ...commonShape,
   MODEL: z.string().min(1, 'MODEL is required (a model id such as replica/tiny-bert-sst2)'),
   MODEL_DIR: optionalString,
-  DTYPE: z.enum(DTYPES).default('q8'),
+  /** `auto`: q8 on the CPU; on a GPU fp16 when the model has it, else fp32 (q8's kernels are CPU kernels). */
+  DTYPE: z.enum(DTYPES).default('auto'),
+  /** Run a dtype that is slow on the chosen device anyway (q8 on a GPU). */
+  DTYPE_FORCE: bool(false),
   DEVICE: z.enum(DEVICES).default('cpu'),
   TASK: optionalString,
-  BATCH_MAX_SIZE: int(32, 1),
+  /** Unset: by device (see batchDefaults). A GPU call costs milliseconds however full, so GPUs take larger batches. */
+  BATCH_MAX_SIZE: z.coerce.number().int().min(1).optional(),
   BATCH_MAX_WAIT_MS: z.coerce.number().min(0).default(2),
-  BATCH_MAX_TOKENS: int(16384, 1),
+  BATCH_MAX_TOKENS: z.coerce.number().int().min(1).optional(),
   /** A job's lock; a killed worker's jobs return to the queue this long after it died. */
   JOB_LOCK_MS: int(5000, 500),
   STALLED_INTERVAL_MS: int(5000, 100),
@@ -109,7 +114,13 @@ const launcherSchema = z.object({
   REDIS_SERVER_BIN: z.string().default('redis-server'),
 });
 
-export type WorkerConfig = z.infer<typeof workerSchema>;
+/** The worker's settings with the device-dependent defaults filled in. */
+export type WorkerConfig = Omit<z.infer<typeof workerSchema>, 'BATCH_MAX_SIZE' | 'BATCH_MAX_TOKENS'> & { BATCH_MAX_SIZE: number; BATCH_MAX_TOKENS: number };
+
+/** Batch limits that fit a device: a CPU call costs per sequence, a GPU call mostly a fixed few milliseconds. */
+export function batchDefaults(device: (typeof DEVICES)[number]): { size: number; tokens: number } {
+  return device === 'cpu' ? { size: 32, tokens: 16384 } : { size: 128, tokens: 65536 };
+}
 export type GatewayConfig = z.infer<typeof gatewaySchema>;
 export type LauncherConfig = z.infer<typeof launcherSchema> & { models: string[] };
 
@@ -125,7 +136,9 @@ function parse<S extends z.ZodType>(schema: S, env: Env): z.infer<S> {
 }
 
 export function loadWorkerConfig(env: Env = process.env): WorkerConfig {
-  return parse(workerSchema, env);
+  const config = parse(workerSchema, env);
+  const defaults = batchDefaults(config.DEVICE);
+  return { ...config, BATCH_MAX_SIZE: config.BATCH_MAX_SIZE ?? defaults.size, BATCH_MAX_TOKENS: config.BATCH_MAX_TOKENS ?? defaults.tokens };
 }
 
 export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
@@ -154,12 +167,13 @@ export const SETTINGS_HELP: Record<'common' | 'worker' | 'gateway' | 'launcher',
   worker: [
     ['MODEL', '(required)', 'model id, e.g. replica/MiniLM-L6-H384-uncased-sst2'],
     ['MODEL_DIR', '(hub)', 'local models root; when set the model loads offline from it'],
-    ['DTYPE', 'q8', DTYPES.join(' | ')],
-    ['DEVICE', 'cpu', DEVICES.join(' | ')],
+    ['DTYPE', 'auto', `${DTYPES.join(' | ')}; auto: q8 on cpu, fp16 (else fp32) on a GPU`],
+    ['DTYPE_FORCE', 'false', 'run q8 on a GPU anyway (its integer kernels fall back to the CPU: 20-60x slower)'],
+    ['DEVICE', 'cpu', `${DEVICES.join(' | ')}; gpu: webgpu (Vulkan), the GPU backend onnxruntime-node ships`],
     ['TASK', '(from config.json)', 'override the task'],
-    ['BATCH_MAX_SIZE', '32', 'most sequences in one model call'],
+    ['BATCH_MAX_SIZE', '32 cpu / 128 gpu', 'most sequences in one model call'],
     ['BATCH_MAX_WAIT_MS', '2', 'one deadline after the first job for gathering a batch'],
-    ['BATCH_MAX_TOKENS', '16384', 'most padded tokens (longest x count) in one model call'],
+    ['BATCH_MAX_TOKENS', '16384 cpu / 65536 gpu', 'most padded tokens (longest x count) in one model call'],
     ['JOB_LOCK_MS', '5000', 'job lock; a dead worker\'s jobs are retried after it'],
     ['STALLED_INTERVAL_MS', '5000', 'how often to look for jobs of dead workers'],
     ['WORKER_ID', 'host-pid', 'name in heartbeats and logs'],
