@@ -53,6 +53,17 @@ COPY --from=build /app/node_modules node_modules
 COPY --from=build /app/packages packages
 COPY --from=build /app/apps apps
 
+# GPU=true: the Vulkan loader that onnxruntime-node's WebGPU execution provider (DEVICE=webgpu|gpu)
+# needs to find an NVIDIA GPU; the driver itself comes from the host through the NVIDIA container
+# runtime, which must expose its graphics (Vulkan) part too.
+ARG GPU=false
+RUN if [ "$GPU" = "true" ]; then \
+      apt-get update \
+   && apt-get install -y --no-install-recommends libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2 \
+   && rm -rf /var/lib/apt/lists/*; \
+    fi
+ENV NVIDIA_DRIVER_CAPABILITIES=compute,utility,graphics
+
 # transformers.js caches hub downloads inside its own package folder; the one writable path.
 # A named volume mounted here inherits this ownership on first use.
 RUN mkdir -p node_modules/@huggingface/transformers/.cache \

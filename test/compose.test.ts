@@ -254,6 +254,20 @@ describe('docker-compose.yml', () => {
     assert.equal(r.status, 0, `docker-compose config -q: ${r.stderr}${r.stdout}`);
   });
 
+  it('passes `docker-compose config -q` with the GPU override, which reserves a GPU for the worker', (t) => {
+    const gpu = parse(fs.readFileSync(path.join(ROOT, 'docker-compose.gpu.yml'), 'utf8')) as { services: Record<string, any> };
+    const reservation = gpu.services.worker.deploy.resources.reservations.devices[0];
+    assert.deepEqual([reservation.driver, reservation.capabilities], ['nvidia', ['gpu']]);
+    assert.equal(gpu.services.worker.build.args.GPU, 'true');
+    assert.match(gpu.services.worker.environment.NVIDIA_DRIVER_CAPABILITIES, /graphics/);
+    if (!hasBinary('docker-compose', ['version'])) {
+      t.skip('docker-compose is not on PATH');
+      return;
+    }
+    const r = spawnSync('docker-compose', ['-f', COMPOSE_FILE, '-f', path.join(ROOT, 'docker-compose.gpu.yml'), 'config', '-q'], { cwd: ROOT, encoding: 'utf8', env: defaultsEnv() });
+    assert.equal(r.status, 0, `docker-compose config -q: ${r.stderr}${r.stdout}`);
+  });
+
   it('passes `docker compose config -q` (Compose v2)', (t) => {
     if (!hasBinary('docker', ['compose', 'version'])) {
       t.skip('the Compose v2 plugin (`docker compose`) is not installed');

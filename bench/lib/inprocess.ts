@@ -1,4 +1,7 @@
+import fs from 'node:fs';
+import path from 'node:path';
 import { env, pipeline } from '@huggingface/transformers';
+import { chooseDtype, resolveDevice } from '../../apps/worker/src/device.ts';
 import { summarize, type Summary } from './stats.ts';
 
 /**
@@ -12,6 +15,8 @@ type Pipe = (input: string | string[]) => Promise<unknown>;
 export interface InProcessModel {
   model: string;
   pipe: Pipe;
+  device: string;
+  dtype: string;
   dispose(): Promise<void>;
 }
 
@@ -19,8 +24,12 @@ export async function loadInProcess(model: string, modelDir: string): Promise<In
   env.allowRemoteModels = false;
   env.allowLocalModels = true;
   env.localModelPath = modelDir;
-  const pipe = (await pipeline('text-classification', model, { dtype: 'q8' })) as unknown as Pipe & { dispose(): Promise<void> };
-  return { model, pipe, dispose: () => pipe.dispose() };
+  // The device and dtype the workers run (DEVICE/DTYPE from the environment, chosen as they choose).
+  const device = resolveDevice((process.env.DEVICE ?? 'cpu') as Parameters<typeof resolveDevice>[0]);
+  const onnx = path.join(modelDir, model, 'onnx');
+  const { dtype } = chooseDtype((process.env.DTYPE ?? 'auto') as Parameters<typeof chooseDtype>[0], device, fs.existsSync(onnx) ? fs.readdirSync(onnx) : undefined, process.env.DTYPE_FORCE === 'true');
+  const pipe = (await pipeline('text-classification', model, { dtype, device })) as unknown as Pipe & { dispose(): Promise<void> };
+  return { model, pipe, device, dtype, dispose: () => pipe.dispose() };
 }
 
 /** Latency of pipe(text), one call at a time, after a warm-up the statistics leave out. */

@@ -41,7 +41,11 @@ export async function runModelPhase(ctx: BenchContext, model: string): Promise<M
   const results: ModelResults = { model, texts, singles: [], batched: [] };
   const points: ServerPoint[] = [];
   const inproc = await loadInProcess(model, options.modelDir);
+  results.device = inproc.device;
+  results.dtype = inproc.dtype;
   try {
+    results.answerCheck = await checkAnswer(ctx, inproc, texts[Math.min(...options.lengths)].text);
+    log(`${short(model)} on ${inproc.device}/${inproc.dtype}: server answer vs in-process: same label ${results.answerCheck.sameLabel}, scores within ${results.answerCheck.maxScoreDiff.toExponential(1)}`);
     for (const tokens of options.lengths) {
       const { value, cpu } = await measureQuietly(ctx, model, () => withCpu(ctx.pids(), () => measureSingles(inproc, texts[tokens].text, options.singleCalls)), (r) => r.cpu.other);
       results.singles.push({ tokens, latency: value, cpu });
@@ -79,6 +83,15 @@ export async function runModelPhase(ctx: BenchContext, model: string): Promise<M
   } finally {
     await inproc.dispose();
   }
+}
+
+/** One answer through the whole system against the same call in-process (q8 shifts with batch mates; fp16 within its precision). */
+async function checkAnswer(ctx: BenchContext, inproc: InProcessModel, text: string): Promise<NonNullable<ModelResults['answerCheck']>> {
+  const res = await fetch(`${ctx.url()}${inferPath(inproc.model)}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ inputs: text, parameters: { top_k: null } }) });
+  const served = ((await res.json()) as Array<Array<{ label: string; score: number }>>)[0];
+  const local = (await (inproc.pipe as (t: string, o: unknown) => Promise<Array<{ label: string; score: number }>>)(text, { top_k: null }));
+  const byLabel = new Map(local.map((l) => [l.label, l.score]));
+  return { text, sameLabel: served[0].label === local[0].label, maxScoreDiff: Math.max(...served.map((s) => Math.abs(s.score - (byLabel.get(s.label) ?? NaN)))) };
 }
 
 function serverPoint(ctx: BenchContext, model: string, text: string, concurrency: number, body?: () => string): Promise<LoadResult> {

@@ -80,9 +80,14 @@ export interface GatewayCost {
 
 export interface ModelResults {
   model: string;
+  /** Where the model ran in-process and on the workers (DEVICE/DTYPE), e.g. webgpu and fp16. */
+  device?: string;
+  dtype?: string;
   texts: Record<string, InputText>;
   singles: InProcessSingles[];
   batched: InProcessBatched[];
+  /** The server's answer against in-process for the same text: same label, and how far the scores are. */
+  answerCheck?: { text: string; sameLabel: boolean; maxScoreDiff: number };
 }
 
 export interface TargetResult {
