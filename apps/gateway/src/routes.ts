@@ -29,6 +29,8 @@ function respond(res: Response, result: InferenceResult, single: boolean, starte
   res.json(single ? result.outputs[0] : result.outputs);
 }
 
+type ParsedBody = ReturnType<typeof parseInferenceBody>;
+
 function parseInferenceBody(body: unknown) {
   if (body === undefined) throw new ApiError('unsupported_media_type', 'send a JSON body with Content-Type: application/json');
   const parsed = inferenceRequestSchema.safeParse(body);
@@ -90,6 +92,22 @@ const modelOf = (req: Request) => ([] as string[]).concat(req.params.id as strin
 
 export function inferenceRoutes(config: GatewayConfig, service: InferenceService, admission: AdmissionParts): Router {
   const router = express.Router();
+  /** Runs a parsed request with what its headers and admission add, and answers it. */
+  const answer = async (req: Request, res: Response, model: string, call: ParsedBody, api: 'inference-api' | 'pipeline') => {
+    const startedAt = performance.now();
+    const result = await service.infer({
+      model,
+      inputs: call.inputs,
+      parameters: call.parameters,
+      timeoutMs: minDefined(call.timeoutMs, headerTimeout(req)),
+      priority: effectivePriority(admittedOf(res).priority, call.priority),
+      requestId: requestId(req),
+      signal: clientGone(res),
+      api,
+      waitForModel: waitForModel(req, call.options),
+    });
+    respond(res, result, call.single, startedAt, api);
+  };
   // A refused request is answered without reading its body (Express 5 passes the throw on as an error).
   const admit = (model: (req: Request) => string | undefined) => admitBeforeBody(admission, model);
   const json = express.json({ limit: config.MAX_BODY_BYTES, strict: false, verify: rejectInvalidUtf8 });
@@ -105,43 +123,19 @@ export function inferenceRoutes(config: GatewayConfig, service: InferenceService
     }
   };
   router.post('/', admit(defaultModelOrNone), (req, res, next) => (isJson(req) ? json : rawText)(req, res, next), async (req, res) => {
-    const startedAt = performance.now();
     const call = isJson(req)
       ? parseInferenceBody(req.body)
       : { single: true, inputs: [String(req.body ?? '')], parameters: {}, timeoutMs: undefined, priority: undefined, options: undefined };
     if (!call.inputs[0]) throw new ApiError('validation', 'send the text to run as the request body, e.g. curl -X POST -d "some text" localhost:8000/');
-    const result = await service.infer({
-      model: service.defaultModel(),
-      inputs: call.inputs,
-      parameters: call.parameters,
-      timeoutMs: minDefined(call.timeoutMs, headerTimeout(req)),
-      priority: effectivePriority(admittedOf(res).priority, call.priority),
-      requestId: requestId(req),
-      signal: clientGone(res),
-      api: 'pipeline',
-      waitForModel: waitForModel(req, call.options),
-    });
-    respond(res, result, call.single, startedAt, 'pipeline');
+    await answer(req, res, service.defaultModel(), call, 'pipeline');
   });
 
   // Model ids contain a slash: /models/org/name.
   router.post('/models/*id', admit((req) => modelOf(req)), json, async (req, res) => {
-    const startedAt = performance.now();
     if (!isJson(req)) throw new ApiError('unsupported_media_type', 'send a JSON body with Content-Type: application/json');
     const model = modelOf(req);
     const call = parseInferenceBody(req.body);
-    const result = await service.infer({
-      model,
-      inputs: call.inputs,
-      parameters: call.parameters,
-      timeoutMs: minDefined(call.timeoutMs, headerTimeout(req)),
-      priority: effectivePriority(admittedOf(res).priority, call.priority),
-      requestId: requestId(req),
-      signal: clientGone(res),
-      api: 'inference-api',
-      waitForModel: waitForModel(req, call.options),
-    });
-    respond(res, result, call.single, startedAt, 'inference-api');
+    await answer(req, res, model, call, 'inference-api');
   });
 
   return router;
