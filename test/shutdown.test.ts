@@ -102,13 +102,14 @@ describe('graceful shutdown', () => {
     for (const [i, old] of first.entries()) {
       old.kill('SIGTERM');
       assert.equal(await old.exited, 0, old.output);
-      // Live means announced in Redis. (The gateway's /ready may still count the worker just stopped
-      // until its next refresh, so a count of two there does not prove the replacement is up.)
+      // Ready means announced in Redis as ready, not merely loading. (The gateway's /ready may still
+      // count the worker just stopped until its next refresh, so a count there proves nothing.)
       const id = `replacement-${i}`;
       const replacement = system.startWorker({ model: MODEL, env: { WORKER_ID: id } });
       await waitFor('replacement live', async () => {
         if (!replacement.running) throw new Error(`the replacement exited:\n${replacement.output}`);
-        return (await redis.exists(keys.worker(system.prefix, id))) === 1;
+        const announced = await redis.get(keys.worker(system.prefix, id));
+        return announced !== null && JSON.parse(announced).state === 'ready';
       }, 30_000);
     }
     // Some load on the replacements alone before stopping.

@@ -60,12 +60,13 @@ async function main(): Promise<void> {
       logger.warn({ err: String(err), nice: config.WORKER_NICE }, 'could not change the worker\'s priority; running at the default');
     }
   }
+  // Config and tokenizer first: a model that is not there is reported by its path.
+  const loaded = await describeModel(config).catch(reportFailure);
   const runtime = await Promise.resolve().then(() => chooseRuntime(config)).catch(reportFailure);
   for (const warning of runtime.warnings) logger.warn(warning);
   // The model thread loads exactly what was chosen here.
   const resolved = { ...config, DEVICE: runtime.device, DTYPE: runtime.dtype };
   Object.assign(info, { device: runtime.device, dtype: runtime.dtype } satisfies Partial<WorkerInfo>);
-  const loaded = await describeModel(config).catch(reportFailure);
   const thread = await ModelThread.start(resolved, loaded.task, (reason) => {
     // Its jobs stay locked until the lock expires; then another worker's stalled check runs them.
     logger.fatal({ reason }, 'model thread died; exiting');
