@@ -15,6 +15,8 @@ const NER = 'replica/tiny-bert-ner';
 const FILL = 'replica/MiniLM-L6-H384-uncased-fill-mask';
 const EMBEDDER = 'replica/all-MiniLM-L6-v2';
 const SLOW = 'replica/distilbert-base-uncased-finetuned-sst-2-english';
+const QA = 'replica/tiny-bert-squad';
+const NLI = 'replica/tiny-bert-mnli';
 
 describe('the official Hugging Face JS client', () => {
   const system = new TestSystem(uniquePrefix('clients'));
@@ -22,8 +24,8 @@ describe('the official Hugging Face JS client', () => {
 
   before(async () => {
     await system.startGateway();
-    for (const model of [CLASSIFIER, NER, FILL, EMBEDDER]) system.startWorker({ model });
-    for (const model of [CLASSIFIER, NER, FILL, EMBEDDER]) await system.waitForWorkers(model);
+    for (const model of [CLASSIFIER, NER, FILL, EMBEDDER, QA, NLI]) system.startWorker({ model });
+    for (const model of [CLASSIFIER, NER, FILL, EMBEDDER, QA, NLI]) await system.waitForWorkers(model);
   });
   after(() => system.stop());
 
@@ -54,6 +56,29 @@ describe('the official Hugging Face JS client', () => {
     const answer = (await client(EMBEDDER).featureExtraction({ inputs: 'This restaurant is awesome' })) as number[];
     assert.equal(answer.length, 384);
     assert.ok(Math.abs(Math.hypot(...answer) - 1) < 1e-5);
+  });
+
+  it('questionAnswering: the answer with its offsets into the context', async () => {
+    const inputs = { question: 'Where do I live?', context: 'My name is Wolfgang and I live in Berlin' };
+    const answer = await client(QA).questionAnswering({ inputs });
+    assert.deepEqual(answer, (await system.infer(QA, inputs)).body);
+    assert.equal(inputs.context.slice(answer.start, answer.end), answer.answer);
+  });
+
+  it('zeroShotClassification: a score per candidate label, best first', async () => {
+    const parameters = { candidate_labels: ['urgent', 'not urgent', 'phone'] };
+    const answer = await client(NLI).zeroShotClassification({ inputs: 'My phone broke, help!', parameters });
+    const raw = (await system.infer(NLI, 'My phone broke, help!', parameters)).body;
+    assert.deepEqual(answer, raw.labels.map((label: string, i: number) => ({ label, score: raw.scores[i] })));
+    assert.ok(Math.abs(answer.reduce((s, a) => s + a.score, 0) - 1) < 1e-6, 'single-label scores sum to 1');
+  });
+
+  it('sentenceSimilarity: one cosine per sentence, from the embedding model', async () => {
+    const answer = await client(EMBEDDER).sentenceSimilarity({
+      inputs: { source_sentence: 'That is a happy person', sentences: ['That is a happy person', 'Today is a sunny day'] },
+    });
+    assert.equal(answer.length, 2);
+    assert.ok(Math.abs(answer[0] - 1) < 1e-6 && answer[1] < answer[0], JSON.stringify(answer));
   });
 });
 

@@ -161,10 +161,11 @@ describe('faults', () => {
     assert.match(broken.output, /replica\/does-not-exist/);
     assert.match(broken.output, /shared\/models\/replica\/does-not-exist/, 'names the path it looked in');
 
-    await waitFor('/ready to report the model', async () => {
+    // Not merely listed (a loading worker is listed too): reported as failed to load.
+    await waitFor('/ready to report the model as not served', async () => {
       const r = await fetch(`${system.url}/ready`);
       const body = (await r.json()) as { reasons: string[] };
-      return r.status === 503 && body.reasons.some((x) => x.includes('replica/does-not-exist'));
+      return r.status === 503 && body.reasons.some((x) => x.includes('model replica/does-not-exist is not served'));
     }, 5000);
     const started = Date.now();
     const r = await system.infer('replica/does-not-exist', 'hello');

@@ -27,7 +27,7 @@ function harness(options: { abandoned?: string[] } = {}) {
   const finished = new Map<string, RequestOutcome>();
   const runner = new BatchRunner(
     engine,
-    head,
+    () => head,
     { maxSize: 4, maxTokens: 1000 },
     (request, outcome) => {
       assert.ok(!finished.has(request.id), `${request.id} finished twice`);

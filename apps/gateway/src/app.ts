@@ -14,6 +14,9 @@ import { errorHandler } from './http-errors.js';
 import type { GatewayMetrics } from './metrics.js';
 import { requestLog } from './request-log.js';
 import { DASHBOARD_PATH, dashboard } from './dashboard.js';
+import { openAiRoutes } from './protocols/openai.js';
+import { teiRoutes } from './protocols/tei.js';
+import { kserveRoutes } from './protocols/kserve.js';
 
 export interface AppParts {
   config: GatewayConfig;
@@ -39,17 +42,25 @@ export function createApp(parts: AppParts): Express {
   app.use(healthRoutes(parts.registry, parts.breaker, parts.config.DEFAULT_MODEL));
   app.use(metrics.routes());
   app.use(DASHBOARD_PATH, dashboard(parts));
-  app.use(
-    inferenceRoutes(parts.config, parts.service, {
-      keys: parts.keys,
-      quotas: parts.quotas,
-      service: parts.service,
-      requestTimeoutMs: parts.config.REQUEST_TIMEOUT_MS,
-      onQuotaRejected: metrics.quotaRejected,
-    }),
-  );
+  const admission = {
+    keys: parts.keys,
+    quotas: parts.quotas,
+    service: parts.service,
+    requestTimeoutMs: parts.config.REQUEST_TIMEOUT_MS,
+    onQuotaRejected: metrics.quotaRejected,
+  };
+  app.use(inferenceRoutes(parts.config, parts.service, admission));
+  // The same queue and workers, in the protocols users already have clients for.
+  app.use(openAiRoutes(parts.config, parts.service, parts.registry, admission, parts.logger));
+  app.use(teiRoutes(parts.config, parts.service, parts.registry, admission, parts.logger));
+  app.use(kserveRoutes(parts.config, parts.service, parts.registry, parts.breaker, admission, parts.logger));
   app.use((req, _res, next) =>
-    next(new ApiError('not_found', `no route for ${req.method} ${req.path}; see POST /, POST /models/<model id>, GET /health, GET /ready, GET /metrics, ${DASHBOARD_PATH}`)),
+    next(
+      new ApiError(
+        'not_found',
+        `no route for ${req.method} ${req.path}; see POST /, POST /models/<model id>, POST /v1/embeddings, POST /embed, /predict, /rerank, /tokenize, GET /info, /v2/models/<name>/infer, GET /health, GET /ready, GET /metrics, ${DASHBOARD_PATH}`,
+      ),
+    ),
   );
   app.use(errorHandler(parts.logger));
   return app;

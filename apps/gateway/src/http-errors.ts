@@ -2,9 +2,15 @@ import type { ErrorRequestHandler, Response } from 'express';
 import type { Logger } from 'pino';
 import { ApiError } from '@tserve/contract';
 
-export function sendError(res: Response, error: ApiError): void {
+/** How a protocol writes an error: its status and body. The native shape is `{"error", "error_type"}`. */
+export type ErrorFormat = (error: ApiError) => { status: number; body: unknown };
+
+export const nativeErrors: ErrorFormat = (error) => ({ status: error.status, body: error.toBody() });
+
+export function sendError(res: Response, error: ApiError, format: ErrorFormat = nativeErrors): void {
   if (error.retryAfterSeconds !== undefined) res.setHeader('Retry-After', String(error.retryAfterSeconds));
-  res.status(error.status).json(error.toBody());
+  const { status, body } = format(error);
+  res.status(status).json(body);
 }
 
 /** body-parser's failures, turned into errors that say what to fix. */
@@ -26,16 +32,19 @@ function fromBodyParser(err: { type?: string; message?: string; limit?: number }
   }
 }
 
-/** Last middleware: every error becomes `{"error", "error_type"}`; nothing leaks a stack trace. */
-export function errorHandler(logger: Logger): ErrorRequestHandler {
+/**
+ * Last middleware (of the app, or of a protocol's router with that protocol's `format`): every
+ * error becomes an answer in the protocol's error shape; nothing leaks a stack trace.
+ */
+export function errorHandler(logger: Logger, format: ErrorFormat = nativeErrors): ErrorRequestHandler {
   return (err, _req, res, _next) => {
     const api = err instanceof ApiError ? err : fromBodyParser(err);
     if (api) {
       if (api.status >= 500) logger.warn({ status: api.status, error_type: api.type }, api.message);
-      sendError(res, api);
+      sendError(res, api, format);
       return;
     }
     logger.error({ err: err instanceof Error ? { message: err.message, stack: err.stack } : String(err) }, 'unhandled error');
-    sendError(res, new ApiError('internal', 'internal server error'));
+    sendError(res, new ApiError('internal', 'internal server error'), format);
   };
 }

@@ -5,7 +5,14 @@ import { exchangeDepths, listLiveWorkers, listLoadFailures, listLoadTimes, type 
 
 export interface ServedModel {
   id: string;
+  /** The model's own task: what a request that names none runs. */
   task: Task;
+  /** Every task it serves, its own first. */
+  tasks: Task[];
+  /** A classifier's labels, in output order. */
+  labels?: string[];
+  /** Longest sequence the model accepts, in tokens. */
+  maxLength: number;
   workers: WorkerInfo[];
   /**
    * Requests accepted and not yet answered: this gateway's own, counted exactly, plus what the other
@@ -161,7 +168,7 @@ export class ModelRegistry {
           loading.set(w.model, { id: w.model, estimatedSeconds: Math.min(entry?.estimatedSeconds ?? Infinity, left) });
           continue;
         }
-        const entry = byModel.get(w.model) ?? { id: w.model, task: w.task, workers: [], depth: 0 };
+        const entry = byModel.get(w.model) ?? { id: w.model, task: w.task, tasks: w.tasks ?? [w.task], labels: w.labels, maxLength: w.maxTokens, workers: [], depth: 0 };
         entry.workers.push(w);
         byModel.set(w.model, entry);
       }

@@ -265,4 +265,4 @@ export class Consumer {
   }
 }
 
-const sequencesOf = (job: Job<InferenceJobData>) => job.data.requests.reduce((n, r) => n + r.inputs.length, 0);
+const sequencesOf = (job: Job<InferenceJobData>) => job.data.requests.reduce((n, r) => n + (r.sequences ?? r.inputs.length), 0);

@@ -1,38 +1,106 @@
-import type { Tensor } from '@huggingface/transformers';
 import type { LoadedModel } from './model.js';
 import type { BatchOutput, ModelThread } from './model-thread-client.js';
+import { pairLengths, type PairTruncation } from './truncation.js';
 
 export type { BatchOutput } from './model-thread-client.js';
+export type { PairTruncation } from './truncation.js';
 
-/** One input after tokenization: what the batch planner and the task heads work from. */
+/** One model sequence after tokenization: what the batch planner and the task heads work from. */
 export interface Encoded {
+  /** The text (the first text of a pair) that errors and warnings quote. */
   text: string;
   ids: number[];
-  /** Token count before truncation, when the text was cut. */
+  /** Segment of each token (token_type_ids); all 0 when absent. */
+  typeIds?: number[];
+  /** Token count before truncation, when a text was cut. */
   truncatedFrom?: number;
+  /** What a task head needs to read this sequence's output back (a question-answering span's window). */
+  note?: unknown;
+}
+
+/** How single texts are cut: keep the first tokens (right) or the last (left, TEI's truncation_direction). */
+export interface TextTruncation {
+  truncate: boolean;
+  direction?: 'right' | 'left';
+}
+
+/** transformers.js's inner tokenizer: tokenization without special tokens, and the template that adds them. */
+interface InnerTokenizer {
+  encode_text(text: string): string[];
+  post_processor?: ((first: string[], second: string[] | null, addSpecial: boolean) => { tokens: string[]; token_type_ids?: number[] }) | null;
+  added_tokens_map: Map<string, { id: number }>;
+  model: { tokens_to_ids: Map<string, number>; unk_token_id?: number; vocab?: string[] };
 }
 
 /**
- * Tokenizes inputs one by one (their lengths drive batching) and runs padded batches on the model
- * thread. Tensors are built here rather than by the tokenizer so a batch pads only to its own
- * longest input. The model's main output comes back as [batch, classes] or [batch, length, width].
+ * Tokenizes texts and text pairs one sequence at a time (their lengths drive batching), cutting
+ * them to the model's length as the Hugging Face tokenizers do (the special tokens stay), and runs
+ * padded batches on the model thread. Tensors are built here rather than by the tokenizer so a
+ * batch pads only to its own longest sequence. The model's main output comes back as
+ * [batch, classes] or [batch, length, width].
  */
 export class Engine {
   private readonly padId: number;
+  private readonly inner: InnerTokenizer;
+  /** Special tokens the template adds around one text, and around a pair. */
+  private readonly specials: { single: number; pair: number };
 
   constructor(
     readonly loaded: LoadedModel,
     private readonly thread: ModelThread,
   ) {
     this.padId = loaded.tokenizer.pad_token_id ?? 0;
+    this.inner = (loaded.tokenizer as unknown as { _tokenizer: InnerTokenizer })._tokenizer;
+    this.specials = { single: this.build([]).ids.length, pair: this.build([], []).ids.length };
   }
 
-  encode(text: string, truncation: boolean): Encoded {
-    const { tokenizer, maxLength } = this.loaded;
-    const ids = tokenizer.encode(text);
-    if (!truncation || ids.length <= maxLength) return { text, ids };
-    const cut = tokenizer(text, { truncation: true, max_length: maxLength }).input_ids as Tensor;
-    return { text, ids: Array.from(cut.data as BigInt64Array, Number), truncatedFrom: ids.length };
+  /** Tokens of a text without special tokens. */
+  pieces(text: string): string[] {
+    return this.inner.encode_text(text) ?? [];
+  }
+
+  /**
+   * The model's sequence for one text, or a pair, from their tokens: special tokens and segments
+   * added. `at` is where the last text's tokens (the second of a pair) begin in it.
+   */
+  build(first: string[], second?: string[]): { ids: number[]; typeIds: number[]; at: number } {
+    const processed = this.inner.post_processor?.(first, second ?? null, true);
+    const tokens = processed?.tokens ?? [...first, ...(second ?? [])];
+    const ids = tokens.map((t) => this.idOf(t));
+    const typeIds = processed?.token_type_ids ?? [...first.map(() => 0), ...(second ?? []).map(() => 1)];
+    return { ids, typeIds: typeIds.length === ids.length ? typeIds : ids.map(() => 0), at: lastRun(tokens, second ?? first) };
+  }
+
+  idOf(token: string): number {
+    return this.inner.added_tokens_map.get(token)?.id ?? this.inner.model.tokens_to_ids.get(token) ?? this.inner.model.unk_token_id ?? 0;
+  }
+
+  tokenString(id: number): string {
+    return this.inner.model.vocab?.[id] ?? this.loaded.tokenizer.decode([id]);
+  }
+
+  /** How many special tokens surround one text (`pair` false) or a pair. */
+  specialTokens(pair: boolean): number {
+    return pair ? this.specials.pair : this.specials.single;
+  }
+
+  encode(text: string, truncation: boolean | TextTruncation): Encoded {
+    const { truncate, direction = 'right' } = typeof truncation === 'boolean' ? { truncate: truncation } : truncation;
+    const tokens = this.pieces(text);
+    const budget = this.loaded.maxLength - this.specials.single;
+    if (!truncate || tokens.length <= budget) return { text, ...this.build(tokens) };
+    const kept = direction === 'left' ? tokens.slice(tokens.length - budget) : tokens.slice(0, budget);
+    return { text, ...this.build(kept), truncatedFrom: tokens.length + this.specials.single };
+  }
+
+  /** One sequence of two texts; with truncation off (or an impossible cut) it may exceed the model's length, and is then refused. */
+  encodePair(first: string, second: string, truncation: PairTruncation | false): Encoded {
+    const a = this.pieces(first);
+    const b = this.pieces(second);
+    const budget = this.loaded.maxLength - this.specials.pair;
+    const lengths = truncation ? pairLengths(a.length, b.length, budget, truncation) : undefined;
+    if (!lengths || (lengths[0] === a.length && lengths[1] === b.length)) return { text: first, ...this.build(a, b) };
+    return { text: first, ...this.build(a.slice(0, lengths[0]), b.slice(0, lengths[1])), truncatedFrom: a.length + b.length + this.specials.pair };
   }
 
   async forward(batch: Encoded[]): Promise<BatchOutput> {
@@ -40,12 +108,20 @@ export class Engine {
     const width = Math.max(...batch.map((e) => e.ids.length));
     const inputIds = new BigInt64Array(rows * width).fill(BigInt(this.padId));
     const attention = new BigInt64Array(rows * width);
+    const types = new BigInt64Array(rows * width);
     batch.forEach((e, r) => {
       for (let i = 0; i < e.ids.length; i++) {
         inputIds[r * width + i] = BigInt(e.ids[i]);
         attention[r * width + i] = 1n;
+        if (e.typeIds) types[r * width + i] = BigInt(e.typeIds[i]);
       }
     });
-    return this.thread.forward(rows, width, inputIds, attention);
+    return this.thread.forward(rows, width, inputIds, attention, types);
   }
+}
+
+/** Where `part` last occurs as a run in `tokens` (the template only adds tokens around it). */
+function lastRun(tokens: string[], part: string[]): number {
+  for (let i = tokens.length - part.length; i >= 0; i--) if (part.every((t, k) => tokens[i + k] === t)) return i;
+  return -1;
 }

@@ -9,7 +9,7 @@ import { chooseRuntime, describeModel, ModelLoadError } from './model.js';
 import { isGpu } from './device.js';
 import { ModelThread } from './model-thread-client.js';
 import { Engine } from './engine.js';
-import { headFor } from './tasks/index.js';
+import { headsFor } from './tasks/index.js';
 import { BatchRunner } from './runner.js';
 import { Consumer } from './consumer.js';
 import { Heartbeat } from './heartbeat.js';
@@ -42,6 +42,7 @@ async function main(): Promise<void> {
     host: os.hostname(),
     startedAt: Date.now(),
     batchMaxSize: config.BATCH_MAX_SIZE,
+    batchMaxTokens: config.BATCH_MAX_TOKENS,
     maxTokens: 0,
   };
   const heartbeat = new Heartbeat(publisher, config.QUEUE_PREFIX, info, config.HEARTBEAT_MS, config.WORKER_TTL_MS, logger);
@@ -73,7 +74,6 @@ async function main(): Promise<void> {
     process.exit(1);
   }).catch(reportFailure);
   const engine = new Engine(loaded, thread);
-  const head = headFor(loaded);
   // The first call of a session allocates its buffers; pay that before taking any job.
   const warmText = loaded.tokenizer.mask_token ? `warm ${loaded.tokenizer.mask_token} up` : 'warm up';
   await engine.forward([engine.encode(warmText, true)]).catch(reportFailure);
@@ -112,7 +112,7 @@ async function main(): Promise<void> {
     publisher,
     new BatchRunner(
       engine,
-      head,
+      headsFor(loaded),
       { maxSize: config.BATCH_MAX_SIZE, maxTokens: config.BATCH_MAX_TOKENS },
       (request, outcome) => consumer.finish(request, outcome),
       (id) => consumer.isAbandoned(id),
@@ -133,7 +133,9 @@ async function main(): Promise<void> {
   await recordLoadTime(publisher, config.QUEUE_PREFIX, config.MODEL, loadMs).catch(() => {});
   void worker.startStalledCheckTimer();
   consumer.start();
-  Object.assign(info, { state: 'ready', task: loaded.task, maxTokens: loaded.maxLength } satisfies Partial<WorkerInfo>);
+  const classifies = ['text-classification', 'zero-shot-classification', 'token-classification'].includes(loaded.task);
+  const labels = classifies && loaded.config.id2label ? Object.keys(loaded.config.id2label).sort((a, b) => Number(a) - Number(b)).map((i) => loaded.config.id2label![i]) : undefined;
+  Object.assign(info, { state: 'ready', task: loaded.task, tasks: loaded.tasks, labels, maxTokens: loaded.maxLength } satisfies Partial<WorkerInfo>);
   await heartbeat.beat();
   logger.info({ queue: queueNameFor(config.MODEL) }, 'worker ready');
 

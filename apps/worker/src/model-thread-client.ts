@@ -7,6 +7,8 @@ import type { ForwardRequest, ThreadMessage } from './model-thread-protocol.js';
 export interface BatchOutput {
   data: Float32Array;
   dims: number[];
+  /** Question answering's second output, shaped like `data` (which then holds the start logits). */
+  endLogits?: Float32Array;
 }
 
 /** The main thread's handle on the model thread: one model call at a time, answered in order. */
@@ -35,12 +37,12 @@ export class ModelThread {
     return handle;
   }
 
-  forward(rows: number, width: number, inputIds: BigInt64Array, attention: BigInt64Array): Promise<BatchOutput> {
+  forward(rows: number, width: number, inputIds: BigInt64Array, attention: BigInt64Array, tokenTypes: BigInt64Array): Promise<BatchOutput> {
     const id = this.nextId++;
-    const request: ForwardRequest = { id, rows, width, inputIds, attention };
+    const request: ForwardRequest = { id, rows, width, inputIds, attention, tokenTypes };
     return new Promise((resolve, reject) => {
       this.pending.set(id, { resolve, reject });
-      this.thread.postMessage(request, [inputIds.buffer as ArrayBuffer, attention.buffer as ArrayBuffer]);
+      this.thread.postMessage(request, [inputIds.buffer as ArrayBuffer, attention.buffer as ArrayBuffer, tokenTypes.buffer as ArrayBuffer]);
     });
   }
 
@@ -53,7 +55,7 @@ export class ModelThread {
     if (message.kind !== 'output' && message.kind !== 'failed') return;
     const waiter = this.pending.get(message.id);
     this.pending.delete(message.id);
-    if (message.kind === 'output') waiter?.resolve({ data: message.data, dims: message.dims });
+    if (message.kind === 'output') waiter?.resolve({ data: message.data, dims: message.dims, endLogits: message.endLogits });
     else waiter?.reject(new Error(message.message));
   }
 

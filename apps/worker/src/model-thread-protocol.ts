@@ -6,10 +6,11 @@ export interface ForwardRequest {
   width: number;
   inputIds: BigInt64Array;
   attention: BigInt64Array;
+  tokenTypes: BigInt64Array;
 }
 
 export type ThreadMessage =
   | { kind: 'ready' }
   | { kind: 'load-failed'; message: string }
-  | { kind: 'output'; id: number; data: Float32Array; dims: number[] }
+  | { kind: 'output'; id: number; data: Float32Array; dims: number[]; endLogits?: Float32Array }
   | { kind: 'failed'; id: number; message: string };

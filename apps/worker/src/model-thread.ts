@@ -23,11 +23,14 @@ try {
       const outputs = (await model({
         input_ids: new Tensor('int64', request.inputIds, dims),
         attention_mask: new Tensor('int64', request.attention, dims),
-        token_type_ids: new Tensor('int64', new BigInt64Array(request.rows * request.width), dims),
+        token_type_ids: new Tensor('int64', request.tokenTypes, dims),
       })) as Record<string, Tensor>;
-      const main = outputs.logits ?? outputs.last_hidden_state ?? Object.values(outputs)[0];
+      // Question answering has two outputs: where the answer starts, and where it ends.
+      const main = outputs.logits ?? outputs.start_logits ?? outputs.last_hidden_state ?? Object.values(outputs)[0];
       const data = main.data as Float32Array;
-      send({ kind: 'output', id: request.id, data, dims: main.dims }, [data.buffer as ArrayBuffer]);
+      const endLogits = outputs.end_logits?.data as Float32Array | undefined;
+      const transfer = [data.buffer as ArrayBuffer, ...(endLogits ? [endLogits.buffer as ArrayBuffer] : [])];
+      send({ kind: 'output', id: request.id, data, dims: main.dims, endLogits }, transfer);
     } catch (err) {
       send({ kind: 'failed', id: request.id, message: err instanceof Error ? err.message : String(err) });
     }

@@ -8,18 +8,23 @@ import {
   AutoModelForSequenceClassification,
   AutoModelForMaskedLM,
   AutoModelForTokenClassification,
+  AutoModelForQuestionAnswering,
   LogLevel,
   type PreTrainedModel,
   type PreTrainedTokenizer,
 } from '@huggingface/transformers';
 import { TASKS, type Task } from '@tserve/contract';
 import type { WorkerConfig } from '@tserve/config';
+import { taskFromConfig, tasksServed } from './tasks/detect.js';
 import { checkDtypeFile, chooseDtype, DeviceChoiceError, isGpu, isNoAdapterError, noAdapterMessage, resolveDevice, type Device, type Dtype } from './device.js';
 
 /** What the worker's main thread knows of its model; the session itself lives in the model thread. */
 export interface LoadedModel {
   id: string;
+  /** The task requests that name none get. */
   task: Task;
+  /** Every task it can serve (its own first). */
+  tasks: Task[];
   tokenizer: PreTrainedTokenizer;
   config: ModelConfig;
   /** Longest sequence (special tokens included) the model's position table accepts. */
@@ -29,6 +34,7 @@ export interface LoadedModel {
 export interface ModelConfig {
   architectures?: string[];
   id2label?: Record<string, string>;
+  label2id?: Record<string, number>;
   problem_type?: string;
   max_position_embeddings?: number;
   [key: string]: unknown;
@@ -38,20 +44,13 @@ export class ModelLoadError extends Error {}
 
 const AUTO_CLASS: Record<Task, { from_pretrained: typeof AutoModel.from_pretrained }> = {
   'text-classification': AutoModelForSequenceClassification,
+  'zero-shot-classification': AutoModelForSequenceClassification,
   'fill-mask': AutoModelForMaskedLM,
   'token-classification': AutoModelForTokenClassification,
+  'question-answering': AutoModelForQuestionAnswering,
   'feature-extraction': AutoModel,
+  'sentence-similarity': AutoModel,
 };
-
-/** The task a model was trained for, read from its architecture name as the HF pipelines do. */
-export function taskFromConfig(config: ModelConfig): Task | undefined {
-  const arch = config.architectures?.[0] ?? '';
-  if (arch.endsWith('ForSequenceClassification')) return 'text-classification';
-  if (arch.endsWith('ForMaskedLM')) return 'fill-mask';
-  if (arch.endsWith('ForTokenClassification')) return 'token-classification';
-  if (arch.endsWith('Model')) return 'feature-extraction';
-  return undefined;
-}
 
 function where(config: WorkerConfig): string {
   return config.MODEL_DIR ? path.join(path.resolve(config.MODEL_DIR), config.MODEL) : `the Hugging Face hub (${config.MODEL})`;
@@ -123,7 +122,7 @@ export async function describeModel(config: WorkerConfig): Promise<LoadedModel> 
       modelConfig.max_position_embeddings ?? Number.POSITIVE_INFINITY,
       (tokenizer as unknown as { model_max_length?: number }).model_max_length ?? Number.POSITIVE_INFINITY,
     );
-    return { id: config.MODEL, task, tokenizer, config: modelConfig, maxLength: Number.isFinite(maxLength) ? maxLength : 512 };
+    return { id: config.MODEL, task, tasks: tasksServed(task, modelConfig), tokenizer, config: modelConfig, maxLength: Number.isFinite(maxLength) ? maxLength : 512 };
   } catch (err) {
     throw loadError(config, err);
   }

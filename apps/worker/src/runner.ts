@@ -1,6 +1,6 @@
-import { ApiError, type QueuedRequest, type RequestOutcome, type TaskParameters } from '@tserve/contract';
+import { ApiError, type QueuedRequest, type RequestOutcome, type TaskInput, type TaskParameters } from '@tserve/contract';
 import type { Engine, Encoded, BatchOutput } from './engine.js';
-import type { TaskHead } from './tasks/index.js';
+import type { TaskHead, TaskHeads } from './tasks/index.js';
 import { planBatches, type PlanLimits, type Sequence } from './planner.js';
 
 /** Where finished requests go: the consumer gathers them by job, then publishes and settles the job. */
@@ -16,15 +16,27 @@ export interface BatchReport {
 
 /** A batch tokenized and checked, ready for its model calls. */
 export interface PreparedBatch {
-  sequences: Sequence<{ pending: Pending; input: number }>[];
+  sequences: Sequence<Owner>[];
   report: BatchReport;
+}
+
+/** Which request, input and part of that input (a pair, a span) a sequence is. */
+interface Owner {
+  pending: Pending;
+  input: number;
+  part: number;
 }
 
 interface Pending {
   request: QueuedRequest;
+  head: TaskHead;
   parameters: TaskParameters;
-  outputs: unknown[];
+  /** Each input's decoded sequences, in the order its head encoded them. */
+  parts: unknown[][];
+  /** Sequences not yet decoded. */
   remaining: number;
+  /** Tokens of all its sequences. */
+  tokens: number;
   warnings: string[];
   /** From enqueue to its first model call; gateway and worker clocks must agree (NTP) for this across machines. */
   queueMs?: number;
@@ -45,7 +57,7 @@ const firstLine = (message: string) => message.split('\n')[0].replace(/\/\S*onnx
 export class BatchRunner {
   constructor(
     private readonly engine: Engine,
-    private readonly head: TaskHead,
+    private readonly heads: TaskHeads,
     private readonly limits: PlanLimits,
     private readonly finish: Finish,
     /** True for a request whose client has gone away. */
@@ -65,19 +77,31 @@ export class BatchRunner {
     const batch = into ?? { sequences: [], report: { callSizes: [], expired: 0, abandoned: 0 } };
     for (const request of requests) {
       if (this.dropIfDead(request, batch.report)) continue;
-      const pending: Pending = {
-        request,
-        parameters: request.parameters,
-        outputs: new Array(request.inputs.length),
-        remaining: request.inputs.length,
-        warnings: [],
-        inferenceMs: 0,
-        batchSize: 0,
-        failed: false,
-      };
       try {
-        const encoded = request.inputs.map((text, i) => this.prepareInput(text, i, request.inputs.length, pending));
-        encoded.forEach((e, input) => batch.sequences.push({ owner: { pending, input }, encoded: e }));
+        const pending: Pending = {
+          request,
+          head: this.heads(request.task),
+          parameters: request.parameters,
+          parts: [],
+          remaining: 0,
+          tokens: 0,
+          warnings: [],
+          inferenceMs: 0,
+          batchSize: 0,
+          failed: false,
+        };
+        if (pending.head.answer) {
+          const outputs = request.inputs.map((input) => pending.head.answer!(input, request.parameters, this.engine));
+          this.finish(request, { id: request.id, ok: true, outputs, warnings: [], timing: { queue_ms: Math.max(0, this.now() - request.enqueuedAt), inference_ms: 0, batch_size: 0 } });
+          continue;
+        }
+        const encoded = request.inputs.map((input, i) => this.prepareInput(input, i, request.inputs.length, pending));
+        pending.parts = encoded.map((sequences) => new Array(sequences.length));
+        pending.remaining = encoded.reduce((n, sequences) => n + sequences.length, 0);
+        pending.tokens = encoded.reduce((n, sequences) => n + sequences.reduce((m, e) => m + e.ids.length, 0), 0);
+        encoded.forEach((sequences, input) => sequences.forEach((e, part) => batch.sequences.push({ owner: { pending, input, part }, encoded: e })));
+        // Nothing for the model to run (tokenization alone): answered now.
+        if (pending.remaining === 0) this.complete(pending);
       } catch (err) {
         this.fail(request, err instanceof ApiError ? err : new ApiError('validation', String(err)));
       }
@@ -107,7 +131,7 @@ export class BatchRunner {
         pending.batchSize = Math.max(pending.batchSize, live.length);
         pending.queueMs ??= Math.max(0, startedAt - pending.request.enqueuedAt);
       }
-      live.forEach(({ owner }, i) => this.settle(owner.pending, owner.input, results[i]));
+      live.forEach(({ owner }, i) => this.settle(owner, results[i]));
     }
     return report;
   }
@@ -127,17 +151,22 @@ export class BatchRunner {
     return false;
   }
 
-  private prepareInput(text: string, index: number, count: number, pending: Pending): Encoded {
-    const truncation = pending.parameters.truncation ?? true;
+  /** The sequences one input runs as, checked; a warning for each that was cut to the model's length. */
+  private prepareInput(input: TaskInput, index: number, count: number, pending: Pending): Encoded[] {
+    const { head, parameters } = pending;
     try {
-      const encoded = this.engine.encode(text, truncation);
-      if (encoded.truncatedFrom !== undefined) {
-        pending.warnings.push(
-          `${count > 1 ? `inputs[${index}]` : 'input'} was truncated from ${encoded.truncatedFrom} to ${encoded.ids.length} tokens, the most this model accepts`,
-        );
+      const sequences = head.encode
+        ? head.encode(input, parameters, this.engine)
+        : [this.engine.encode(input as string, ('truncation' in parameters ? parameters.truncation : undefined) ?? true)];
+      for (const encoded of sequences) {
+        if (encoded.truncatedFrom !== undefined) {
+          pending.warnings.push(
+            `${count > 1 ? `inputs[${index}]` : 'input'} was truncated from ${encoded.truncatedFrom} to ${encoded.ids.length} tokens, the most this model accepts`,
+          );
+        }
+        head.check?.(encoded, parameters);
       }
-      this.head.check?.(encoded, pending.parameters);
-      return encoded;
+      return sequences;
     } catch (err) {
       if (err instanceof ApiError && count > 1) throw new ApiError(err.type, `inputs[${index}]: ${err.message}`);
       throw err;
@@ -145,7 +174,7 @@ export class BatchRunner {
   }
 
   /** Runs a call; if it fails, halves it until each failure is pinned on the input that caused it. */
-  private async runIsolated(chunk: Sequence<{ pending: Pending; input: number }>[], report: BatchReport): Promise<Result[]> {
+  private async runIsolated(chunk: Sequence<Owner>[], report: BatchReport): Promise<Result[]> {
     let output: BatchOutput;
     try {
       report.callSizes.push(chunk.length);
@@ -159,7 +188,7 @@ export class BatchRunner {
     }
     return chunk.map((seq, row): Result => {
       try {
-        return { ok: true, value: this.head.decode(output, row, seq.encoded, seq.owner.pending.parameters) };
+        return { ok: true, value: seq.owner.pending.head.decode(output, row, seq.encoded, seq.owner.pending.parameters) };
       } catch (err) {
         return { ok: false, error: new ApiError('internal', `post-processing failed: ${firstLine(String(err))}`) };
       }
@@ -177,23 +206,38 @@ export class BatchRunner {
     return new ApiError('inference', `the model could not run this input: ${firstLine(err instanceof Error ? err.message : String(err))}`);
   }
 
-  private settle(pending: Pending, input: number, result: Result): void {
+  private settle({ pending, input, part }: Owner, result: Result): void {
     if (pending.failed) return;
-    if (!result.ok) {
+    const many = pending.request.inputs.length > 1;
+    const failWith = (error: ApiError) => {
       pending.failed = true;
-      const many = pending.request.inputs.length > 1;
-      const error = many ? new ApiError(result.error.type, `inputs[${input}]: ${result.error.message}`) : result.error;
-      this.fail(pending.request, error);
+      this.fail(pending.request, many ? new ApiError(error.type, `inputs[${input}]: ${error.message}`) : error);
+    };
+    if (!result.ok) return failWith(result.error);
+    pending.parts[input][part] = result.value;
+    if (--pending.remaining > 0) return;
+    this.complete(pending);
+  }
+
+  /** Every sequence of the request is decoded: each input's answer from its parts. */
+  private complete(pending: Pending): void {
+    const { head, request, parameters } = pending;
+    let outputs: unknown[];
+    try {
+      outputs = pending.parts.map((parts, i) => (head.combine ? head.combine(parts, request.inputs[i], parameters) : parts[0]));
+    } catch (err) {
+      const error = err instanceof ApiError ? err : new ApiError('internal', `post-processing failed: ${firstLine(String(err))}`);
+      pending.failed = true;
+      this.fail(request, error);
       return;
     }
-    pending.outputs[input] = result.value;
-    if (--pending.remaining > 0) return;
     this.finish(pending.request, {
       id: pending.request.id,
       ok: true,
-      outputs: pending.outputs,
+      outputs,
       warnings: pending.warnings,
       timing: { queue_ms: pending.queueMs ?? 0, inference_ms: round(pending.inferenceMs), batch_size: pending.batchSize },
+      tokens: pending.tokens,
     });
   }
 

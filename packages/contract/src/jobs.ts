@@ -1,12 +1,16 @@
-import type { Task, TaskParameters } from './schemas.js';
+import type { Operation, Task, TaskInput, TaskParameters } from './schemas.js';
 import type { ErrorBody } from './errors.js';
 
 /** One client request inside a job: already validated, so the worker trusts it. */
 export interface QueuedRequest {
   /** The gateway's request id (x-request-id): outcomes are routed back by it. */
   id: string;
-  inputs: string[];
+  /** What to run: a task, or tokenization alone; the model's own task when absent. */
+  task?: Operation;
+  inputs: TaskInput[];
   parameters: TaskParameters;
+  /** Model sequences the inputs run as (pairs, labels, sentences): what batching counts. */
+  sequences?: number;
   /** Epoch ms after which the request must not run: its client has been answered 504. */
   deadline: number;
   enqueuedAt: number;
@@ -33,7 +37,15 @@ export interface JobTiming {
 }
 
 export type RequestOutcome =
-  | { id: string; ok: true; outputs: unknown[]; warnings: string[]; timing: JobTiming }
+  | {
+      id: string;
+      ok: true;
+      outputs: unknown[];
+      warnings: string[];
+      timing: JobTiming;
+      /** Tokens the model read for this request, special tokens included (OpenAI's usage). */
+      tokens?: number;
+    }
   | { id: string; ok: false; error: ErrorBody };
 
 /**
@@ -79,13 +91,20 @@ export interface WorkerInfo {
   model: string;
   /** A worker announces itself while it loads its model, so that the gateway can say so (503 loading, not 404). */
   state: 'loading' | 'ready';
-  /** Known once the model's config is read. */
+  /** Known once the model's config is read: the task its architecture was trained for. */
   task?: Task;
+  /** Every task the model can serve (an embedding model also serves sentence-similarity). */
+  tasks?: Task[];
+  /** The classifier's labels in output order, for classification models. */
+  labels?: string[];
   dtype: string;
   device: string;
   pid: number;
   host: string;
   startedAt: number;
   batchMaxSize: number;
+  /** Padded tokens one model call may hold (BATCH_MAX_TOKENS). */
+  batchMaxTokens?: number;
+  /** Longest sequence the model accepts, in tokens. */
   maxTokens: number;
 }

@@ -9,8 +9,11 @@ function normalized(vector: Float64Array): Float64Array {
 }
 
 /** Sentence embeddings: mean pooling over real tokens and L2 normalisation, as sentence-transformers do. */
-export function featureExtractionHead(): TaskHead<FeatureExtractionParameters> {
+export function featureExtractionHead(): TaskHead<FeatureExtractionParameters, string> {
   return {
+    encode(input, parameters, engine) {
+      return [engine.encode(input, { truncate: parameters.truncation ?? true, direction: parameters.truncation_direction })];
+    },
     decode(output, index, encoded, parameters) {
       const [, length, width] = output.dims;
       const tokens = encoded.ids.length;

@@ -3,7 +3,7 @@ import type { LoadedModel } from '../model.js';
 import type { TaskHead } from './head.js';
 import { softmax, topK } from './math.js';
 
-export function fillMaskHead(loaded: LoadedModel): TaskHead<FillMaskParameters> {
+export function fillMaskHead(loaded: LoadedModel): TaskHead<FillMaskParameters, string> {
   const { tokenizer } = loaded;
   const maskId = tokenizer.mask_token_id;
   const maskToken = tokenizer.mask_token ?? '[MASK]';

@@ -1,20 +1,37 @@
-import type { Task } from '@tserve/contract';
+import { ApiError, type Operation, type Task } from '@tserve/contract';
 import type { LoadedModel } from '../model.js';
 import type { TaskHead } from './head.js';
 import { textClassificationHead } from './text-classification.js';
 import { fillMaskHead } from './fill-mask.js';
 import { tokenClassificationHead } from './token-classification.js';
 import { featureExtractionHead } from './feature-extraction.js';
+import { questionAnsweringHead } from './question-answering.js';
+import { zeroShotClassificationHead } from './zero-shot-classification.js';
+import { sentenceSimilarityHead } from './sentence-similarity.js';
+import { tokenizeHead } from './tokenize.js';
 
 export type { TaskHead } from './head.js';
+
+/** The head for a request's task; the model's own task when the request names none. */
+export type TaskHeads = (task: Operation | undefined) => TaskHead;
 
 const HEADS: Record<Task, (loaded: LoadedModel) => TaskHead> = {
   'text-classification': textClassificationHead as (loaded: LoadedModel) => TaskHead,
   'fill-mask': fillMaskHead as (loaded: LoadedModel) => TaskHead,
   'token-classification': tokenClassificationHead as (loaded: LoadedModel) => TaskHead,
   'feature-extraction': featureExtractionHead as (loaded: LoadedModel) => TaskHead,
+  'question-answering': questionAnsweringHead as (loaded: LoadedModel) => TaskHead,
+  'zero-shot-classification': zeroShotClassificationHead as (loaded: LoadedModel) => TaskHead,
+  'sentence-similarity': sentenceSimilarityHead as (loaded: LoadedModel) => TaskHead,
 };
 
-export function headFor(loaded: LoadedModel): TaskHead {
-  return HEADS[loaded.task](loaded);
+/** One head per task the model serves, and tokenization, built once. */
+export function headsFor(loaded: LoadedModel): TaskHeads {
+  const heads = new Map<Operation, TaskHead>(loaded.tasks.map((task) => [task, HEADS[task](loaded)]));
+  heads.set('tokenize', tokenizeHead(loaded) as TaskHead);
+  return (task = loaded.task) => {
+    const head = heads.get(task);
+    if (!head) throw new ApiError('validation', `model ${loaded.id} cannot serve ${task}; it serves ${loaded.tasks.join(', ')}`);
+    return head;
+  };
 }

@@ -17,8 +17,32 @@ export interface TokenizerParts {
 
 export type Span = [start: number, end: number];
 
+/** The parts of a transformers.js tokenizer that alignment uses (kept on its inner tokenizer). */
+export function tokenizerParts(tokenizer: unknown): TokenizerParts {
+  const inner = (tokenizer as { _tokenizer: { model?: { unk_token?: string; continuing_subword_prefix?: string } } & Partial<TokenizerParts> })._tokenizer;
+  return {
+    normalizer: inner.normalizer,
+    pre_tokenizer: inner.pre_tokenizer,
+    unknownToken: inner.model?.unk_token ?? '[UNK]',
+    continuingPrefix: inner.model?.continuing_subword_prefix ?? '##',
+  };
+}
+
 /** Start and end (code points, end exclusive) of each token in `text`; null where none can be found. */
 export function alignTokens(text: string, tokens: string[], parts: TokenizerParts): Array<Span | null> {
+  return alignWords(text, tokens, parts).spans;
+}
+
+/** Where tokens and the words they belong to lie in a text (the pre-tokenizer's words, as Python's word_ids). */
+export interface Alignment {
+  spans: Array<Span | null>;
+  /** The word each token belongs to, by index into `wordSpans`; null where unknown. */
+  words: Array<number | null>;
+  /** Each word's start and end in the text, in code points. */
+  wordSpans: Span[];
+}
+
+export function alignWords(text: string, tokens: string[], parts: TokenizerParts): Alignment {
   const original = Array.from(text);
   // The normalized text, one code point per entry, and the original code point each came from.
   const normalized: string[] = [];
@@ -45,6 +69,7 @@ export function alignTokens(text: string, tokens: string[], parts: TokenizerPart
   }
 
   const spans: Array<Span | null> = [];
+  const tokenWords: Array<number | null> = [];
   let word = 0;
   let within = 0;
   const toOriginal = (from: number, to: number): Span => [origin[from], origin[to - 1] + 1];
@@ -52,10 +77,12 @@ export function alignTokens(text: string, tokens: string[], parts: TokenizerPart
     const span = wordSpans[word];
     if (!span) {
       spans.push(null);
+      tokenWords.push(null);
       continue;
     }
     if (token === parts.unknownToken) {
       spans.push(toOriginal(span[0], span[1]));
+      tokenWords.push(word);
       word++;
       within = 0;
       continue;
@@ -66,16 +93,18 @@ export function alignTokens(text: string, tokens: string[], parts: TokenizerPart
     if (!fits) {
       // Not a WordPiece split of this word (another tokenizer family): give up on this token only.
       spans.push(null);
+      tokenWords.push(null);
       continue;
     }
     spans.push(toOriginal(from, from + piece.length));
+    tokenWords.push(word);
     within += piece.length;
     if (span[0] + within >= span[1]) {
       word++;
       within = 0;
     }
   }
-  return spans;
+  return { spans, words: tokenWords, wordSpans: wordSpans.map(([from, to]) => toOriginal(from, to)) };
 }
 
 /** The original text between two code-point offsets. */

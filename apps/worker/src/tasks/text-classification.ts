@@ -1,14 +1,23 @@
-import type { TextClassificationParameters } from '@tserve/contract';
+import type { TextClassificationParameters, TextPair } from '@tserve/contract';
 import type { LoadedModel } from '../model.js';
 import type { TaskHead } from './head.js';
 import { row, sigmoid, softmax } from './math.js';
 
-export function textClassificationHead(loaded: LoadedModel): TaskHead<TextClassificationParameters> {
+/**
+ * Labels for a text, or for a pair of texts (cross-encoders, NLI models), which runs as one
+ * sequence: [CLS] text [SEP] text_pair [SEP], cut longest-first when too long.
+ */
+export function textClassificationHead(loaded: LoadedModel): TaskHead<TextClassificationParameters, string | TextPair> {
   const labels = loaded.config.id2label ?? {};
   // As the HF pipelines do: multi-label and single-logit models are scored with a sigmoid.
   const defaultFunction =
     loaded.config.problem_type === 'multi_label_classification' || Object.keys(labels).length === 1 ? 'sigmoid' : 'softmax';
   return {
+    encode(input, parameters, engine) {
+      const truncate = parameters.truncation ?? true;
+      if (typeof input === 'string') return [engine.encode(input, truncate)];
+      return [engine.encodePair(input.text, input.text_pair, truncate ? 'longest_first' : false)];
+    },
     decode(output, index, _encoded, parameters) {
       const classes = output.dims[1];
       const logits = row(output.data, index, classes);

@@ -2,7 +2,7 @@ import type { TokenClassificationParameters } from '@tserve/contract';
 import type { LoadedModel } from '../model.js';
 import type { TaskHead } from './head.js';
 import { softmax } from './math.js';
-import { alignTokens, sliceCodePoints, type Span, type TokenizerParts } from './offsets.js';
+import { alignTokens, sliceCodePoints, tokenizerParts, type Span } from './offsets.js';
 
 interface TokenScore {
   index: number;
@@ -37,19 +37,14 @@ function argmax(values: ArrayLike<number>): number {
  * `first`, `average` and `max` first merge subword pieces into words (WordPiece "##" continuation).
  * Every entity carries `start`/`end`: code-point offsets into the input (see offsets.ts).
  */
-export function tokenClassificationHead(loaded: LoadedModel): TaskHead<TokenClassificationParameters> {
+export function tokenClassificationHead(loaded: LoadedModel): TaskHead<TokenClassificationParameters, string> {
   const { tokenizer } = loaded;
   const labels = loaded.config.id2label ?? {};
   const labelOf = (i: number) => labels[i] ?? `LABEL_${i}`;
   // What the tokenizer's template adds around any text ([CLS] … [SEP] for BERT): not part of the input.
   const templateIds = new Set(tokenizer.encode(''));
-  const inner = (tokenizer as unknown as { _tokenizer: { id_to_token(id: number): string; model?: { unk_token?: string; continuing_subword_prefix?: string } } & Partial<TokenizerParts> })._tokenizer;
-  const parts: TokenizerParts = {
-    normalizer: inner.normalizer,
-    pre_tokenizer: inner.pre_tokenizer,
-    unknownToken: inner.model?.unk_token ?? '[UNK]',
-    continuingPrefix: inner.model?.continuing_subword_prefix ?? '##',
-  };
+  const inner = (tokenizer as unknown as { _tokenizer: { id_to_token(id: number): string } })._tokenizer;
+  const parts = tokenizerParts(tokenizer);
   const tokenString = (id: number) => inner.id_to_token(id) ?? tokenizer.decode([id]);
   const decodeWord = (ids: number[]) => tokenizer.decode(ids, { skip_special_tokens: false }).trim();
 

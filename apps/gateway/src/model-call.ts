@@ -1,0 +1,96 @@
+import express, { type Request, type RequestHandler, type Response } from 'express';
+import { isUtf8 } from 'node:buffer';
+import { ApiError, type Operation, type Priority } from '@tserve/contract';
+import type { GatewayConfig } from '@tserve/config';
+import type { InferenceCall, InferenceResult, InferenceService } from './inference.js';
+import { admittedOf } from './admission.js';
+import { effectivePriority } from './api-keys.js';
+
+/**
+ * What every route that runs a model shares, whatever protocol it speaks: the JSON body parser,
+ * the request's id, deadline, priority and client-gone signal, and the timing headers.
+ */
+
+const rejectInvalidUtf8 = (_req: unknown, _res: unknown, buf: Buffer) => {
+  if (!isUtf8(buf)) throw Object.assign(new Error('invalid UTF-8'), { type: 'invalid.utf8', status: 400 });
+};
+
+export function jsonBody(config: GatewayConfig): RequestHandler {
+  return express.json({ limit: config.MAX_BODY_BYTES, strict: false, verify: rejectInvalidUtf8 });
+}
+
+export function textBody(config: GatewayConfig): RequestHandler {
+  return express.text({ limit: config.MAX_BODY_BYTES, type: () => true, verify: rejectInvalidUtf8 });
+}
+
+export function isJson(req: Request): boolean {
+  return req.is('application/json') === 'application/json' || Boolean(req.is('+json'));
+}
+
+/** A client may shorten its deadline with this header as well as in the body. */
+function headerTimeout(req: Request): number | undefined {
+  const raw = req.get('x-request-timeout-ms');
+  if (raw === undefined) return undefined;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < 1) throw new ApiError('validation', 'x-request-timeout-ms must be a positive integer');
+  return value;
+}
+
+/**
+ * The request's id, given by the request logger (pino-http) to every request: a fresh UUID, never
+ * the client's, since a lone request's id becomes its job id, which must be unique.
+ */
+const requestId = (req: Request): string => String((req as { id?: unknown }).id);
+
+/** Aborts when the client closes the connection before its answer was sent. */
+function clientGone(res: Response): AbortSignal {
+  const controller = new AbortController();
+  res.once('close', () => {
+    if (!res.writableFinished) controller.abort();
+  });
+  return controller.signal;
+}
+
+const minDefined = (...values: Array<number | undefined>) => {
+  const defined = values.filter((v): v is number => v !== undefined);
+  return defined.length ? Math.min(...defined) : undefined;
+};
+
+/** What a route knows of a call; the rest comes from the HTTP request and its admission. */
+export interface ModelCall {
+  model: string;
+  task?: Operation;
+  inputs: unknown;
+  parameters?: Record<string, unknown>;
+  /** The body's own deadline (ms), if the protocol has one. */
+  timeoutMs?: number;
+  /** The body's own priority, if the protocol has one; it may lower the key's class, never raise it. */
+  priority?: Priority;
+  api?: InferenceCall['api'];
+  waitForModel?: boolean;
+  /** Tells apart several calls made for one HTTP request (each needs its own request id). */
+  part?: string;
+}
+
+/** Runs a call for an HTTP request, and sets the timing headers on its response. */
+export async function runModelCall(service: InferenceService, req: Request, res: Response, call: ModelCall): Promise<InferenceResult> {
+  const startedAt = performance.now();
+  const result = await service.infer({
+    model: call.model,
+    task: call.task,
+    inputs: call.inputs,
+    parameters: call.parameters ?? {},
+    timeoutMs: minDefined(call.timeoutMs, headerTimeout(req)),
+    priority: effectivePriority(admittedOf(res).priority, call.priority),
+    requestId: call.part ? `${requestId(req)}-${call.part}` : requestId(req),
+    signal: clientGone(res),
+    api: call.api ?? 'inference-api',
+    waitForModel: call.waitForModel,
+  });
+  res.setHeader('x-queue-time', String(result.timing.queue_ms));
+  res.setHeader('x-inference-time', String(result.timing.inference_ms));
+  res.setHeader('x-batch-size', String(result.timing.batch_size));
+  res.setHeader('x-total-time', (performance.now() - startedAt).toFixed(3));
+  if (result.warnings.length) res.setHeader('x-warnings', JSON.stringify(result.warnings));
+  return result;
+}

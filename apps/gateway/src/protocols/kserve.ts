@@ -1,0 +1,204 @@
+import express, { type Request, type Router } from 'express';
+import type { Logger } from 'pino';
+import { z } from 'zod';
+import { ApiError, describeIssues, type Priority } from '@tserve/contract';
+import type { GatewayConfig } from '@tserve/config';
+import type { InferenceService } from '../inference.js';
+import type { ModelRegistry, ServedModel } from '../model-registry.js';
+import type { RedisBreaker } from '../breaker.js';
+import { admitBeforeBody, type AdmissionParts } from '../admission.js';
+import { errorHandler, type ErrorFormat } from '../http-errors.js';
+import { jsonBody, runModelCall } from '../model-call.js';
+
+/**
+ * The KServe v2 / Open Inference Protocol over HTTP (what Triton speaks): health, server and model
+ * metadata, and inference on a BYTES tensor of texts, answered with FP32 tensors: a classifier's
+ * probabilities or logits in label order, an embedding model's embeddings. Model names hold a
+ * slash (`replica/x`), sent as is or as %2F.
+ */
+
+/** The protocol's error body: `{"error": "..."}`. */
+export const kserveErrors: ErrorFormat = (error) => ({ status: error.status, body: { error: error.message } });
+
+const VERSION = '1';
+
+const parameters = z.record(z.string(), z.unknown()).optional();
+const inferRequest = z
+  .object({
+    id: z.string().optional(),
+    parameters,
+    inputs: z
+      .array(
+        z
+          .object({
+            name: z.string({ error: 'each input needs a name' }),
+            shape: z.array(z.number().int().min(0), { error: 'each input needs a shape: a list of sizes' }),
+            datatype: z.string({ error: 'each input needs a datatype' }),
+            parameters,
+            data: z.array(z.unknown(), { error: 'each input needs data: a list (row-major, may be nested)' }),
+          })
+          .strict(),
+        { error: 'inputs must be a list of tensors' },
+      )
+      .length(1, 'send exactly one input tensor: the texts, datatype BYTES'),
+    outputs: z.array(z.object({ name: z.string(), parameters }).strict()).optional(),
+  })
+  .strict();
+
+type Kind = 'classifier' | 'embedding';
+
+function kindOf(m: ServedModel): Kind | undefined {
+  if (m.task === 'text-classification' || m.task === 'zero-shot-classification') return 'classifier';
+  if (m.tasks.includes('feature-extraction')) return 'embedding';
+  return undefined;
+}
+
+/** Output tensors a model offers, and the default one. */
+function outputsOf(m: ServedModel): string[] {
+  return kindOf(m) === 'classifier' ? ['probabilities', 'logits'] : ['embeddings'];
+}
+
+/** `/v2/models/<name>[/versions/<v>][/ready|/infer]`: the name may itself hold slashes. */
+function parsePath(req: Request): { name: string; version?: string; action: 'metadata' | 'ready' | 'infer' } {
+  let path = ([] as string[]).concat(req.params.path as string | string[]).map(decodeURIComponent).join('/');
+  let action: 'metadata' | 'ready' | 'infer' = 'metadata';
+  for (const suffix of ['ready', 'infer'] as const) {
+    if (path.endsWith(`/${suffix}`)) {
+      action = suffix;
+      path = path.slice(0, -suffix.length - 1);
+    }
+  }
+  const versioned = /^(.+)\/versions\/([^/]+)$/.exec(path);
+  return versioned ? { name: versioned[1], version: versioned[2], action } : { name: path, action };
+}
+
+/** Row-major flattening of a (possibly nested) data list. */
+const flatten = (data: unknown[]): unknown[] => data.flatMap((d) => (Array.isArray(d) ? flatten(d) : [d]));
+
+/** Triton's request parameters: `timeout` in microseconds, `priority` 1 highest (0: the default). */
+function controls(params: Record<string, unknown> | undefined): { timeoutMs?: number; priority?: Priority } {
+  const out: { timeoutMs?: number; priority?: Priority } = {};
+  if (params?.timeout !== undefined) {
+    if (!Number.isInteger(params.timeout) || (params.timeout as number) < 1) throw new ApiError('validation', 'parameters.timeout must be a positive integer (microseconds)');
+    out.timeoutMs = Math.max(1, Math.ceil((params.timeout as number) / 1000));
+  }
+  if (params?.priority !== undefined) {
+    if (!Number.isInteger(params.priority) || (params.priority as number) < 0) throw new ApiError('validation', 'parameters.priority must be a non-negative integer (1 is the highest)');
+    if ((params.priority as number) > 1) out.priority = 'batch';
+  }
+  return out;
+}
+
+export function kserveRoutes(
+  config: GatewayConfig,
+  service: InferenceService,
+  registry: ModelRegistry,
+  breaker: RedisBreaker,
+  admission: AdmissionParts,
+  logger: Logger,
+): Router {
+  const router = express.Router();
+  const served = (name: string): ServedModel => {
+    const m = registry.get(name);
+    if (!m) throw new ApiError('not_found', `model ${name} is not served; served models: ${registry.served().map((s) => s.id).join(', ') || '(none)'}`);
+    return m;
+  };
+  const checkVersion = (version?: string) => {
+    if (version !== undefined && version !== VERSION) throw new ApiError('not_found', `model version ${version} is not served; the only version is ${VERSION}`);
+  };
+
+  router.get('/v2', (_req, res) => {
+    res.json({ name: 'tserve', version: '0.1.0', extensions: [] });
+  });
+  router.get('/v2/health/live', (_req, res) => {
+    res.json({ live: true });
+  });
+  router.get('/v2/health/ready', (_req, res) => {
+    const ready = registry.healthy && breaker.state() !== 'open' && registry.served().length > 0;
+    res.status(ready ? 200 : 503).json({ ready });
+  });
+
+  router.get('/v2/models/*path', (req, res) => {
+    const { name, version, action } = parsePath(req);
+    checkVersion(version);
+    if (action === 'infer') throw new ApiError('validation', 'inference is POST /v2/models/<name>/infer');
+    if (action === 'ready') {
+      const m = registry.get(name);
+      if (!m && !registry.loading(name) && !registry.taskOf(name)) throw new ApiError('not_found', `model ${name} is not served`);
+      res.status(m ? 200 : 503).json({ name, ready: Boolean(m) });
+      return;
+    }
+    const m = served(name);
+    const kind = kindOf(m);
+    const width = kind === 'classifier' ? (m.labels?.length ?? -1) : -1;
+    res.json({
+      name: m.id,
+      versions: [VERSION],
+      platform: 'onnxruntime_onnx',
+      inputs: [{ name: 'text', datatype: 'BYTES', shape: [-1] }],
+      outputs: kind ? outputsOf(m).map((output) => ({ name: output, datatype: 'FP32', shape: [-1, width] })) : [],
+      ...(kind === 'classifier' ? { parameters: { labels: m.labels ?? [] } } : {}),
+    });
+  });
+
+  const modelOfInfer = (req: Request) => {
+    const { name, action } = parsePath(req);
+    return action === 'infer' ? name : undefined;
+  };
+  router.post('/v2/models/*path', admitBeforeBody(admission, modelOfInfer), jsonBody(config), async (req, res) => {
+    const { name, version, action } = parsePath(req);
+    if (action !== 'infer') throw new ApiError('not_found', `no route for POST ${req.path}; inference is POST /v2/models/<name>/infer`);
+    checkVersion(version);
+    const parsed = inferRequest.safeParse(req.body);
+    if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
+    const body = parsed.data;
+    const m = served(name);
+    const kind = kindOf(m);
+    if (!kind) throw new ApiError('validation', `model ${name} serves ${m.task}; the v2 protocol here serves classifiers and embedding models`);
+
+    const [input] = body.inputs;
+    if (input.datatype !== 'BYTES') throw new ApiError('validation', `input ${input.name}: datatype must be BYTES (the texts), not ${input.datatype}`);
+    if (input.parameters?.binary_data_size !== undefined) throw new ApiError('validation', 'binary tensor data is not supported; send the texts in "data"');
+    const texts = flatten(input.data);
+    const [rows, ...rest] = input.shape;
+    if (input.shape.length === 0 || input.shape.length > 2 || rest.some((d) => d !== 1)) {
+      throw new ApiError('validation', `input ${input.name}: shape must be [n] or [n, 1], not ${JSON.stringify(input.shape)}`);
+    }
+    if (texts.length !== rows) throw new ApiError('validation', `input ${input.name}: shape ${JSON.stringify(input.shape)} holds ${rows} texts but data has ${texts.length}`);
+    if (texts.some((t) => typeof t !== 'string' || t.length === 0)) throw new ApiError('validation', `input ${input.name}: every element must be a non-empty string`);
+    if (rows === 0) throw new ApiError('validation', `input ${input.name}: send at least one text`);
+
+    const offered = outputsOf(m);
+    const wanted = body.outputs?.map((o) => o.name) ?? [offered[0]];
+    const unknown = wanted.filter((w) => !offered.includes(w));
+    if (unknown.length) throw new ApiError('validation', `unknown output(s) ${unknown.join(', ')}; model ${name} offers ${offered.join(', ')}`);
+    const { timeoutMs, priority } = controls(body.parameters);
+
+    const tensors = await Promise.all(
+      wanted.map(async (output, i) => {
+        const result = await runModelCall(service, req, res, {
+          part: i > 0 ? output : undefined,
+          model: m.id,
+          task: kind === 'classifier' ? 'text-classification' : 'feature-extraction',
+          inputs: texts,
+          parameters: kind === 'classifier' ? { top_k: null, ...(output === 'logits' ? { function_to_apply: 'none' } : {}) } : {},
+          timeoutMs,
+          priority,
+        });
+        const rowsOut =
+          kind === 'classifier'
+            ? (result.outputs as Array<Array<{ label: string; score: number }>>).map((scores) => {
+                // The answers come ranked; a tensor keeps the model's label order.
+                const byLabel = new Map(scores.map((s) => [s.label, s.score]));
+                return (m.labels ?? scores.map((s) => s.label)).map((label) => byLabel.get(label) ?? 0);
+              })
+            : (result.outputs as number[][]);
+        return { name: output, datatype: 'FP32', shape: [rowsOut.length, rowsOut[0]?.length ?? 0], data: rowsOut.flat() };
+      }),
+    );
+    res.json({ model_name: m.id, model_version: VERSION, ...(body.id !== undefined ? { id: body.id } : {}), outputs: tensors });
+  });
+
+  router.use('/v2', errorHandler(logger, kserveErrors));
+  return router;
+}

@@ -1,0 +1,114 @@
+import express, { type Router } from 'express';
+import type { Logger } from 'pino';
+import { z } from 'zod';
+import { ApiError, describeIssues, type ErrorType } from '@tserve/contract';
+import type { GatewayConfig } from '@tserve/config';
+import type { InferenceService } from '../inference.js';
+import type { ModelRegistry } from '../model-registry.js';
+import { admitBeforeBody, type AdmissionParts } from '../admission.js';
+import { errorHandler, type ErrorFormat } from '../http-errors.js';
+import { jsonBody, runModelCall } from '../model-call.js';
+
+/**
+ * OpenAI's embeddings API (`POST /v1/embeddings`, `GET /v1/models`), so that the `openai` clients,
+ * LangChain and LlamaIndex work pointed at `http://host:8000/v1`. Embeddings come from the same
+ * feature-extraction workers as `/models/<id>`: mean-pooled and normalised.
+ */
+
+const text = z.string({ error: 'each input must be a string' }).min(1, 'input must not contain empty strings');
+const embeddingsRequest = z
+  .object({
+    model: z.string({ error: (issue) => (issue.input === undefined ? 'model is required' : 'model must be a string') }).min(1),
+    input: z.union([text, z.array(text).min(1, 'input must not be an empty list')], {
+      error: (issue) => (issue.input === undefined ? 'input is required' : 'input must be a string or a list of strings'),
+    }),
+    encoding_format: z.enum(['float', 'base64']).optional(),
+    dimensions: z.number().int().min(1).optional(),
+    user: z.string().optional(),
+  })
+  .strict();
+
+const OPENAI_TYPES: Partial<Record<ErrorType, { type: string; code: string | null }>> = {
+  unauthorized: { type: 'invalid_request_error', code: 'invalid_api_key' },
+  forbidden: { type: 'permission_error', code: 'model_not_allowed' },
+  not_found: { type: 'invalid_request_error', code: 'model_not_found' },
+  rate_limited: { type: 'rate_limit_error', code: 'rate_limit_exceeded' },
+  overloaded: { type: 'server_error', code: 'overloaded' },
+  unavailable: { type: 'server_error', code: 'unavailable' },
+  timeout: { type: 'server_error', code: 'timeout' },
+  internal: { type: 'server_error', code: null },
+};
+
+/** OpenAI's error body: `{"error": {"message", "type", "param", "code"}}`. */
+export const openAiErrors: ErrorFormat = (error) => {
+  const { type, code } = OPENAI_TYPES[error.type] ?? { type: 'invalid_request_error', code: null };
+  return { status: error.status, body: { error: { message: error.message, type, param: null, code } } };
+};
+
+/** The first `dimensions` values, normalised again (Matryoshka shortening, as OpenAI's `dimensions`). */
+function shorten(vector: number[], dimensions: number | undefined): number[] {
+  if (dimensions === undefined || dimensions === vector.length) return vector;
+  const kept = vector.slice(0, dimensions);
+  const norm = Math.hypot(...kept) || 1;
+  return kept.map((v) => v / norm);
+}
+
+/** Little-endian float32 bytes, base64: what OpenAI sends for `encoding_format: "base64"`. */
+function toBase64(vector: number[]): string {
+  return Buffer.from(Float32Array.from(vector).buffer).toString('base64');
+}
+
+export function openAiRoutes(config: GatewayConfig, service: InferenceService, registry: ModelRegistry, admission: AdmissionParts, logger: Logger): Router {
+  const router = express.Router();
+  // The model is named in the body: it is checked (and shed) once the body is read.
+  router.post('/v1/embeddings', admitBeforeBody(admission, () => undefined), jsonBody(config), async (req, res) => {
+    const raw = (req.body as { input?: unknown } | undefined)?.input;
+    if (Array.isArray(raw) && raw.some((v) => typeof v === 'number' || Array.isArray(v))) {
+      throw new ApiError('validation', 'input must be text: token arrays are not accepted, send the strings');
+    }
+    const parsed = embeddingsRequest.safeParse(req.body);
+    if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
+    const { model, input, encoding_format: format = 'float', dimensions } = parsed.data;
+    const served = registry.get(model);
+    if (served && !served.tasks.includes('feature-extraction')) {
+      throw new ApiError('validation', `model ${model} is not an embedding model (it serves ${served.tasks.join(', ')}); see GET /v1/models`);
+    }
+    const result = await runModelCall(service, req, res, { model, task: 'feature-extraction', inputs: input });
+    const vectors = (result.single ? [result.outputs[0]] : result.outputs) as number[][];
+    if (dimensions !== undefined && dimensions > vectors[0].length) {
+      throw new ApiError('validation', `dimensions must be at most ${vectors[0].length} for model ${model}`);
+    }
+    res.json({
+      object: 'list',
+      data: vectors.map((vector, index) => {
+        const embedding = shorten(vector, dimensions);
+        return { object: 'embedding', index, embedding: format === 'base64' ? toBase64(embedding) : embedding };
+      }),
+      model,
+      usage: { prompt_tokens: result.tokens, total_tokens: result.tokens },
+    });
+  });
+
+  router.get('/v1/models', (_req, res) => {
+    res.json({
+      object: 'list',
+      data: registry.served().map((m) => ({
+        id: m.id,
+        object: 'model',
+        created: Math.floor(Math.min(...m.workers.map((w) => w.startedAt)) / 1000),
+        owned_by: 'tserve',
+      })),
+    });
+  });
+
+  router.get('/v1/models/*id', (req, res) => {
+    const id = ([] as string[]).concat(req.params.id as string | string[]).join('/');
+    const m = registry.get(id);
+    if (!m) throw new ApiError('not_found', `model ${id} is not served; see GET /v1/models`);
+    res.json({ id: m.id, object: 'model', created: Math.floor(Math.min(...m.workers.map((w) => w.startedAt)) / 1000), owned_by: 'tserve' });
+  });
+
+  router.use('/v1', (req, _res, next) => next(new ApiError('not_found', `no route for ${req.method} /v1${req.path}; this server offers POST /v1/embeddings and GET /v1/models`)));
+  router.use('/v1', errorHandler(logger, openAiErrors));
+  return router;
+}

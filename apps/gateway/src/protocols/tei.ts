@@ -1,0 +1,271 @@
+import express, { type Request, type Router } from 'express';
+import type { Logger } from 'pino';
+import { z } from 'zod';
+import { ApiError, describeIssues, type ErrorType, type Task } from '@tserve/contract';
+import type { GatewayConfig } from '@tserve/config';
+import type { InferenceService } from '../inference.js';
+import type { ModelRegistry, ServedModel } from '../model-registry.js';
+import { admitBeforeBody, type AdmissionParts } from '../admission.js';
+import { errorHandler, type ErrorFormat } from '../http-errors.js';
+import { jsonBody, runModelCall } from '../model-call.js';
+
+/**
+ * Hugging Face text-embeddings-inference's API: `/embed`, `/predict`, `/rerank`, `/tokenize`,
+ * `/info`. TEI serves one model; here each route picks the served model for its kind (an embedding
+ * model, a classifier, a reranker: a one-label classifier), or the one named by a `model` field
+ * or an `x-model` header when several fit.
+ */
+
+const TEI_TYPES: Partial<Record<ErrorType, string>> = {
+  validation: 'Validation',
+  payload_too_large: 'Validation',
+  overloaded: 'Overloaded',
+  rate_limited: 'Overloaded',
+  unavailable: 'Unhealthy',
+  inference: 'Backend',
+  timeout: 'Backend',
+  internal: 'Backend',
+};
+/** TEI (1.9+) answers input errors, too-large batches included, with 422, and overload with 429. */
+const TEI_STATUS: Partial<Record<ErrorType, number>> = { validation: 422, payload_too_large: 422, overloaded: 429, inference: 424 };
+
+/** Empty inputs: TEI's own error type, answered 400. */
+class EmptyInput extends ApiError {
+  constructor(message: string) {
+    super('validation', message);
+  }
+}
+
+/** TEI's error body: `{"error", "error_type"}`, with TEI's type names and statuses. */
+export const teiErrors: ErrorFormat = (error) =>
+  error instanceof EmptyInput
+    ? { status: 400, body: { error: error.message, error_type: 'Empty' } }
+    : { status: TEI_STATUS[error.type] ?? error.status, body: { error: error.message, error_type: TEI_TYPES[error.type] ?? error.type } };
+
+/** TEI refuses an empty input or list as `Empty` before anything else. */
+function refuseEmpty(body: unknown, fields: string[]): void {
+  if (typeof body !== 'object' || body === null) return;
+  for (const field of fields) {
+    const value = (body as Record<string, unknown>)[field];
+    if (value === '' || (Array.isArray(value) && (value.length === 0 || value.includes('')))) throw new EmptyInput(`\`${field}\` cannot be empty`);
+  }
+}
+
+const text = z.string({ error: 'each input must be a string' }).min(1, 'inputs must not contain empty strings');
+const texts = z.union([text, z.array(text).min(1, 'inputs must not be an empty list')], {
+  error: (issue) => (issue.input === undefined ? 'inputs is required' : 'inputs must be a string or a list of strings'),
+});
+const direction = z.enum(['Right', 'Left', 'right', 'left']).transform((d) => d.toLowerCase() as 'right' | 'left');
+/** A body's model choice, for when several served models fit the route. */
+const model = z.string().min(1).optional();
+
+const embedRequest = z
+  .object({
+    inputs: texts,
+    normalize: z.boolean().default(true),
+    truncate: z.boolean().default(false),
+    truncation_direction: direction.default('right'),
+    prompt_name: z.null().optional(),
+    dimensions: z.number().int().min(1).nullable().optional(),
+    model,
+  })
+  .strict();
+
+const pair = z.tuple([text, text]);
+const sequence = z.union([text, pair]);
+const predictRequest = z
+  .object({
+    inputs: z.union([text, pair, z.array(sequence).min(1, 'inputs must not be an empty list')], {
+      error: (issue) =>
+        issue.input === undefined ? 'inputs is required' : 'inputs must be a string, a pair [text, text_pair], or a list of those',
+    }),
+    raw_scores: z.boolean().default(false),
+    truncate: z.boolean().default(false),
+    truncation_direction: direction.optional(),
+    model,
+  })
+  .strict();
+
+const rerankRequest = z
+  .object({
+    query: text,
+    texts: z.array(text, { error: 'texts must be a list of strings' }).min(1, 'texts must not be empty'),
+    raw_scores: z.boolean().default(false),
+    return_text: z.boolean().default(false),
+    truncate: z.boolean().default(false),
+    truncation_direction: direction.optional(),
+    model,
+  })
+  .strict();
+
+const tokenizeRequest = z
+  .object({
+    inputs: texts,
+    add_special_tokens: z.boolean().default(true),
+    prompt_name: z.null().optional(),
+    model,
+  })
+  .strict();
+
+function parse<T extends z.ZodType>(schema: T, body: unknown): z.output<T> {
+  if (body === undefined) throw new ApiError('validation', 'send a JSON body with Content-Type: application/json');
+  refuseEmpty(body, ['inputs', 'texts', 'query']);
+  const parsed = schema.safeParse(body);
+  if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
+  return parsed.data;
+}
+
+interface TokenOffsets {
+  start: number | null;
+  stop: number | null;
+}
+
+function toByteOffsets<T extends TokenOffsets>(text: string, tokens: T[]): T[] {
+  const chars = Array.from(text);
+  const bytesBefore = new Array<number>(chars.length + 1);
+  bytesBefore[0] = 0;
+  chars.forEach((c, i) => (bytesBefore[i + 1] = bytesBefore[i] + Buffer.byteLength(c)));
+  return tokens.map((t) => (t.start === null || t.stop === null ? t : { ...t, start: bytesBefore[t.start], stop: bytesBefore[t.stop] }));
+}
+
+interface RouteKind {
+  what: string;
+  fits: (m: ServedModel) => boolean;
+}
+const EMBEDDING: RouteKind = { what: 'an embedding model', fits: (m) => m.tasks.includes('feature-extraction') };
+const CLASSIFIER: RouteKind = { what: 'a sequence classifier', fits: (m) => m.tasks.includes('text-classification') };
+const RERANKER: RouteKind = { what: 'a reranker (a classifier with one label)', fits: (m) => m.tasks.includes('text-classification') && m.labels?.length === 1 };
+const ANY: RouteKind = { what: 'a model', fits: () => true };
+
+/** TEI's `model_type` for /info. */
+function modelType(m: ServedModel): Record<string, unknown> {
+  const id2label = Object.fromEntries((m.labels ?? []).map((label, i) => [String(i), label]));
+  const label2id = Object.fromEntries((m.labels ?? []).map((label, i) => [label, i]));
+  if (RERANKER.fits(m)) return { reranker: { id2label, label2id } };
+  if (CLASSIFIER.fits(m)) return { classifier: { id2label, label2id } };
+  return { embedding: { pooling: 'mean' } };
+}
+
+export function teiRoutes(config: GatewayConfig, service: InferenceService, registry: ModelRegistry, admission: AdmissionParts, logger: Logger): Router {
+  const router = express.Router();
+  const json = jsonBody(config);
+
+  /** The model a request names (body `model`, header `x-model`), or the only served one of its kind. */
+  const pick = (req: Request, kind: RouteKind, named?: string): string => {
+    const asked = named ?? req.get('x-model');
+    if (asked !== undefined) return asked;
+    const fitting = registry.served().filter(kind.fits);
+    if (fitting.length === 1) return fitting[0].id;
+    if (fitting.length === 0) {
+      const served = registry.served().map((m) => m.id);
+      throw new ApiError('unavailable', `no served model is ${kind.what}${served.length ? ` (served: ${served.join(', ')})` : ''}`, 2);
+    }
+    throw new ApiError('validation', `several served models are ${kind.what}: ${fitting.map((m) => m.id).join(', ')}; name one with a "model" field or an x-model header`);
+  };
+  /** Before the body: the header's model, or the only fitting one, for shedding and key permissions. */
+  const admit = (kind: RouteKind) =>
+    admitBeforeBody(admission, (req) => {
+      try {
+        return pick(req, kind);
+      } catch {
+        return undefined;
+      }
+    });
+  const checkKind = (id: string, kind: RouteKind) => {
+    const served = registry.get(id);
+    if (served && !kind.fits(served)) throw new ApiError('validation', `model ${id} is not ${kind.what}; it serves ${served.tasks.join(', ')}`);
+  };
+
+  router.post('/embed', admit(EMBEDDING), json, async (req, res) => {
+    const body = parse(embedRequest, req.body);
+    const id = pick(req, EMBEDDING, body.model);
+    checkKind(id, EMBEDDING);
+    const result = await runModelCall(service, req, res, {
+      model: id,
+      task: 'feature-extraction',
+      inputs: typeof body.inputs === 'string' ? [body.inputs] : body.inputs,
+      parameters: { normalize: body.normalize, truncation: body.truncate, truncation_direction: body.truncation_direction },
+    });
+    let vectors = result.outputs as number[][];
+    if (body.dimensions) {
+      if (body.dimensions > vectors[0].length) throw new ApiError('validation', `dimensions must be at most ${vectors[0].length}`);
+      vectors = vectors.map((v) => v.slice(0, body.dimensions!)).map((v) => (body.normalize ? v.map((x) => x / (Math.hypot(...v) || 1)) : v));
+    }
+    res.json(vectors);
+  });
+
+  router.post('/predict', admit(CLASSIFIER), json, async (req, res) => {
+    const body = parse(predictRequest, req.body);
+    const id = pick(req, CLASSIFIER, body.model);
+    checkKind(id, CLASSIFIER);
+    // A string or a two-string list is one input; any other list is a batch.
+    const single = typeof body.inputs === 'string' || (body.inputs.length === 2 && body.inputs.every((x) => typeof x === 'string'));
+    const sequences = (single ? [body.inputs] : body.inputs) as Array<string | [string, string]>;
+    const inputs = sequences.map((s) => (typeof s === 'string' ? s : { text: s[0], text_pair: s[1] }));
+    const result = await runModelCall(service, req, res, {
+      model: id,
+      task: 'text-classification',
+      inputs,
+      parameters: { top_k: null, truncation: body.truncate, ...(body.raw_scores ? { function_to_apply: 'none' } : {}) },
+    });
+    res.json(single ? result.outputs[0] : result.outputs);
+  });
+
+  router.post('/rerank', admit(RERANKER), json, async (req, res) => {
+    const body = parse(rerankRequest, req.body);
+    const id = pick(req, RERANKER, body.model);
+    checkKind(id, RERANKER);
+    // Each (query, text) pair is one sequence of the worker's batches.
+    const result = await runModelCall(service, req, res, {
+      model: id,
+      task: 'text-classification',
+      inputs: body.texts.map((t) => ({ text: body.query, text_pair: t })),
+      parameters: { truncation: body.truncate, function_to_apply: body.raw_scores ? 'none' : 'sigmoid' },
+    });
+    const ranked = (result.outputs as Array<Array<{ score: number }>>)
+      .map((scores, index) => ({ index, score: scores[0].score, ...(body.return_text ? { text: body.texts[index] } : {}) }))
+      .sort((a, b) => b.score - a.score);
+    res.json(ranked);
+  });
+
+  router.post('/tokenize', admit(ANY), json, async (req, res) => {
+    const body = parse(tokenizeRequest, req.body);
+    const id = pick(req, ANY, body.model);
+    const result = await runModelCall(service, req, res, {
+      model: id,
+      task: 'tokenize',
+      inputs: typeof body.inputs === 'string' ? [body.inputs] : body.inputs,
+      parameters: { add_special_tokens: body.add_special_tokens },
+    });
+    // Workers give code-point offsets; TEI's are UTF-8 byte offsets.
+    const texts = typeof body.inputs === 'string' ? [body.inputs] : body.inputs;
+    res.json((result.outputs as TokenOffsets[][]).map((tokens, i) => toByteOffsets(texts[i], tokens)));
+  });
+
+  router.get('/info', (req, res) => {
+    const id = pick(req, ANY, typeof req.query.model === 'string' ? req.query.model : undefined);
+    const m = registry.get(id);
+    if (!m) throw new ApiError('not_found', `model ${id} is not served`);
+    const smallest = (values: Array<number | undefined>) => Math.min(...values.filter((v): v is number => v !== undefined));
+    res.json({
+      model_id: m.id,
+      model_sha: null,
+      served_model_name: m.id,
+      model_dtype: [...new Set(m.workers.map((w) => w.dtype))].join(','),
+      model_type: modelType(m),
+      task: m.task as Task,
+      tasks: m.tasks,
+      max_concurrent_requests: config.MAX_QUEUE_DEPTH,
+      max_input_length: m.maxLength,
+      max_batch_tokens: smallest(m.workers.map((w) => w.batchMaxTokens)),
+      max_batch_requests: smallest(m.workers.map((w) => w.batchMaxSize)),
+      max_client_batch_size: config.MAX_INPUTS_PER_REQUEST,
+      auto_truncate: false,
+      tokenization_workers: m.workers.length,
+      version: '0.1.0',
+    });
+  });
+
+  for (const path of ['/embed', '/predict', '/rerank', '/tokenize', '/info']) router.use(path, errorHandler(logger, teiErrors));
+  return router;
+}

@@ -1,0 +1,43 @@
+import type { TokenizeParameters } from '@tserve/contract';
+import type { LoadedModel } from '../model.js';
+import type { TaskHead } from './head.js';
+import { alignTokens, tokenizerParts } from './offsets.js';
+
+/** One token as TEI's /tokenize reports it; `start`/`stop` are offsets into the input, null for added special tokens. */
+export interface TokenInfo {
+  id: number;
+  text: string;
+  special: boolean;
+  start: number | null;
+  stop: number | null;
+}
+
+/**
+ * Tokenization alone, without running the model: each token's id, its text in the input, and
+ * where it lies (code points, as the other tasks' offsets), special tokens flagged.
+ */
+export function tokenizeHead(loaded: LoadedModel): TaskHead<TokenizeParameters, string> {
+  const parts = tokenizerParts(loaded.tokenizer);
+  return {
+    decode() {
+      throw new Error('tokenization runs no model');
+    },
+    answer(input, parameters, engine): TokenInfo[] {
+      const pieces = engine.pieces(input);
+      const spans = alignTokens(input, pieces, parts);
+      const chars = Array.from(input);
+      const tokens: TokenInfo[] = pieces.map((piece, i) => {
+        const span = spans[i];
+        return { id: engine.idOf(piece), text: span ? chars.slice(span[0], span[1]).join('') : piece, special: false, start: span?.[0] ?? null, stop: span?.[1] ?? null };
+      });
+      if (parameters.add_special_tokens === false) return tokens;
+      // The template's tokens around the text ([CLS] … [SEP]), flagged special.
+      const built = engine.build(pieces);
+      return built.ids.map((id, k) => {
+        const inner = k - built.at;
+        if (inner >= 0 && inner < tokens.length) return tokens[inner];
+        return { id, text: engine.tokenString(id), special: true, start: null, stop: null };
+      });
+    },
+  };
+}

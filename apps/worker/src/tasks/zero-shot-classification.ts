@@ -1,0 +1,40 @@
+import { ApiError, type ZeroShotParameters } from '@tserve/contract';
+import type { LoadedModel } from '../model.js';
+import type { TaskHead } from './head.js';
+import { entailmentId } from './detect.js';
+import { row, softmax } from './math.js';
+
+const DEFAULT_TEMPLATE = 'This example is {}.';
+
+/**
+ * Zero-shot classification with an NLI model, as the transformers pipeline defines it: each
+ * candidate label becomes the hypothesis of one pair (text, template with the label), cut
+ * only from the text. With one label, or multi_label, each label is scored alone by entailment
+ * against the first logit (contradiction); otherwise the entailment logits are compared across labels.
+ */
+export function zeroShotClassificationHead(loaded: LoadedModel): TaskHead<ZeroShotParameters, string> {
+  const entailment = entailmentId(loaded.config);
+  return {
+    encode(input, parameters, engine) {
+      if (entailment === undefined) {
+        throw new ApiError('validation', `model ${loaded.id} has no entailment label (config.json label2id), so it cannot classify zero-shot`);
+      }
+      const template = parameters.hypothesis_template ?? DEFAULT_TEMPLATE;
+      const truncate = parameters.truncation ?? true;
+      return parameters.candidate_labels.map((label) => engine.encodePair(input, template.replaceAll('{}', label), truncate ? 'only_first' : false));
+    },
+    decode(output, index) {
+      return Array.from(row(output.data, index, output.dims[1]));
+    },
+    combine(parts, input, parameters) {
+      const logits = parts as number[][];
+      const multi = parameters.multi_label === true || logits.length === 1;
+      const scores = multi
+        ? // Against the first logit, as the pipeline does (contradiction in MNLI label orders).
+          logits.map((l) => softmax([l[0], l[entailment!]])[1])
+        : Array.from(softmax(logits.map((l) => l[entailment!])));
+      const order = scores.map((_, i) => i).sort((a, b) => scores[b] - scores[a]);
+      return { sequence: input, labels: order.map((i) => parameters.candidate_labels[i]), scores: order.map((i) => scores[i]) };
+    },
+  };
+}

@@ -1,0 +1,262 @@
+/**
+ * Issue 16: the protocols users already have clients for, over the same queue and workers:
+ * OpenAI embeddings (with the official `openai` client), TEI's routes, and KServe v2. Each route
+ * answers bad input with a 4xx in its protocol's own error shape.
+ */
+import { after, before, describe, it, type TestContext } from 'node:test';
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+import { AutoModelForSequenceClassification, AutoTokenizer, env } from '@huggingface/transformers';
+import { MODEL_DIR, TestSystem, reference, uniquePrefix } from './helpers/system.ts';
+
+const REF = reference() as Record<string, any>;
+const EMBEDDER = 'replica/all-MiniLM-L6-v2';
+const RERANKER = 'replica/ms-marco-MiniLM-L-6-v2';
+const CLASSIFIER = 'replica/tiny-bert-sst2';
+const TOL = 1e-4;
+
+env.allowRemoteModels = false;
+env.localModelPath = `${MODEL_DIR}/`;
+
+describe('protocols', () => {
+  const system = new TestSystem(uniquePrefix('protocols'));
+  const get = async (path: string) => {
+    const res = await fetch(`${system.url}${path}`);
+    return { status: res.status, body: (await res.json()) as any };
+  };
+
+  before(async () => {
+    await system.startGateway();
+    for (const model of [EMBEDDER, RERANKER, CLASSIFIER]) system.startWorker({ model });
+    for (const model of [EMBEDDER, RERANKER, CLASSIFIER]) await system.waitForWorkers(model);
+  });
+  after(() => system.stop());
+
+  describe('OpenAI embeddings', () => {
+    const client = () => new OpenAI({ baseURL: `${system.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+
+    it('the openai client gets the same embeddings as /models/<id>, float and base64, with real token counts', async () => {
+      const text = 'This restaurant is awesome';
+      const own = (await system.infer(EMBEDDER, text)).body as number[];
+      const tokenizer = await AutoTokenizer.from_pretrained(EMBEDDER);
+      const tokens = tokenizer.encode(text).length;
+      for (const encoding_format of ['float', 'base64', undefined] as const) {
+        const answer = await client().embeddings.create({ model: EMBEDDER, input: text, ...(encoding_format ? { encoding_format } : {}) });
+        assert.equal(answer.object, 'list');
+        assert.equal(answer.model, EMBEDDER);
+        assert.deepEqual(answer.usage, { prompt_tokens: tokens, total_tokens: tokens });
+        let embedding = answer.data[0].embedding as unknown;
+        if (typeof embedding === 'string') {
+          const bytes = Buffer.from(embedding, 'base64');
+          embedding = Array.from(new Float32Array(bytes.buffer, bytes.byteOffset, bytes.length / 4));
+        }
+        const vector = embedding as number[];
+        assert.equal(vector.length, own.length);
+        // base64 carries float32: equal to float precision.
+        vector.forEach((v, i) => assert.ok(Math.abs(v - own[i]) < 1e-6, `${encoding_format} dim ${i}`));
+      }
+    });
+
+    it('a list of inputs keeps its order; dimensions shortens and renormalises; /v1/models lists the served models', async () => {
+      const inputs = ['first text', 'a second, longer text', 'third'];
+      const answer = await client().embeddings.create({ model: EMBEDDER, input: inputs, encoding_format: 'float' });
+      assert.deepEqual(answer.data.map((d) => d.index), [0, 1, 2]);
+      const alone = (await system.infer(EMBEDDER, inputs[1])).body as number[];
+      const cosine = answer.data[1].embedding.reduce((s, v, i) => s + v * alone[i], 0);
+      // Batched with its neighbours a q8 model's output shifts a little.
+      assert.ok(cosine > 0.95, `inputs[1] is its own text's embedding (${cosine})`);
+      const short = await client().embeddings.create({ model: EMBEDDER, input: 'x', dimensions: 64, encoding_format: 'float' });
+      assert.equal(short.data[0].embedding.length, 64);
+      assert.ok(Math.abs(Math.hypot(...short.data[0].embedding) - 1) < 1e-6);
+      const models = await client().models.list();
+      assert.deepEqual(models.data.map((m) => m.id).sort(), [EMBEDDER, RERANKER, CLASSIFIER].sort());
+    });
+
+    it('errors come as {error: {message, type, code}} with the right statuses, and the client raises them', async () => {
+      await assert.rejects(client().embeddings.create({ model: 'no/such-model', input: 'x' }), (err: any) => err.status === 404 && err.code === 'model_not_found');
+      const cases: Array<[unknown, number, RegExp]> = [
+        [{ model: EMBEDDER }, 400, /input is required/],
+        [{ model: EMBEDDER, input: [] }, 400, /empty list/],
+        [{ model: EMBEDDER, input: [1, 2, 3] }, 400, /token arrays are not accepted/],
+        [{ model: EMBEDDER, input: 'x', encoding_format: 'int8' }, 400, /encoding_format/],
+        [{ model: EMBEDDER, input: 'x', dimensions: 5000 }, 400, /dimensions must be at most 384/],
+        [{ model: CLASSIFIER, input: 'x' }, 400, /not an embedding model/],
+        [{ input: 'x' }, 400, /model is required/],
+      ];
+      for (const [body, status, message] of cases) {
+        const res = await system.post('/v1/embeddings', body);
+        assert.equal(res.status, status, JSON.stringify(res.body));
+        assert.equal(typeof res.body.error, 'object', JSON.stringify(res.body));
+        assert.match(res.body.error.message, message);
+        assert.equal(res.body.error.type, 'invalid_request_error');
+      }
+      const malformed = await system.post('/v1/embeddings', '{"model":');
+      assert.equal(malformed.status, 400);
+      assert.match(malformed.body.error.message, /malformed JSON/);
+    });
+  });
+
+  describe('TEI', () => {
+    it('/embed answers a list of embeddings equal to /models/<id>; normalize and truncate are honoured', async () => {
+      const own = (await system.infer(EMBEDDER, 'hello world')).body as number[];
+      const res = await system.post('/embed', { inputs: 'hello world' });
+      assert.equal(res.status, 200, JSON.stringify(res.body));
+      assert.equal(res.body.length, 1);
+      res.body[0].forEach((v: number, i: number) => assert.ok(Math.abs(v - own[i]) < 1e-6));
+      const raw = await system.post('/embed', { inputs: ['hello world'], normalize: false });
+      assert.ok(Math.abs(Math.hypot(...raw.body[0]) - 1) > 1e-3, 'not normalised');
+      const long = 'word '.repeat(600);
+      const refused = await system.post('/embed', { inputs: long });
+      assert.equal(refused.status, 422, JSON.stringify(refused.body));
+      assert.equal(refused.body.error_type, 'Validation');
+      assert.match(refused.body.error, /accepts at most 512/);
+      const cut = await system.post('/embed', { inputs: long, truncate: true, truncation_direction: 'Left' });
+      assert.equal(cut.status, 200);
+    });
+
+    it('/predict scores texts and pairs with every label, best first; several classifiers need a model', async () => {
+      const ambiguous = await system.post('/predict', { inputs: 'I like you' });
+      assert.equal(ambiguous.status, 422);
+      assert.match(ambiguous.body.error, new RegExp(`several served models .*${CLASSIFIER}.*${RERANKER}|several served models .*${RERANKER}.*${CLASSIFIER}`));
+      const single = await system.post('/predict', { inputs: 'I like you', model: CLASSIFIER });
+      assert.equal(single.status, 200, JSON.stringify(single.body));
+      assert.deepEqual(single.body.map((s: any) => s.label).sort(), ['NEGATIVE', 'POSITIVE']);
+      assert.deepEqual(single.body, (await system.infer(CLASSIFIER, 'I like you', { top_k: null })).body[0]);
+      const header = await system.post('/predict', { inputs: [['a query', 'a passage']], raw_scores: true }, { 'x-model': RERANKER });
+      assert.equal(header.status, 200, JSON.stringify(header.body));
+      const pair = (await system.infer(RERANKER, { text: 'a query', text_pair: 'a passage' }, { function_to_apply: 'none' })).body[0];
+      assert.deepEqual(header.body, [pair]);
+    });
+
+    it('/rerank: each document alone scores as in-process (and as REFERENCE.json where this CPU reproduces it); several come back once each, best first', async (t: TestContext) => {
+      const { query, results } = REF[RERANKER].cases[0];
+      const tokenizer = await AutoTokenizer.from_pretrained(RERANKER);
+      const model = await AutoModelForSequenceClassification.from_pretrained(RERANKER, { dtype: 'q8' });
+      let reproduces = true;
+      for (const r of results) {
+        const res = await system.post('/rerank', { query, texts: [r.document], raw_scores: true, return_text: true });
+        assert.equal(res.status, 200, JSON.stringify(res.body));
+        const logit = ((await model(tokenizer(query, { text_pair: r.document }))) as any).logits.data[0];
+        assert.deepEqual(res.body.map((x: any) => [x.index, x.text]), [[0, r.document]]);
+        assert.ok(Math.abs(res.body[0].score - logit) <= TOL, `${res.body[0].score} vs in-process ${logit}`);
+        const scored = await system.post('/rerank', { query, texts: [r.document] });
+        assert.ok(Math.abs(scored.body[0].score - 1 / (1 + Math.exp(-logit))) <= TOL, 'scores are the sigmoid of the logit');
+        if (Math.abs(res.body[0].score - r.logit) > TOL || Math.abs(scored.body[0].score - r.score) > TOL) reproduces = false;
+      }
+      if (!reproduces) t.diagnostic(`${RERANKER}: this CPU's q8 kernels differ from REFERENCE.json's machine; /rerank equals in-process here`);
+      const texts = results.map((r: any) => r.document);
+      const all = await system.post('/rerank', { query, texts });
+      assert.equal(all.status, 200);
+      assert.deepEqual(all.body.map((x: any) => x.index).sort(), [0, 1, 2, 3]);
+      const scores = all.body.map((x: any) => x.score);
+      assert.deepEqual(scores, [...scores].sort((a: number, b: number) => b - a));
+      assert.equal(all.body[0].text, undefined, 'no text unless return_text');
+    });
+
+    it('/tokenize gives ids, texts and offsets, special tokens flagged; /info describes the model', async () => {
+      const text = 'Zoë lives in Zürich';
+      const res = await system.post('/tokenize', { inputs: text, model: CLASSIFIER });
+      assert.equal(res.status, 200, JSON.stringify(res.body));
+      const tokens = res.body[0];
+      const tokenizer = await AutoTokenizer.from_pretrained(CLASSIFIER);
+      assert.deepEqual(tokens.map((t: any) => t.id), tokenizer.encode(text));
+      assert.deepEqual([tokens[0].special, tokens[tokens.length - 1].special], [true, true]);
+      // UTF-8 byte offsets, as TEI gives them.
+      const bytes = Buffer.from(text);
+      for (const t of tokens.filter((t: any) => !t.special)) assert.equal(bytes.subarray(t.start, t.stop).toString(), t.text);
+      assert.deepEqual(tokens.find((t: any) => t.text === 'Zürich') && [tokens[4].start, tokens[4].stop], [14, 21]);
+      const bare = await system.post('/tokenize', { inputs: [text, 'b'], add_special_tokens: false, model: CLASSIFIER });
+      assert.equal(bare.body.length, 2);
+      assert.equal(bare.body[0].length, tokens.length - 2);
+      const info = await get(`/info?model=${RERANKER}`);
+      assert.equal(info.status, 200);
+      assert.equal(info.body.model_id, RERANKER);
+      assert.deepEqual(info.body.model_type, { reranker: { id2label: { 0: 'LABEL_0' }, label2id: { LABEL_0: 0 } } });
+      assert.equal(info.body.max_input_length, 512);
+      assert.ok(info.body.max_batch_requests > 0 && info.body.max_client_batch_size > 0);
+    });
+
+    it('bad input gets a 4xx in TEI\'s shape {error, error_type}', async () => {
+      const cases: Array<[string, unknown, number, RegExp]> = [
+        ['/embed', {}, 422, /inputs is required/],
+        ['/embed', { inputs: [''] }, 400, /`inputs` cannot be empty/],
+        ['/embed', { inputs: 'x', normalize: 'yes' }, 422, /normalize/],
+        ['/rerank', { query: 'q', texts: [] }, 400, /`texts` cannot be empty/],
+        ['/rerank', { texts: ['a'] }, 422, /query/],
+        ['/rerank', { query: 'q', texts: ['a'], model: EMBEDDER }, 422, /is not a reranker/],
+        ['/predict', { inputs: [], model: CLASSIFIER }, 400, /`inputs` cannot be empty/],
+        ['/embed', { inputs: Array(65).fill('x') }, 422, /at most 64/],
+      ];
+      for (const [path, body, status, message] of cases) {
+        const res = await system.post(path, body);
+        assert.equal(res.status, status, `${path} ${JSON.stringify(body)}: ${JSON.stringify(res.body)}`);
+        assert.match(res.body.error, message);
+        assert.equal(typeof res.body.error_type, 'string');
+      }
+    });
+  });
+
+  describe('KServe v2', () => {
+    it('health, server and model metadata, readiness', async () => {
+      assert.deepEqual((await get('/v2/health/live')).body, { live: true });
+      assert.deepEqual((await get('/v2/health/ready')).body, { ready: true });
+      const server = await get('/v2');
+      assert.equal(server.body.name, 'tserve');
+      const meta = await get(`/v2/models/${CLASSIFIER}`);
+      assert.equal(meta.status, 200);
+      assert.deepEqual(meta.body.inputs, [{ name: 'text', datatype: 'BYTES', shape: [-1] }]);
+      assert.deepEqual(meta.body.outputs[0], { name: 'probabilities', datatype: 'FP32', shape: [-1, 2] });
+      assert.deepEqual((await get(`/v2/models/${encodeURIComponent(EMBEDDER)}/ready`)).body, { name: EMBEDDER, ready: true });
+      assert.equal((await get('/v2/models/no/such/ready')).status, 404);
+    });
+
+    it('infer on a BYTES tensor answers FP32 tensors equal to /models/<id>, and echoes the id', async () => {
+      const texts = ['I love this', 'I hate this'];
+      const res = await system.post(`/v2/models/${CLASSIFIER}/infer`, {
+        id: 'req-42',
+        inputs: [{ name: 'text', shape: [2, 1], datatype: 'BYTES', data: [[texts[0]], [texts[1]]] }],
+        outputs: [{ name: 'probabilities' }, { name: 'logits' }],
+      });
+      assert.equal(res.status, 200, JSON.stringify(res.body));
+      assert.equal(res.body.id, 'req-42');
+      assert.equal(res.body.model_name, CLASSIFIER);
+      const [probs, logits] = res.body.outputs;
+      assert.deepEqual([probs.name, probs.datatype, probs.shape], ['probabilities', 'FP32', [2, 2]]);
+      assert.equal(logits.name, 'logits');
+      const labels = (await get(`/v2/models/${CLASSIFIER}`)).body.parameters.labels as string[];
+      const own = (await system.infer(CLASSIFIER, texts, { top_k: null })).body as Array<Array<{ label: string; score: number }>>;
+      own.forEach((scores, row) => labels.forEach((label, j) => assert.ok(Math.abs(probs.data[row * 2 + j] - scores.find((s) => s.label === label)!.score) < 1e-6)));
+      const embedded = await system.post(`/v2/models/${EMBEDDER}/infer`, {
+        inputs: [{ name: 'text', shape: [1], datatype: 'BYTES', data: ['hello world'] }],
+        parameters: { timeout: 5_000_000, priority: 2 },
+      });
+      assert.equal(embedded.status, 200, JSON.stringify(embedded.body));
+      const own1 = (await system.infer(EMBEDDER, 'hello world')).body as number[];
+      assert.deepEqual(embedded.body.outputs[0].shape, [1, 384]);
+      embedded.body.outputs[0].data.forEach((v: number, i: number) => assert.ok(Math.abs(v - own1[i]) < 1e-6));
+    });
+
+    it('bad requests get a 4xx with {"error": "..."} (written from the spec\'s required API)', async () => {
+      const url = `/v2/models/${CLASSIFIER}/infer`;
+      const tensor = { name: 'text', shape: [1], datatype: 'BYTES', data: ['x'] };
+      const cases: Array<[string, unknown, number, RegExp]> = [
+        [url, {}, 400, /inputs/],
+        [url, { inputs: [] }, 400, /exactly one input/],
+        [url, { inputs: [{ ...tensor, datatype: 'FP32', data: [1] }] }, 400, /datatype must be BYTES/],
+        [url, { inputs: [{ ...tensor, shape: [2] }] }, 400, /holds 2 texts but data has 1/],
+        [url, { inputs: [{ ...tensor, shape: [1, 2], data: ['a', 'b'] }] }, 400, /shape must be \[n\] or \[n, 1\]/],
+        [url, { inputs: [{ ...tensor, data: [''] }] }, 400, /non-empty string/],
+        [url, { inputs: [tensor], outputs: [{ name: 'embeddings' }] }, 400, /unknown output/],
+        [url, { inputs: [tensor], parameters: { timeout: -1 } }, 400, /timeout/],
+        [`/v2/models/no/such/infer`, { inputs: [tensor] }, 404, /not served/],
+        [`/v2/models/${CLASSIFIER}/versions/7/infer`, { inputs: [tensor] }, 404, /version 7/],
+      ];
+      for (const [path, body, status, message] of cases) {
+        const res = await system.post(path, body);
+        assert.equal(res.status, status, `${JSON.stringify(body)}: ${JSON.stringify(res.body)}`);
+        assert.deepEqual(Object.keys(res.body), ['error']);
+        assert.match(res.body.error, message);
+      }
+    });
+  });
+});
