@@ -7,6 +7,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import type { ReadyBody } from '@tserve/contract';
 import { QuietGate } from './lib/cpu.ts';
 import type { BenchContext } from './lib/context.ts';
 import { drawChart } from './lib/chart.ts';
@@ -74,7 +75,7 @@ async function main(): Promise<void> {
       throw new Error(`cannot reach ${options.url}/ready: ${String(err)}`);
     });
     for (const model of options.models) {
-      if (!(ready as { models?: Record<string, unknown> }).models?.[model]) throw new Error(`${options.url} does not serve ${model}`);
+      if (!(ready as ReadyBody).models?.[model]) throw new Error(`${options.url} does not serve ${model}`);
     }
   }
 

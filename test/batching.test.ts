@@ -5,7 +5,7 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import type { RequestOutcome } from '@tserve/contract';
+import type { ReadyBody, RequestOutcome } from '@tserve/contract';
 import { TestSystem, uniquePrefix, REDIS_URL, sleep, waitFor } from './helpers/system.ts';
 import { DirectQueue, textOfTokens } from './helpers/direct-queue.ts';
 
@@ -260,7 +260,7 @@ describe('long batches', () => {
       let polling = true;
       const poll = (async () => {
         while (polling) {
-          const body = (await (await fetch(`${system.url}/ready`)).json()) as { models: Record<string, { workers: number }> };
+          const body = (await (await fetch(`${system.url}/ready`)).json()) as ReadyBody;
           minWorkers = Math.min(minWorkers, body.models[model]?.workers ?? 0);
           await sleep(100);
         }

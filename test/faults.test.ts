@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { queueNameFor } from '@tserve/queue';
+import type { ReadyBody } from '@tserve/contract';
 import { PrivateRedis, TestSystem, freePort, sleep, uniquePrefix, waitFor, REDIS_URL } from './helpers/system.ts';
 import { textOfTokens } from './helpers/direct-queue.ts';
 
@@ -139,7 +140,7 @@ describe('faults', () => {
     assert.ok(down.some((r) => /circuit breaker/.test(r.body.error)), 'the breaker opened and refused at once');
     const readyDown = await fetch(`${system.url}/ready`);
     assert.equal(readyDown.status, 503);
-    const readyBody = (await readyDown.json()) as { reasons: string[]; breaker: string };
+    const readyBody = (await readyDown.json()) as ReadyBody;
     assert.ok(readyBody.reasons.some((r) => /Redis/.test(r)), JSON.stringify(readyBody));
     assert.ok(system.gateway!.running, 'the gateway survived');
 
@@ -164,7 +165,7 @@ describe('faults', () => {
     // Not merely listed (a loading worker is listed too): reported as failed to load.
     await waitFor('/ready to report the model as not served', async () => {
       const r = await fetch(`${system.url}/ready`);
-      const body = (await r.json()) as { reasons: string[] };
+      const body = (await r.json()) as ReadyBody;
       return r.status === 503 && body.reasons.some((x) => x.includes('model replica/does-not-exist is not served'));
     }, 5000);
     const started = Date.now();
@@ -199,7 +200,7 @@ describe('faults', () => {
     assert.equal(r.status, 503);
     assert.match(r.body.error, /no live worker/);
     assert.ok(Date.now() - started < 5000, 'refused at once, not at the 30 s deadline');
-    const ready = (await (await fetch(`${system.url}/ready`)).json()) as { reasons: string[] };
+    const ready = (await (await fetch(`${system.url}/ready`)).json()) as ReadyBody;
     assert.ok(ready.reasons.some((x) => x.includes(`model ${MODEL} has no live worker`)), JSON.stringify(ready));
   });
 });

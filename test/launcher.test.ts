@@ -7,6 +7,7 @@ import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
+import type { ReadyBody } from '@tserve/contract';
 import { MODEL_DIR, Proc, REDIS_URL, ROOT, TestSystem, freePort, uniquePrefix, waitFor } from './helpers/system.ts';
 
 const alive = (pid: number) => {
@@ -82,9 +83,9 @@ describe('npm start (launcher)', () => {
     });
     assert.match(launcher.output, new RegExp(`starting redis-server on port ${redisPort}`));
 
-    const ready = (await (await fetch(`${url}/ready`)).json()) as { models: Record<string, { workers: number }> };
+    const ready = (await (await fetch(`${url}/ready`)).json()) as ReadyBody;
     await waitFor('two workers per model', async () => {
-      const body = (await (await fetch(`${url}/ready`)).json()) as { models: Record<string, { workers: number }> };
+      const body = (await (await fetch(`${url}/ready`)).json()) as ReadyBody;
       return body.models['replica/tiny-bert-sst2']?.workers === 2 && body.models['replica/tiny-bert-ner']?.workers === 2;
     }, 60_000);
     assert.ok(ready.models['replica/tiny-bert-sst2']);

@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { keys, queueNameFor } from '@tserve/queue';
+import type { ReadyBody } from '@tserve/contract';
 import { TestSystem, uniquePrefix, waitFor, REDIS_URL } from './helpers/system.ts';
 import { DirectQueue, textOfTokens } from './helpers/direct-queue.ts';
 
@@ -64,7 +65,7 @@ describe('graceful shutdown', () => {
 
     worker.kill('SIGSTOP');
     const inFlight = Array.from({ length: 10 }, (_, i) => system.infer(MODEL, `in flight ${i}`));
-    const depth = async () => ((await (await fetch(`${system.url}/ready`)).json()) as { models: Record<string, { queue_depth: number }> }).models[MODEL]?.queue_depth;
+    const depth = async () => ((await (await fetch(`${system.url}/ready`)).json()) as ReadyBody).models[MODEL]?.queue_depth;
     await waitFor('the ten requests accepted', async () => (await depth()) === 10, 10_000, 20);
     system.gateway!.kill('SIGTERM');
     // New connections are refused while the old requests are still being answered.

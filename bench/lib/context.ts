@@ -1,3 +1,4 @@
+import type { ReadyBody } from '@tserve/contract';
 import { DISTURBED_PCT, type QuietGate } from './cpu.ts';
 import type { BenchOptions } from './options.ts';
 import type { BenchSystem } from './system.ts';
@@ -25,7 +26,7 @@ export async function quiesce(ctx: BenchContext, model: string, maxMs = 60_000):
   const until = Date.now() + maxMs;
   while (Date.now() < until) {
     try {
-      const ready = (await (await fetch(`${ctx.url()}/ready`)).json()) as { models?: Record<string, { queue_depth?: number }> };
+      const ready = (await (await fetch(`${ctx.url()}/ready`)).json()) as ReadyBody;
       if ((ready.models?.[model]?.queue_depth ?? 0) === 0) break;
     } catch {
       break;

@@ -1,5 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
+import type { ReadyBody } from '@tserve/contract';
 import { cleanPrefix, freePort, redisAnswers, waitFor } from '../../test/helpers/system.ts';
 import { ROOT } from './paths.ts';
 
@@ -126,7 +127,7 @@ export class BenchSystem {
       `${count} live worker(s) for ${model}`,
       async () => {
         if (child && !child.running) throw new Error(`worker exited:\n${child.output}`);
-        const body = (await (await fetch(`${this.url}/ready`)).json()) as { models: Record<string, { workers: number }> };
+        const body = (await (await fetch(`${this.url}/ready`)).json()) as ReadyBody;
         return (body.models[model]?.workers ?? 0) === count;
       },
       90_000,

@@ -10,6 +10,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { queueNameFor, redisAnswers } from '@tserve/queue';
+import type { ReadyBody } from '@tserve/contract';
 
 export { redisAnswers };
 
@@ -154,7 +155,7 @@ export class TestSystem {
   /** Waits until the gateway sees `count` live workers for the model. */
   async waitForWorkers(model: string, count = 1, timeoutMs = 60_000): Promise<void> {
     await waitFor(`${count} worker(s) for ${model}`, async () => {
-      const body = (await (await fetch(`${this.url}/ready`)).json()) as { models: Record<string, { workers: number }> };
+      const body = (await (await fetch(`${this.url}/ready`)).json()) as ReadyBody;
       return (body.models[model]?.workers ?? 0) >= count;
     }, timeoutMs);
   }

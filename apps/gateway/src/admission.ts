@@ -2,7 +2,16 @@ import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { ApiError, PRIORITIES, type Priority } from '@tserve/contract';
 import { effectivePriority, keyAllows, type ApiKey, type KeyStore } from './api-keys.js';
 import { QuotaExceeded, type QuotaReason, type QuotaState, type Quotas } from './quotas.js';
-import type { InferenceService } from './inference.js';
+import type { RedisBreaker } from './breaker.js';
+import { depthRefusal, sizeRefusal, type OverloadLimits, type QueueDepth } from './overload.js';
+import { requestIdOf } from './request-id.js';
+
+/**
+ * "May this request enter?": the one place that decides it. Who is calling and what they may call
+ * (API keys, quotas: `api-keys.ts`, `quotas.ts`), and whether the server can take it (overload:
+ * `overload.ts` for the depth and size limits, `breaker.ts` for Redis). Asked twice: before the
+ * body is read, with what the headers and path say, and after, with what the body says.
+ */
 
 /** What admission decided for a request; the route handler reads it from `res.locals.admitted`. */
 export interface Admitted {
@@ -14,7 +23,11 @@ export interface AdmissionParts {
   /** Absent when API keys are off (the default): every caller is admitted as interactive. */
   keys?: KeyStore;
   quotas?: Quotas;
-  service: InferenceService;
+  limits: OverloadLimits;
+  depth: QueueDepth;
+  breaker: RedisBreaker;
+  /** Whether a worker serves the model now: only a served model's queue can be full. */
+  isServed: (model: string) => boolean;
   /** The longest a request may live: slots in flight expire after it. */
   requestTimeoutMs: number;
   onQuotaRejected?: (key: ApiKey, reason: QuotaReason) => void;
@@ -45,40 +58,74 @@ function setQuotaHeaders(res: Response, state: QuotaState): void {
   res.setHeader('RateLimit-Reset', String(state.resetSeconds));
 }
 
-/**
- * "May this request enter?", decided before its body is read, in order of cost: who is calling
- * (401), may they call this model (403), is the model overloaded (503, batch class first), is the
- * caller over its quota (429). A refused request costs no body parsing and enqueues nothing.
- */
-export function admitBeforeBody(parts: AdmissionParts, modelOf: (req: Request) => string | undefined): RequestHandler {
-  return async (req: Request, res: Response, next: NextFunction) => {
-    let key: ApiKey | undefined;
-    if (parts.keys) {
-      key = parts.keys.verify(presentedKey(req));
-      if (!key) {
-        res.setHeader('WWW-Authenticate', 'Bearer realm="tserve"');
-        throw new ApiError('unauthorized', 'a valid API key is required: send Authorization: Bearer <key> or x-api-key: <key>');
+export class Admission {
+  constructor(private readonly parts: AdmissionParts) {}
+
+  /**
+   * Decided before the body is read, in order of cost: who is calling (401), may they call this
+   * model (403), is the model overloaded (503, batch class first), is the caller over its quota
+   * (429). A refused request costs no body parsing and enqueues nothing: under overload, parsing a
+   * body only to shed it is the work the server can least afford. `modelOf` names the model if the
+   * path or headers do (it may throw to refuse the request); undefined if only the body will tell.
+   */
+  beforeBody(modelOf: (req: Request) => string | undefined): RequestHandler {
+    const { keys, quotas, requestTimeoutMs, onQuotaRejected } = this.parts;
+    return async (req: Request, res: Response, next: NextFunction) => {
+      let key: ApiKey | undefined;
+      if (keys) {
+        key = keys.verify(presentedKey(req));
+        if (!key) {
+          res.setHeader('WWW-Authenticate', 'Bearer realm="tserve"');
+          throw new ApiError('unauthorized', 'a valid API key is required: send Authorization: Bearer <key> or x-api-key: <key>');
+        }
       }
-    }
-    const model = modelOf(req);
-    if (key && model !== undefined && !keyAllows(key, model)) {
-      throw new ApiError('forbidden', `API key ${key.name} may not call model ${model}`);
-    }
-    const priority = effectivePriority(key?.priority ?? 'interactive', askedPriority(req));
-    if (model !== undefined) parts.service.shedEarly(model, priority);
-    if (key && parts.quotas) {
-      try {
-        const { state, release } = await parts.quotas.admit(key, String((req as { id?: unknown }).id), Date.now() + parts.requestTimeoutMs);
-        res.once('close', release);
-        if (state) setQuotaHeaders(res, state);
-      } catch (err) {
-        if (!(err instanceof QuotaExceeded)) throw new ApiError('unavailable', 'cannot check the API key\'s quota (Redis is not answering); retry shortly', 2);
-        parts.onQuotaRejected?.(key, err.reason);
-        if (err.state) setQuotaHeaders(res, err.state);
-        throw err;
+      const model = modelOf(req);
+      if (key && model !== undefined && !keyAllows(key, model)) {
+        throw new ApiError('forbidden', `API key ${key.name} may not call model ${model}`);
       }
-    }
-    res.locals.admitted = { key, priority } satisfies Admitted;
-    next();
-  };
+      const priority = effectivePriority(key?.priority ?? 'interactive', askedPriority(req));
+      const overloaded = model === undefined ? undefined : this.queueFull(model, priority);
+      if (overloaded) throw overloaded;
+      if (key && quotas) {
+        try {
+          const { state, release } = await quotas.admit(key, requestIdOf(res), Date.now() + requestTimeoutMs);
+          res.once('close', release);
+          if (state) setQuotaHeaders(res, state);
+        } catch (err) {
+          if (!(err instanceof QuotaExceeded)) throw new ApiError('unavailable', 'cannot check the API key\'s quota (Redis is not answering); retry shortly', 2);
+          onQuotaRejected?.(key, err.reason);
+          if (err.state) setQuotaHeaders(res, err.state);
+          throw err;
+        }
+      }
+      res.locals.admitted = { key, priority } satisfies Admitted;
+      next();
+    };
+  }
+
+  /**
+   * Decided once the body is read and validated: is the request too large (413), is the model's
+   * queue full (503; again, since it may have filled while the body arrived), is Redis known to
+   * be down (503, the breaker is open). Throws the refusal.
+   */
+  afterBody(model: string, priority: Priority, size: { inputs: number; sequences: number }): void {
+    const refusal =
+      sizeRefusal(this.parts.limits, size.inputs, size.sequences) ?? this.queueFull(model, priority) ?? this.parts.breaker.refusal();
+    if (refusal) throw refusal;
+  }
+
+  /** An admitted request is on its way to the queue: it counts towards the model's depth until `leave` is called. */
+  enter(model: string): () => void {
+    return this.parts.depth.enter(model);
+  }
+
+  /** Why an enqueue failed, as the client is told: the breaker if it is open now, else Redis not answering. */
+  enqueueFailure(): ApiError {
+    return this.parts.breaker.refusal() ?? new ApiError('unavailable', 'the queue is unavailable (Redis is not answering); retry shortly', 2);
+  }
+
+  private queueFull(model: string, priority: Priority): ApiError | undefined {
+    if (!this.parts.isServed(model)) return undefined;
+    return depthRefusal(this.parts.limits, model, this.parts.depth.of(model), priority);
+  }
 }

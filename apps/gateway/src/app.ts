@@ -5,14 +5,14 @@ import type { GatewayConfig } from '@tserve/config';
 import type { InferenceService } from './inference.js';
 import type { ModelRegistry } from './model-registry.js';
 import type { QueueSet } from './queues.js';
-import type { RedisBreaker } from './breaker.js';
+import type { Snapshot } from './snapshot.js';
+import type { Admission } from './admission.js';
 import { inferenceRoutes } from './routes.js';
-import type { KeyStore } from './api-keys.js';
-import type { Quotas } from './quotas.js';
 import { healthRoutes } from './health.js';
 import { errorHandler } from './http-errors.js';
 import type { GatewayMetrics } from './metrics.js';
 import { requestLog } from './request-log.js';
+import { assignRequestId } from './request-id.js';
 import { DASHBOARD_PATH, dashboard } from './dashboard.js';
 import { openAiRoutes } from './protocols/openai.js';
 import { teiRoutes } from './protocols/tei.js';
@@ -24,36 +24,29 @@ export interface AppParts {
   service: InferenceService;
   registry: ModelRegistry;
   queues: QueueSet;
-  breaker: RedisBreaker;
+  snapshot: Snapshot;
   metrics: GatewayMetrics;
-  /** API keys and their quotas; absent when keys are off. */
-  keys?: KeyStore;
-  quotas?: Quotas;
+  /** "May this request enter": asked by every route that runs a model. */
+  admission: Admission;
 }
 
 export function createApp(parts: AppParts): Express {
   const app = express();
   app.disable('x-powered-by');
   app.set('etag', false);
-  const { metrics } = parts;
-  // Both first, so that every request is counted and logged, refused and unknown ones included.
+  const { metrics, admission } = parts;
+  // First, so that every request is counted, named and logged, refused and unknown ones included.
   app.use(metrics.track);
+  app.use(assignRequestId);
   app.use(requestLog(parts.logger));
-  app.use(healthRoutes(parts.registry, parts.breaker, parts.config.DEFAULT_MODEL));
+  app.use(healthRoutes(parts.snapshot, parts.config.DEFAULT_MODEL));
   app.use(metrics.routes());
   app.use(DASHBOARD_PATH, dashboard(parts));
-  const admission = {
-    keys: parts.keys,
-    quotas: parts.quotas,
-    service: parts.service,
-    requestTimeoutMs: parts.config.REQUEST_TIMEOUT_MS,
-    onQuotaRejected: metrics.quotaRejected,
-  };
   app.use(inferenceRoutes(parts.config, parts.service, admission));
   // The same queue and workers, in the protocols users already have clients for.
   app.use(openAiRoutes(parts.config, parts.service, parts.registry, admission, parts.logger));
   app.use(teiRoutes(parts.config, parts.service, parts.registry, admission, parts.logger));
-  app.use(kserveRoutes(parts.config, parts.service, parts.registry, parts.breaker, admission, parts.logger));
+  app.use(kserveRoutes(parts.config, parts.service, parts.registry, parts.snapshot, admission, parts.logger));
   app.use((req, _res, next) =>
     next(
       new ApiError(

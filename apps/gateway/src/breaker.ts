@@ -1,10 +1,15 @@
 import CircuitBreaker from 'opossum';
 import type { Logger } from 'pino';
+import { ApiError } from '@tserve/contract';
 import type { GatewayConfig } from '@tserve/config';
+
+export type BreakerState = 'closed' | 'open' | 'half-open';
 
 export interface RedisBreaker {
   guard<T>(call: () => Promise<T>): Promise<T>;
-  state(): 'closed' | 'open' | 'half-open';
+  state(): BreakerState;
+  /** The 503 to answer while the breaker is open (retry once it may have closed); undefined otherwise. */
+  refusal(): ApiError | undefined;
 }
 
 /**
@@ -25,8 +30,13 @@ export function createRedisBreaker(config: GatewayConfig, logger: Logger): Redis
   breaker.on('open', () => logger.warn({ breaker: 'redis' }, 'circuit breaker opened: refusing requests'));
   breaker.on('halfOpen', () => logger.info({ breaker: 'redis' }, 'circuit breaker half-open: probing'));
   breaker.on('close', () => logger.info({ breaker: 'redis' }, 'circuit breaker closed'));
+  const retryAfterSeconds = Math.ceil(config.BREAKER_RESET_MS / 1000);
   return {
     guard: <T>(call: () => Promise<T>) => breaker.fire(call) as Promise<T>,
     state: () => (breaker.opened ? 'open' : breaker.halfOpen ? 'half-open' : 'closed'),
+    refusal: () =>
+      breaker.opened
+        ? new ApiError('unavailable', 'the queue is unavailable (circuit breaker open after repeated Redis failures); retry shortly', retryAfterSeconds)
+        : undefined,
   };
 }

@@ -20,8 +20,8 @@ import { keys } from '@tserve/queue';
 import type { GatewayConfig } from '@tserve/config';
 import type { ModelRegistry, ServedModel } from './model-registry.js';
 import type { QueueSet } from './queues.js';
-import type { ResultRouter } from './result-router.js';
-import type { RedisBreaker } from './breaker.js';
+import type { ResultWaiters } from './result-waiters.js';
+import type { Admission } from './admission.js';
 import { Withdrawn, type EnqueueCoalescer } from './coalescer.js';
 
 export interface InferenceCall {
@@ -67,39 +67,35 @@ export interface InferenceResult {
   tokens: number;
 }
 
-/** The request path: route to a served model, validate, shed, enqueue under the breaker, await by job id. */
+/**
+ * The request path: route to a served model, validate its inputs and parameters, ask admission
+ * whether it may enter now that its size is known, enqueue, and await its outcome.
+ */
 export class InferenceService {
   constructor(
     private readonly config: GatewayConfig,
     private readonly registry: ModelRegistry,
     private readonly queues: QueueSet,
     private readonly coalescer: EnqueueCoalescer,
-    private readonly router: ResultRouter,
-    private readonly breaker: RedisBreaker,
+    private readonly results: ResultWaiters,
+    private readonly admission: Admission,
     /** Publishes cancellations; the gateway's fail-fast connection. */
     private readonly redis: Redis,
     private readonly observer: InferenceObserver,
   ) {}
 
-  /**
-   * Refuses a request for an overloaded model. The routes call it before reading the body (under
-   * overload, parsing a body only to shed it is the work the server can least afford); `infer`
-   * calls it again, since the queue may have filled while the body arrived.
-   */
-  shedEarly(model: string, priority: Priority): void {
-    const served = this.registry.get(model);
-    // Batch work is refused first, so that interactive callers still get in under overload.
-    const limit = priority === 'batch' ? Math.floor(this.config.MAX_QUEUE_DEPTH * this.config.BATCH_QUEUE_SHARE) : this.config.MAX_QUEUE_DEPTH;
-    if (served && served.depth >= limit) {
-      throw new ApiError('overloaded', `model ${model} has ${served.depth} requests waiting${priority === 'batch' ? ' (batch class refused first)' : ''}; retry shortly`, 1);
-    }
-  }
-
-  /** The model `POST /` serves: DEFAULT_MODEL, or the only one served. */
-  defaultModel(): string {
+  /** The model `POST /` serves, if there is one yet: DEFAULT_MODEL, or the only one served. */
+  defaultModel(): string | undefined {
     if (this.config.DEFAULT_MODEL) return this.config.DEFAULT_MODEL;
     const served = this.registry.served();
-    if (served.length === 1) return served[0].id;
+    return served.length === 1 ? served[0].id : undefined;
+  }
+
+  /** The model `POST /` serves, or a 503/400 that says why there is none. */
+  requireDefaultModel(): string {
+    const model = this.defaultModel();
+    if (model !== undefined) return model;
+    const served = this.registry.served();
     if (served.length === 0) throw this.noWorkers();
     throw new ApiError(
       'validation',
@@ -121,12 +117,7 @@ export class InferenceService {
     const { inputs, single } = this.checkInputs(task, call.inputs);
     const parameters = this.checkParameters(task, call.parameters, call.api);
     const sequences = inputs.reduce((n: number, input) => n + sequencesOf(task, input, parameters), 0);
-    if (inputs.length > this.config.MAX_INPUTS_PER_REQUEST || sequences > this.config.MAX_INPUTS_PER_REQUEST) {
-      const what = sequences > inputs.length ? `${sequences} model sequences (${inputs.length} input(s) × their pairs, labels or sentences)` : `${inputs.length} inputs`;
-      throw new ApiError('payload_too_large', `${what} in one request; at most ${this.config.MAX_INPUTS_PER_REQUEST} are accepted (MAX_INPUTS_PER_REQUEST)`);
-    }
-    this.shedEarly(call.model, call.priority);
-    if (this.breaker.state() === 'open') throw this.breakerOpen();
+    this.admission.afterBody(call.model, call.priority, { inputs: inputs.length, sequences });
 
     const request: QueuedRequest = {
       id: call.requestId,
@@ -139,19 +130,19 @@ export class InferenceService {
     };
     // Registered before the request is sent, so even an instant answer finds its waiter. The deadline
     // may pass while the enqueue is still in flight: that rejection is awaited below.
-    const answer = this.router.wait(request.id, request.deadline);
+    const answer = this.results.wait(request.id, request.deadline);
     answer.catch(() => this.coalescer.withdraw(call.model, request.id, call.priority));
-    this.registry.noteAccepted(call.model);
+    const leave = this.admission.enter(call.model);
     const abandon = () => this.abandon(call, sent);
     const sent = this.coalescer.submit(call.model, request, call.priority);
     call.signal?.addEventListener('abort', abandon, { once: true });
     try {
       try {
-        this.router.bindJob(request.id, this.queues.get(call.model), await sent);
+        this.results.bindJob(request.id, this.queues.get(call.model), await sent);
       } catch (err) {
         if (!(err instanceof Withdrawn)) {
-          this.router.cancel(request.id);
-          throw this.breaker.state() === 'open' ? this.breakerOpen() : new ApiError('unavailable', 'the queue is unavailable (Redis is not answering); retry shortly', 2);
+          this.results.cancel(request.id);
+          throw this.admission.enqueueFailure();
         }
       }
       const outcome = await answer;
@@ -160,7 +151,7 @@ export class InferenceService {
       return { task, single, outputs: outcome.outputs, warnings: outcome.warnings, timing: outcome.timing, tokens: outcome.tokens ?? 0 };
     } finally {
       call.signal?.removeEventListener('abort', abandon);
-      this.registry.noteLeft(call.model);
+      leave();
     }
   }
 
@@ -169,7 +160,7 @@ export class InferenceService {
    * workers, which skip it if they have not run it yet. Either way nobody waits for it any more.
    */
   private abandon({ model, requestId, priority }: InferenceCall, sent: Promise<string>): void {
-    this.router.cancel(requestId, new ApiError('cancelled', 'the client closed the connection'));
+    this.results.cancel(requestId, new ApiError('cancelled', 'the client closed the connection'));
     if (this.coalescer.withdraw(model, requestId, priority)) {
       this.observer.abandoned(model, 'gateway');
       return;
@@ -208,11 +199,6 @@ export class InferenceService {
     const parsed = parameterSchemas[task].safeParse({ ...defaults, ...parameters });
     if (!parsed.success) throw new ApiError('validation', `invalid parameters for ${task}: ${describeIssues(parsed.error, 'parameters')}`);
     return parsed.data;
-  }
-
-  private breakerOpen(): ApiError {
-    const seconds = Math.ceil(this.config.BREAKER_RESET_MS / 1000);
-    return new ApiError('unavailable', 'the queue is unavailable (circuit breaker open after repeated Redis failures); retry shortly', seconds);
   }
 
   private noWorkers(): ApiError {

@@ -5,10 +5,10 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import { pino, type Logger } from 'pino';
 import { ConfigError, formatHelp, loadGatewayConfig, type GatewayConfig } from '@tserve/config';
-import { createRedis, keys } from '@tserve/queue';
+import { createRedis, exchangeDepths, keys } from '@tserve/queue';
 import { QueueSet } from './queues.js';
 import { ModelRegistry } from './model-registry.js';
-import { ResultRouter } from './result-router.js';
+import { ResultWaiters } from './result-waiters.js';
 import { createRedisBreaker } from './breaker.js';
 import { InferenceService } from './inference.js';
 import { EnqueueCoalescer } from './coalescer.js';
@@ -16,6 +16,9 @@ import { KeyStore, parseKeyFile } from './api-keys.js';
 import { Quotas } from './quotas.js';
 import { createApp } from './app.js';
 import { createMetrics } from './metrics.js';
+import { Admission } from './admission.js';
+import { QueueDepth } from './overload.js';
+import { createSnapshot } from './snapshot.js';
 
 if (process.argv.includes('--help') || process.argv.includes('-h')) {
   process.stdout.write(
@@ -59,21 +62,36 @@ async function main(): Promise<void> {
   const redis = createRedis(config.REDIS_URL, 'gateway', config.REDIS_COMMAND_TIMEOUT_MS);
   const subscriber = createRedis(config.REDIS_URL, 'subscriber');
   const queues = new QueueSet(redis, config.QUEUE_PREFIX);
-  const registry = new ModelRegistry(redis, config.QUEUE_PREFIX, gatewayId, config.REGISTRY_REFRESH_MS, config.LOAD_FAILURE_TTL_MS, logger);
+  const registry = new ModelRegistry(redis, config.QUEUE_PREFIX, config.REGISTRY_REFRESH_MS, config.LOAD_FAILURE_TTL_MS, logger);
+  // A gateway's report older than a few refreshes is from one that stopped, and is ignored.
+  const depthStaleMs = Math.max(3 * config.REGISTRY_REFRESH_MS, 2000);
+  const depth = new QueueDepth((mine) => exchangeDepths(redis, config.QUEUE_PREFIX, gatewayId, mine, depthStaleMs));
   const breaker = createRedisBreaker(config, logger);
-  const metrics = createMetrics(registry, breaker);
-  const router = new ResultRouter(subscriber, keys.results(config.QUEUE_PREFIX, gatewayId), config.RESULT_POLL_MS, logger, metrics.unclaimed);
+  const snapshot = createSnapshot(registry, depth, breaker);
+  const metrics = createMetrics(snapshot);
+  const results = new ResultWaiters(subscriber, keys.results(config.QUEUE_PREFIX, gatewayId), config.RESULT_POLL_MS, logger, metrics.unclaimed);
   const coalescer = new EnqueueCoalescer(
-    (model, priority, jobs) => breaker.guard(() => queues.enqueue(model, priority, router.channel, jobs)),
+    (model, priority, jobs) => breaker.guard(() => queues.enqueue(model, priority, results.channel, jobs)),
     (model) => registry.batchSize(model),
   );
-  const service = new InferenceService(config, registry, queues, coalescer, router, breaker, redis, metrics);
   const apiKeys = loadKeys(config, logger);
   const quotas = apiKeys ? new Quotas(redis, config.QUEUE_PREFIX) : undefined;
-  const app = createApp({ config, logger, service, registry, queues, breaker, metrics, keys: apiKeys, quotas });
+  const admission = new Admission({
+    keys: apiKeys,
+    quotas,
+    limits: { maxQueueDepth: config.MAX_QUEUE_DEPTH, batchQueueShare: config.BATCH_QUEUE_SHARE, maxInputsPerRequest: config.MAX_INPUTS_PER_REQUEST },
+    depth,
+    breaker,
+    isServed: (model) => registry.get(model) !== undefined,
+    requestTimeoutMs: config.REQUEST_TIMEOUT_MS,
+    onQuotaRejected: metrics.quotaRejected,
+  });
+  const service = new InferenceService(config, registry, queues, coalescer, results, admission, redis, metrics);
+  const app = createApp({ config, logger, service, registry, queues, snapshot, metrics, admission });
 
-  await router.start();
+  await results.start();
   await registry.start();
+  await depth.start(() => registry.served().map((m) => m.id), config.REGISTRY_REFRESH_MS);
 
   // Slow-drip clients may not pin connections: a request must arrive whole within these bounds
   // (Node checks them every connectionsCheckingInterval, so that is kept well below them).
@@ -103,7 +121,7 @@ async function main(): Promise<void> {
   const shutdown = async (signal: string) => {
     if (stopping) return;
     stopping = true;
-    logger.info({ signal, pending: router.pending }, 'stopping: answering requests in flight');
+    logger.info({ signal, pending: results.pending }, 'stopping: answering requests in flight');
     const closed = new Promise<void>((resolve) => server.close(() => resolve()));
     // Keep-alive connections go idle as their last answers leave; close them as they do.
     const closeIdle = setInterval(() => server.closeIdleConnections(), 50);
@@ -112,8 +130,9 @@ async function main(): Promise<void> {
     await Promise.race([closed, grace]);
     clearInterval(closeIdle);
     registry.stop();
+    depth.stop();
     apiKeys?.stop();
-    await router.stop();
+    await results.stop();
     await queues.close();
     await Promise.allSettled([redis.quit(), subscriber.quit()]);
     logger.info('stopped');

@@ -4,8 +4,7 @@ import type { JobTiming, RequestOutcome } from '@tserve/contract';
 import type { AbandonedAt, InferenceObserver } from './inference.js';
 import type { ApiKey } from './api-keys.js';
 import type { QuotaReason } from './quotas.js';
-import type { ModelRegistry } from './model-registry.js';
-import type { RedisBreaker } from './breaker.js';
+import type { Snapshot } from './snapshot.js';
 
 /** Latencies of a server whose model calls take about a millisecond and whose deadline is tens of seconds. */
 const SECONDS_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
@@ -49,14 +48,15 @@ export interface GatewayMetrics extends InferenceObserver {
 }
 
 /**
- * The gateway's metrics, in a registry of its own (not prom-client's global one) so that two apps
- * in one process, as in tests, never share or double-register series. Queue depth, live workers
- * and the breaker are read when scraped, so they cost nothing between scrapes.
+ * The gateway's metrics, in a prom-client Registry of its own (`series`, not prom-client's global
+ * one) so that two apps in one process, as in tests, never share or double-register series. Queue
+ * depth, live workers and the breaker are read from the snapshot when scraped, so they cost nothing
+ * between scrapes.
  */
-export function createMetrics(models: ModelRegistry, breaker: RedisBreaker): GatewayMetrics {
-  const registry = new Registry();
-  collectDefaultMetrics({ register: registry });
-  const registers = [registry];
+export function createMetrics(snapshot: Snapshot): GatewayMetrics {
+  const series = new Registry();
+  collectDefaultMetrics({ register: series });
+  const registers = [series];
 
   const requests = new Counter({
     name: 'tserve_http_requests_total',
@@ -118,7 +118,7 @@ export function createMetrics(models: ModelRegistry, breaker: RedisBreaker): Gat
     collect() {
       // Reset first: a model no longer served must drop out, not keep its last value.
       this.reset();
-      for (const model of models.served()) this.set({ model: model.id }, model.depth);
+      for (const model of snapshot().models) if (model.state === 'served') this.set({ model: model.id }, model.depth);
     },
   });
   new Gauge({
@@ -128,9 +128,7 @@ export function createMetrics(models: ModelRegistry, breaker: RedisBreaker): Gat
     registers,
     collect() {
       this.reset();
-      for (const model of models.served()) this.set({ model: model.id }, model.workers.length);
-      for (const id of models.lost()) this.set({ model: id }, 0);
-      for (const failure of models.failed()) this.set({ model: failure.model }, 0);
+      for (const model of snapshot().models) if (model.state !== 'loading') this.set({ model: model.id }, model.workers.length);
     },
   });
   new Gauge({
@@ -140,7 +138,7 @@ export function createMetrics(models: ModelRegistry, breaker: RedisBreaker): Gat
     registers,
     collect() {
       this.reset();
-      for (const model of models.served()) {
+      for (const model of snapshot().models) {
         for (const w of model.workers) this.inc({ model: model.id, device: w.device, dtype: w.dtype });
       }
     },
@@ -151,7 +149,7 @@ export function createMetrics(models: ModelRegistry, breaker: RedisBreaker): Gat
     labelNames: ['breaker', 'state'] as const,
     registers,
     collect() {
-      const current = breaker.state();
+      const current = snapshot().breaker;
       for (const state of BREAKER_STATES) this.set({ breaker: 'redis', state }, state === current ? 1 : 0);
     },
   });
@@ -186,8 +184,8 @@ export function createMetrics(models: ModelRegistry, breaker: RedisBreaker): Gat
     routes() {
       const router = express.Router();
       router.get('/metrics', async (_req, res) => {
-        const body = await registry.metrics();
-        res.setHeader('content-type', registry.contentType);
+        const body = await series.metrics();
+        res.setHeader('content-type', series.contentType);
         res.setHeader('cache-control', 'no-store');
         res.send(body);
       });

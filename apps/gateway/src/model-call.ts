@@ -4,6 +4,7 @@ import { ApiError, type Operation, type Priority } from '@tserve/contract';
 import type { GatewayConfig } from '@tserve/config';
 import type { InferenceCall, InferenceResult, InferenceService } from './inference.js';
 import { admittedOf } from './admission.js';
+import { requestIdOf } from './request-id.js';
 import { effectivePriority } from './api-keys.js';
 
 /**
@@ -35,12 +36,6 @@ function headerTimeout(req: Request): number | undefined {
   if (!Number.isInteger(value) || value < 1) throw new ApiError('validation', 'x-request-timeout-ms must be a positive integer');
   return value;
 }
-
-/**
- * The request's id, given by the request logger (pino-http) to every request: a fresh UUID, never
- * the client's, since a lone request's id becomes its job id, which must be unique.
- */
-const requestId = (req: Request): string => String((req as { id?: unknown }).id);
 
 /** Aborts when the client closes the connection before its answer was sent. */
 function clientGone(res: Response): AbortSignal {
@@ -82,7 +77,7 @@ export async function runModelCall(service: InferenceService, req: Request, res:
     parameters: call.parameters ?? {},
     timeoutMs: minDefined(call.timeoutMs, headerTimeout(req)),
     priority: effectivePriority(admittedOf(res).priority, call.priority),
-    requestId: call.part ? `${requestId(req)}-${call.part}` : requestId(req),
+    requestId: call.part ? `${requestIdOf(res)}-${call.part}` : requestIdOf(res),
     signal: clientGone(res),
     api: call.api ?? 'inference-api',
     waitForModel: call.waitForModel,

@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import type { Task, WorkerInfo } from '@tserve/contract';
-import { exchangeDepths, listLiveWorkers, listLoadFailures, listLoadTimes, type LoadFailure } from '@tserve/queue';
+import { listLiveWorkers, listLoadFailures, listLoadTimes, type LoadFailure } from '@tserve/queue';
 
 export interface ServedModel {
   id: string;
@@ -14,11 +14,6 @@ export interface ServedModel {
   /** Longest sequence the model accepts, in tokens. */
   maxLength: number;
   workers: WorkerInfo[];
-  /**
-   * Requests accepted and not yet answered: this gateway's own, counted exactly, plus what the other
-   * gateways reported at the last refresh.
-   */
-  depth: number;
 }
 
 /** Before any worker of a model has announced its batch size; the worker's own default. */
@@ -34,8 +29,9 @@ export interface LoadingModel {
 }
 
 /**
- * What the workers say they serve, refreshed from Redis in the background so that the request
- * path reads it from memory: no Redis round trip per request for routing or load shedding.
+ * What the workers say they serve (live, loading, failed to load), read from their heartbeats in
+ * Redis in the background so that the request path reads it from memory: no Redis round trip per
+ * request for routing. How loaded a model is, is admission's business (`overload.ts`).
  */
 export class ModelRegistry {
   private models = new Map<string, ServedModel>();
@@ -47,10 +43,6 @@ export class ModelRegistry {
   private loadingModels = new Map<string, LoadingModel>();
   /** Called after each successful refresh (requests waiting for a model to finish loading). */
   private readonly listeners = new Set<() => void>();
-  /** This gateway's requests per model that are accepted and not yet answered. */
-  private readonly outstanding = new Map<string, number>();
-  /** What the other gateways last reported of their outstanding requests, per model. */
-  private peers = new Map<string, number>();
   private timer?: NodeJS.Timeout;
   lastError?: string;
   lastRefreshAt = 0;
@@ -58,8 +50,6 @@ export class ModelRegistry {
   constructor(
     private readonly redis: Redis,
     private readonly prefix: string,
-    /** This gateway's name in the depth each gateway reports to the others. */
-    private readonly gatewayId: string,
     private readonly refreshMs: number,
     private readonly failureTtlMs: number,
     private readonly logger: Logger,
@@ -130,22 +120,6 @@ export class ModelRegistry {
     return this.known.get(model);
   }
 
-  /** A request for the model was accepted: it counts towards the depth until it is answered. */
-  noteAccepted(model: string): void {
-    this.outstanding.set(model, (this.outstanding.get(model) ?? 0) + 1);
-    const served = this.models.get(model);
-    if (served) served.depth++;
-  }
-
-  /** A request of this gateway was answered, failed or abandoned. */
-  noteLeft(model: string): void {
-    const left = (this.outstanding.get(model) ?? 1) - 1;
-    if (left > 0) this.outstanding.set(model, left);
-    else this.outstanding.delete(model);
-    const served = this.models.get(model);
-    if (served && served.depth > 0) served.depth--;
-  }
-
   /** Fresh: the last refresh succeeded within a few periods. */
   get healthy(): boolean {
     return this.lastError === undefined && Date.now() - this.lastRefreshAt < Math.max(3 * this.refreshMs, 2000);
@@ -168,18 +142,12 @@ export class ModelRegistry {
           loading.set(w.model, { id: w.model, estimatedSeconds: Math.min(entry?.estimatedSeconds ?? Infinity, left) });
           continue;
         }
-        const entry = byModel.get(w.model) ?? { id: w.model, task: w.task, tasks: w.tasks ?? [w.task], labels: w.labels, maxLength: w.maxTokens, workers: [], depth: 0 };
+        const entry = byModel.get(w.model) ?? { id: w.model, task: w.task, tasks: w.tasks ?? [w.task], labels: w.labels, maxLength: w.maxTokens, workers: [] };
         entry.workers.push(w);
         byModel.set(w.model, entry);
       }
       for (const id of byModel.keys()) loading.delete(id);
-      // Depth is exchanged per refresh, not per request: the request path stays free of Redis calls.
-      const mine = new Map([...byModel.keys()].map((id) => [id, this.outstanding.get(id) ?? 0]));
-      this.peers = await exchangeDepths(this.redis, this.prefix, this.gatewayId, mine, Math.max(3 * this.refreshMs, 2000));
-      for (const m of byModel.values()) {
-        m.depth = (this.outstanding.get(m.id) ?? 0) + (this.peers.get(m.id) ?? 0);
-        this.known.set(m.id, m.task);
-      }
+      for (const m of byModel.values()) this.known.set(m.id, m.task);
       this.models = byModel;
       this.loadingModels = loading;
       this.failures = new Map(failures.filter((f) => !byModel.has(f.model) && !loading.has(f.model)).map((f) => [f.model, f]));

@@ -2,7 +2,7 @@ import express, { type Request, type Response, type Router } from 'express';
 import { ApiError, describeIssues, inferenceRequestSchema, TASKS, type Task } from '@tserve/contract';
 import type { GatewayConfig } from '@tserve/config';
 import type { InferenceResult, InferenceService } from './inference.js';
-import { admitBeforeBody, type AdmissionParts } from './admission.js';
+import type { Admission } from './admission.js';
 import { isJson, jsonBody, runModelCall, textBody } from './model-call.js';
 
 /**
@@ -59,7 +59,7 @@ function modelAndTask(req: Request): { model: string; task?: Task } {
   return { model: match[1], task: match[2] as Task };
 }
 
-export function inferenceRoutes(config: GatewayConfig, service: InferenceService, admission: AdmissionParts): Router {
+export function inferenceRoutes(config: GatewayConfig, service: InferenceService, admission: Admission): Router {
   const router = express.Router();
   /** Runs a parsed request with what its headers and admission add, and answers it. */
   const answer = async (req: Request, res: Response, model: string, call: ParsedBody, api: 'inference-api' | 'pipeline', task?: Task) => {
@@ -76,25 +76,18 @@ export function inferenceRoutes(config: GatewayConfig, service: InferenceService
     respond(res, result, api);
   };
   // A refused request is answered without reading its body (Express 5 passes the throw on as an error).
-  const admit = (model: (req: Request) => string | undefined) => admitBeforeBody(admission, model);
+  const admit = (model: (req: Request) => string | undefined) => admission.beforeBody(model);
   const json = jsonBody(config);
   const rawText = textBody(config);
 
   // The classic pipeline web server: the whole body is one text; a JSON body may use the Inference API shape.
-  // No default model to shed for yet: the handler says why, after reading the body.
-  const defaultModelOrNone = () => {
-    try {
-      return service.defaultModel();
-    } catch {
-      return undefined;
-    }
-  };
-  router.post('/', admit(defaultModelOrNone), (req, res, next) => (isJson(req) ? json : rawText)(req, res, next), async (req, res) => {
+  // With no default model yet, admission has no model to shed for: the handler says why, after reading the body.
+  router.post('/', admit(() => service.defaultModel()), (req, res, next) => (isJson(req) ? json : rawText)(req, res, next), async (req, res) => {
     const call = isJson(req)
       ? parseInferenceBody(req.body)
       : { inputs: String(req.body ?? ''), parameters: {}, timeoutMs: undefined, priority: undefined, options: undefined };
     if (!isJson(req) && !call.inputs) throw new ApiError('validation', 'send the text to run as the request body, e.g. curl -X POST -d "some text" localhost:8000/');
-    await answer(req, res, service.defaultModel(), call, 'pipeline');
+    await answer(req, res, service.requireDefaultModel(), call, 'pipeline');
   });
 
   // Model ids contain a slash: /models/org/name.

@@ -5,8 +5,8 @@ import { ApiError, describeIssues, type Priority } from '@tserve/contract';
 import type { GatewayConfig } from '@tserve/config';
 import type { InferenceService } from '../inference.js';
 import type { ModelRegistry, ServedModel } from '../model-registry.js';
-import type { RedisBreaker } from '../breaker.js';
-import { admitBeforeBody, type AdmissionParts } from '../admission.js';
+import type { Snapshot } from '../snapshot.js';
+import type { Admission } from '../admission.js';
 import { errorHandler, type ErrorFormat } from '../http-errors.js';
 import { jsonBody, runModelCall } from '../model-call.js';
 
@@ -93,8 +93,8 @@ export function kserveRoutes(
   config: GatewayConfig,
   service: InferenceService,
   registry: ModelRegistry,
-  breaker: RedisBreaker,
-  admission: AdmissionParts,
+  snapshot: Snapshot,
+  admission: Admission,
   logger: Logger,
 ): Router {
   const router = express.Router();
@@ -114,7 +114,8 @@ export function kserveRoutes(
     res.json({ live: true });
   });
   router.get('/v2/health/ready', (_req, res) => {
-    const ready = registry.healthy && breaker.state() !== 'open' && registry.served().length > 0;
+    const snap = snapshot();
+    const ready = snap.redisHealthy && snap.breaker !== 'open' && snap.models.some((m) => m.state === 'served');
     res.status(ready ? 200 : 503).json({ ready });
   });
 
@@ -145,7 +146,7 @@ export function kserveRoutes(
     const { name, action } = parsePath(req);
     return action === 'infer' ? name : undefined;
   };
-  router.post('/v2/models/*path', admitBeforeBody(admission, modelOfInfer), jsonBody(config), async (req, res) => {
+  router.post('/v2/models/*path', admission.beforeBody(modelOfInfer), jsonBody(config), async (req, res) => {
     const { name, version, action } = parsePath(req);
     if (action !== 'infer') throw new ApiError('not_found', `no route for POST ${req.path}; inference is POST /v2/models/<name>/infer`);
     checkVersion(version);

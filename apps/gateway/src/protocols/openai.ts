@@ -5,7 +5,7 @@ import { ApiError, describeIssues, type ErrorType } from '@tserve/contract';
 import type { GatewayConfig } from '@tserve/config';
 import type { InferenceService } from '../inference.js';
 import type { ModelRegistry } from '../model-registry.js';
-import { admitBeforeBody, type AdmissionParts } from '../admission.js';
+import type { Admission } from '../admission.js';
 import { errorHandler, type ErrorFormat } from '../http-errors.js';
 import { jsonBody, runModelCall } from '../model-call.js';
 
@@ -58,10 +58,10 @@ function toBase64(vector: number[]): string {
   return Buffer.from(Float32Array.from(vector).buffer).toString('base64');
 }
 
-export function openAiRoutes(config: GatewayConfig, service: InferenceService, registry: ModelRegistry, admission: AdmissionParts, logger: Logger): Router {
+export function openAiRoutes(config: GatewayConfig, service: InferenceService, registry: ModelRegistry, admission: Admission, logger: Logger): Router {
   const router = express.Router();
   // The model is named in the body: it is checked (and shed) once the body is read.
-  router.post('/v1/embeddings', admitBeforeBody(admission, () => undefined), jsonBody(config), async (req, res) => {
+  router.post('/v1/embeddings', admission.beforeBody(() => undefined), jsonBody(config), async (req, res) => {
     const raw = (req.body as { input?: unknown } | undefined)?.input;
     if (Array.isArray(raw) && raw.some((v) => typeof v === 'number' || Array.isArray(v))) {
       throw new ApiError('validation', 'input must be text: token arrays are not accepted, send the strings');

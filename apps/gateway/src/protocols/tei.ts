@@ -5,7 +5,7 @@ import { ApiError, describeIssues, type ErrorType, type Task } from '@tserve/con
 import type { GatewayConfig } from '@tserve/config';
 import type { InferenceService } from '../inference.js';
 import type { ModelRegistry, ServedModel } from '../model-registry.js';
-import { admitBeforeBody, type AdmissionParts } from '../admission.js';
+import type { Admission } from '../admission.js';
 import { errorHandler, type ErrorFormat } from '../http-errors.js';
 import { jsonBody, runModelCall } from '../model-call.js';
 
@@ -146,7 +146,7 @@ function modelType(m: ServedModel): Record<string, unknown> {
   return { embedding: { pooling: 'mean' } };
 }
 
-export function teiRoutes(config: GatewayConfig, service: InferenceService, registry: ModelRegistry, admission: AdmissionParts, logger: Logger): Router {
+export function teiRoutes(config: GatewayConfig, service: InferenceService, registry: ModelRegistry, admission: Admission, logger: Logger): Router {
   const router = express.Router();
   const json = jsonBody(config);
 
@@ -164,7 +164,7 @@ export function teiRoutes(config: GatewayConfig, service: InferenceService, regi
   };
   /** Before the body: the header's model, or the only fitting one, for shedding and key permissions. */
   const admit = (kind: RouteKind) =>
-    admitBeforeBody(admission, (req) => {
+    admission.beforeBody((req) => {
       try {
         return pick(req, kind);
       } catch {

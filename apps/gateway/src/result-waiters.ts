@@ -20,7 +20,7 @@ interface Waiter {
  * fire-and-forget, so a message sent while the subscriber was reconnecting would be lost: requests
  * that wait longer than one poll period also read their job's stored return value.
  */
-export class ResultRouter {
+export class ResultWaiters {
   private readonly waiters = new Map<string, Waiter>();
   private pollTimer?: NodeJS.Timeout;
   private polling = false;

@@ -1,0 +1,96 @@
+import { ApiError, type Priority } from '@tserve/contract';
+
+/**
+ * The overload half of admission: how many requests a model may have waiting, and how large one
+ * request may be. Pure decisions on numbers, so that they are tested without Redis; `admission.ts`
+ * asks them, and `QueueDepth` keeps the numbers they are asked about.
+ */
+
+export interface OverloadLimits {
+  /** MAX_QUEUE_DEPTH: requests a model may have accepted and not yet answered, over all gateways. */
+  maxQueueDepth: number;
+  /** BATCH_QUEUE_SHARE: the share of that depth open to batch-class requests. */
+  batchQueueShare: number;
+  /** MAX_INPUTS_PER_REQUEST: inputs, and model sequences, one request may carry. */
+  maxInputsPerRequest: number;
+}
+
+/** The depth at which a class is refused: batch work first, so that interactive callers still get in under overload. */
+export function depthLimit(limits: OverloadLimits, priority: Priority): number {
+  return priority === 'batch' ? Math.floor(limits.maxQueueDepth * limits.batchQueueShare) : limits.maxQueueDepth;
+}
+
+/** The 503 for a request that finds its model's queue full for its class; undefined if it may enter. */
+export function depthRefusal(limits: OverloadLimits, model: string, depth: number, priority: Priority): ApiError | undefined {
+  if (depth < depthLimit(limits, priority)) return undefined;
+  return new ApiError('overloaded', `model ${model} has ${depth} requests waiting${priority === 'batch' ? ' (batch class refused first)' : ''}; retry shortly`, 1);
+}
+
+/**
+ * The 413 for a request with more inputs, or more model sequences (pairs, candidate labels,
+ * sentences), than one request may carry; undefined if it may enter.
+ */
+export function sizeRefusal(limits: OverloadLimits, inputs: number, sequences: number): ApiError | undefined {
+  const max = limits.maxInputsPerRequest;
+  if (inputs <= max && sequences <= max) return undefined;
+  const what = sequences > inputs ? `${sequences} model sequences (${inputs} input(s) × their pairs, labels or sentences)` : `${inputs} inputs`;
+  return new ApiError('payload_too_large', `${what} in one request; at most ${max} are accepted (MAX_INPUTS_PER_REQUEST)`);
+}
+
+/** Reports this gateway's counts per model and answers with the other gateways' sum per model. */
+export type ExchangeDepths = (mine: Map<string, number>) => Promise<Map<string, number>>;
+
+/**
+ * Requests accepted and not yet answered, per model: this gateway's own, counted exactly, plus
+ * what the other gateways reported at the last exchange. The counts are exchanged on a timer, not
+ * per request, so the request path stays free of Redis calls.
+ */
+export class QueueDepth {
+  /** This gateway's requests per model that are accepted and not yet answered. */
+  private readonly outstanding = new Map<string, number>();
+  /** What the other gateways last reported of their outstanding requests, per model. */
+  private peers = new Map<string, number>();
+  private timer?: NodeJS.Timeout;
+
+  constructor(private readonly exchange: ExchangeDepths) {}
+
+  /** The model's depth over all gateways. */
+  of(model: string): number {
+    return (this.outstanding.get(model) ?? 0) + (this.peers.get(model) ?? 0);
+  }
+
+  /** A request for the model was accepted: it counts towards the depth until the returned `leave` is called. */
+  enter(model: string): () => void {
+    this.outstanding.set(model, (this.outstanding.get(model) ?? 0) + 1);
+    let left = false;
+    return () => {
+      if (left) return;
+      left = true;
+      const remaining = (this.outstanding.get(model) ?? 1) - 1;
+      if (remaining > 0) this.outstanding.set(model, remaining);
+      else this.outstanding.delete(model);
+    };
+  }
+
+  /**
+   * Reports this gateway's counts for `models` (zeros included, so that an old count is
+   * overwritten) and takes the others' in the same round trip.
+   */
+  async share(models: string[]): Promise<void> {
+    const mine = new Map(models.map((id) => [id, this.outstanding.get(id) ?? 0]));
+    this.peers = await this.exchange(mine);
+  }
+
+  /** Shares every `periodMs` the counts of the models `served` names. */
+  async start(served: () => string[], periodMs: number): Promise<void> {
+    // A failed exchange keeps the peers' last counts; the model registry reports Redis being down.
+    const share = () => this.share(served()).catch(() => {});
+    await share();
+    this.timer = setInterval(() => void share(), periodMs);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    clearInterval(this.timer);
+  }
+}

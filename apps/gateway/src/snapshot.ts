@@ -1,0 +1,61 @@
+import type { Task, WorkerInfo } from '@tserve/contract';
+import type { ModelRegistry } from './model-registry.js';
+import type { QueueDepth } from './overload.js';
+import type { BreakerState, RedisBreaker } from './breaker.js';
+
+/**
+ * Where a model stands: served by live workers; loading (announced by workers still loading it);
+ * failed (its worker could not load it, and none serves it since); lost (served earlier, no live
+ * worker now).
+ */
+export type ModelState = 'served' | 'loading' | 'failed' | 'lost';
+
+export interface ModelStatus {
+  id: string;
+  state: ModelState;
+  /** The model's own task, if it has been served (now or earlier). */
+  task?: Task;
+  /** Its live workers; none unless served. */
+  workers: WorkerInfo[];
+  /** Requests accepted and not yet answered, over all gateways; 0 unless served. */
+  depth: number;
+  /** Loading: seconds until its first worker is likely ready. */
+  estimatedSeconds?: number;
+  /** Failed: why its worker could not load it. */
+  error?: string;
+}
+
+export interface GatewaySnapshot {
+  /** The registry's last refresh from Redis succeeded recently. */
+  redisHealthy: boolean;
+  /** Why the last refresh failed, if it did. */
+  redisError?: string;
+  breaker: BreakerState;
+  /** Every model the gateway knows of, once each: served, then lost, failed, loading. */
+  models: ModelStatus[];
+}
+
+/** What `/ready`, `/metrics`, `/v2/health/ready` and the dashboard report, taken from memory at once. */
+export type Snapshot = () => GatewaySnapshot;
+
+export function createSnapshot(registry: ModelRegistry, depth: QueueDepth, breaker: RedisBreaker): Snapshot {
+  return () => {
+    const served: ModelStatus[] = registry.served().map((m) => ({ id: m.id, state: 'served', task: m.task, workers: m.workers, depth: depth.of(m.id) }));
+    // A model that was served and then failed to load again is reported as failed: the more telling of the two.
+    const failed: ModelStatus[] = registry.failed().map((f) => ({ id: f.model, state: 'failed', task: registry.taskOf(f.model), workers: [], depth: 0, error: f.reason }));
+    const failedIds = new Set(failed.map((m) => m.id));
+    const lost: ModelStatus[] = registry
+      .lost()
+      .filter((id) => !failedIds.has(id))
+      .map((id) => ({ id, state: 'lost', task: registry.taskOf(id), workers: [], depth: 0 }));
+    const loading: ModelStatus[] = registry
+      .loadingAll()
+      .map((m) => ({ id: m.id, state: 'loading', task: registry.taskOf(m.id), workers: [], depth: 0, estimatedSeconds: m.estimatedSeconds }));
+    return {
+      redisHealthy: registry.healthy,
+      redisError: registry.lastError,
+      breaker: breaker.state(),
+      models: [...served, ...lost, ...failed, ...loading],
+    };
+  };
+}

@@ -1,0 +1,26 @@
+import type { Task } from './schemas.js';
+
+/** One model in `GET /ready`: what its fields say depends on where the model stands. */
+export interface ReadyModel {
+  /** Served, or served earlier: the model's own task. */
+  task?: Task;
+  /** Live workers; 0 for a model loading, failed or lost. */
+  workers: number;
+  /** Served: requests accepted and not yet answered, over all gateways. */
+  queue_depth?: number;
+  /** Served: its workers' `device/dtype`, each once. */
+  devices?: string[];
+  /** Failed: why its worker could not load it. */
+  error?: string;
+  /** Loading: seconds until its first worker is likely ready. */
+  loading?: true;
+  estimated_time?: number;
+}
+
+/** The body of `GET /ready` (200 when ready, 503 when not; `reasons` says what is missing). */
+export interface ReadyBody {
+  status: 'ready' | 'unavailable';
+  reasons: string[];
+  breaker: 'closed' | 'open' | 'half-open';
+  models: Record<string, ReadyModel>;
+}
