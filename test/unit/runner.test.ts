@@ -28,10 +28,12 @@ function harness(options: { abandoned?: string[] } = {}) {
   const runner = new BatchRunner(
     engine,
     () => head,
-    { maxSize: 4, maxTokens: 1000 },
-    (request, outcome) => {
-      assert.ok(!finished.has(request.id), `${request.id} finished twice`);
-      finished.set(request.id, outcome);
+    { maxSize: 4, maxPaddedTokens: 1000 },
+    {
+      record: (request, outcome) => {
+        assert.ok(!finished.has(request.id), `${request.id} finished twice`);
+        finished.set(request.id, outcome);
+      },
     },
     (id) => (options.abandoned ?? []).includes(id),
     () => now,
@@ -44,7 +46,7 @@ describe('planBatches', () => {
   const seq = (n: number) => ({ owner: n, encoded: { text: '', ids: Array(n).fill(0) } });
 
   it('sorts by length and closes a call at the size cap, the token cap, or half padding', () => {
-    const plan = (lengths: number[], maxSize: number, maxTokens: number) => planBatches(lengths.map(seq), { maxSize, maxTokens }).map((c) => c.map((s) => s.owner));
+    const plan = (lengths: number[], maxSize: number, maxPaddedTokens: number) => planBatches(lengths.map(seq), { maxSize, maxPaddedTokens }).map((c) => c.map((s) => s.owner));
     assert.deepEqual(plan([5, 1, 3, 2], 2, 1000), [[1, 2], [3, 5]]);
     assert.deepEqual(plan([4, 4, 4, 4], 8, 8), [[4, 4], [4, 4]]);
     // Ten short ones and a long one: the long one goes alone rather than pad the rest.
