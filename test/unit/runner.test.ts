@@ -56,6 +56,11 @@ describe('planBatches', () => {
     // Ten short ones and a long one: the long one goes alone rather than pad the rest.
     assert.deepEqual(plan([...Array(10).fill(2), 40], 32, 10_000), [Array(10).fill(2), [40]]);
   });
+
+  it('gives a sequence longer than the padded-token cap a call of its own, and plans every sequence once', () => {
+    const plan = planBatches([3, 50, 3, 3].map(seq), { maxSize: 8, maxPaddedTokens: 10 }).map((c) => c.map((s) => s.owner));
+    assert.deepEqual(plan, [[3, 3, 3], [50]]);
+  });
 });
 
 describe('BatchRunner', () => {
