@@ -1,6 +1,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import type { QueuedRequest, RequestOutcome } from '@tserve/contract';
+import { ApiError, type QueuedRequest, type RequestOutcome } from '@tserve/contract';
 import { BatchRunner } from '../../apps/worker/src/runner.ts';
 import { planBatches } from '../../apps/worker/src/planner.ts';
 import type { Encoded, Engine } from '../../apps/worker/src/engine.ts';
@@ -8,9 +8,10 @@ import type { TaskHead } from '../../apps/worker/src/tasks/index.ts';
 
 /**
  * The runner with a stand-in engine: one "token" per word, a forward pass that fails on any batch
- * holding the word "poison", and a clock that advances by 10 ms per model call.
+ * holding the word "poison", and a clock that advances by 10 ms per model call. The default head
+ * answers a sequence with its text and row.
  */
-function harness(options: { abandoned?: string[] } = {}) {
+function harness(options: { abandoned?: string[]; head?: TaskHead; maxSize?: number } = {}) {
   let now = 1_000_000;
   const calls: string[][] = [];
   const engine = {
@@ -23,15 +24,17 @@ function harness(options: { abandoned?: string[] } = {}) {
       return { data: new Float32Array(batch.length), dims: [batch.length, 1] };
     },
   } as unknown as Engine;
-  const head: TaskHead = { decode: (_output, row, encoded) => `${encoded.text}#${row}` };
+  const head: TaskHead = options.head ?? { decode: (_output, row, encoded) => `${encoded.text}#${row}` };
   const finished = new Map<string, RequestOutcome>();
   const runner = new BatchRunner(
     engine,
     () => head,
-    { maxSize: 4, maxTokens: 1000 },
-    (request, outcome) => {
-      assert.ok(!finished.has(request.id), `${request.id} finished twice`);
-      finished.set(request.id, outcome);
+    { maxSize: options.maxSize ?? 4, maxPaddedTokens: 1000 },
+    {
+      record: (request, outcome) => {
+        assert.ok(!finished.has(request.id), `${request.id} finished twice`);
+        finished.set(request.id, outcome);
+      },
     },
     (id) => (options.abandoned ?? []).includes(id),
     () => now,
@@ -40,15 +43,23 @@ function harness(options: { abandoned?: string[] } = {}) {
   return { runner, finished, calls, request, advance: (ms: number) => (now += ms) };
 }
 
+/** The error type of a failed outcome; undefined for a success. */
+const errorType = (outcome: RequestOutcome | undefined) => (outcome && !outcome.ok ? outcome.error.error_type : undefined);
+
 describe('planBatches', () => {
   const seq = (n: number) => ({ owner: n, encoded: { text: '', ids: Array(n).fill(0) } });
 
   it('sorts by length and closes a call at the size cap, the token cap, or half padding', () => {
-    const plan = (lengths: number[], maxSize: number, maxTokens: number) => planBatches(lengths.map(seq), { maxSize, maxTokens }).map((c) => c.map((s) => s.owner));
+    const plan = (lengths: number[], maxSize: number, maxPaddedTokens: number) => planBatches(lengths.map(seq), { maxSize, maxPaddedTokens }).map((c) => c.map((s) => s.owner));
     assert.deepEqual(plan([5, 1, 3, 2], 2, 1000), [[1, 2], [3, 5]]);
     assert.deepEqual(plan([4, 4, 4, 4], 8, 8), [[4, 4], [4, 4]]);
     // Ten short ones and a long one: the long one goes alone rather than pad the rest.
     assert.deepEqual(plan([...Array(10).fill(2), 40], 32, 10_000), [Array(10).fill(2), [40]]);
+  });
+
+  it('gives a sequence longer than the padded-token cap a call of its own, and plans every sequence once', () => {
+    const plan = planBatches([3, 50, 3, 3].map(seq), { maxSize: 8, maxPaddedTokens: 10 }).map((c) => c.map((s) => s.owner));
+    assert.deepEqual(plan, [[3, 3, 3], [50]]);
   });
 });
 
@@ -90,13 +101,60 @@ describe('BatchRunner', () => {
     const shorts = ['s1', 's2', 's3', 's4'].map((id) => request(id, ['short']));
     const report = await runner.run([late, gone, ...shorts, tight, tighter]);
     advance(0);
-    assert.equal(finished.get('tighter')!.ok === false && finished.get('tighter')!.error.error_type, 'timeout', 'expired during the first call');
+    assert.equal(errorType(finished.get('tighter')), 'timeout', 'expired during the first call');
     assert.ok(!calls.flat().some((t) => t.endsWith('and more')));
-    assert.equal(finished.get('late')!.ok === false && finished.get('late')!.error.error_type, 'timeout');
-    assert.equal(finished.get('gone')!.ok === false && finished.get('gone')!.error.error_type, 'cancelled');
+    assert.equal(errorType(finished.get('late')), 'timeout');
+    assert.equal(errorType(finished.get('gone')), 'cancelled');
     assert.ok(!calls.flat().includes('too late') && !calls.flat().includes('nobody reads this'));
     assert.equal(report.expired, 2);
     assert.equal(report.abandoned, 1);
     assert.ok(finished.get('tight')!.ok, 'still on time after the first call');
+  });
+
+  it('isolates each of several culprits in one call; every other input is answered', async () => {
+    const { runner, finished, calls, request } = harness({ maxSize: 8 });
+    const texts = ['a1', 'poison1', 'a2', 'a3', 'a4', 'a5', 'poison2', 'a6'];
+    await runner.run(texts.map((t, i) => request(`r${i}`, [t])));
+    assert.deepEqual(texts.map((_, i) => errorType(finished.get(`r${i}`)) ?? 'ok'), ['ok', 'inference', 'ok', 'ok', 'ok', 'ok', 'inference', 'ok']);
+    // Halving: the call of 8 splits into 4 + 4, each into 2 + 2, and a failing pair into 1 + 1.
+    assert.deepEqual(calls.map((c) => c.length), [8, 4, 2, 1, 1, 2, 4, 2, 2, 1, 1]);
+  });
+
+  it('combines an input\'s several sequences in order, across model calls', async () => {
+    // Each input runs as one sequence per word; the answer joins the rows' words back.
+    const head: TaskHead = {
+      encode: (input) => (input as string).split(' ').map((word) => ({ text: word, ids: Array(word.length).fill(0) })),
+      decode: (_output, _row, encoded) => encoded.text,
+      combine: (parts) => parts.join(' '),
+    };
+    const { runner, finished, calls, request } = harness({ head, maxSize: 2 });
+    await runner.run([request('m', ['aaaa b cc', 'ddd e']), request('n', ['ff'])]);
+    assert.ok(calls.length >= 3, 'the sequences span several calls');
+    const m = finished.get('m')!;
+    assert.ok(m.ok);
+    assert.deepEqual(m.outputs, ['aaaa b cc', 'ddd e']);
+    assert.equal(m.tokens, 11);
+    assert.equal(m.timing.batch_size, 2);
+  });
+
+  it('fails a request once when one of its sequences fails, naming the input', async () => {
+    const head: TaskHead = {
+      encode: (input) => (input as string).split(' ').map((word) => ({ text: word, ids: [0] })),
+      decode: (_output, _row, encoded) => encoded.text,
+      combine: (parts) => parts.join(' '),
+    };
+    const { runner, finished, request } = harness({ head });
+    await runner.run([request('m', ['fine words', 'then poison here'])]);
+    const m = finished.get('m')!;
+    assert.ok(!m.ok && m.error.error.startsWith('inputs[1]: ') && m.error.error_type === 'inference', JSON.stringify(m));
+  });
+
+  it('fails only the unanswered requests of a batch that broke outside its isolation', async () => {
+    const { runner, finished, request } = harness();
+    const batch = runner.prepare([request('done', ['x']), request('left', ['y'])]);
+    await runner.execute({ ...batch, sequences: batch.sequences.slice(0, 1) });
+    runner.failUnanswered(batch, new ApiError('internal', 'broke'));
+    assert.ok(finished.get('done')!.ok);
+    assert.equal(errorType(finished.get('left')), 'internal');
   });
 });

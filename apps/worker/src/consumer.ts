@@ -1,23 +1,15 @@
 import type { Job, Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import type { CancelNotice, InferenceJobData, JobOutcome, QueuedRequest, RequestOutcome } from '@tserve/contract';
+import { ApiError, type InferenceJobData } from '@tserve/contract';
 import { gatherBatch, topUp, type BatchLimits, type JobSource } from './batcher.js';
-import type { BatchRunner, BatchReport, PreparedBatch } from './runner.js';
+import type { BatchRunner, PreparedBatch } from './runner.js';
+import type { JobOutcomeSink } from './outcome-sink.js';
 
 export interface ConsumerOptions {
-  model: string;
   limits: BatchLimits;
   lockMs: number;
   token: string;
-  onBatch?: (report: BatchReport, jobs: number) => void;
-}
-
-/** A job this worker holds: its lock is renewed until every one of its requests has an outcome. */
-interface HeldJob {
-  job: Job<InferenceJobData>;
-  outcomes: Array<RequestOutcome | undefined>;
-  remaining: number;
 }
 
 /**
@@ -33,37 +25,27 @@ local waiting = redis.call('LLEN', KEYS[1]) + redis.call('ZCARD', KEYS[3])
 if waiting == 0 then redis.call('ZREM', KEYS[2], '0') end
 return waiting`;
 
-/** How long a cancellation is remembered: longer than any request's deadline may be. */
-const CANCEL_MEMORY_MS = 10 * 60_000;
-
 /**
- * Pulls batches from the model's BullMQ queue, hands their requests to the runner, and settles each
- * job once all its requests have outcomes: one publication to the waiting gateway, one record in
- * the queue. Jobs are fetched by hand (not with a processor function) so a batch is gathered in few
- * round trips, and the next batch is fetched and tokenized while the model thread runs the current
- * one. Locks are renewed here in one call for all held jobs; BullMQ's stalled-job checker returns a
- * dead worker's jobs to the queue.
+ * Pulls batches from the model's BullMQ queue and hands their requests to the runner, whose
+ * outcomes go to the sink; the sink settles each job. Jobs are fetched by hand (not with a
+ * processor function) so a batch is gathered in few round trips, and the next batch is fetched and
+ * tokenized while the model thread runs the current one. Locks are renewed here in one call for all
+ * held jobs; BullMQ's stalled-job checker returns a dead worker's jobs to the queue.
  */
 export class Consumer {
   private stopping = false;
   private busy = false;
   private loop?: Promise<void>;
   private renewTimer?: NodeJS.Timeout;
-  private readonly settling = new Set<Promise<void>>();
-  /** Held jobs by job id, and the job of each of their requests. */
-  private readonly held = new Map<string, HeldJob>();
-  private readonly jobOfRequest = new Map<string, { held: HeldJob; index: number }>();
-  /** Requests whose client left, with when that was heard. */
-  private readonly cancelled = new Map<string, number>();
   private readonly source: JobSource<Job<InferenceJobData>>;
 
   constructor(
     private readonly worker: Worker<InferenceJobData>,
     /** The worker's command connection, for the wait list's length. */
     private readonly connection: Redis,
-    /** Publishes outcomes and records them; its commands are pipelined. */
-    private readonly publisher: Redis,
     private readonly runner: BatchRunner,
+    /** Where the runner's outcomes go: told of each job fetched, and of each batch's report. */
+    private readonly sink: JobOutcomeSink,
     private readonly options: ConsumerOptions,
     private readonly logger: Logger,
   ) {
@@ -91,20 +73,6 @@ export class Consumer {
     };
   }
 
-  /** True for a request whose client has gone away; the runner skips it. */
-  isAbandoned = (requestId: string): boolean => this.cancelled.has(requestId);
-
-  /** Remembers requests named on the model's cancellation channel. */
-  noteCancelled(message: string): void {
-    try {
-      const notice = JSON.parse(message) as CancelNotice;
-      const now = Date.now();
-      for (const id of notice.ids) this.cancelled.set(id, now);
-    } catch {
-      this.logger.warn('unreadable cancellation message');
-    }
-  }
-
   start(): void {
     this.renewTimer = setInterval(() => void this.renewLocks(), Math.max(100, this.options.lockMs / 2));
     this.loop = this.run();
@@ -116,7 +84,7 @@ export class Consumer {
     // A worker idle in a blocking fetch holds no job: closing wakes it up.
     if (!this.busy) await this.worker.close();
     await this.loop;
-    await Promise.allSettled(this.settling);
+    await this.sink.drain();
     clearInterval(this.renewTimer);
     await this.worker.close();
   }
@@ -136,7 +104,7 @@ export class Consumer {
         continue;
       }
       if (jobs.length === 0) continue;
-      this.hold(jobs);
+      this.sink.hold(jobs);
       // Tokenized here while the model thread may still run the previous batch.
       const batch = this.runner.prepare(jobs.flatMap((j) => j.data.requests));
       const waitedForModel = modelBusy;
@@ -171,7 +139,7 @@ export class Consumer {
       if (waiting === 0) return undefined;
       const urgent = await this.source.take(Math.min(waiting, this.options.limits.maxSize));
       if (urgent.length === 0) return undefined;
-      this.hold(urgent);
+      this.sink.hold(urgent);
       return this.runner.prepare(urgent.flatMap((j) => j.data.requests));
     } catch (err) {
       this.logger.warn({ err: String(err) }, 'fetching interactive jobs failed; running the batch in hand');
@@ -181,10 +149,10 @@ export class Consumer {
 
   private async topUp(batch: PreparedBatch): Promise<void> {
     try {
-      const typical = Math.max(1, Math.round(batch.sequences.length / Math.max(1, this.held.size)));
+      const typical = Math.max(1, Math.round(batch.sequences.length / Math.max(1, this.sink.heldJobs)));
       const more = await topUp(this.source, this.options.limits.maxSize - batch.sequences.length, typical);
       if (more.length === 0) return;
-      this.hold(more);
+      this.sink.hold(more);
       this.runner.prepare(more.flatMap((j) => j.data.requests), batch);
     } catch (err) {
       this.logger.warn({ err: String(err) }, 'fetching more jobs failed; running the batch as it is');
@@ -193,69 +161,16 @@ export class Consumer {
 
   private async execute(batch: PreparedBatch, jobs: number): Promise<void> {
     try {
-      const report = await this.runner.execute(batch);
-      this.options.onBatch?.(report, jobs);
+      this.sink.batchDone(await this.runner.execute(batch), jobs);
     } catch (err) {
       // The runner isolates input errors itself; reaching here is a bug, and its requests must not hang.
       this.logger.error({ err: String(err) }, 'batch failed unexpectedly');
-      for (const { owner } of batch.sequences) {
-        if (this.jobOfRequest.has(owner.pending.request.id)) {
-          this.finish(owner.pending.request, {
-            id: owner.pending.request.id,
-            ok: false,
-            error: { error: 'internal error while running the model', error_type: 'internal' },
-          });
-        }
-      }
+      this.runner.failUnanswered(batch, new ApiError('internal', 'internal error while running the model'));
     }
-  }
-
-  private hold(jobs: Job<InferenceJobData>[]): void {
-    for (const job of jobs) {
-      const held: HeldJob = { job, outcomes: new Array(job.data.requests.length), remaining: job.data.requests.length };
-      this.held.set(job.id!, held);
-      job.data.requests.forEach((request, index) => this.jobOfRequest.set(request.id, { held, index }));
-    }
-  }
-
-  /** Passed to the runner: records a request's outcome; the job is settled with its last one. */
-  finish = (request: QueuedRequest, outcome: RequestOutcome): void => {
-    const place = this.jobOfRequest.get(request.id);
-    if (!place) return;
-    this.jobOfRequest.delete(request.id);
-    this.cancelled.delete(request.id);
-    place.held.outcomes[place.index] = outcome;
-    if (--place.held.remaining === 0) this.settle(place.held);
-  };
-
-  /** Publishes first (clients are waiting), then records the job as completed; both in one round trip. */
-  private settle(held: HeldJob): void {
-    const { job } = held;
-    this.held.delete(job.id!);
-    const result: JobOutcome = { job: job.id!, model: this.options.model, outcomes: held.outcomes as RequestOutcome[] };
-    const work = (async () => {
-      const [published, recorded] = await Promise.allSettled([
-        this.publisher.publish(job.data.replyTo, JSON.stringify(result)),
-        job.moveToCompleted(result, this.options.token, false),
-      ]);
-      for (const r of [published, recorded]) {
-        if (r.status === 'rejected') this.logger.warn({ jobId: job.id, err: String(r.reason) }, 'settling job failed');
-      }
-      // Failures get their type only: messages may quote the user's input.
-      const failed = result.outcomes.filter((o) => !o.ok);
-      this.logger.debug(
-        { jobId: job.id, requests: result.outcomes.map((o) => o.id), failed: failed.map((o) => (o.ok ? undefined : o.error.error_type)) },
-        'job settled',
-      );
-    })();
-    this.settling.add(work);
-    void work.finally(() => this.settling.delete(work));
   }
 
   private async renewLocks(): Promise<void> {
-    const now = Date.now();
-    for (const [id, at] of this.cancelled) if (now - at > CANCEL_MEMORY_MS) this.cancelled.delete(id);
-    const ids = [...this.held.keys()];
+    const ids = this.sink.heldJobIds();
     if (ids.length === 0) return;
     try {
       await this.worker.extendJobLocks(ids, ids.map(() => this.options.token), this.options.lockMs);

@@ -1,8 +1,8 @@
 import type { LoadedModel } from './model.js';
-import type { BatchOutput, ModelThread } from './model-thread-client.js';
+import type { BatchOutput, ModelThread } from './model-thread.js';
 import { pairLengths, type PairTruncation } from './truncation.js';
 
-export type { BatchOutput } from './model-thread-client.js';
+export type { BatchOutput } from './model-thread.js';
 export type { PairTruncation } from './truncation.js';
 
 /** One model sequence after tokenization: what the batch planner and the task heads work from. */

@@ -7,11 +7,13 @@ import type { InferenceJobData, WorkerInfo } from '@tserve/contract';
 import { clearLoadFailure, createRedis, keys, queueNameFor, recordLoadTime, reportLoadFailure } from '@tserve/queue';
 import { chooseRuntime, describeModel, ModelLoadError } from './model.js';
 import { isGpu } from './device.js';
-import { ModelThread } from './model-thread-client.js';
+import { ModelThread } from './model-thread.js';
 import { Engine } from './engine.js';
 import { headsFor } from './tasks/index.js';
 import { BatchRunner } from './runner.js';
 import { Consumer } from './consumer.js';
+import { Cancellations } from './cancellations.js';
+import { JobOutcomeSink } from './outcome-sink.js';
 import { Heartbeat } from './heartbeat.js';
 
 if (process.argv.includes('--help') || process.argv.includes('-h')) {
@@ -89,7 +91,7 @@ async function main(): Promise<void> {
   logger.info({ task: loaded.task, dtype: runtime.dtype, device: runtime.device, batchMaxSize: config.BATCH_MAX_SIZE, loadMs: Math.round(loadMs) }, 'model loaded');
 
   const connection = createRedis(config.REDIS_URL, 'worker');
-  const cancellations = createRedis(config.REDIS_URL, 'subscriber');
+  const cancellationChannel = createRedis(config.REDIS_URL, 'subscriber');
   const worker = new Worker<InferenceJobData>(queueNameFor(config.MODEL), null, {
     connection,
     prefix: config.QUEUE_PREFIX,
@@ -106,28 +108,28 @@ async function main(): Promise<void> {
   });
   worker.on('error', (err) => logger.warn({ err: String(err) }, 'queue connection error'));
 
-  const consumer: Consumer = new Consumer(
+  // Data flows one way: the consumer fetches jobs, the runner runs their requests, the sink settles the jobs.
+  const cancelled = new Cancellations();
+  const sink = new JobOutcomeSink(publisher, cancelled, { model: config.MODEL, token: workerId }, logger);
+  const runner = new BatchRunner(
+    engine,
+    headsFor(loaded),
+    { maxSize: config.BATCH_MAX_SIZE, maxPaddedTokens: config.BATCH_MAX_TOKENS },
+    sink,
+    (id) => cancelled.has(id),
+  );
+  const consumer = new Consumer(
     worker,
     connection,
-    publisher,
-    new BatchRunner(
-      engine,
-      headsFor(loaded),
-      { maxSize: config.BATCH_MAX_SIZE, maxTokens: config.BATCH_MAX_TOKENS },
-      (request, outcome) => consumer.finish(request, outcome),
-      (id) => consumer.isAbandoned(id),
-    ),
-    {
-      model: config.MODEL,
-      limits: { maxSize: config.BATCH_MAX_SIZE, maxWaitMs: config.BATCH_MAX_WAIT_MS },
-      lockMs: config.JOB_LOCK_MS,
-      token: workerId,
-      onBatch: (report, jobs) => logger.debug({ jobs, calls: report.callSizes, expired: report.expired, abandoned: report.abandoned }, 'batch done'),
-    },
+    runner,
+    sink,
+    { limits: { maxSize: config.BATCH_MAX_SIZE, maxWaitMs: config.BATCH_MAX_WAIT_MS }, lockMs: config.JOB_LOCK_MS, token: workerId },
     logger,
   );
-  cancellations.on('message', (_channel: string, message: string) => consumer.noteCancelled(message));
-  await cancellations.subscribe(keys.cancellations(config.QUEUE_PREFIX, config.MODEL));
+  cancellationChannel.on('message', (_channel: string, message: string) => {
+    if (!cancelled.note(message)) logger.warn('unreadable cancellation message');
+  });
+  await cancellationChannel.subscribe(keys.cancellations(config.QUEUE_PREFIX, config.MODEL));
 
   await clearLoadFailure(publisher, config.QUEUE_PREFIX, config.MODEL).catch(() => {});
   await recordLoadTime(publisher, config.QUEUE_PREFIX, config.MODEL, loadMs).catch(() => {});
@@ -148,7 +150,7 @@ async function main(): Promise<void> {
     await heartbeat.stop();
     await consumer.stop();
     await thread.stop();
-    await Promise.allSettled([connection.quit(), publisher.quit(), cancellations.quit()]);
+    await Promise.allSettled([connection.quit(), publisher.quit(), cancellationChannel.quit()]);
     logger.info('stopped');
     process.exit(0);
   };

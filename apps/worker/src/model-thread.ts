@@ -1,41 +1,67 @@
-/**
- * The model thread. onnxruntime-node runs a session synchronously on the thread that calls it, so
- * the session lives here: the worker's main thread stays free to renew job locks, send heartbeats
- * and fetch and settle jobs while a batch runs.
- */
-import { parentPort, workerData } from 'node:worker_threads';
-import { Tensor } from '@huggingface/transformers';
+import { Worker } from 'node:worker_threads';
 import type { WorkerConfig } from '@tserve/config';
 import type { Task } from '@tserve/contract';
-import { loadSession } from './model.js';
+import { ModelLoadError } from './model.js';
 import type { ForwardRequest, ThreadMessage } from './model-thread-protocol.js';
 
-const { config, task } = workerData as { config: WorkerConfig; task: Task };
-const port = parentPort!;
-const send = (message: ThreadMessage, transfer: ArrayBuffer[] = []) => port.postMessage(message, transfer);
+export interface BatchOutput {
+  data: Float32Array;
+  dims: number[];
+  /** Question answering's second output, shaped like `data` (which then holds the start logits). */
+  endLogits?: Float32Array;
+}
 
-try {
-  const model = await loadSession(config, task);
-  port.on('message', async (request: ForwardRequest) => {
-    try {
-      const dims = [request.rows, request.width];
-      // Models that take no token_type_ids have it dropped by transformers.js.
-      const outputs = (await model({
-        input_ids: new Tensor('int64', request.inputIds, dims),
-        attention_mask: new Tensor('int64', request.attention, dims),
-        token_type_ids: new Tensor('int64', request.tokenTypes, dims),
-      })) as Record<string, Tensor>;
-      // Question answering has two outputs: where the answer starts, and where it ends.
-      const main = outputs.logits ?? outputs.start_logits ?? outputs.last_hidden_state ?? Object.values(outputs)[0];
-      const data = main.data as Float32Array;
-      const endLogits = outputs.end_logits?.data as Float32Array | undefined;
-      const transfer = [data.buffer as ArrayBuffer, ...(endLogits ? [endLogits.buffer as ArrayBuffer] : [])];
-      send({ kind: 'output', id: request.id, data, dims: main.dims, endLogits }, transfer);
-    } catch (err) {
-      send({ kind: 'failed', id: request.id, message: err instanceof Error ? err.message : String(err) });
-    }
-  });
-  send({ kind: 'ready' });
-} catch (err) {
-  send({ kind: 'load-failed', message: err instanceof Error ? err.message : String(err) });
+/** The main thread's handle on the model thread: one model call at a time, answered in order. */
+export class ModelThread {
+  private nextId = 0;
+  private readonly pending = new Map<number, { resolve: (o: BatchOutput) => void; reject: (e: Error) => void }>();
+
+  private constructor(private readonly thread: Worker) {}
+
+  /** Starts the thread and waits until its session is loaded. */
+  static async start(config: WorkerConfig, task: Task, onDeath: (reason: string) => void): Promise<ModelThread> {
+    const thread = new Worker(new URL('./model-thread-main.js', import.meta.url), { workerData: { config, task } });
+    const handle = new ModelThread(thread);
+    await new Promise<void>((resolve, reject) => {
+      const onMessage = (message: ThreadMessage) => {
+        if (message.kind === 'ready') resolve();
+        else if (message.kind === 'load-failed') reject(new ModelLoadError(message.message));
+      };
+      thread.on('message', onMessage);
+      thread.once('error', (err) => reject(new ModelLoadError(`model thread failed while loading: ${err.message}`)));
+    });
+    thread.on('message', (message: ThreadMessage) => handle.onMessage(message));
+    // A thread that dies takes the session with it (out of memory, a native crash): nothing can run.
+    thread.on('error', (err) => handle.die(`model thread failed: ${err.message}`, onDeath));
+    thread.on('exit', (code) => handle.die(`model thread exited with code ${code}`, onDeath));
+    return handle;
+  }
+
+  forward(rows: number, width: number, inputIds: BigInt64Array, attention: BigInt64Array, tokenTypes: BigInt64Array): Promise<BatchOutput> {
+    const id = this.nextId++;
+    const request: ForwardRequest = { id, rows, width, inputIds, attention, tokenTypes };
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      this.thread.postMessage(request, [inputIds.buffer as ArrayBuffer, attention.buffer as ArrayBuffer, tokenTypes.buffer as ArrayBuffer]);
+    });
+  }
+
+  async stop(): Promise<void> {
+    this.thread.removeAllListeners('exit');
+    await this.thread.terminate();
+  }
+
+  private onMessage(message: ThreadMessage): void {
+    if (message.kind !== 'output' && message.kind !== 'failed') return;
+    const waiter = this.pending.get(message.id);
+    this.pending.delete(message.id);
+    if (message.kind === 'output') waiter?.resolve({ data: message.data, dims: message.dims, endLogits: message.endLogits });
+    else waiter?.reject(new Error(message.message));
+  }
+
+  private die(reason: string, onDeath: (reason: string) => void): void {
+    for (const waiter of this.pending.values()) waiter.reject(new Error(reason));
+    this.pending.clear();
+    onDeath(reason);
+  }
 }

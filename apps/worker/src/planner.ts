@@ -9,7 +9,7 @@ export interface Sequence<T = unknown> {
 export interface PlanLimits {
   maxSize: number;
   /** Padded tokens (longest × count) one model call may hold. */
-  maxTokens: number;
+  maxPaddedTokens: number;
 }
 
 /**
@@ -27,7 +27,7 @@ export function planBatches<T>(sequences: Sequence<T>[], limits: PlanLimits): Se
     const length = seq.encoded.ids.length;
     const padded = (current.length + 1) * length;
     const fits =
-      current.length < limits.maxSize && padded <= limits.maxTokens && padded <= 2 * (realTokens + length);
+      current.length < limits.maxSize && padded <= limits.maxPaddedTokens && padded <= 2 * (realTokens + length);
     if (current.length > 0 && !fits) {
       chunks.push(current);
       current = [];

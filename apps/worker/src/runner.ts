@@ -3,8 +3,10 @@ import type { Engine, Encoded, BatchOutput } from './engine.js';
 import type { TaskHead, TaskHeads } from './tasks/index.js';
 import { planBatches, type PlanLimits, type Sequence } from './planner.js';
 
-/** Where finished requests go: the consumer gathers them by job, then publishes and settles the job. */
-export type Finish = (request: QueuedRequest, outcome: RequestOutcome) => void;
+/** Where the runner sends each request's outcome, once per request (outcome-sink.ts gathers them by job). */
+export interface OutcomeSink {
+  record(request: QueuedRequest, outcome: RequestOutcome): void;
+}
 
 export interface BatchReport {
   /** Sequences in each model call that ran. */
@@ -52,14 +54,14 @@ const firstLine = (message: string) => message.split('\n')[0].replace(/\/\S*onnx
 /**
  * Runs one gathered batch of requests: drops expired and abandoned ones unrun, rejects bad inputs
  * alone, plans model calls by length and tokens, and isolates a failing input by splitting its call
- * until only the culprit fails. Each request is finished as soon as its last input is done.
+ * until only the culprit fails. Each request's outcome goes to the sink as soon as its last input is done.
  */
 export class BatchRunner {
   constructor(
     private readonly engine: Engine,
     private readonly heads: TaskHeads,
     private readonly limits: PlanLimits,
-    private readonly finish: Finish,
+    private readonly outcomes: OutcomeSink,
     /** True for a request whose client has gone away. */
     private readonly isAbandoned: (requestId: string) => boolean = () => false,
     private readonly now: () => number = Date.now,
@@ -92,7 +94,7 @@ export class BatchRunner {
         };
         if (pending.head.answer) {
           const outputs = request.inputs.map((input) => pending.head.answer!(input, request.parameters, this.engine));
-          this.finish(request, { id: request.id, ok: true, outputs, warnings: [], timing: { queue_ms: Math.max(0, this.now() - request.enqueuedAt), inference_ms: 0, batch_size: 0 } });
+          this.outcomes.record(request, { id: request.id, ok: true, outputs, warnings: [], timing: { queue_ms: Math.max(0, this.now() - request.enqueuedAt), inference_ms: 0, batch_size: 0 } });
           continue;
         }
         const encoded = request.inputs.map((input, i) => this.prepareInput(input, i, request.inputs.length, pending));
@@ -101,7 +103,7 @@ export class BatchRunner {
         pending.tokens = encoded.reduce((n, sequences) => n + sequences.reduce((m, e) => m + e.ids.length, 0), 0);
         encoded.forEach((sequences, input) => sequences.forEach((e, part) => batch.sequences.push({ owner: { pending, input, part }, encoded: e })));
         // Nothing for the model to run (tokenization alone): answered now.
-        if (pending.remaining === 0) this.complete(pending);
+        if (pending.remaining === 0) this.finishRequest(pending);
       } catch (err) {
         this.fail(request, err instanceof ApiError ? err : new ApiError('validation', String(err)));
       }
@@ -131,9 +133,18 @@ export class BatchRunner {
         pending.batchSize = Math.max(pending.batchSize, live.length);
         pending.queueMs ??= Math.max(0, startedAt - pending.request.enqueuedAt);
       }
-      live.forEach(({ owner }, i) => this.settle(owner, results[i]));
+      live.forEach(({ owner }, i) => this.recordResult(owner, results[i]));
     }
     return report;
+  }
+
+  /** Fails every request of the batch still unanswered: for a batch that broke outside the runner's own isolation. */
+  failUnanswered(batch: PreparedBatch, error: ApiError): void {
+    for (const pending of new Set(batch.sequences.map(({ owner }) => owner.pending))) {
+      if (pending.failed || pending.remaining === 0) continue;
+      pending.failed = true;
+      this.fail(pending.request, error);
+    }
   }
 
   /** Finishes, unrun, a request past its deadline or whose client left; true if it did. */
@@ -206,7 +217,8 @@ export class BatchRunner {
     return new ApiError('inference', `the model could not run this input: ${firstLine(err instanceof Error ? err.message : String(err))}`);
   }
 
-  private settle({ pending, input, part }: Owner, result: Result): void {
+  /** One sequence's decoded row (or failure); the request is finished with its last sequence. */
+  private recordResult({ pending, input, part }: Owner, result: Result): void {
     if (pending.failed) return;
     const many = pending.request.inputs.length > 1;
     const failWith = (error: ApiError) => {
@@ -216,11 +228,11 @@ export class BatchRunner {
     if (!result.ok) return failWith(result.error);
     pending.parts[input][part] = result.value;
     if (--pending.remaining > 0) return;
-    this.complete(pending);
+    this.finishRequest(pending);
   }
 
   /** Every sequence of the request is decoded: each input's answer from its parts. */
-  private complete(pending: Pending): void {
+  private finishRequest(pending: Pending): void {
     const { head, request, parameters } = pending;
     let outputs: unknown[];
     try {
@@ -231,7 +243,7 @@ export class BatchRunner {
       this.fail(request, error);
       return;
     }
-    this.finish(pending.request, {
+    this.outcomes.record(pending.request, {
       id: pending.request.id,
       ok: true,
       outputs,
@@ -242,7 +254,7 @@ export class BatchRunner {
   }
 
   private fail(request: QueuedRequest, error: ApiError): void {
-    this.finish(request, { id: request.id, ok: false, error: error.toBody() });
+    this.outcomes.record(request, { id: request.id, ok: false, error: error.toBody() });
   }
 }
 

@@ -59,9 +59,11 @@ export interface JobOutcome {
 }
 
 /**
- * A job that failed as a whole (its batch crashed, or it killed workers repeatedly) keeps the
- * reason as text in BullMQ; these write and read that text, so the gateway can answer each of the
- * job's requests with the worker's error and status.
+ * A job that failed as a whole keeps the reason as text in BullMQ (its failedReason); these write
+ * and read that text, so the gateway can answer each of the job's requests with the error and
+ * status. Workers settle every job as completed, with an outcome per request (failures included),
+ * so today the only failed jobs are those BullMQ fails itself (a job that stalled too often); the
+ * decoder reads its plain-text reasons too.
  */
 export function encodeJobFailure(error: ErrorBody): string {
   return JSON.stringify(error);

@@ -1,0 +1,41 @@
+/**
+ * The model thread. onnxruntime-node runs a session synchronously on the thread that calls it, so
+ * the session lives here: the worker's main thread stays free to renew job locks, send heartbeats
+ * and fetch and settle jobs while a batch runs.
+ */
+import { parentPort, workerData } from 'node:worker_threads';
+import { Tensor } from '@huggingface/transformers';
+import type { WorkerConfig } from '@tserve/config';
+import type { Task } from '@tserve/contract';
+import { loadSession } from './model.js';
+import type { ForwardRequest, ThreadMessage } from './model-thread-protocol.js';
+
+const { config, task } = workerData as { config: WorkerConfig; task: Task };
+const port = parentPort!;
+const send = (message: ThreadMessage, transfer: ArrayBuffer[] = []) => port.postMessage(message, transfer);
+
+try {
+  const model = await loadSession(config, task);
+  port.on('message', async (request: ForwardRequest) => {
+    try {
+      const dims = [request.rows, request.width];
+      // Models that take no token_type_ids have it dropped by transformers.js.
+      const outputs = (await model({
+        input_ids: new Tensor('int64', request.inputIds, dims),
+        attention_mask: new Tensor('int64', request.attention, dims),
+        token_type_ids: new Tensor('int64', request.tokenTypes, dims),
+      })) as Record<string, Tensor>;
+      // Question answering has two outputs: where the answer starts, and where it ends.
+      const main = outputs.logits ?? outputs.start_logits ?? outputs.last_hidden_state ?? Object.values(outputs)[0];
+      const data = main.data as Float32Array;
+      const endLogits = outputs.end_logits?.data as Float32Array | undefined;
+      const transfer = [data.buffer as ArrayBuffer, ...(endLogits ? [endLogits.buffer as ArrayBuffer] : [])];
+      send({ kind: 'output', id: request.id, data, dims: main.dims, endLogits }, transfer);
+    } catch (err) {
+      send({ kind: 'failed', id: request.id, message: err instanceof Error ? err.message : String(err) });
+    }
+  });
+  send({ kind: 'ready' });
+} catch (err) {
+  send({ kind: 'load-failed', message: err instanceof Error ? err.message : String(err) });
+}

@@ -1,0 +1,99 @@
+import type { Job } from 'bullmq';
+import type { Redis } from 'ioredis';
+import type { Logger } from 'pino';
+import type { InferenceJobData, JobOutcome, QueuedRequest, RequestOutcome } from '@tserve/contract';
+import type { Cancellations } from './cancellations.js';
+import type { BatchReport, OutcomeSink } from './runner.js';
+
+/** A job this worker holds: its lock is renewed until every one of its requests has an outcome. */
+interface HeldJob {
+  job: Job<InferenceJobData>;
+  outcomes: Array<RequestOutcome | undefined>;
+  remaining: number;
+}
+
+export interface JobOutcomeSinkOptions {
+  model: string;
+  /** The worker's lock token: a job is recorded as completed under it. */
+  token: string;
+}
+
+/**
+ * Where the outcomes of the jobs this worker holds go. They are gathered by job; a job is settled
+ * once all its requests have outcomes: published to the gateway waiting for it (clients are
+ * waiting) and recorded in the queue as the job's return value, both in one round trip.
+ */
+export class JobOutcomeSink implements OutcomeSink {
+  /** Held jobs by job id, and the job of each of their requests. */
+  private readonly held = new Map<string, HeldJob>();
+  private readonly jobOfRequest = new Map<string, { held: HeldJob; index: number }>();
+  private readonly settling = new Set<Promise<void>>();
+
+  constructor(
+    /** Publishes outcomes and records them; its commands are pipelined. */
+    private readonly publisher: Redis,
+    private readonly cancellations: Cancellations,
+    private readonly options: JobOutcomeSinkOptions,
+    private readonly logger: Logger,
+  ) {}
+
+  /** Takes on fetched jobs: their requests' outcomes are expected here. */
+  hold(jobs: Job<InferenceJobData>[]): void {
+    for (const job of jobs) {
+      const held: HeldJob = { job, outcomes: new Array(job.data.requests.length), remaining: job.data.requests.length };
+      this.held.set(job.id!, held);
+      job.data.requests.forEach((request, index) => this.jobOfRequest.set(request.id, { held, index }));
+    }
+  }
+
+  /** Ids of the jobs still waiting for outcomes: their locks must be kept. */
+  heldJobIds(): string[] {
+    return [...this.held.keys()];
+  }
+
+  get heldJobs(): number {
+    return this.held.size;
+  }
+
+  /** A request's outcome; its job is settled with the last one. Requests not held here are ignored. */
+  record(request: QueuedRequest, outcome: RequestOutcome): void {
+    const place = this.jobOfRequest.get(request.id);
+    if (!place) return;
+    this.jobOfRequest.delete(request.id);
+    this.cancellations.forget(request.id);
+    place.held.outcomes[place.index] = outcome;
+    if (--place.held.remaining === 0) this.settle(place.held);
+  }
+
+  batchDone(report: BatchReport, jobs: number): void {
+    this.logger.debug({ jobs, calls: report.callSizes, expired: report.expired, abandoned: report.abandoned }, 'batch done');
+  }
+
+  /** Waits for the settlements under way. */
+  async drain(): Promise<void> {
+    await Promise.allSettled(this.settling);
+  }
+
+  private settle(held: HeldJob): void {
+    const { job } = held;
+    this.held.delete(job.id!);
+    const result: JobOutcome = { job: job.id!, model: this.options.model, outcomes: held.outcomes as RequestOutcome[] };
+    const work = (async () => {
+      const [published, recorded] = await Promise.allSettled([
+        this.publisher.publish(job.data.replyTo, JSON.stringify(result)),
+        job.moveToCompleted(result, this.options.token, false),
+      ]);
+      for (const r of [published, recorded]) {
+        if (r.status === 'rejected') this.logger.warn({ jobId: job.id, err: String(r.reason) }, 'settling job failed');
+      }
+      // Failures get their type only: messages may quote the user's input.
+      const failed = result.outcomes.filter((o) => !o.ok);
+      this.logger.debug(
+        { jobId: job.id, requests: result.outcomes.map((o) => o.id), failed: failed.map((o) => (o.ok ? undefined : o.error.error_type)) },
+        'job settled',
+      );
+    })();
+    this.settling.add(work);
+    void work.finally(() => this.settling.delete(work));
+  }
+}

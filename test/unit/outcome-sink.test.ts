@@ -1,0 +1,67 @@
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import type { Job } from 'bullmq';
+import type { Redis } from 'ioredis';
+import type { Logger } from 'pino';
+import type { InferenceJobData, JobOutcome, QueuedRequest, RequestOutcome } from '@tserve/contract';
+import { JobOutcomeSink } from '../../apps/worker/src/outcome-sink.ts';
+import { Cancellations } from '../../apps/worker/src/cancellations.ts';
+
+const request = (id: string): QueuedRequest => ({ id, inputs: ['x'], parameters: {}, deadline: 0, enqueuedAt: 0 });
+const answer = (id: string): RequestOutcome => ({ id, ok: true, outputs: [id], warnings: [], timing: { queue_ms: 0, inference_ms: 0, batch_size: 1 } });
+
+/** A sink over a publisher and jobs that record what they are asked to do. */
+function harness() {
+  const published: Array<{ channel: string; outcome: JobOutcome }> = [];
+  const completed: Array<{ job: string; token: string }> = [];
+  const publisher = { publish: async (channel: string, message: string) => (published.push({ channel, outcome: JSON.parse(message) }), 1) };
+  const job = (id: string, requests: string[]) =>
+    ({
+      id,
+      data: { requests: requests.map(request), replyTo: `reply:${id}` },
+      moveToCompleted: async (_result: JobOutcome, token: string) => void completed.push({ job: id, token }),
+    }) as unknown as Job<InferenceJobData>;
+  const silent = { debug() {}, warn() {} } as unknown as Logger;
+  const cancellations = new Cancellations();
+  const sink = new JobOutcomeSink(publisher as unknown as Redis, cancellations, { model: 'm', token: 'worker-1' }, silent);
+  return { sink, job, published, completed, cancellations };
+}
+
+describe('JobOutcomeSink', () => {
+  it('settles a job once, with its last outcome, the outcomes in the job\'s order', async () => {
+    const { sink, job, published, completed } = harness();
+    sink.hold([job('j1', ['a', 'b']), job('j2', ['c'])]);
+    assert.deepEqual(sink.heldJobIds(), ['j1', 'j2']);
+    sink.record(request('b'), answer('b'));
+    assert.equal(published.length, 0, 'j1 still waits for a');
+    sink.record(request('a'), answer('a'));
+    sink.record(request('a'), answer('a'));
+    sink.record(request('unknown'), answer('unknown'));
+    await sink.drain();
+    assert.deepEqual(published, [{ channel: 'reply:j1', outcome: { job: 'j1', model: 'm', outcomes: [answer('a'), answer('b')] } }]);
+    assert.deepEqual(completed, [{ job: 'j1', token: 'worker-1' }]);
+    assert.deepEqual(sink.heldJobIds(), ['j2'], 'j2 keeps its lock');
+  });
+
+  it('forgets a request\'s cancellation once it is answered', () => {
+    const { sink, job, cancellations } = harness();
+    sink.hold([job('j', ['a'])]);
+    cancellations.note(JSON.stringify({ ids: ['a', 'elsewhere'] }));
+    sink.record(request('a'), answer('a'));
+    assert.equal(cancellations.has('a'), false);
+    assert.equal(cancellations.has('elsewhere'), true, 'held by another worker: kept until it is old');
+  });
+});
+
+describe('Cancellations', () => {
+  it('reads notices, refuses other messages, and forgets notices older than any deadline', () => {
+    let now = 0;
+    const cancellations = new Cancellations(() => now);
+    assert.equal(cancellations.note('not json'), false);
+    assert.equal(cancellations.note('{"ids":"a"}'), false);
+    assert.equal(cancellations.note(JSON.stringify({ ids: ['old'] })), true);
+    now += 11 * 60_000;
+    cancellations.note(JSON.stringify({ ids: ['new'] }));
+    assert.deepEqual([cancellations.has('old'), cancellations.has('new')], [false, true]);
+  });
+});
