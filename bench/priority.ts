@@ -13,7 +13,7 @@ import { createKey } from '../apps/gateway/src/api-keys.ts';
 import { BenchSystem } from './lib/system.ts';
 import { runLoad } from './lib/load.ts';
 import { summarize, type Summary } from './lib/stats.ts';
-import { MODEL_DIR } from '../test/helpers/system.ts';
+import { MODEL_DIR } from '../test/helpers/processes.ts';
 
 const { values } = parseArgs({
   options: {

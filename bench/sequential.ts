@@ -7,7 +7,7 @@ import { parseArgs } from 'node:util';
 import { BenchSystem } from './lib/system.ts';
 import { loadInProcess, measureSingles } from './lib/inprocess.ts';
 import { summarize, type Summary } from './lib/stats.ts';
-import { MODEL_DIR } from '../test/helpers/system.ts';
+import { MODEL_DIR } from '../test/helpers/processes.ts';
 
 const { values } = parseArgs({
   options: {

@@ -34,23 +34,20 @@ async function withPrefilledQueue(
 const sizes = (outcomes: RequestOutcome[]) => outcomes.map((o) => (o.ok ? o.timing.batch_size : -1));
 
 describe('batch formation', () => {
-  const systems: TestSystem[] = [];
-  after(() => Promise.all(systems.map((s) => s.stop())));
-
-  it('caps a batch at BATCH_MAX_SIZE and fills it from a deep queue', async () => {
+  it('caps a batch at BATCH_MAX_SIZE and fills it from a deep queue', async (t) => {
     const { outcomes, system } = await withPrefilledQueue('size-cap', { BATCH_MAX_SIZE: 4 }, (q) =>
       Promise.all(Array.from({ length: 20 }, (_, i) => q.add([`text number ${i}`]))),
     );
-    systems.push(system);
+    t.after(() => system.stop());
     assert.ok(outcomes.every((o) => o.ok), JSON.stringify(outcomes.find((o) => !o.ok)));
     assert.deepEqual(sizes(outcomes), Array(20).fill(4));
   });
 
-  it('stops gathering at the one deadline after the first job (BATCH_MAX_WAIT_MS=0: an idle worker runs the first job alone)', async () => {
+  it('stops gathering at the one deadline after the first job (BATCH_MAX_WAIT_MS=0: an idle worker runs the first job alone)', async (t) => {
     const { outcomes, system } = await withPrefilledQueue('deadline', { BATCH_MAX_SIZE: 32, BATCH_MAX_WAIT_MS: 0 }, (q) =>
       Promise.all(Array.from({ length: 8 }, (_, i) => q.add([`text number ${i}`]))),
     );
-    systems.push(system);
+    t.after(() => system.stop());
     // Seven more were waiting, yet the first ran alone: gathering ended at its deadline. The next
     // batch was formed while that call ran; whether the rest joined it depends on which finished
     // first, the call or the fetch, so only its bounds are fixed.
@@ -58,42 +55,41 @@ describe('batch formation', () => {
     for (const size of sizes(outcomes).slice(1)) assert.ok(size >= 1 && size <= 7, `later batch of ${size}`);
   });
 
-  it('gathers everything waiting before the deadline', async () => {
+  it('gathers everything waiting before the deadline', async (t) => {
     // Each job costs BullMQ a Lua script to fetch (~0.3 ms here), so the test's deadline is generous.
     const { outcomes, system } = await withPrefilledQueue('gather', { BATCH_MAX_SIZE: 32, BATCH_MAX_WAIT_MS: 1000 }, (q) =>
       Promise.all(Array.from({ length: 8 }, (_, i) => q.add([`text number ${i}`]))),
     );
-    systems.push(system);
+    t.after(() => system.stop());
     assert.deepEqual(sizes(outcomes), Array(8).fill(8));
   });
 
-  it('does not wait for company when nothing else is queued', async () => {
+  it('does not wait for company when nothing else is queued', async (t) => {
     // A deadline far longer than the test's patience: a batcher that idled until it would fail here.
     const system = new TestSystem(uniquePrefix('no-idle'));
-    systems.push(system);
+    t.after(() => system.stop());
     await system.startGateway();
     system.startWorker({ model: MODEL, env: { BATCH_MAX_WAIT_MS: 20_000 } });
     await system.waitForWorkers(MODEL);
     for (let i = 0; i < 3; i++) {
-      const started = Date.now();
+      // Answered (200, not 504) within a 10 s deadline, half the batching deadline.
       const res = await system.infer(MODEL, `lonely request ${i}`, undefined, { options: { timeout_ms: 10_000 } });
       assert.equal(res.status, 200, JSON.stringify(res.body));
       assert.equal(res.headers.get('x-batch-size'), '1');
-      assert.ok(Date.now() - started < 10_000);
     }
   });
 
-  it('caps a model call by padded tokens (BATCH_MAX_TOKENS)', async () => {
+  it('caps a model call by padded tokens (BATCH_MAX_TOKENS)', async (t) => {
     const text = textOfTokens(16);
     const { outcomes, system } = await withPrefilledQueue('token-cap', { BATCH_MAX_SIZE: 32, BATCH_MAX_TOKENS: 64, BATCH_MAX_WAIT_MS: 1000 }, (q) =>
       Promise.all(Array.from({ length: 8 }, () => q.add([text]))),
     );
-    systems.push(system);
+    t.after(() => system.stop());
     // 64 padded tokens hold four 16-token sequences.
     assert.deepEqual(sizes(outcomes), Array(8).fill(4));
   });
 
-  it('groups by length: one long input does not pad the short ones', async () => {
+  it('groups by length: one long input does not pad the short ones', async (t) => {
     const short = textOfTokens(16);
     const long = textOfTokens(400);
     const { outcomes, system } = await withPrefilledQueue('grouping', { BATCH_MAX_SIZE: 32, BATCH_MAX_WAIT_MS: 1000 }, async (q) => {
@@ -102,7 +98,7 @@ describe('batch formation', () => {
       ids.push(...(await Promise.all(Array.from({ length: 16 }, () => q.add([short])))));
       return ids;
     });
-    systems.push(system);
+    t.after(() => system.stop());
     const s = sizes(outcomes);
     assert.equal(s[7], 1, 'the long input runs in a call of its own');
     assert.deepEqual(s.filter((_, i) => i !== 7), Array(31).fill(31), 'the 31 short inputs share one call');
@@ -151,10 +147,7 @@ describe('correctness under batching', () => {
 });
 
 describe('failures inside a batch', () => {
-  const systems: TestSystem[] = [];
-  after(() => Promise.all(systems.map((s) => s.stop())));
-
-  it('isolates an input that breaks the model; its neighbours get their answers', async () => {
+  it('isolates an input that breaks the model; its neighbours get their answers', async (t) => {
     // 600 tokens with truncation off overflow the 512-position table: ONNX Runtime fails the whole call.
     const culpritText = textOfTokens(600, 'word');
     const innocents = [480, 490, 500, 510, 470, 505].map((n) => textOfTokens(n, 'word'));
@@ -167,7 +160,7 @@ describe('failures inside a batch', () => {
       for (const text of innocents.slice(3)) ids.push(await q.add([text], { truncation: false }));
       return ids;
     });
-    systems.push(system);
+    t.after(() => system.stop());
     const bad = outcomes.find((o) => o.id === culprit)!;
     assert.equal(bad.ok, false);
     assert.ok(!bad.ok && bad.error.error_type === 'validation', JSON.stringify(bad));
@@ -180,9 +173,9 @@ describe('failures inside a batch', () => {
     assert.ok(system.procs[0].running, 'the worker survived');
   });
 
-  it('with truncation on (the default) the long input is cut and says so', async () => {
+  it('with truncation on (the default) the long input is cut and says so', async (t) => {
     const system = new TestSystem(uniquePrefix('truncate'));
-    systems.push(system);
+    t.after(() => system.stop());
     await system.startGateway();
     system.startWorker({ model: MODEL });
     await system.waitForWorkers(MODEL);
@@ -195,13 +188,13 @@ describe('failures inside a batch', () => {
     assert.match(refused.body.error, /600 tokens long but this model accepts at most 512/);
   });
 
-  it('drops jobs whose deadline passed without running them', async () => {
+  it('drops jobs whose deadline passed without running them', async (t) => {
     const { outcomes, system } = await withPrefilledQueue('expired', {}, async (q) => {
       const expired = await Promise.all(Array.from({ length: 3 }, (_, i) => q.add([`late ${i}`], {}, -1)));
       const fresh = await q.add(['on time']);
       return [...expired, fresh];
     });
-    systems.push(system);
+    t.after(() => system.stop());
     for (const o of outcomes.slice(0, 3)) {
       assert.ok(!o.ok && o.error.error_type === 'timeout', JSON.stringify(o));
       assert.match(!o.ok ? o.error.error : '', /deadline passed before the model ran/);
@@ -212,10 +205,7 @@ describe('failures inside a batch', () => {
 });
 
 describe('jobs that carry several requests (coalesced by a gateway)', () => {
-  const systems: TestSystem[] = [];
-  after(() => Promise.all(systems.map((s) => s.stop())));
-
-  it('answers each request of a job on its own: one fails, one expired, the others answered', async () => {
+  it('answers each request of a job on its own: one fails, one expired, the others answered', async (t) => {
     let ids: string[] = [];
     const { outcomes, system } = await withPrefilledQueue('multi', { BATCH_MAX_SIZE: 32, BATCH_MAX_WAIT_MS: 1000 }, async (q) => {
       ids = await q.addJob([
@@ -226,7 +216,7 @@ describe('jobs that carry several requests (coalesced by a gateway)', () => {
       ]);
       return ids;
     });
-    systems.push(system);
+    t.after(() => system.stop());
     const [first, culprit, late, fourth] = outcomes;
     assert.ok(first.ok, JSON.stringify(first));
     assert.ok(!culprit.ok && culprit.error.error_type === 'validation' && /600 tokens/.test(culprit.error.error), JSON.stringify(culprit));

@@ -3,7 +3,7 @@
  * load, a worker that cannot load its model, and every worker gone. Nothing accepted is lost,
  * nothing hangs past its deadline, and the system recovers by itself.
  */
-import { after, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
@@ -32,14 +32,9 @@ async function load<T>(total: number, concurrency: number, send: (i: number) => 
 }
 
 describe('faults', () => {
-  const cleanups: Array<() => Promise<void>> = [];
-  after(async () => {
-    for (const c of cleanups) await c();
-  });
-
-  it('a worker killed with SIGKILL mid-batch loses no accepted request', async () => {
+  it('a worker killed with SIGKILL mid-batch loses no accepted request', async (t) => {
     const system = new TestSystem(uniquePrefix('kill'));
-    cleanups.push(() => system.stop());
+    t.after(() => system.stop());
     await system.startGateway();
     const workerEnv = { DTYPE: 'fp32', JOB_LOCK_MS: 1500, STALLED_INTERVAL_MS: 500, BATCH_MAX_WAIT_MS: 5 };
     const victim = system.startWorker({ model: MODEL, env: { ...workerEnv, WORKER_ID: 'victim' } });
@@ -57,7 +52,7 @@ describe('faults', () => {
 
     const redis = new Redis(REDIS_URL);
     const queue = new Queue(queueNameFor(MODEL), { connection: redis, prefix: system.prefix });
-    cleanups.push(async () => {
+    t.after(async () => {
       await queue.close();
       redis.disconnect();
     });
@@ -109,11 +104,11 @@ describe('faults', () => {
     }
   });
 
-  it('Redis restarted under load: 503 quickly while down, recovery by itself after', async () => {
+  it('Redis restarted under load: 503 quickly while down, recovery by itself after', async (t) => {
     const redis = new PrivateRedis(await freePort());
     await redis.start();
     const system = new TestSystem(uniquePrefix('redis-restart'), redis.url);
-    cleanups.push(async () => {
+    t.after(async () => {
       await system.stop();
       await redis.stop();
     });
@@ -150,9 +145,9 @@ describe('faults', () => {
     assert.ok(system.procs.every((p) => p.running), 'gateway and worker recovered without a restart');
   });
 
-  it('a worker that cannot load its model exits non-zero; the model is reported and answered 503', async () => {
+  it('a worker that cannot load its model exits non-zero; the model is reported and answered 503', async (t) => {
     const system = new TestSystem(uniquePrefix('bad-model'));
-    cleanups.push(() => system.stop());
+    t.after(() => system.stop());
     await system.startGateway();
     system.startWorker({ model: MODEL });
     await system.waitForWorkers(MODEL);
@@ -176,9 +171,9 @@ describe('faults', () => {
     assert.equal((await system.infer(MODEL, 'the other model is fine')).status, 200);
   });
 
-  it('with every worker gone, requests get 503 or 504 within their deadline, never hang', async () => {
+  it('with every worker gone, requests get 503 or 504 within their deadline, never hang', async (t) => {
     const system = new TestSystem(uniquePrefix('no-workers'));
-    cleanups.push(() => system.stop());
+    t.after(() => system.stop());
     await system.startGateway();
     const worker = system.startWorker({ model: MODEL });
     await system.waitForWorkers(MODEL);

@@ -1,44 +1,19 @@
 /**
- * Starts the real system for tests: Redis, gateway and worker processes from the built output,
- * talking over real sockets. Each test file uses its own key prefix and removes its keys after.
+ * The real system for tests: gateway and worker processes from the built output, talking over real
+ * sockets to the tests' Redis. Each test file uses its own key prefix and removes its keys after.
+ * Importing it starts nothing; the Redis is ensured by test/setup.ts, which `npm test` preloads.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { once } from 'node:events';
 import fs from 'node:fs';
-import net from 'node:net';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
-import { queueNameFor, redisAnswers } from '@tserve/queue';
+import { queueNameFor } from '@tserve/queue';
 import type { ReadyBody } from '@tserve/contract';
+import { cleanPrefix, freePort, MODEL_DIR, startNode, waitFor, type Env, type Proc } from './processes.ts';
 
-export { redisAnswers };
+export { cleanPrefix, freePort, MODEL_DIR, PrivateRedis, Proc, redisAnswers, ROOT, sleep, waitFor } from './processes.ts';
 
-export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-export const MODEL_DIR = path.resolve(process.env.MODEL_DIR ?? path.join(ROOT, '../shared/models'));
-/**
- * The Redis the tests share: TEST_REDIS_URL, else the local default; when nothing answers there, a
- * private redis-server for this test process, so `npm test` needs Redis installed, not running.
- * (Resolved at the end of this module, once everything it uses is defined.)
- */
-
-async function resolveTestRedis(): Promise<string> {
-  if (process.env.TEST_REDIS_URL) return process.env.TEST_REDIS_URL;
-  const fallback = 'redis://127.0.0.1:6379';
-  if (await redisAnswers(fallback, 500)) return fallback;
-  const port = await freePort();
-  const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
-  child.on('error', () => {});
-  // It must not keep the test process alive; it dies with it.
-  child.unref();
-  process.on('exit', () => child.kill('SIGKILL'));
-  const url = `redis://127.0.0.1:${port}`;
-  for (let i = 0; i < 50; i++) {
-    if (await redisAnswers(url, 500)) return url;
-    await sleep(100);
-  }
-  throw new Error(`the tests need Redis: nothing answers at ${fallback} and redis-server could not be started (apt-get install redis-server, or set TEST_REDIS_URL)`);
-}
+/** The tests' Redis: what test/setup.ts found or started, else the local default. */
+export const REDIS_URL = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
 
 export function reference(): Record<string, { task: string; cases: Array<Record<string, any>> }> {
   return JSON.parse(fs.readFileSync(path.join(MODEL_DIR, 'REFERENCE.json'), 'utf8'));
@@ -48,73 +23,14 @@ export function uniquePrefix(name: string): string {
   return `test-${name}-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
 }
 
-export async function freePort(): Promise<number> {
-  const server = net.createServer();
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const port = (server.address() as net.AddressInfo).port;
-  server.close();
-  await once(server, 'close');
-  return port;
-}
-
-export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-export async function waitFor<T>(what: string, probe: () => Promise<T | undefined | false>, timeoutMs = 30_000, everyMs = 100): Promise<T> {
-  const until = Date.now() + timeoutMs;
-  let last: unknown;
-  while (Date.now() < until) {
-    try {
-      const value = await probe();
-      if (value) return value;
-    } catch (err) {
-      last = err;
-    }
-    await sleep(everyMs);
-  }
-  throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ''}`);
-}
-
-/** A child process whose output is kept for assertions and failure messages. */
-export class Proc {
-  output = '';
-  readonly exited: Promise<number | null>;
-  constructor(readonly name: string, readonly child: ChildProcess) {
-    child.stdout?.on('data', (d) => (this.output += d));
-    child.stderr?.on('data', (d) => (this.output += d));
-    this.exited = new Promise((resolve) => child.on('exit', (code) => resolve(code)));
-  }
-  get pid(): number {
-    return this.child.pid!;
-  }
-  get running(): boolean {
-    return this.child.exitCode === null && this.child.signalCode === null;
-  }
-  kill(signal: NodeJS.Signals = 'SIGTERM'): void {
-    if (this.running) this.child.kill(signal);
-  }
-  async stop(signal: NodeJS.Signals = 'SIGTERM', timeoutMs = 10_000): Promise<number | null> {
-    if (!this.running) return this.child.exitCode;
-    this.child.kill(signal);
-    const timer = setTimeout(() => this.kill('SIGKILL'), timeoutMs);
-    const code = await this.exited;
-    clearTimeout(timer);
-    return code;
-  }
-}
-
-function startNode(name: string, script: string, env: Record<string, string | number | undefined>): Proc {
-  const clean = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined).map(([k, v]) => [k, String(v)]));
-  const child = spawn(process.execPath, [path.join(ROOT, script)], {
-    env: { PATH: process.env.PATH, HOME: process.env.HOME, LOG_LEVEL: 'warn', ...clean },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  return new Proc(name, child);
+/** The tests run the programs quietly (LOG_LEVEL warn) unless a test asks for more. */
+function startProgram(name: string, script: string, env: Env): Proc {
+  return startNode({ name, script, env: { LOG_LEVEL: 'warn', ...env } });
 }
 
 export interface WorkerOptions {
   model: string;
-  env?: Record<string, string | number | undefined>;
+  env?: Env;
 }
 
 /** One test's system: a prefix in Redis, one gateway, any number of workers. */
@@ -126,20 +42,20 @@ export class TestSystem {
   constructor(
     readonly prefix: string,
     readonly redisUrl = REDIS_URL,
-    readonly common: Record<string, string | number | undefined> = {},
+    readonly common: Env = {},
   ) {}
 
   get url(): string {
     return `http://127.0.0.1:${this.port}`;
   }
 
-  private env(extra: Record<string, string | number | undefined> = {}) {
+  private env(extra: Env = {}) {
     return { REDIS_URL: this.redisUrl, QUEUE_PREFIX: this.prefix, MODEL_DIR, HEARTBEAT_MS: 200, WORKER_TTL_MS: 1500, ...this.common, ...extra };
   }
 
-  async startGateway(env: Record<string, string | number | undefined> = {}): Promise<Proc> {
+  async startGateway(env: Env = {}): Promise<Proc> {
     this.port = this.port || (await freePort());
-    const gateway = startNode('gateway', 'apps/gateway/dist/main.js', this.env({ PORT: this.port, HOST: '127.0.0.1', REGISTRY_REFRESH_MS: 100, ...env }));
+    const gateway = startProgram('gateway', 'apps/gateway/dist/main.js', this.env({ PORT: this.port, HOST: '127.0.0.1', REGISTRY_REFRESH_MS: 100, ...env }));
     this.gateway = gateway;
     this.procs.push(gateway);
     await waitFor('gateway /health', async () => (await fetch(`${this.url}/health`)).ok, 20_000);
@@ -147,7 +63,7 @@ export class TestSystem {
   }
 
   startWorker(options: WorkerOptions): Proc {
-    const worker = startNode(`worker ${options.model}`, 'apps/worker/dist/main.js', this.env({ MODEL: options.model, JOB_LOCK_MS: 2000, STALLED_INTERVAL_MS: 1000, ...options.env }));
+    const worker = startProgram(`worker ${options.model}`, 'apps/worker/dist/main.js', this.env({ MODEL: options.model, JOB_LOCK_MS: 2000, STALLED_INTERVAL_MS: 1000, ...options.env }));
     this.procs.push(worker);
     return worker;
   }
@@ -200,41 +116,3 @@ export class TestSystem {
     await cleanPrefix(this.redisUrl, this.prefix);
   }
 }
-
-export async function cleanPrefix(redisUrl: string, prefix: string): Promise<void> {
-  const redis = new Redis(redisUrl, { maxRetriesPerRequest: 1, retryStrategy: () => null });
-  redis.on('error', () => {});
-  try {
-    let cursor = '0';
-    do {
-      const [next, found] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
-      cursor = next;
-      if (found.length) await redis.del(...found);
-    } while (cursor !== '0');
-  } catch {
-    // a test that stopped its own Redis has nothing left to clean
-  } finally {
-    redis.disconnect();
-  }
-}
-
-/** A private redis-server, so a test can stop and restart it without touching anyone else's. */
-export class PrivateRedis {
-  proc?: Proc;
-  constructor(readonly port: number) {}
-  get url(): string {
-    return `redis://127.0.0.1:${this.port}`;
-  }
-  async start(): Promise<void> {
-    const child = spawn('redis-server', ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    this.proc = new Proc(`redis:${this.port}`, child);
-    await waitFor(`redis on ${this.port}`, () => redisAnswers(this.url, 500), 10_000, 50);
-  }
-  async stop(): Promise<void> {
-    await this.proc?.stop('SIGKILL');
-  }
-}
-
-export const REDIS_URL = await resolveTestRedis();
