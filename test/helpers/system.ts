@@ -61,17 +61,17 @@ export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export async function waitFor<T>(what: string, probe: () => Promise<T | undefined | false>, timeoutMs = 30_000, everyMs = 100): Promise<T> {
   const until = Date.now() + timeoutMs;
-  let last: unknown;
+  let last: string | undefined;
   while (Date.now() < until) {
     try {
       const value = await probe();
       if (value) return value;
     } catch (err) {
-      last = err;
+      last = String(err);
     }
     await sleep(everyMs);
   }
-  throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ''}`);
+  throw new Error(`timed out waiting for ${what}${last ? `: ${last}` : ''}`);
 }
 
 /** A child process whose output is kept for assertions and failure messages. */

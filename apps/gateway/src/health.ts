@@ -25,7 +25,7 @@ export function healthRoutes(registry: ModelRegistry, breaker: RedisBreaker, def
     if (defaultModel && !registry.get(defaultModel) && !registry.lost().includes(defaultModel) && !registry.failure(defaultModel) && !registry.loading(defaultModel)) {
       reasons.push(`default model ${defaultModel} has no live worker`);
     }
-    const models = Object.fromEntries(
+    const models = Object.fromEntries<unknown>(
       [...served.map((m) => [m.id, { task: m.task, workers: m.workers.length, queue_depth: m.depth, devices: [...new Set(m.workers.map((w) => `${w.device}/${w.dtype}`))] }] as const),
         ...registry.lost().map((id) => [id, { task: registry.taskOf(id), workers: 0 }] as const),
         ...registry.failed().map((f) => [f.model, { workers: 0, error: f.reason }] as const),

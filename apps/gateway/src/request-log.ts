@@ -5,6 +5,7 @@ import type { Level, Logger } from 'pino';
 import { pinoHttp } from 'pino-http';
 import { routeOf } from './metrics.js';
 import { DASHBOARD_PATH } from './dashboard.js';
+import type { Admitted } from './admission.js';
 
 /** Polled by probes, scrapers and the dashboard's own page: at info they would drown the requests that matter. */
 const QUIET_ROUTES = new Set(['/health', '/ready', '/metrics', DASHBOARD_PATH]);
@@ -30,6 +31,7 @@ export function requestLog(logger: Logger): RequestHandler {
   const line = (rawReq: IncomingMessage, rawRes: ServerResponse) => {
     const { req, res } = asExpress(rawReq, rawRes);
     const startedAt = res.locals.startedAt as number;
+    const admitted = res.locals.admitted as Admitted | undefined;
     return {
       method: req.method,
       route: routeOf(req, res),
@@ -38,7 +40,7 @@ export function requestLog(logger: Logger): RequestHandler {
       duration_ms: Number((performance.now() - startedAt).toFixed(3)),
       ...(res.writableFinished ? {} : { aborted: true }),
       // The key's name, never the key: logs are read by more people than hold keys.
-      ...(res.locals.admitted?.key ? { key: res.locals.admitted.key.name } : {}),
+      ...(admitted?.key ? { key: admitted.key.name } : {}),
     };
   };
   const http = pinoHttp({
@@ -59,7 +61,7 @@ export function requestLog(logger: Logger): RequestHandler {
     res.locals.startedAt = performance.now();
     http(req, res);
     // Every answer, errors included, names the id to quote when asking about it.
-    res.setHeader('x-request-id', String(req.id));
+    res.setHeader('x-request-id', req.id as string);
     next();
   };
 }

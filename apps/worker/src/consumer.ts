@@ -212,7 +212,7 @@ export class Consumer {
 
   private hold(jobs: Job<InferenceJobData>[]): void {
     for (const job of jobs) {
-      const held: HeldJob = { job, outcomes: new Array(job.data.requests.length), remaining: job.data.requests.length };
+      const held: HeldJob = { job, outcomes: new Array<RequestOutcome | undefined>(job.data.requests.length), remaining: job.data.requests.length };
       this.held.set(job.id!, held);
       job.data.requests.forEach((request, index) => this.jobOfRequest.set(request.id, { held, index }));
     }
