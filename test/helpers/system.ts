@@ -105,7 +105,8 @@ export class Proc {
 function startNode(name: string, script: string, env: Record<string, string | number | undefined>): Proc {
   const clean = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined).map(([k, v]) => [k, String(v)]));
   const child = spawn(process.execPath, [path.join(ROOT, script)], {
-    env: { PATH: process.env.PATH, HOME: process.env.HOME, LOG_LEVEL: 'warn', ...clean },
+    // NODE_V8_COVERAGE passes through so that `npm run coverage:all` (c8) covers the processes too.
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, NODE_V8_COVERAGE: process.env.NODE_V8_COVERAGE, LOG_LEVEL: 'warn', ...clean },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   return new Proc(name, child);
@@ -195,7 +196,8 @@ export class TestSystem {
   }
 
   async stop(): Promise<void> {
-    await Promise.all(this.procs.map((p) => p.stop('SIGKILL')));
+    // A killed process writes no coverage; under c8 they get SIGTERM and shut down as in production.
+    await Promise.all(this.procs.map((p) => p.stop(process.env.NODE_V8_COVERAGE ? 'SIGTERM' : 'SIGKILL')));
     await cleanPrefix(this.redisUrl, this.prefix);
   }
 }
