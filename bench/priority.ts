@@ -24,7 +24,7 @@ const { values } = parseArgs({
 });
 const seconds = Number(values.seconds);
 const concurrency = Number(values.concurrency);
-const model = values.model!;
+const model = values.model;
 
 const interactive = createKey({ name: 'interactive', models: ['*'], priority: 'interactive' });
 const bulkBatch = createKey({ name: 'bulk-batch', models: ['*'], priority: 'batch' });

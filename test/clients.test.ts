@@ -119,7 +119,7 @@ describe('a model still loading', () => {
     } finally {
       worker.kill('SIGCONT');
     }
-    const waited = await waiting!;
+    const waited = await waiting;
     assert.equal(waited.status, 200, JSON.stringify(waited.body));
     assert.equal((await system.infer(SLOW, 'hello')).status, 200);
     await waitFor('/ready 200', async () => (await fetch(`${system.url}/ready`)).status === 200, 10_000);

@@ -211,7 +211,7 @@ describe('docker-compose.yml', () => {
       for (const seconds of ['10', '45', '300']) {
         const at = (v: string) => v.replace(/\$\{SHUTDOWN_GRACE_SECONDS:-10\}/g, seconds);
         const grace = Number(resolved(at(env(s).SHUTDOWN_GRACE_MS ?? '10000')));
-        const stop = durationMs(resolved(at(s.stop_grace_period!)));
+        const stop = durationMs(resolved(at(s.stop_grace_period)));
         assert.ok(stop > grace, `${name}: with SHUTDOWN_GRACE_SECONDS=${seconds}, stop_grace_period ${stop} ms <= SHUTDOWN_GRACE_MS ${grace}`);
       }
     }

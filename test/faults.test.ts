@@ -9,7 +9,7 @@ import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { queueNameFor } from '@tserve/queue';
 import type { ReadyBody } from '@tserve/contract';
-import { PrivateRedis, TestSystem, freePort, sleep, uniquePrefix, waitFor, REDIS_URL } from './helpers/system.ts';
+import { PrivateRedis, TestSystem, freePort, uniquePrefix, waitFor, REDIS_URL } from './helpers/system.ts';
 import { textOfTokens } from './helpers/direct-queue.ts';
 
 const MODEL = 'replica/tiny-bert-sst2';

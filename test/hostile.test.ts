@@ -39,6 +39,7 @@ function raw(port: number, chunks: Array<string | Buffer | { waitMs: number }>, 
     socket.on('data', (d) => (text += d.toString('latin1')));
     socket.on('close', () => finish(true));
     socket.on('error', () => finish(true));
+    // eslint-disable-next-line @typescript-eslint/no-misused-promises -- writes and waits only; nothing in it rejects
     socket.on('connect', async () => {
       for (const chunk of chunks) {
         if (done || socket.destroyed) return;

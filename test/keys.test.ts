@@ -146,7 +146,7 @@ describe('API keys, quotas and priorities', () => {
     } finally {
       worker.kill('SIGCONT');
     }
-    const answers = await Promise.all([interactive!, ...bulk]);
+    const answers = await Promise.all([interactive, ...bulk]);
     assert.deepEqual(answers.map((r) => r.status), Array(9).fill(200));
     const started = async (requestId: string) => {
       const jobs = await queue.getJobs(['completed']);

@@ -100,7 +100,7 @@ describe('npm start (launcher)', () => {
     assert.equal(ner.status, 200);
 
     const children = await childrenOf(launcher.pid);
-    assert.equal(children.length, 1 + 4 + 1, `gateway, four workers and redis-server: ${children}`);
+    assert.equal(children.length, 1 + 4 + 1, `gateway, four workers and redis-server: ${children.join(',')}`);
     launcher.kill('SIGINT');
     assert.equal(await launcher.exited, 0, launcher.output);
     await waitFor('every child to exit', async () => children.every((pid) => !alive(pid)), 15_000);

@@ -29,7 +29,7 @@ async function inProcess(model: string, kind: 'classify' | 'qa') {
   const session = await (kind === 'qa' ? AutoModelForQuestionAnswering : AutoModelForSequenceClassification).from_pretrained(model, { dtype: 'q8' });
   return async (text: string, pair: string) => {
     const encoded = tokenizer(text, { text_pair: pair });
-    const out = (await session(encoded)) as any;
+    const out = (await session(encoded));
     const ids = Array.from(encoded.input_ids.data as BigInt64Array, Number);
     return { ids, tokenizer, logits: out.logits?.data as Float32Array, start: out.start_logits?.data as Float32Array, end: out.end_logits?.data as Float32Array };
   };

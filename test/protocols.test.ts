@@ -136,7 +136,7 @@ describe('protocols', () => {
       for (const r of results) {
         const res = await system.post('/rerank', { query, texts: [r.document], raw_scores: true, return_text: true });
         assert.equal(res.status, 200, JSON.stringify(res.body));
-        const logit = ((await model(tokenizer(query, { text_pair: r.document }))) as any).logits.data[0];
+        const logit = ((await model(tokenizer(query, { text_pair: r.document })))).logits.data[0];
         assert.deepEqual(res.body.map((x: any) => [x.index, x.text]), [[0, r.document]]);
         assert.ok(Math.abs(res.body[0].score - logit) <= TOL, `${res.body[0].score} vs in-process ${logit}`);
         const scored = await system.post('/rerank', { query, texts: [r.document] });

@@ -130,7 +130,7 @@ describe('queue path', () => {
     } finally {
       worker.kill('SIGCONT');
     }
-    const stored = await waitFor('the job settled', () => system.jobReturnValue(MODEL, requestId!), 10_000);
+    const stored = await waitFor('the job settled', () => system.jobReturnValue(MODEL, requestId), 10_000);
     const outcome = stored.outcomes.find((o: { id: string }) => o.id === requestId);
     assert.ok(outcome && !outcome.ok && outcome.error.error_type === 'cancelled', JSON.stringify(stored));
     await waitFor('the skip counted', async () => (await metric(system, 'tserve_requests_skipped_total', { model: MODEL })) === skippedBefore + 1, 10_000, 20);

@@ -39,7 +39,7 @@ export interface LoadSpec {
   redisUrl?: string;
 }
 
-export interface SecondStats {
+interface SecondStats {
   second: number;
   sent: number;
   status: Record<string, number>;
@@ -48,7 +48,7 @@ export interface SecondStats {
   max: number;
 }
 
-export interface ServerTiming {
+interface ServerTiming {
   /** Mean of x-batch-size over successful responses: sequences in the model call that ran each. */
   batchMean: number;
   queueMs: Summary;

@@ -33,8 +33,8 @@ export interface BenchOptions {
   logLevel: string;
 }
 
-export const PHASES = ['sweep', 'batch1', 'mixed', 'soak'] as const;
-export type Phase = (typeof PHASES)[number];
+const PHASES = ['sweep', 'batch1', 'mixed', 'soak'] as const;
+type Phase = (typeof PHASES)[number];
 
 const DEFAULT_MODELS = ['replica/MiniLM-L6-H384-uncased-sst2', 'replica/distilbert-base-uncased-finetuned-sst-2-english'];
 

@@ -56,7 +56,7 @@ export function formatReport(r: BenchResults): string {
     `tserve benchmark  ${m.startedAt}  (${round(m.elapsedSeconds / 60, 1)} min)`,
     `machine: ${m.machine.cpus} x ${m.machine.cpuModel}, ${m.machine.memGiB} GiB, node ${m.machine.node}; target ${m.target}`,
     `server settings: ${Object.entries(m.serverSettings).map(([k, v]) => `${k}=${v}`).join(' ') || '(defaults)'}`,
-    `options: ${(m.options.quick ? 'quick' : 'full')}, ${m.options.durationSeconds} s per point after ${m.options.warmupSeconds} s warm-up; waited ${round(m.quietWaitSeconds, 1)} s for a quiet machine, re-ran ${m.quietRetries} disturbed measurement(s)`,
+    `options: ${(m.options.quick ? 'quick' : 'full')}, ${String(m.options.durationSeconds)} s per point after ${String(m.options.warmupSeconds)} s warm-up; waited ${round(m.quietWaitSeconds, 1)} s for a quiet machine, re-ran ${m.quietRetries} disturbed measurement(s)`,
     '',
   );
 

@@ -12,7 +12,7 @@ const INPROCESS_SHARE = 0.8;
 const MIXED_SHARE = 0.9;
 const SHED_P99_MS = 10;
 /** RSS rule: end of soak ≤ 1.2 × start, start sampled after the soak's warm-up (heap already grown to the load). */
-export const RSS_GROWTH = 1.2;
+const RSS_GROWTH = 1.2;
 
 const skip = (id: string, name: string, why: string): TargetResult => ({ id, name, pass: null, detail: `not measured: ${why}` });
 const short = (model: string) => model.split('/').pop()!;

@@ -23,7 +23,7 @@ export async function loadTokenizer(model: string, modelDir: string): Promise<To
   return AutoTokenizer.from_pretrained(model);
 }
 
-export function tokenCount(tokenizer: Tokenizer, text: string): number {
+function tokenCount(tokenizer: Tokenizer, text: string): number {
   return tokenizer.encode(text).length;
 }
 

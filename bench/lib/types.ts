@@ -11,13 +11,13 @@ export interface InputText {
   text: string;
 }
 
-export interface InProcessSingles {
+interface InProcessSingles {
   tokens: number;
   latency: Summary;
   cpu: CpuUsage;
 }
 
-export interface InProcessBatched extends BatchedResult {
+interface InProcessBatched extends BatchedResult {
   tokens: number;
   cpu: CpuUsage;
 }

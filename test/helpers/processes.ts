@@ -34,17 +34,17 @@ export async function freePort(): Promise<number> {
 /** Polls `probe` until it gives a truthy value; a probe that throws counts as "not yet". */
 export async function waitFor<T>(what: string, probe: () => Promise<T | undefined | false>, timeoutMs = 30_000, everyMs = 100): Promise<T> {
   const until = Date.now() + timeoutMs;
-  let last: unknown;
+  let last: string | undefined;
   while (Date.now() < until) {
     try {
       const value = await probe();
       if (value) return value;
     } catch (err) {
-      last = err;
+      last = String(err);
     }
     await sleep(everyMs);
   }
-  throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ''}`);
+  throw new Error(`timed out waiting for ${what}${last ? `: ${last}` : ''}`);
 }
 
 /**
@@ -109,7 +109,8 @@ export function startNode({ name, script, env, baseEnv, nodeArgs = [], keepChars
       .map(([k, v]) => [k, String(v)]),
   );
   const child = spawn(process.execPath, [...nodeArgs, path.join(ROOT, script)], {
-    env: { ...(baseEnv ?? { PATH: process.env.PATH, HOME: process.env.HOME }), ...own },
+    // NODE_V8_COVERAGE passes through so that `npm run coverage:all` (c8) covers the processes too.
+    env: { ...(baseEnv ?? { PATH: process.env.PATH, HOME: process.env.HOME, NODE_V8_COVERAGE: process.env.NODE_V8_COVERAGE }), ...own },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   return new Proc(name, child, keepChars);

@@ -112,7 +112,8 @@ export class TestSystem {
   }
 
   async stop(): Promise<void> {
-    await Promise.all(this.procs.map((p) => p.stop('SIGKILL')));
+    // A killed process writes no coverage; under c8 they get SIGTERM and shut down as in production.
+    await Promise.all(this.procs.map((p) => p.stop(process.env.NODE_V8_COVERAGE ? 'SIGTERM' : 'SIGKILL')));
     await cleanPrefix(this.redisUrl, this.prefix);
   }
 }

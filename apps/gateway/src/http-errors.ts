@@ -13,8 +13,10 @@ export function sendError(res: Response, error: ApiError, format: ErrorFormat = 
   res.status(status).json(body);
 }
 
+type BodyParserError = { type?: string; message?: string; limit?: number };
+
 /** body-parser's failures, turned into errors that say what to fix. */
-function fromBodyParser(err: { type?: string; message?: string; limit?: number }): ApiError | undefined {
+function fromBodyParser(err: BodyParserError): ApiError | undefined {
   switch (err.type) {
     case 'entity.parse.failed':
       return new ApiError('validation', `malformed JSON body: ${err.message ?? 'could not parse'}`);
@@ -38,7 +40,7 @@ function fromBodyParser(err: { type?: string; message?: string; limit?: number }
  */
 export function errorHandler(logger: Logger, format: ErrorFormat = nativeErrors): ErrorRequestHandler {
   return (err, _req, res, _next) => {
-    const api = err instanceof ApiError ? err : fromBodyParser(err);
+    const api = err instanceof ApiError ? err : fromBodyParser(err as BodyParserError);
     if (api) {
       if (api.status >= 500) logger.warn({ status: api.status, error_type: api.type }, api.message);
       sendError(res, api, format);

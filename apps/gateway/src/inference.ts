@@ -12,7 +12,6 @@ import {
   type Operation,
   type Priority,
   type QueuedRequest,
-  type Task,
   type TaskInput,
   type TaskParameters,
 } from '@tserve/contract';

@@ -30,7 +30,7 @@ export function labelRoute(res: Response, label: string): void {
  * or per mistyped path would grow without bound.
  */
 export function routeOf(req: Request, res: Response): string {
-  const named = res.locals?.routeLabel;
+  const named: unknown = res.locals?.routeLabel;
   if (typeof named === 'string') return named;
   const route = (req as { route?: { path?: unknown } }).route;
   return typeof route?.path === 'string' ? `${req.baseUrl}${route.path}` : 'unmatched';
@@ -40,9 +40,9 @@ export interface GatewayMetrics extends InferenceObserver {
   /** First middleware: counts and times every request when its response closes. */
   track: RequestHandler;
   /** An outcome that arrived after its request stopped waiting; counts the ones the worker skipped. */
-  unclaimed(model: string, outcome: RequestOutcome): void;
+  unclaimed: (model: string, outcome: RequestOutcome) => void;
   /** A request refused with 429, by key name (never its secret). */
-  quotaRejected(key: ApiKey, reason: QuotaReason): void;
+  quotaRejected: (key: ApiKey, reason: QuotaReason) => void;
   /** `GET /metrics` in the Prometheus text format. */
   routes(): Router;
 }

@@ -45,7 +45,7 @@ function waitForModel(req: Request, body?: { wait_for_model?: boolean }): boolea
   return booleanHeader(req, 'x-wait-for-model') ?? body?.wait_for_model ?? false;
 }
 
-const pathOf = (req: Request) => ([] as string[]).concat(req.params.id as string | string[]).join('/');
+const pathOf = (req: Request) => ([] as string[]).concat(req.params.id).join('/');
 
 /**
  * `/models/<id>` or, as the Hugging Face router has it, `/models/<id>/pipeline/<task>`, which

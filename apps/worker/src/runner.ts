@@ -98,7 +98,7 @@ export class BatchRunner {
           continue;
         }
         const encoded = request.inputs.map((input, i) => this.prepareInput(input, i, request.inputs.length, pending));
-        pending.parts = encoded.map((sequences) => new Array(sequences.length));
+        pending.parts = encoded.map((sequences) => new Array<unknown>(sequences.length));
         pending.remaining = encoded.reduce((n, sequences) => n + sequences.length, 0);
         pending.tokens = encoded.reduce((n, sequences) => n + sequences.reduce((m, e) => m + e.ids.length, 0), 0);
         encoded.forEach((sequences, input) => sequences.forEach((e, part) => batch.sequences.push({ owner: { pending, input, part }, encoded: e })));

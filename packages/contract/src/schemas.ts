@@ -85,7 +85,7 @@ export function normalizeInput(input: string | { text: string; text_pair?: strin
 
 /** Which task an Inference API body asks for when its inputs' shape says so; undefined for plain texts. */
 export function taskOfInputs(inputs: unknown): Task | undefined {
-  const first = Array.isArray(inputs) ? inputs[0] : inputs;
+  const first: unknown = Array.isArray(inputs) ? inputs[0] : inputs;
   if (typeof first !== 'object' || first === null) return undefined;
   if ('source_sentence' in first || 'sentences' in first) return 'sentence-similarity';
   if ('question' in first || 'context' in first) return 'question-answering';

@@ -60,7 +60,7 @@ function outputsOf(m: ServedModel): string[] {
 
 /** `/v2/models/<name>[/versions/<v>][/ready|/infer]`: the name may itself hold slashes. */
 function parsePath(req: Request): { name: string; version?: string; action: 'metadata' | 'ready' | 'infer' } {
-  let path = ([] as string[]).concat(req.params.path as string | string[]).map(decodeURIComponent).join('/');
+  let path = ([] as string[]).concat(req.params.path).map(decodeURIComponent).join('/');
   let action: 'metadata' | 'ready' | 'infer' = 'metadata';
   for (const suffix of ['ready', 'infer'] as const) {
     if (path.endsWith(`/${suffix}`)) {

@@ -102,7 +102,7 @@ export function openAiRoutes(config: GatewayConfig, service: InferenceService, r
   });
 
   router.get('/v1/models/*id', (req, res) => {
-    const id = ([] as string[]).concat(req.params.id as string | string[]).join('/');
+    const id = ([] as string[]).concat(req.params.id).join('/');
     const m = registry.get(id);
     if (!m) throw new ApiError('not_found', `model ${id} is not served; see GET /v1/models`);
     res.json({ id: m.id, object: 'model', created: Math.floor(Math.min(...m.workers.map((w) => w.startedAt)) / 1000), owned_by: 'tserve' });

@@ -1,7 +1,7 @@
 import express, { type Request, type Router } from 'express';
 import type { Logger } from 'pino';
 import { z } from 'zod';
-import { ApiError, describeIssues, type ErrorType, type Task } from '@tserve/contract';
+import { ApiError, describeIssues, type ErrorType } from '@tserve/contract';
 import type { GatewayConfig } from '@tserve/config';
 import type { InferenceService } from '../inference.js';
 import type { ModelRegistry, ServedModel } from '../model-registry.js';
@@ -253,7 +253,7 @@ export function teiRoutes(config: GatewayConfig, service: InferenceService, regi
       served_model_name: m.id,
       model_dtype: [...new Set(m.workers.map((w) => w.dtype))].join(','),
       model_type: modelType(m),
-      task: m.task as Task,
+      task: m.task,
       tasks: m.tasks,
       max_concurrent_requests: config.MAX_QUEUE_DEPTH,
       max_input_length: m.maxLength,

@@ -16,19 +16,19 @@ export type { TaskHead } from './head.js';
 export type TaskHeads = (task: Operation | undefined) => TaskHead;
 
 const HEADS: Record<Task, (loaded: LoadedModel) => TaskHead> = {
-  'text-classification': textClassificationHead as (loaded: LoadedModel) => TaskHead,
-  'fill-mask': fillMaskHead as (loaded: LoadedModel) => TaskHead,
-  'token-classification': tokenClassificationHead as (loaded: LoadedModel) => TaskHead,
-  'feature-extraction': featureExtractionHead as (loaded: LoadedModel) => TaskHead,
-  'question-answering': questionAnsweringHead as (loaded: LoadedModel) => TaskHead,
-  'zero-shot-classification': zeroShotClassificationHead as (loaded: LoadedModel) => TaskHead,
-  'sentence-similarity': sentenceSimilarityHead as (loaded: LoadedModel) => TaskHead,
+  'text-classification': textClassificationHead,
+  'fill-mask': fillMaskHead,
+  'token-classification': tokenClassificationHead,
+  'feature-extraction': featureExtractionHead,
+  'question-answering': questionAnsweringHead,
+  'zero-shot-classification': zeroShotClassificationHead,
+  'sentence-similarity': sentenceSimilarityHead,
 };
 
 /** One head per task the model serves, and tokenization, built once. */
 export function headsFor(loaded: LoadedModel): TaskHeads {
   const heads = new Map<Operation, TaskHead>(loaded.tasks.map((task) => [task, HEADS[task](loaded)]));
-  heads.set('tokenize', tokenizeHead(loaded) as TaskHead);
+  heads.set('tokenize', tokenizeHead(loaded));
   return (task = loaded.task) => {
     const head = heads.get(task);
     if (!head) throw new ApiError('validation', `model ${loaded.id} cannot serve ${task}; it serves ${loaded.tasks.join(', ')}`);

@@ -14,7 +14,7 @@ export function softmax(values: ArrayLike<number>): Float64Array {
 }
 
 export function sigmoid(values: ArrayLike<number>): Float64Array {
-  return Float64Array.from(values as ArrayLike<number>, (v) => 1 / (1 + Math.exp(-v)));
+  return Float64Array.from(values, (v) => 1 / (1 + Math.exp(-v)));
 }
 
 /** Indices of the k largest values, largest first. */
