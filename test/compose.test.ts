@@ -10,6 +10,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parse } from 'yaml';
+import { SETTINGS } from '@tserve/config';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const COMPOSE_FILE = path.join(ROOT, 'docker-compose.yml');
@@ -128,8 +129,7 @@ function helpSettings(): Set<string> {
 
 /** Setting names the zod schemas parse (what the processes actually read). */
 function schemaSettings(): Set<string> {
-  const source = fs.readFileSync(path.join(ROOT, 'packages/config/src/index.ts'), 'utf8');
-  return new Set([...source.matchAll(/^ {2}([A-Z][A-Z0-9_]*): /gm)].map((m) => m[1]));
+  return new Set(Object.values(SETTINGS).flatMap((shape) => Object.keys(shape)));
 }
 
 function hasBinary(cmd: string, args: string[]): boolean {

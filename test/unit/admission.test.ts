@@ -37,7 +37,7 @@ describe('overload limits', () => {
     assert.equal(batch?.type, 'overloaded');
     assert.equal(batch?.status, 503);
     assert.equal(batch?.retryAfterSeconds, 1);
-    assert.match(batch!.message, /model m has 5 requests waiting \(batch class refused first\)/);
+    assert.match(batch.message, /model m has 5 requests waiting \(batch class refused first\)/);
     assert.equal(depthRefusal(limits, 'm', 9, 'interactive'), undefined);
     assert.match(depthRefusal(limits, 'm', 10, 'interactive')!.message, /^model m has 10 requests waiting; retry shortly$/);
   });
@@ -51,10 +51,10 @@ describe('overload limits', () => {
     assert.equal(sizeRefusal(limits, 8, 8), undefined);
     const inputs = sizeRefusal(limits, 9, 9);
     assert.equal(inputs?.status, 413);
-    assert.match(inputs!.message, /^9 inputs in one request; at most 8/);
+    assert.match(inputs.message, /^9 inputs in one request; at most 8/);
     const sequences = sizeRefusal(limits, 2, 12);
     assert.equal(sequences?.type, 'payload_too_large');
-    assert.match(sequences!.message, /^12 model sequences \(2 input\(s\) × their pairs, labels or sentences\)/);
+    assert.match(sequences.message, /^12 model sequences \(2 input\(s\) × their pairs, labels or sentences\)/);
   });
 });
 

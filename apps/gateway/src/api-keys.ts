@@ -25,13 +25,13 @@ const keySchema = z
   })
   .strict();
 
-export const keyFileSchema = z.object({ keys: z.array(keySchema) }).strict();
+const keyFileSchema = z.object({ keys: z.array(keySchema) }).strict();
 
 export type ApiKey = z.infer<typeof keySchema>;
 
 const PREFIX = 'tsk';
 
-export function hashSecret(secret: string): string {
+function hashSecret(secret: string): string {
   return `sha256:${createHash('sha256').update(secret).digest('hex')}`;
 }
 

@@ -15,7 +15,7 @@ export interface DashboardCredentials {
 }
 
 /** Compares secrets in constant time: hashing first makes lengths equal, so length leaks nothing either. */
-export function safeEqual(given: string, expected: string): boolean {
+function safeEqual(given: string, expected: string): boolean {
   const digest = (s: string) => createHash('sha256').update(s).digest();
   return timingSafeEqual(digest(given), digest(expected));
 }

@@ -5,7 +5,7 @@ import { ApiError } from '@tserve/contract';
 /** How a protocol writes an error: its status and body. The native shape is `{"error", "error_type"}`. */
 export type ErrorFormat = (error: ApiError) => { status: number; body: unknown };
 
-export const nativeErrors: ErrorFormat = (error) => ({ status: error.status, body: error.toBody() });
+const nativeErrors: ErrorFormat = (error) => ({ status: error.status, body: error.toBody() });
 
 export function sendError(res: Response, error: ApiError, format: ErrorFormat = nativeErrors): void {
   if (error.retryAfterSeconds !== undefined) res.setHeader('Retry-After', String(error.retryAfterSeconds));

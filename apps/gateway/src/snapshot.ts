@@ -8,7 +8,7 @@ import type { BreakerState, RedisBreaker } from './breaker.js';
  * failed (its worker could not load it, and none serves it since); lost (served earlier, no live
  * worker now).
  */
-export type ModelState = 'served' | 'loading' | 'failed' | 'lost';
+type ModelState = 'served' | 'loading' | 'failed' | 'lost';
 
 export interface ModelStatus {
   id: string;

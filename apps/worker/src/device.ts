@@ -9,7 +9,7 @@ export type Device = Exclude<(typeof DEVICES)[number], 'gpu'>;
 export type Dtype = Exclude<(typeof DTYPES)[number], 'auto'>;
 
 /** transformers.js's file for each dtype, in a model's onnx/ folder. */
-export const DTYPE_FILES: Record<Dtype, string> = {
+const DTYPE_FILES: Record<Dtype, string> = {
   fp32: 'model.onnx',
   fp16: 'model_fp16.onnx',
   q8: 'model_quantized.onnx',

@@ -57,7 +57,7 @@ function where(config: WorkerConfig): string {
 }
 
 /** Points transformers.js at MODEL_DIR (offline) or the hub; both threads call it before loading. */
-export function configureLoading(config: WorkerConfig): void {
+function configureLoading(config: WorkerConfig): void {
   // The worker logs errors itself, once, without dumping input tensors.
   env.logLevel = LogLevel.NONE;
   if (config.MODEL_DIR) {

@@ -40,7 +40,7 @@ export class JobOutcomeSink implements OutcomeSink {
   /** Takes on fetched jobs: their requests' outcomes are expected here. */
   hold(jobs: Job<InferenceJobData>[]): void {
     for (const job of jobs) {
-      const held: HeldJob = { job, outcomes: new Array(job.data.requests.length), remaining: job.data.requests.length };
+      const held: HeldJob = { job, outcomes: new Array<RequestOutcome | undefined>(job.data.requests.length), remaining: job.data.requests.length };
       this.held.set(job.id!, held);
       job.data.requests.forEach((request, index) => this.jobOfRequest.set(request.id, { held, index }));
     }

@@ -11,16 +11,16 @@ type Env = Record<string, string | undefined>;
 /**
  * Each setting is declared once, here: its schema (type, bounds, default) and its help text. `--help`
  * is generated from these declarations, so a setting cannot exist without being described.
- * `shown` is the default as help prints it, where the schema's own default says less (a default
- * that depends on the device, or "off").
  */
-export interface SettingHelp {
-  help: string;
+type SettingHelp = {
+  description: string;
+  /** The default as help prints it, where the schema's own default says less (it depends on the device, or the setting is off). */
   shown?: string;
-}
+};
 
-function setting<S extends z.ZodType>(schema: S, help: string, shown?: string): S {
-  return schema.meta({ description: help, ...(shown === undefined ? {} : { shown }) });
+function setting<S extends z.ZodType>(schema: S, description: string, shown?: string): S {
+  const help: SettingHelp = { description, ...(shown === undefined ? {} : { shown }) };
+  return schema.meta(help);
 }
 
 const int = (fallback: number, min: number, help: string) => setting(z.coerce.number().int().min(min).default(fallback), help);
@@ -45,7 +45,7 @@ const optionalString = (help: string, shown = '(off)') =>
 export const DTYPES = ['auto', 'q8', 'fp32', 'fp16', 'int8', 'uint8', 'q4', 'q4f16', 'bnb4'] as const;
 /** `gpu`: the best GPU backend present (webgpu: the one onnxruntime-node ships; cuda needs its own build). */
 export const DEVICES = ['cpu', 'cuda', 'webgpu', 'gpu'] as const;
-export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 
 const commonShape = {
   REDIS_URL: setting(z.string().url().default('redis://127.0.0.1:6379'), 'Redis holding the queues'),
@@ -131,7 +131,7 @@ const launcherSchema = z.object({ ...commonShape, ...launcherShape });
 export type WorkerConfig = Omit<z.infer<typeof workerSchema>, 'BATCH_MAX_SIZE' | 'BATCH_MAX_TOKENS'> & { BATCH_MAX_SIZE: number; BATCH_MAX_TOKENS: number };
 
 /** Batch limits that fit a device: a CPU call costs per sequence, a GPU call mostly a fixed few milliseconds. */
-export function batchDefaults(device: (typeof DEVICES)[number]): { size: number; tokens: number } {
+function batchDefaults(device: (typeof DEVICES)[number]): { size: number; tokens: number } {
   return device === 'cpu' ? { size: 32, tokens: 16384 } : { size: 128, tokens: 65536 };
 }
 export type GatewayConfig = z.infer<typeof gatewaySchema>;
@@ -181,9 +181,11 @@ function schemaDefault(schema: z.core.$ZodType): unknown {
 
 /** One setting's help row: name, default as shown, description. */
 export function settingHelp(name: string, schema: z.core.$ZodType): [string, string, string] {
-  const meta = (z.globalRegistry.get(schema) ?? {}) as { description?: string; shown?: string };
+  const meta = (z.globalRegistry.get(schema) ?? {}) as Partial<SettingHelp>;
   if (!meta.description) throw new Error(`setting ${name} has no help text`);
-  return [name, meta.shown ?? String(schemaDefault(schema) ?? '(none)'), meta.description];
+  const value = schemaDefault(schema);
+  const shown = meta.shown ?? (value === undefined ? '(none)' : typeof value === 'string' ? value : JSON.stringify(value));
+  return [name, shown, meta.description];
 }
 
 export function formatHelp(title: string, sections: Array<keyof typeof SETTINGS>): string {
@@ -191,7 +193,7 @@ export function formatHelp(title: string, sections: Array<keyof typeof SETTINGS>
   // the meaning of the first section that lists it: the program whose help this is.
   const seen = new Set<string>();
   const rows = sections
-    .flatMap((section) => Object.entries(SETTINGS[section]).map(([name, schema]) => settingHelp(name, schema)))
+    .flatMap((section) => Object.entries(SETTINGS[section] as Record<string, z.core.$ZodType>).map(([name, schema]) => settingHelp(name, schema)))
     .filter(([name]) => !seen.has(name) && Boolean(seen.add(name)));
   const width = Math.max(...rows.map(([name]) => name.length));
   const defWidth = Math.max(...rows.map(([, def]) => def.length));

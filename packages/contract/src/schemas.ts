@@ -51,7 +51,7 @@ function oneOrMany<T extends z.ZodType>(item: T, describe: string) {
   });
 }
 
-export const inputsSchema = oneOrMany(nonEmptyText, 'a non-empty string');
+const inputsSchema = oneOrMany(nonEmptyText, 'a non-empty string');
 
 const textPairSchema = z.object({ text: field('text'), text_pair: field('text_pair').optional() }).strict();
 const questionAnsweringSchema = z.object({ question: field('question'), context: field('context') }).strict();
@@ -192,7 +192,7 @@ export function sequencesOf(task: Operation, input: TaskInput, parameters: TaskP
 export const PRIORITIES = ['interactive', 'batch'] as const;
 export type Priority = (typeof PRIORITIES)[number];
 
-export const optionsSchema = z
+const optionsSchema = z
   .object({
     /** A client may shorten its deadline, never lengthen it past the server's. */
     timeout_ms: z.number().int().min(1).optional(),

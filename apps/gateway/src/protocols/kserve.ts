@@ -18,7 +18,7 @@ import { jsonBody, runModelCall } from '../model-call.js';
  */
 
 /** The protocol's error body: `{"error": "..."}`. */
-export const kserveErrors: ErrorFormat = (error) => ({ status: error.status, body: { error: error.message } });
+const kserveErrors: ErrorFormat = (error) => ({ status: error.status, body: { error: error.message } });
 
 const VERSION = '1';
 

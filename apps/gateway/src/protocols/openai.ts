@@ -40,7 +40,7 @@ const OPENAI_TYPES: Partial<Record<ErrorType, { type: string; code: string | nul
 };
 
 /** OpenAI's error body: `{"error": {"message", "type", "param", "code"}}`. */
-export const openAiErrors: ErrorFormat = (error) => {
+const openAiErrors: ErrorFormat = (error) => {
   const { type, code } = OPENAI_TYPES[error.type] ?? { type: 'invalid_request_error', code: null };
   return { status: error.status, body: { error: { message: error.message, type, param: null, code } } };
 };

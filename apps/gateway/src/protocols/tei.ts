@@ -37,7 +37,7 @@ class EmptyInput extends ApiError {
 }
 
 /** TEI's error body: `{"error", "error_type"}`, with TEI's type names and statuses. */
-export const teiErrors: ErrorFormat = (error) =>
+const teiErrors: ErrorFormat = (error) =>
   error instanceof EmptyInput
     ? { status: 400, body: { error: error.message, error_type: 'Empty' } }
     : { status: TEI_STATUS[error.type] ?? error.status, body: { error: error.message, error_type: TEI_TYPES[error.type] ?? error.type } };

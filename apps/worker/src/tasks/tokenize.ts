@@ -4,7 +4,7 @@ import type { TaskHead } from './head.js';
 import { alignTokens, tokenizerParts } from './offsets.js';
 
 /** One token as TEI's /tokenize reports it; `start`/`stop` are offsets into the input, null for added special tokens. */
-export interface TokenInfo {
+interface TokenInfo {
   id: number;
   text: string;
   special: boolean;
