@@ -81,8 +81,12 @@ try {
   console.log('                                        p50      p99   bulk req/s   (ms)');
   console.log(`interactive alone                  ${f(alone.p50)} ${f(alone.p99)}`);
   console.log(`under a batch-class flood          ${f(withPriorities.interactive.p50)} ${f(withPriorities.interactive.p99)} ${f(withPriorities.bulkRps)}`);
-  console.log(`under an interactive-class flood   ${f(withoutPriorities.interactive.p50)} ${f(withoutPriorities.interactive.p99)} ${f(withoutPriorities.bulkRps)}`);
-  console.log(`p99 vs alone: with priorities ${(withPriorities.interactive.p99 / alone.p99).toFixed(2)}x, without ${(withoutPriorities.interactive.p99 / alone.p99).toFixed(2)}x`);
+  console.log(
+    `under an interactive-class flood   ${f(withoutPriorities.interactive.p50)} ${f(withoutPriorities.interactive.p99)} ${f(withoutPriorities.bulkRps)}`,
+  );
+  console.log(
+    `p99 vs alone: with priorities ${(withPriorities.interactive.p99 / alone.p99).toFixed(2)}x, without ${(withoutPriorities.interactive.p99 / alone.p99).toFixed(2)}x`,
+  );
 } finally {
   await system.stop();
   fs.rmSync(dir, { recursive: true, force: true });

@@ -22,7 +22,17 @@ import { craftText, loadTokenizer } from './lib/texts.ts';
 import type { BenchResults, GatewayCost, MixedRun, ModelResults, ServerPoint, SoakRun } from './lib/types.ts';
 
 /** Server settings read from the environment that change what is measured; recorded with the results. */
-const RECORDED_SETTINGS = ['WORKER_NICE', 'BATCH_MAX_SIZE', 'BATCH_MAX_WAIT_MS', 'BATCH_MAX_TOKENS', 'INTRA_OP_THREADS', 'DTYPE', 'DEVICE', 'REGISTRY_REFRESH_MS', 'RESULT_POLL_MS'];
+const RECORDED_SETTINGS = [
+  'WORKER_NICE',
+  'BATCH_MAX_SIZE',
+  'BATCH_MAX_WAIT_MS',
+  'BATCH_MAX_TOKENS',
+  'INTRA_OP_THREADS',
+  'DTYPE',
+  'DEVICE',
+  'REGISTRY_REFRESH_MS',
+  'RESULT_POLL_MS',
+];
 
 function readOptions(): BenchOptions {
   try {
@@ -71,9 +81,11 @@ async function main(): Promise<void> {
     await system.startGateway();
     for (const model of options.models) await system.startWorker(model);
   } else {
-    const ready = await fetch(`${options.url}/ready`).then((r) => r.json()).catch((err) => {
-      throw new Error(`cannot reach ${options.url}/ready: ${String(err)}`);
-    });
+    const ready = await fetch(`${options.url}/ready`)
+      .then((r) => r.json())
+      .catch((err) => {
+        throw new Error(`cannot reach ${options.url}/ready: ${String(err)}`);
+      });
     for (const model of options.models) {
       if (!(ready as ReadyBody).models?.[model]) throw new Error(`${options.url} does not serve ${model}`);
     }
@@ -134,7 +146,7 @@ async function main(): Promise<void> {
 main()
   .then(() => shutdown(0))
   .catch(async (err) => {
-    process.stderr.write(`bench failed: ${err instanceof Error ? err.stack ?? err.message : String(err)}\n`);
+    process.stderr.write(`bench failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
     if (system) {
       for (const p of [system.gateway, ...system.workers.values()]) if (p?.output) process.stderr.write(`--- ${p.name} ---\n${p.output}\n`);
     }

@@ -22,12 +22,7 @@ describe('bad input', () => {
   });
   after(() => system.stop());
 
-  async function expectError(
-    res: Promise<{ status: number; body: any; headers: Headers }>,
-    status: number,
-    type: string,
-    message: RegExp,
-  ) {
+  async function expectError(res: Promise<{ status: number; body: any; headers: Headers }>, status: number, type: string, message: RegExp) {
     const r = await res;
     assert.equal(r.status, status, JSON.stringify(r.body));
     assert.equal(typeof r.body, 'object', `body is JSON: ${r.body}`);
@@ -51,13 +46,17 @@ describe('bad input', () => {
   it('empty list → 400', () => expectError(system.infer(CLASSIFIER, []), 400, 'validation', /empty list/));
   it('non-string inputs → 400', () => expectError(system.infer(CLASSIFIER, 42), 400, 'validation', /inputs/));
   it('non-string list item → 400', () => expectError(system.infer(CLASSIFIER, ['ok', 7]), 400, 'validation', /inputs\.1/));
-  it('unknown top-level field → 400', () => expectError(system.post(`/models/${CLASSIFIER}`, { inputs: 'x', input: 'y' }), 400, 'validation', /unknown field.*"input"/));
+  it('unknown top-level field → 400', () =>
+    expectError(system.post(`/models/${CLASSIFIER}`, { inputs: 'x', input: 'y' }), 400, 'validation', /unknown field.*"input"/));
   it('unknown parameter → 400', () => expectError(system.infer(CLASSIFIER, 'x', { top_p: 3 }), 400, 'validation', /parameters.*"top_p"/));
   it('ill-typed parameter → 400', () => expectError(system.infer(CLASSIFIER, 'x', { top_k: 'three' }), 400, 'validation', /parameters\.top_k/));
-  it('a parameter of another task → 400', () => expectError(system.infer(CLASSIFIER, 'x', { pooling: 'mean' }), 400, 'validation', /text-classification.*"pooling"/));
-  it('ill-typed options → 400', () => expectError(system.post(`/models/${CLASSIFIER}`, { inputs: 'x', options: { timeout_ms: -5 } }), 400, 'validation', /options\.timeout_ms/));
+  it('a parameter of another task → 400', () =>
+    expectError(system.infer(CLASSIFIER, 'x', { pooling: 'mean' }), 400, 'validation', /text-classification.*"pooling"/));
+  it('ill-typed options → 400', () =>
+    expectError(system.post(`/models/${CLASSIFIER}`, { inputs: 'x', options: { timeout_ms: -5 } }), 400, 'validation', /options\.timeout_ms/));
   it('fill-mask without the mask token → 400', () => expectError(system.infer(FILL_MASK, 'no mask here'), 400, 'validation', /\[MASK\]/));
-  it('fill-mask list with one bad item names it', () => expectError(system.infer(FILL_MASK, ['a [MASK] b', 'none']), 400, 'validation', /inputs\[1\].*\[MASK\]/));
+  it('fill-mask list with one bad item names it', () =>
+    expectError(system.infer(FILL_MASK, ['a [MASK] b', 'none']), 400, 'validation', /inputs\[1\].*\[MASK\]/));
   it('too many list items → 413', () => expectError(system.infer(CLASSIFIER, Array(9).fill('x')), 413, 'payload_too_large', /9 inputs.*at most 8/));
   it('body over the size limit → 413', () => expectError(system.infer(CLASSIFIER, 'x'.repeat(30_000)), 413, 'payload_too_large', /larger than 20000 bytes/));
   it('text longer than the model with truncation off → 400', () =>
@@ -69,7 +68,8 @@ describe('bad input', () => {
     assert.equal(r.status, 404);
     assert.equal(((await r.json()) as any).error_type, 'not_found');
   });
-  it('invalid UTF-8 → 400', () => expectError(raw(new Uint8Array([0x7b, 0x22, 0x69, 0x6e, 0x70, 0x75, 0x74, 0x73, 0x22, 0x3a, 0x22, 0xff, 0xfe, 0x22, 0x7d])), 400, 'validation', /UTF-8/));
+  it('invalid UTF-8 → 400', () =>
+    expectError(raw(new Uint8Array([0x7b, 0x22, 0x69, 0x6e, 0x70, 0x75, 0x74, 0x73, 0x22, 0x3a, 0x22, 0xff, 0xfe, 0x22, 0x7d])), 400, 'validation', /UTF-8/));
   it('invalid UTF-8 in a raw POST / body → 400', async () => {
     const r = await fetch(`${system.url}/`, { method: 'POST', body: new Uint8Array([0x68, 0x69, 0xc3, 0x28]) });
     assert.equal(r.status, 400);
@@ -82,7 +82,10 @@ describe('bad input', () => {
   });
 
   it('after all that, the gateway and the workers still answer', async () => {
-    assert.ok(system.procs.every((p) => p.running), system.logs());
+    assert.ok(
+      system.procs.every((p) => p.running),
+      system.logs(),
+    );
     const ok = await system.infer(CLASSIFIER, 'still here');
     assert.equal(ok.status, 200);
     const mask = await system.infer(FILL_MASK, 'still [MASK] here');

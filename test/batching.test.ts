@@ -39,7 +39,10 @@ describe('batch formation', () => {
       Promise.all(Array.from({ length: 20 }, (_, i) => q.add([`text number ${i}`]))),
     );
     t.after(() => system.stop());
-    assert.ok(outcomes.every((o) => o.ok), JSON.stringify(outcomes.find((o) => !o.ok)));
+    assert.ok(
+      outcomes.every((o) => o.ok),
+      JSON.stringify(outcomes.find((o) => !o.ok)),
+    );
     assert.deepEqual(sizes(outcomes), Array(20).fill(4));
   });
 
@@ -101,7 +104,11 @@ describe('batch formation', () => {
     t.after(() => system.stop());
     const s = sizes(outcomes);
     assert.equal(s[7], 1, 'the long input runs in a call of its own');
-    assert.deepEqual(s.filter((_, i) => i !== 7), Array(31).fill(31), 'the 31 short inputs share one call');
+    assert.deepEqual(
+      s.filter((_, i) => i !== 7),
+      Array(31).fill(31),
+      'the 31 short inputs share one call',
+    );
   });
 });
 
@@ -136,8 +143,7 @@ describe('correctness under batching', () => {
     assert.equal(listed.status, 200);
     assert.ok(Number(listed.headers.get('x-batch-size')) > 1, 'the list ran batched');
     const concurrent = await Promise.all(texts.map((t) => system.infer(MODEL, t, { top_k: null })));
-    const maxDiff = (a: any[], b: any[]) =>
-      Math.max(...a.map((r, i) => (assert.equal(r.label, b[i].label), Math.abs(r.score - b[i].score))));
+    const maxDiff = (a: any[], b: any[]) => Math.max(...a.map((r, i) => (assert.equal(r.label, b[i].label), Math.abs(r.score - b[i].score))));
     texts.forEach((text, i) => {
       // fp32 with an attention mask: padding changes nothing but float summation order.
       assert.ok(maxDiff(listed.body[i], alone[i]) < 1e-6, `"${text}" in a list: ${JSON.stringify(listed.body[i])} vs ${JSON.stringify(alone[i])}`);
@@ -222,11 +228,18 @@ describe('jobs that carry several requests (coalesced by a gateway)', () => {
     assert.ok(!culprit.ok && culprit.error.error_type === 'validation' && /600 tokens/.test(culprit.error.error), JSON.stringify(culprit));
     assert.ok(!late.ok && late.error.error_type === 'timeout', JSON.stringify(late));
     assert.ok(fourth.ok && fourth.outputs.length === 2 && Array.isArray(fourth.outputs[0]), JSON.stringify(fourth));
-    assert.deepEqual(outcomes.map((o) => o.id), ids, 'each outcome is its own request\'s');
+    assert.deepEqual(
+      outcomes.map((o) => o.id),
+      ids,
+      "each outcome is its own request's",
+    );
     // One job: its outcomes were published and recorded together, under the first request's id.
     // (recorded beside the publication, on another connection: wait for it, not on the clock)
     const stored = await waitFor('the job recorded as completed', () => system.jobReturnValue(MODEL, ids[0]), 10_000);
-    assert.deepEqual(stored.outcomes.map((o: { id: string }) => o.id), ids);
+    assert.deepEqual(
+      stored.outcomes.map((o: { id: string }) => o.id),
+      ids,
+    );
   });
 });
 
@@ -241,7 +254,10 @@ describe('long batches', () => {
     await queue.start();
     try {
       await system.startGateway();
-      const worker = system.startWorker({ model, env: { BATCH_MAX_SIZE: 32, BATCH_MAX_WAIT_MS: 1000, JOB_LOCK_MS: 1000, STALLED_INTERVAL_MS: 500, LOG_LEVEL: 'info' } });
+      const worker = system.startWorker({
+        model,
+        env: { BATCH_MAX_SIZE: 32, BATCH_MAX_WAIT_MS: 1000, JOB_LOCK_MS: 1000, STALLED_INTERVAL_MS: 500, LOG_LEVEL: 'info' },
+      });
       await system.waitForWorkers(model);
       const text = textOfTokens(500, 'long');
       const started = Date.now();
@@ -260,7 +276,10 @@ describe('long batches', () => {
       await poll;
       const elapsed = Date.now() - started;
       assert.ok(elapsed > 2000, `the batch ran longer than the TTL and the lock (${elapsed} ms), so the test means something`);
-      assert.ok(outcomes.every((o) => o.ok), JSON.stringify(outcomes.find((o) => !o.ok)));
+      assert.ok(
+        outcomes.every((o) => o.ok),
+        JSON.stringify(outcomes.find((o) => !o.ok)),
+      );
       assert.equal(minWorkers, 1, 'the worker never dropped out of the registry');
       assert.doesNotMatch(worker.output, /settling job failed|lock renewal failed/, 'no lock was lost');
     } finally {

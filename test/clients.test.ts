@@ -69,7 +69,10 @@ describe('the official Hugging Face JS client', () => {
     const parameters = { candidate_labels: ['urgent', 'not urgent', 'phone'] };
     const answer = await client(NLI).zeroShotClassification({ inputs: 'My phone broke, help!', parameters });
     const raw = (await system.infer(NLI, 'My phone broke, help!', parameters)).body;
-    assert.deepEqual(answer, raw.labels.map((label: string, i: number) => ({ label, score: raw.scores[i] })));
+    assert.deepEqual(
+      answer,
+      raw.labels.map((label: string, i: number) => ({ label, score: raw.scores[i] })),
+    );
     assert.ok(Math.abs(answer.reduce((s, a) => s + a.score, 0) - 1) < 1e-6, 'single-label scores sum to 1');
   });
 
@@ -95,10 +98,15 @@ describe('a model still loading', () => {
     await system.startGateway();
     const worker = system.startWorker({ model: SLOW, env: { WORKER_ID: 'slow-loader' } });
     // Frozen mid-load, the moment it announces itself as loading.
-    await waitFor('the worker loading', async () => {
-      const info = await redis.get(keys.worker(system.prefix, 'slow-loader'));
-      return info !== null && JSON.parse(info).state === 'loading';
-    }, 30_000, 2);
+    await waitFor(
+      'the worker loading',
+      async () => {
+        const info = await redis.get(keys.worker(system.prefix, 'slow-loader'));
+        return info !== null && JSON.parse(info).state === 'loading';
+      },
+      30_000,
+      2,
+    );
     worker.kill('SIGSTOP');
     let waiting: Promise<{ status: number; body: any }> | undefined;
     try {

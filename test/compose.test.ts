@@ -109,7 +109,7 @@ function dockerStages(file: string): Array<{ from: string; lines: string[] }> {
 }
 
 function dockerfileOf(service: Service): string {
-  const build = typeof service.build === 'string' ? { context: service.build } : service.build ?? {};
+  const build = typeof service.build === 'string' ? { context: service.build } : (service.build ?? {});
   return path.resolve(ROOT, build.context ?? '.', build.dockerfile ?? 'Dockerfile');
 }
 
@@ -232,7 +232,11 @@ describe('docker-compose.yml', () => {
   });
 
   it('passes every setting of each program through to its containers (WORKER_ID excepted: replicas name themselves)', () => {
-    const wanted: Record<string, string[]> = { gateway: programSettings('gateway'), dashboard: programSettings('gateway'), worker: programSettings('worker').filter((k) => k !== 'WORKER_ID') };
+    const wanted: Record<string, string[]> = {
+      gateway: programSettings('gateway'),
+      dashboard: programSettings('gateway'),
+      worker: programSettings('worker').filter((k) => k !== 'WORKER_ID'),
+    };
     for (const [name, keys] of Object.entries(wanted)) {
       const e = env(compose.services[name]);
       const missing = keys.filter((k) => !(k in e));
@@ -264,7 +268,11 @@ describe('docker-compose.yml', () => {
       t.skip('docker-compose is not on PATH');
       return;
     }
-    const r = spawnSync('docker-compose', ['-f', COMPOSE_FILE, '-f', path.join(ROOT, 'docker-compose.gpu.yml'), 'config', '-q'], { cwd: ROOT, encoding: 'utf8', env: defaultsEnv() });
+    const r = spawnSync('docker-compose', ['-f', COMPOSE_FILE, '-f', path.join(ROOT, 'docker-compose.gpu.yml'), 'config', '-q'], {
+      cwd: ROOT,
+      encoding: 'utf8',
+      env: defaultsEnv(),
+    });
     assert.equal(r.status, 0, `docker-compose config -q: ${r.stderr}${r.stdout}`);
   });
 
@@ -305,7 +313,10 @@ describe('Dockerfile', () => {
 
   it('copies every workspace manifest before npm ci', () => {
     const ci = build.lines.findIndex((l) => /^RUN\s+.*\bnpm ci\b/.test(l));
-    const copied = build.lines.slice(0, ci).filter((l) => /^COPY\s/i.test(l)).join('\n');
+    const copied = build.lines
+      .slice(0, ci)
+      .filter((l) => /^COPY\s/i.test(l))
+      .join('\n');
     const pkg = JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { workspaces: string[] };
     for (const glob of pkg.workspaces) {
       const parent = glob.replace(/\/\*$/, '');
@@ -317,8 +328,14 @@ describe('Dockerfile', () => {
   });
 
   it('builds, prunes dev dependencies, and runs as a non-root user', () => {
-    assert.ok(build.lines.some((l) => /^RUN\s+.*\bnpm run build\b/.test(l)), 'no `npm run build`');
-    assert.ok(build.lines.some((l) => /^RUN\s+.*\bnpm prune --omit=dev\b/.test(l)), 'dev dependencies are not pruned');
+    assert.ok(
+      build.lines.some((l) => /^RUN\s+.*\bnpm run build\b/.test(l)),
+      'no `npm run build`',
+    );
+    assert.ok(
+      build.lines.some((l) => /^RUN\s+.*\bnpm prune --omit=dev\b/.test(l)),
+      'dev dependencies are not pruned',
+    );
     const users = runtime.lines.filter((l) => /^USER\s/i.test(l));
     assert.ok(users.length > 0, 'the runtime stage has no USER: it runs as root');
     const user = users.at(-1)!.split(/\s+/)[1].split(':')[0];
@@ -331,7 +348,13 @@ describe('.dockerignore', () => {
   it('keeps host builds, models, results and secrets out of the build context', () => {
     const file = path.join(ROOT, '.dockerignore');
     assert.ok(fs.existsSync(file), 'no .dockerignore: node_modules and models would be sent to the daemon');
-    const patterns = new Set(fs.readFileSync(file, 'utf8').split('\n').map((l) => l.trim()).filter((l) => l && !l.startsWith('#')));
+    const patterns = new Set(
+      fs
+        .readFileSync(file, 'utf8')
+        .split('\n')
+        .map((l) => l.trim())
+        .filter((l) => l && !l.startsWith('#')),
+    );
     const covered = (name: string) => patterns.has(name) || patterns.has(`**/${name}`);
     for (const name of ['node_modules', 'dist', '.git', 'models', 'bench/results', 'test/artifacts', '.env']) {
       assert.ok(covered(name), `.dockerignore does not exclude ${name}`);

@@ -121,22 +121,40 @@ describe('queue dashboard', () => {
   });
 
   const noBrowser = !fs.existsSync(CHROMIUM) && `no Chromium at ${CHROMIUM} (apt-get install chromium, as .ci/run does; or set CHROMIUM_PATH)`;
-  it('shows the model\'s queue in a browser', { skip: noBrowser }, async () => {
+  it("shows the model's queue in a browser", { skip: noBrowser }, async () => {
     const browser = await chromium.launch({
       executablePath: CHROMIUM,
-      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+      args: [
+        '--headless',
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-quic',
+        '--no-first-run',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+      ],
     });
     try {
       const context = await browser.newContext({ httpCredentials: { username: USER, password: PASSWORD }, viewport: { width: 1280, height: 800 } });
       const page = await context.newPage();
       // The board's page links web fonts; nothing outside the gateway is reachable from the test machine.
-      await page.route((url) => url.origin !== system.url, (route) => route.abort());
+      await page.route(
+        (url) => url.origin !== system.url,
+        (route) => route.abort(),
+      );
       await page.goto(`${system.url}/admin/queues`);
       await page.getByText(QUEUE).first().waitFor({ state: 'visible', timeout: 30_000 });
       // Open the model's queue and wait for its job list, so the screenshot shows the board, not its spinner.
       await page.getByText(QUEUE).first().click();
-      await page.getByText(/completed/i).first().waitFor({ state: 'visible', timeout: 30_000 });
-      await page.getByText(/Loading/).waitFor({ state: 'detached', timeout: 30_000 }).catch(() => {});
+      await page
+        .getByText(/completed/i)
+        .first()
+        .waitFor({ state: 'visible', timeout: 30_000 });
+      await page
+        .getByText(/Loading/)
+        .waitFor({ state: 'detached', timeout: 30_000 })
+        .catch(() => {});
       fs.mkdirSync(path.dirname(SCREENSHOT), { recursive: true });
       await page.screenshot({ path: SCREENSHOT, fullPage: true });
       assert.ok(fs.statSync(SCREENSHOT).size > 10_000, 'screenshot written');

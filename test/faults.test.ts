@@ -71,12 +71,17 @@ describe('faults', () => {
           killing = true;
           killed = (async () => {
             // Frozen first, so that what it holds now can never be answered by it: then killed.
-            await waitFor('the victim to hold jobs', async () => {
-              victim.kill('SIGSTOP');
-              heldAtDeath = (await queue.getActive()).filter((j) => j.processedBy === 'victim').map((j) => j.id!);
-              if (heldAtDeath.length === 0) victim.kill('SIGCONT');
-              return heldAtDeath.length > 0;
-            }, 10_000, 1);
+            await waitFor(
+              'the victim to hold jobs',
+              async () => {
+                victim.kill('SIGSTOP');
+                heldAtDeath = (await queue.getActive()).filter((j) => j.processedBy === 'victim').map((j) => j.id!);
+                if (heldAtDeath.length === 0) victim.kill('SIGCONT');
+                return heldAtDeath.length > 0;
+              },
+              10_000,
+              1,
+            );
             victim.kill('SIGKILL');
             // The supervisor's part: a replacement comes up and joins in.
             system.startWorker({ model: MODEL, env: workerEnv });
@@ -88,7 +93,11 @@ describe('faults', () => {
     assert.ok(heldAtDeath.length > 0, 'the worker was killed while it held jobs');
     assert.equal(await victim.exited, null, 'the victim died of its signal');
     const failed = results.filter((r) => r.status !== 200);
-    assert.deepEqual(failed.map((r) => `${r.status} ${JSON.stringify(r.body)}`), [], 'every accepted request answered');
+    assert.deepEqual(
+      failed.map((r) => `${r.status} ${JSON.stringify(r.body)}`),
+      [],
+      'every accepted request answered',
+    );
     for (const r of results) {
       const score = r.body[0].find((x: any) => x.label === 'POSITIVE').score;
       assert.ok(Math.abs(score - expected.get(r.text)!) < 1e-5, `correct answer after recovery: ${score} vs ${expected.get(r.text)}`);
@@ -96,11 +105,18 @@ describe('faults', () => {
     // Each job the victim held when it died ran again elsewhere once its lock expired (BullMQ's
     // stalled-job check), every request in it included.
     for (const id of heldAtDeath) {
-      const job = await waitFor(`job ${id} recovered`, async () => {
-        const j = await queue.getJob(id);
-        return j?.finishedOn && j.processedBy !== 'victim' ? j : undefined;
-      }, 30_000);
-      assert.ok(job.returnvalue.outcomes.every((o: { ok: boolean }) => o.ok), JSON.stringify(job.returnvalue));
+      const job = await waitFor(
+        `job ${id} recovered`,
+        async () => {
+          const j = await queue.getJob(id);
+          return j?.finishedOn && j.processedBy !== 'victim' ? j : undefined;
+        },
+        30_000,
+      );
+      assert.ok(
+        job.returnvalue.outcomes.every((o: { ok: boolean }) => o.ok),
+        JSON.stringify(job.returnvalue),
+      );
     }
   });
 
@@ -132,17 +148,26 @@ describe('faults', () => {
       assert.ok(r.ms < 5000, `503 came quickly, not at the 15 s deadline (${r.ms} ms)`);
       assert.ok(r.retryAfter, 'Retry-After set');
     }
-    assert.ok(down.some((r) => /circuit breaker/.test(r.body.error)), 'the breaker opened and refused at once');
+    assert.ok(
+      down.some((r) => /circuit breaker/.test(r.body.error)),
+      'the breaker opened and refused at once',
+    );
     const readyDown = await fetch(`${system.url}/ready`);
     assert.equal(readyDown.status, 503);
     const readyBody = (await readyDown.json()) as ReadyBody;
-    assert.ok(readyBody.reasons.some((r) => /Redis/.test(r)), JSON.stringify(readyBody));
+    assert.ok(
+      readyBody.reasons.some((r) => /Redis/.test(r)),
+      JSON.stringify(readyBody),
+    );
     assert.ok(system.gateway!.running, 'the gateway survived');
 
     await redis.start();
     await waitFor('a request served after Redis returned', async () => (await system.infer(MODEL, 'after the outage')).status === 200, 30_000, 250);
     await waitFor('/ready 200 after Redis returned', async () => (await fetch(`${system.url}/ready`)).status === 200, 10_000);
-    assert.ok(system.procs.every((p) => p.running), 'gateway and worker recovered without a restart');
+    assert.ok(
+      system.procs.every((p) => p.running),
+      'gateway and worker recovered without a restart',
+    );
   });
 
   it('a worker that cannot load its model exits non-zero; the model is reported and answered 503', async (t) => {
@@ -158,11 +183,15 @@ describe('faults', () => {
     assert.match(broken.output, /shared\/models\/replica\/does-not-exist/, 'names the path it looked in');
 
     // Not merely listed (a loading worker is listed too): reported as failed to load.
-    await waitFor('/ready to report the model as not served', async () => {
-      const r = await fetch(`${system.url}/ready`);
-      const body = (await r.json()) as ReadyBody;
-      return r.status === 503 && body.reasons.some((x) => x.includes('model replica/does-not-exist is not served'));
-    }, 5000);
+    await waitFor(
+      '/ready to report the model as not served',
+      async () => {
+        const r = await fetch(`${system.url}/ready`);
+        const body = (await r.json()) as ReadyBody;
+        return r.status === 503 && body.reasons.some((x) => x.includes('model replica/does-not-exist is not served'));
+      },
+      5000,
+    );
     const started = Date.now();
     const r = await system.infer('replica/does-not-exist', 'hello');
     assert.equal(r.status, 503, JSON.stringify(r.body));
@@ -196,6 +225,9 @@ describe('faults', () => {
     assert.match(r.body.error, /no live worker/);
     assert.ok(Date.now() - started < 5000, 'refused at once, not at the 30 s deadline');
     const ready = (await (await fetch(`${system.url}/ready`)).json()) as ReadyBody;
-    assert.ok(ready.reasons.some((x) => x.includes(`model ${MODEL} has no live worker`)), JSON.stringify(ready));
+    assert.ok(
+      ready.reasons.some((x) => x.includes(`model ${MODEL} has no live worker`)),
+      JSON.stringify(ready),
+    );
   });
 });

@@ -24,10 +24,14 @@ describe('GPU workers without a GPU', { skip: hasGpu ? 'this machine has a GPU' 
     assert.match(worker.output, /no GPU adapter for DEVICE=webgpu/);
     assert.match(worker.output, /apt-get install libvulkan1/);
     assert.match(worker.output, /NVIDIA_DRIVER_CAPABILITIES to include graphics/);
-    await waitFor('the reason at the gateway', async () => {
-      const r = await system.infer(MODEL, 'hello');
-      return r.status === 503 && /no GPU adapter/.test(r.body.error);
-    }, 10_000);
+    await waitFor(
+      'the reason at the gateway',
+      async () => {
+        const r = await system.infer(MODEL, 'hello');
+        return r.status === 503 && /no GPU adapter/.test(r.body.error);
+      },
+      10_000,
+    );
     const ready = await fetch(`${system.url}/ready`);
     assert.equal(ready.status, 503);
     assert.match(JSON.stringify(await ready.json()), /no GPU adapter for DEVICE=webgpu/);

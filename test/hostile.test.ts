@@ -22,7 +22,11 @@ const LEAK = /\bat \S+ \(|\.(ts|js):\d+:\d+|node_modules|\/work\//;
 const rssMiB = (pid: number) => Number(/VmRSS:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) / 1024;
 
 /** Writes raw bytes on a fresh connection; resolves with what came back once the server closed it (or `after` ms). */
-function raw(port: number, chunks: Array<string | Buffer | { waitMs: number }>, options: { destroyAfterWrite?: boolean; maxMs?: number } = {}): Promise<{ text: string; closedAfterMs: number; closedByServer: boolean }> {
+function raw(
+  port: number,
+  chunks: Array<string | Buffer | { waitMs: number }>,
+  options: { destroyAfterWrite?: boolean; maxMs?: number } = {},
+): Promise<{ text: string; closedAfterMs: number; closedByServer: boolean }> {
   return new Promise((resolve) => {
     const started = Date.now();
     const socket = net.connect(port, '127.0.0.1');
@@ -53,7 +57,9 @@ function raw(port: number, chunks: Array<string | Buffer | { waitMs: number }>, 
 
 const request = (path: string, body: string, headers: Record<string, string> = {}) => {
   const all = { host: 'x', 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)), ...headers };
-  return `POST ${path} HTTP/1.1\r\n${Object.entries(all).map(([k, v]) => `${k}: ${v}`).join('\r\n')}\r\n\r\n${body}`;
+  return `POST ${path} HTTP/1.1\r\n${Object.entries(all)
+    .map(([k, v]) => `${k}: ${v}`)
+    .join('\r\n')}\r\n\r\n${body}`;
 };
 
 describe('hostile clients', () => {
@@ -70,7 +76,11 @@ describe('hostile clients', () => {
   it('answers the 1 ms deadline that used to crash it with 504, and lives on', async () => {
     for (const headers of [{ 'x-request-timeout-ms': '1' }, {}]) {
       const body = 'x-request-timeout-ms' in headers ? 'hi' : JSON.stringify({ inputs: 'hi', options: { timeout_ms: 1 } });
-      const res = await fetch(`${system.url}/${'x-request-timeout-ms' in headers ? '' : `models/${MODEL}`}`, { method: 'POST', headers: { 'content-type': 'x-request-timeout-ms' in headers ? 'text/plain' : 'application/json', ...headers }, body });
+      const res = await fetch(`${system.url}/${'x-request-timeout-ms' in headers ? '' : `models/${MODEL}`}`, {
+        method: 'POST',
+        headers: { 'content-type': 'x-request-timeout-ms' in headers ? 'text/plain' : 'application/json', ...headers },
+        body,
+      });
       assert.ok([200, 504].includes(res.status), `status ${res.status}`);
       if (res.status === 504) assert.equal(((await res.json()) as { error_type: string }).error_type, 'timeout');
     }
@@ -98,22 +108,66 @@ describe('hostile clients', () => {
     const hostile: Array<() => Promise<unknown>> = [
       // Deadlines: 1 ms and random, by header and by body.
       async () => bodies.push(await (await fetch(`${url}/`, { method: 'POST', headers: { 'x-request-timeout-ms': '1' }, body: 'hi' })).text()),
-      async () => bodies.push(await (await fetch(`${url}/models/${MODEL}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ inputs: 'x', options: { timeout_ms: 1 + Math.floor(Math.random() * 40) } }) })).text()),
-      async () => bodies.push(await (await fetch(`${url}/models/${MODEL}`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-request-timeout-ms': String(1 + Math.floor(Math.random() * 40)) }, body: valid })).text()),
+      async () =>
+        bodies.push(
+          await (
+            await fetch(`${url}/models/${MODEL}`, {
+              method: 'POST',
+              headers: { 'content-type': 'application/json' },
+              body: JSON.stringify({ inputs: 'x', options: { timeout_ms: 1 + Math.floor(Math.random() * 40) } }),
+            })
+          ).text(),
+        ),
+      async () =>
+        bodies.push(
+          await (
+            await fetch(`${url}/models/${MODEL}`, {
+              method: 'POST',
+              headers: { 'content-type': 'application/json', 'x-request-timeout-ms': String(1 + Math.floor(Math.random() * 40)) },
+              body: valid,
+            })
+          ).text(),
+        ),
       // Disconnects mid-body and mid-wait.
       () => raw(port, [request(`/models/${MODEL}`, valid).slice(0, -10)], { destroyAfterWrite: true }),
       () => raw(port, [request(`/models/${MODEL}`, valid), { waitMs: Math.floor(Math.random() * 5) }], { destroyAfterWrite: true }),
       async () => {
         const controller = new AbortController();
-        const pending = fetch(`${url}/models/${MODEL}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: valid, signal: controller.signal }).catch(() => undefined);
+        const pending = fetch(`${url}/models/${MODEL}`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: valid,
+          signal: controller.signal,
+        }).catch(() => undefined);
         setTimeout(() => controller.abort(), Math.floor(Math.random() * 10));
         await pending;
       },
       // Malformed JSON, invalid UTF-8, wrong types.
-      async () => bodies.push(await (await fetch(`${url}/models/${MODEL}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"inputs": [1, 2' })).text()),
-      async () => bodies.push(await (await fetch(`${url}/models/${MODEL}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: Buffer.from([0x7b, 0x22, 0x69, 0x22, 0x3a, 0x22, 0xc3, 0x28, 0x22, 0x7d]) })).text()),
+      async () =>
+        bodies.push(
+          await (await fetch(`${url}/models/${MODEL}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"inputs": [1, 2' })).text(),
+        ),
+      async () =>
+        bodies.push(
+          await (
+            await fetch(`${url}/models/${MODEL}`, {
+              method: 'POST',
+              headers: { 'content-type': 'application/json' },
+              body: Buffer.from([0x7b, 0x22, 0x69, 0x22, 0x3a, 0x22, 0xc3, 0x28, 0x22, 0x7d]),
+            })
+          ).text(),
+        ),
       async () => bodies.push(await (await fetch(`${url}/`, { method: 'POST', body: Buffer.from([0xff, 0xfe, 0xfd]) })).text()),
-      async () => bodies.push(await (await fetch(`${url}/models/${MODEL}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"inputs": {"__proto__": {"x": 1}}, "parameters": null}' })).text()),
+      async () =>
+        bodies.push(
+          await (
+            await fetch(`${url}/models/${MODEL}`, {
+              method: 'POST',
+              headers: { 'content-type': 'application/json' },
+              body: '{"inputs": {"__proto__": {"x": 1}}, "parameters": null}',
+            })
+          ).text(),
+        ),
       // Huge headers, unknown routes and methods.
       async () => bodies.push((await raw(port, [`GET /health HTTP/1.1\r\nhost: x\r\nx-big: ${'a'.repeat(64 * 1024)}\r\n\r\n`])).text),
       async () => bodies.push(await (await fetch(`${url}/no/such/route`, { method: 'POST', body: '{}' })).text()),
@@ -131,9 +185,15 @@ describe('hostile clients', () => {
     // Slow senders are cut off by the server's own timeouts, not left holding connections.
     const [slowHeaders, slowBody] = await Promise.all([
       raw(port, ['POST / HTTP/1.1\r\n', ...Array.from({ length: 40 }, (_, i) => [{ waitMs: 250 }, `x-drip-${i}: 1\r\n`]).flat()]),
-      raw(port, [request(`/models/${MODEL}`, `{"inputs": "${'a'.repeat(200)}"}`).slice(0, -200), ...Array.from({ length: 40 }, () => [{ waitMs: 250 }, 'a']).flat()]),
+      raw(port, [
+        request(`/models/${MODEL}`, `{"inputs": "${'a'.repeat(200)}"}`).slice(0, -200),
+        ...Array.from({ length: 40 }, () => [{ waitMs: 250 }, 'a']).flat(),
+      ]),
     ]);
-    for (const [what, r, limit] of [['headers', slowHeaders, HEADERS_TIMEOUT_MS], ['body', slowBody, REQUEST_TIMEOUT_MS]] as const) {
+    for (const [what, r, limit] of [
+      ['headers', slowHeaders, HEADERS_TIMEOUT_MS],
+      ['body', slowBody, REQUEST_TIMEOUT_MS],
+    ] as const) {
       assert.ok(r.closedByServer, `a slow-drip ${what} was cut off by the server`);
       // Node checks these timeouts every connectionsCheckingInterval (a quarter of the headers timeout here).
       assert.ok(r.closedAfterMs < limit + 3000, `slow ${what} cut off after ${r.closedAfterMs} ms (limit ${limit} ms)`);
@@ -160,7 +220,15 @@ describe('hostile clients', () => {
     const second = new Proc(
       'gateway on a busy port',
       spawn(process.execPath, [path.join(ROOT, 'apps/gateway/dist/main.js')], {
-        env: { PATH: process.env.PATH, REDIS_URL: system.redisUrl, QUEUE_PREFIX: system.prefix, MODEL_DIR, PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'warn' },
+        env: {
+          PATH: process.env.PATH,
+          REDIS_URL: system.redisUrl,
+          QUEUE_PREFIX: system.prefix,
+          MODEL_DIR,
+          PORT: String(port),
+          HOST: '127.0.0.1',
+          LOG_LEVEL: 'warn',
+        },
         stdio: ['ignore', 'pipe', 'pipe'],
       }),
     );

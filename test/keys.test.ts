@@ -19,7 +19,9 @@ const OTHER = 'replica/tiny-bert-ner';
 
 /** Runs the real key command; returns the key it printed once. */
 function makeKey(file: string, name: string, ...flags: string[]): string {
-  const run = spawnSync(process.execPath, [path.join(ROOT, 'apps/gateway/dist/keys-cli.js'), 'create', '--name', name, '--file', file, ...flags], { encoding: 'utf8' });
+  const run = spawnSync(process.execPath, [path.join(ROOT, 'apps/gateway/dist/keys-cli.js'), 'create', '--name', name, '--file', file, ...flags], {
+    encoding: 'utf8',
+  });
   assert.equal(run.status, 0, run.stderr);
   return run.stdout.trim();
 }
@@ -96,8 +98,14 @@ describe('API keys, quotas and priorities', () => {
   it('holds a key to its rate across two gateways: 429 with Retry-After and RateLimit headers, nothing enqueued', async () => {
     const jobsBefore = (await queue.getJobCounts('completed')).completed;
     const answers = [await call(one, tokens.carol), await call(two, tokens.carol), await call(one, tokens.carol)];
-    assert.deepEqual(answers.map((r) => r.status), [200, 200, 200]);
-    assert.deepEqual(answers.map((r) => r.headers.get('ratelimit-remaining')), ['2', '1', '0']);
+    assert.deepEqual(
+      answers.map((r) => r.status),
+      [200, 200, 200],
+    );
+    assert.deepEqual(
+      answers.map((r) => r.headers.get('ratelimit-remaining')),
+      ['2', '1', '0'],
+    );
     const refused = await call(two, tokens.carol, { inputs: 'one too many' });
     assert.equal(refused.status, 429, JSON.stringify(refused.body));
     assert.equal(refused.body.error_type, 'rate_limited');
@@ -123,7 +131,7 @@ describe('API keys, quotas and priorities', () => {
     assert.match(logs, /"key":"alice"/);
   });
 
-  it('takes a priority only lower than the key\'s, and says what is wrong with a bad one', async () => {
+  it("takes a priority only lower than the key's, and says what is wrong with a bad one", async () => {
     const bad = await call(one, tokens.alice, { inputs: 'x' }, { 'x-priority': 'urgent' });
     assert.equal(bad.status, 400);
     assert.match(bad.body.error, /x-priority must be one of interactive, batch/);
@@ -147,7 +155,10 @@ describe('API keys, quotas and priorities', () => {
       worker.kill('SIGCONT');
     }
     const answers = await Promise.all([interactive, ...bulk]);
-    assert.deepEqual(answers.map((r) => r.status), Array(9).fill(200));
+    assert.deepEqual(
+      answers.map((r) => r.status),
+      Array(9).fill(200),
+    );
     const started = async (requestId: string) => {
       const jobs = await queue.getJobs(['completed']);
       const job = jobs.find((j) => j.data.requests.some((r: { id: string }) => r.id === requestId));
@@ -163,7 +174,12 @@ describe('API keys, quotas and priorities', () => {
   it('rotates keys without a restart: a revoked key is refused, a new one admitted', async () => {
     const id = /^tsk_([a-z0-9]+)_/.exec(tokens.alice)![1];
     keysCommand('revoke', id, '--file', file);
-    await waitFor('alice revoked on both gateways', async () => (await call(one, tokens.alice)).status === 401 && (await call(two, tokens.alice)).status === 401, 10_000, 200);
+    await waitFor(
+      'alice revoked on both gateways',
+      async () => (await call(one, tokens.alice)).status === 401 && (await call(two, tokens.alice)).status === 401,
+      10_000,
+      200,
+    );
     const fresh = makeKey(file, 'alice-2');
     await waitFor('the new key admitted', async () => (await call(one, fresh)).status === 200 && (await call(two, fresh)).status === 200, 10_000, 200);
   });

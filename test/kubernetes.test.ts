@@ -39,7 +39,9 @@ const hasKubectl = !spawnSync('kubectl', ['version', '--client'], { encoding: 'u
 function render(overlay: string): K8sObject[] {
   const run = spawnSync('kubectl', ['kustomize', path.join(ROOT, 'deploy/kubernetes/overlays', overlay)], { encoding: 'utf8' });
   assert.equal(run.status, 0, `kubectl kustomize ${overlay}: ${run.stderr}`);
-  return parseAllDocuments(run.stdout).map((d) => d.toJS() as K8sObject).filter(Boolean);
+  return parseAllDocuments(run.stdout)
+    .map((d) => d.toJS() as K8sObject)
+    .filter(Boolean);
 }
 
 /** A container's environment as the process sees it: its ConfigMaps first, then its own env (literal values). */
@@ -69,11 +71,13 @@ function scaledObjectMismatches(objects: K8sObject[], waitKey: (prefix: string, 
     const expected = waitKey(env.QUEUE_PREFIX ?? 'tserve', env.MODEL);
     for (const trigger of so.spec.triggers) {
       if (trigger.type !== 'redis') continue;
-      if (trigger.metadata.listName !== expected) problems.push(`${so.metadata.name}: listName ${trigger.metadata.listName}, but the workers of ${env.MODEL} use ${expected}`);
+      if (trigger.metadata.listName !== expected)
+        problems.push(`${so.metadata.name}: listName ${trigger.metadata.listName}, but the workers of ${env.MODEL} use ${expected}`);
       const host = String(trigger.metadata.address).split(':')[0];
       const service = new URL(env.REDIS_URL).hostname;
       const ns = so.metadata.namespace ?? 'default';
-      if (host !== `${service}.${ns}.svc.cluster.local`) problems.push(`${so.metadata.name}: KEDA reaches Redis at ${host}, the workers at ${service} in ${ns}`);
+      if (host !== `${service}.${ns}.svc.cluster.local`)
+        problems.push(`${so.metadata.name}: KEDA reaches Redis at ${host}, the workers at ${service} in ${ns}`);
     }
   }
   return problems;
@@ -104,7 +108,10 @@ describe('Kubernetes manifests', { skip: hasKubectl ? false : 'kubectl is not in
         const script = container.command.join(' ');
         if (script.includes('gateway')) {
           const config = loadGatewayConfig(env);
-          assert.ok(pod.terminationGracePeriodSeconds * 1000 > config.SHUTDOWN_GRACE_MS, `${d.metadata.name}: terminationGracePeriodSeconds ${pod.terminationGracePeriodSeconds} <= SHUTDOWN_GRACE_MS`);
+          assert.ok(
+            pod.terminationGracePeriodSeconds * 1000 > config.SHUTDOWN_GRACE_MS,
+            `${d.metadata.name}: terminationGracePeriodSeconds ${pod.terminationGracePeriodSeconds} <= SHUTDOWN_GRACE_MS`,
+          );
           for (const probe of ['readinessProbe', 'livenessProbe']) {
             assert.ok(['/ready', '/health'].includes(container[probe]?.httpGet?.path), `${d.metadata.name} ${probe}`);
           }
@@ -138,7 +145,19 @@ describe('Kubernetes manifests', { skip: hasKubectl ? false : 'kubectl is not in
     assert.match(scaledObjectMismatches(wrongPrefix, waitKey).join('\n'), /listName tserve:models--replica--MiniLM-L6-H384-uncased-sst2:wait, but the workers/);
     const wrongModel = objects.map((o) =>
       o.kind === 'Deployment' && o.metadata.name.startsWith('tserve-worker')
-        ? structuredClone({ ...o, spec: { ...o.spec, template: { ...o.spec.template, spec: { ...o.spec.template.spec, containers: [{ ...o.spec.template.spec.containers[0], env: [{ name: 'MODEL', value: 'org/another-model' }] }] } } } })
+        ? structuredClone({
+            ...o,
+            spec: {
+              ...o.spec,
+              template: {
+                ...o.spec.template,
+                spec: {
+                  ...o.spec.template.spec,
+                  containers: [{ ...o.spec.template.spec.containers[0], env: [{ name: 'MODEL', value: 'org/another-model' }] }],
+                },
+              },
+            },
+          })
         : o,
     );
     assert.match(scaledObjectMismatches(wrongModel, waitKey).join('\n'), /workers of org\/another-model use tserve:models--org--another-model:wait/);

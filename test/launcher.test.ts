@@ -84,19 +84,35 @@ describe('npm start (launcher)', () => {
     assert.match(launcher.output, new RegExp(`starting redis-server on port ${redisPort}`));
 
     const ready = (await (await fetch(`${url}/ready`)).json()) as ReadyBody;
-    await waitFor('two workers per model', async () => {
-      const body = (await (await fetch(`${url}/ready`)).json()) as ReadyBody;
-      return body.models['replica/tiny-bert-sst2']?.workers === 2 && body.models['replica/tiny-bert-ner']?.workers === 2;
-    }, 60_000);
+    await waitFor(
+      'two workers per model',
+      async () => {
+        const body = (await (await fetch(`${url}/ready`)).json()) as ReadyBody;
+        return body.models['replica/tiny-bert-sst2']?.workers === 2 && body.models['replica/tiny-bert-ner']?.workers === 2;
+      },
+      60_000,
+    );
     assert.ok(ready.models['replica/tiny-bert-sst2']);
-    await waitFor('the launcher to say ready', async () => /ready: replica\/tiny-bert-sst2, replica\/tiny-bert-ner served at http:\/\/127\.0\.0\.1:/.test(launcher.output), 10_000);
+    await waitFor(
+      'the launcher to say ready',
+      async () => /ready: replica\/tiny-bert-sst2, replica\/tiny-bert-ner served at http:\/\/127\.0\.0\.1:/.test(launcher.output),
+      10_000,
+    );
 
     // The README's example, as curl sends it (form-encoded).
-    const res = await fetch(`${url}/`, { method: 'POST', body: 'This restaurant is awesome', headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+    const res = await fetch(`${url}/`, {
+      method: 'POST',
+      body: 'This restaurant is awesome',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    });
     assert.equal(res.status, 200);
     const body = (await res.json()) as Array<{ label: string; score: number }>;
     assert.ok(['POSITIVE', 'NEGATIVE'].includes(body[0].label), 'the first MODEL serves POST /');
-    const ner = await fetch(`${url}/models/replica/tiny-bert-ner`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ inputs: 'My name is Sarah' }) });
+    const ner = await fetch(`${url}/models/replica/tiny-bert-ner`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ inputs: 'My name is Sarah' }),
+    });
     assert.equal(ner.status, 200);
 
     const children = await childrenOf(launcher.pid);
@@ -111,7 +127,16 @@ describe('npm start (launcher)', () => {
       new Proc(
         'launcher',
         spawn(process.execPath, [path.join(ROOT, 'apps/launcher/dist/main.js')], {
-          env: { PATH: process.env.PATH, HOME: process.env.HOME, MODEL_DIR, MODEL: 'replica/tiny-bert-sst2', PORT: String(port), REDIS_URL: REDIS_URL, QUEUE_PREFIX: prefix, LOG_LEVEL: 'warn' },
+          env: {
+            PATH: process.env.PATH,
+            HOME: process.env.HOME,
+            MODEL_DIR,
+            MODEL: 'replica/tiny-bert-sst2',
+            PORT: String(port),
+            REDIS_URL: REDIS_URL,
+            QUEUE_PREFIX: prefix,
+            LOG_LEVEL: 'warn',
+          },
           stdio: ['ignore', 'pipe', 'pipe'],
         }),
       );
@@ -128,10 +153,22 @@ describe('npm start (launcher)', () => {
     };
     const crashed = (await gatewayPid())!;
     process.kill(crashed, 'SIGKILL');
-    await waitFor('a new gateway answering', async () => {
-      const pid = await gatewayPid();
-      return pid !== undefined && pid !== crashed && (await fetch(`${url}/health`).then((r) => r.ok, () => false));
-    }, 30_000, 100);
+    await waitFor(
+      'a new gateway answering',
+      async () => {
+        const pid = await gatewayPid();
+        return (
+          pid !== undefined &&
+          pid !== crashed &&
+          (await fetch(`${url}/health`).then(
+            (r) => r.ok,
+            () => false,
+          ))
+        );
+      },
+      30_000,
+      100,
+    );
     assert.match(launcher.output, /gateway exited \(SIGKILL\)/);
     assert.match(launcher.output, /restarting gateway/);
 

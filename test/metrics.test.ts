@@ -63,7 +63,10 @@ describe('metrics, timing headers and request logs', () => {
   it('answers with numeric timing headers and a request id', async () => {
     for (const text of ['a fine day', 'a dull day', 'nothing much']) okResponses.push(await system.infer(MODEL, text));
     // One job of sixteen inputs: its model call holds at least those sixteen sequences.
-    const list = await system.infer(MODEL, Array.from({ length: 16 }, (_, i) => `input number ${i}`));
+    const list = await system.infer(
+      MODEL,
+      Array.from({ length: 16 }, (_, i) => `input number ${i}`),
+    );
     okResponses.push(list);
     for (const res of okResponses) {
       assert.equal(res.status, 200, JSON.stringify(res.body));
@@ -100,7 +103,10 @@ describe('metrics, timing headers and request logs', () => {
     assert.ok(value(samples, 'tserve_http_requests_total', { method: 'GET', route: '/ready', status: '200' }) >= 1);
     // Neither model ids nor unknown paths become label values.
     const routes = new Set(samples.filter((s) => s.name === 'tserve_http_requests_total').map((s) => s.labels.route));
-    assert.deepEqual([...routes].filter((r) => r.includes('replica') || r.includes('nobody') || r.includes('/no/')), []);
+    assert.deepEqual(
+      [...routes].filter((r) => r.includes('replica') || r.includes('nobody') || r.includes('/no/')),
+      [],
+    );
 
     const ok = { ...post, status: '200' };
     assert.equal(value(samples, 'tserve_http_request_duration_seconds_count', ok), 4);
@@ -114,7 +120,7 @@ describe('metrics, timing headers and request logs', () => {
     assert.ok(samples.some((s) => s.name === 'nodejs_eventloop_lag_seconds'));
   });
 
-  it('reports workers, the breaker, and each answered job\'s queue, model and batch timing', async () => {
+  it("reports workers, the breaker, and each answered job's queue, model and batch timing", async () => {
     const samples = await scrape();
     const model = { model: MODEL };
     assert.equal(value(samples, 'tserve_live_workers', model), 1);
@@ -131,7 +137,10 @@ describe('metrics, timing headers and request logs', () => {
     assert.equal(value(samples, 'tserve_queue_wait_seconds_count', model), jobs);
     assert.equal(value(samples, 'tserve_inference_duration_seconds_count', model), jobs);
     const inferenceMs = okResponses.reduce((sum, r) => sum + Number(r.headers.get('x-inference-time')), 0);
-    assert.ok(Math.abs(value(samples, 'tserve_inference_duration_seconds_sum', model) * 1000 - inferenceMs) < 0.01, 'inference seconds are the x-inference-time values');
+    assert.ok(
+      Math.abs(value(samples, 'tserve_inference_duration_seconds_sum', model) * 1000 - inferenceMs) < 0.01,
+      'inference seconds are the x-inference-time values',
+    );
   });
 
   it('shows waiting jobs as queue depth while the worker is paused', async () => {
@@ -153,7 +162,10 @@ describe('metrics, timing headers and request logs', () => {
     // Those three waited at least the 300 ms the worker was paused after they were counted.
     const waited = value(samples, 'tserve_queue_wait_seconds_sum', { model: MODEL });
     assert.ok(waited >= 0.9, `queue wait sum ${waited}s`);
-    assert.ok(value(samples, 'tserve_queue_wait_seconds_bucket', { model: MODEL, le: '0.25' }) <= okResponses.length, 'the paused jobs are in buckets above 250 ms');
+    assert.ok(
+      value(samples, 'tserve_queue_wait_seconds_bucket', { model: MODEL, le: '0.25' }) <= okResponses.length,
+      'the paused jobs are in buckets above 250 ms',
+    );
   });
 
   it('logs one JSON line per request with its id, route, status and duration, and no body', async () => {
@@ -161,10 +173,14 @@ describe('metrics, timing headers and request logs', () => {
     const res = await system.infer(MODEL, secret);
     assert.equal(res.status, 200);
     const id = res.headers.get('x-request-id')!;
-    const lines = await waitFor('the request\'s log line', async () => {
-      const found = system.gateway!.output.split('\n').filter((l) => l.includes(id));
-      return found.length ? found : undefined;
-    }, 5000);
+    const lines = await waitFor(
+      "the request's log line",
+      async () => {
+        const found = system.gateway!.output.split('\n').filter((l) => l.includes(id));
+        return found.length ? found : undefined;
+      },
+      5000,
+    );
     assert.equal(lines.length, 1, lines.join('\n'));
     const entry = JSON.parse(lines[0]);
     assert.equal(entry.level, 30);

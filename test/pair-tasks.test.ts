@@ -29,9 +29,15 @@ async function inProcess(model: string, kind: 'classify' | 'qa') {
   const session = await (kind === 'qa' ? AutoModelForQuestionAnswering : AutoModelForSequenceClassification).from_pretrained(model, { dtype: 'q8' });
   return async (text: string, pair: string) => {
     const encoded = tokenizer(text, { text_pair: pair });
-    const out = (await session(encoded));
+    const out = await session(encoded);
     const ids = Array.from(encoded.input_ids.data as BigInt64Array, Number);
-    return { ids, tokenizer, logits: out.logits?.data as Float32Array, start: out.start_logits?.data as Float32Array, end: out.end_logits?.data as Float32Array };
+    return {
+      ids,
+      tokenizer,
+      logits: out.logits?.data as Float32Array,
+      start: out.start_logits?.data as Float32Array,
+      end: out.end_logits?.data as Float32Array,
+    };
   };
 }
 
@@ -63,7 +69,10 @@ describe('pair tasks on /models/<id>', () => {
       assert.ok(close(raw.body[0][0].score, mine.logits[0]), `logit ${raw.body[0][0].score} vs in-process ${mine.logits[0]}`);
       // One logit: the pipeline's default score is its sigmoid.
       const scored = await system.infer(RERANKER, { text: query, text_pair: r.document });
-      assert.deepEqual(scored.body[0].map((s: any) => s.label), ['LABEL_0']);
+      assert.deepEqual(
+        scored.body[0].map((s: any) => s.label),
+        ['LABEL_0'],
+      );
       assert.ok(close(scored.body[0][0].score, sigmoid(mine.logits[0])));
       if (!close(raw.body[0][0].score, r.logit) || !close(scored.body[0][0].score, r.score)) reproduces = false;
     }
@@ -96,7 +105,11 @@ describe('pair tasks on /models/<id>', () => {
 
   it('zero-shot on fp32: a request with all its labels batched equals REFERENCE.json exactly, single- and multi-label', async () => {
     for (const c of REF[NLI].cases) {
-      const res = await fp32.infer(NLI, c.sequence, { candidate_labels: c.candidate_labels, multi_label: c.multi_label, hypothesis_template: c.hypothesis_template });
+      const res = await fp32.infer(NLI, c.sequence, {
+        candidate_labels: c.candidate_labels,
+        multi_label: c.multi_label,
+        hypothesis_template: c.hypothesis_template,
+      });
       assert.equal(res.status, 200, JSON.stringify(res.body));
       assert.equal(res.body.sequence, c.sequence);
       assert.deepEqual(res.body.labels, c.fp32.labels);
@@ -112,7 +125,12 @@ describe('pair tasks on /models/<id>', () => {
       const res = await system.infer(QA, { question: c.question, context: c.context });
       assert.equal(res.status, 200, JSON.stringify(res.body));
       const answer = res.body;
-      assert.equal(Array.from(c.context as string).slice(answer.start, answer.end).join(''), answer.answer);
+      assert.equal(
+        Array.from(c.context as string)
+          .slice(answer.start, answer.end)
+          .join(''),
+        answer.answer,
+      );
       // The pipeline's best single span, computed here from in-process logits: the served answer holds its
       // text, and scores at least its p(start) × p(end) (same-text spans add up).
       const { ids, start, end, tokenizer } = await local(c.question, c.context);
@@ -127,9 +145,16 @@ describe('pair tasks on /models/<id>', () => {
       };
       const [ps, pe] = [softmax(start), softmax(end)];
       let best = { score: -1, s: 0, e: 0 };
-      for (let s = 0; s < ids.length; s++) for (let e = s; e < Math.min(ids.length, s + 15); e++) if (context[s] && context[e] && ps[s] * pe[e] > best.score) best = { score: ps[s] * pe[e], s, e };
+      for (let s = 0; s < ids.length; s++)
+        for (let e = s; e < Math.min(ids.length, s + 15); e++)
+          if (context[s] && context[e] && ps[s] * pe[e] > best.score) best = { score: ps[s] * pe[e], s, e };
       // Compared as the tokenizer normalizes (lower case, no accents, no spaces).
-      const plain = (text: string) => text.normalize('NFD').replace(/\p{Mn}/gu, '').toLowerCase().replace(/\s+/g, '');
+      const plain = (text: string) =>
+        text
+          .normalize('NFD')
+          .replace(/\p{Mn}/gu, '')
+          .toLowerCase()
+          .replace(/\s+/g, '');
       const spanText = tokenizer.decode(ids.slice(best.s, best.e + 1));
       assert.ok(plain(answer.answer).includes(plain(spanText)), `"${answer.answer}" holds the best span "${spanText}"`);
       assert.ok(answer.score >= best.score - TOL, `score ${answer.score} vs best span ${best.score}`);
@@ -153,9 +178,15 @@ describe('pair tasks on /models/<id>', () => {
     assert.equal(res.status, 200, JSON.stringify(res.body));
     assert.ok(Number(res.headers.get('x-batch-size')) >= 2, 'the context ran as several windows in one batch');
     for (const a of res.body) assert.equal(Array.from(context).slice(a.start, a.end).join(''), a.answer);
-    assert.ok(res.body.some((a: any) => a.start >= beyond), `an answer past character ${beyond}, which only the second window holds`);
+    assert.ok(
+      res.body.some((a: any) => a.start >= beyond),
+      `an answer past character ${beyond}, which only the second window holds`,
+    );
     const scores = res.body.map((a: any) => a.score);
-    assert.deepEqual(scores, [...scores].sort((a: number, b: number) => b - a));
+    assert.deepEqual(
+      scores,
+      [...scores].sort((a: number, b: number) => b - a),
+    );
   });
 
   it('question answering parameters: top_k, handle_impossible_answer, max_answer_len', async () => {
@@ -166,7 +197,10 @@ describe('pair tasks on /models/<id>', () => {
     for (const a of short.body) assert.ok(!/\s/.test(a.answer), `one token: "${a.answer}"`);
     // A short context has few spans, so the "no answer" one is among the top 20.
     const impossible = await system.infer(QA, { question: 'Who?', context: 'Paris is nice.' }, { top_k: 20, handle_impossible_answer: true });
-    assert.ok(impossible.body.some((a: any) => a.answer === '' && a.start === 0 && a.end === 0), JSON.stringify(impossible.body));
+    assert.ok(
+      impossible.body.some((a: any) => a.answer === '' && a.start === 0 && a.end === 0),
+      JSON.stringify(impossible.body),
+    );
     const bad = await system.infer(QA, input, { doc_stride: 1000 });
     assert.equal(bad.status, 400);
     assert.match(bad.body.error, /doc_stride/);

@@ -60,7 +60,10 @@ describe('protocols', () => {
     it('a list of inputs keeps its order; dimensions shortens and renormalises; /v1/models lists the served models', async () => {
       const inputs = ['first text', 'a second, longer text', 'third'];
       const answer = await client().embeddings.create({ model: EMBEDDER, input: inputs, encoding_format: 'float' });
-      assert.deepEqual(answer.data.map((d) => d.index), [0, 1, 2]);
+      assert.deepEqual(
+        answer.data.map((d) => d.index),
+        [0, 1, 2],
+      );
       const alone = (await system.infer(EMBEDDER, inputs[1])).body as number[];
       const cosine = answer.data[1].embedding.reduce((s, v, i) => s + v * alone[i], 0);
       // Batched with its neighbours a q8 model's output shifts a little.
@@ -73,7 +76,10 @@ describe('protocols', () => {
     });
 
     it('errors come as {error: {message, type, code}} with the right statuses, and the client raises them', async () => {
-      await assert.rejects(client().embeddings.create({ model: 'no/such-model', input: 'x' }), (err: any) => err.status === 404 && err.code === 'model_not_found');
+      await assert.rejects(
+        client().embeddings.create({ model: 'no/such-model', input: 'x' }),
+        (err: any) => err.status === 404 && err.code === 'model_not_found',
+      );
       const cases: Array<[unknown, number, RegExp]> = [
         [{ model: EMBEDDER }, 400, /input is required/],
         [{ model: EMBEDDER, input: [] }, 400, /empty list/],
@@ -136,8 +142,11 @@ describe('protocols', () => {
       for (const r of results) {
         const res = await system.post('/rerank', { query, texts: [r.document], raw_scores: true, return_text: true });
         assert.equal(res.status, 200, JSON.stringify(res.body));
-        const logit = ((await model(tokenizer(query, { text_pair: r.document })))).logits.data[0];
-        assert.deepEqual(res.body.map((x: any) => [x.index, x.text]), [[0, r.document]]);
+        const logit = (await model(tokenizer(query, { text_pair: r.document }))).logits.data[0];
+        assert.deepEqual(
+          res.body.map((x: any) => [x.index, x.text]),
+          [[0, r.document]],
+        );
         assert.ok(Math.abs(res.body[0].score - logit) <= TOL, `${res.body[0].score} vs in-process ${logit}`);
         const scored = await system.post('/rerank', { query, texts: [r.document] });
         assert.ok(Math.abs(scored.body[0].score - 1 / (1 + Math.exp(-logit))) <= TOL, 'scores are the sigmoid of the logit');
@@ -149,7 +158,10 @@ describe('protocols', () => {
       assert.equal(all.status, 200);
       assert.deepEqual(all.body.map((x: any) => x.index).sort(), [0, 1, 2, 3]);
       const scores = all.body.map((x: any) => x.score);
-      assert.deepEqual(scores, [...scores].sort((a: number, b: number) => b - a));
+      assert.deepEqual(
+        scores,
+        [...scores].sort((a: number, b: number) => b - a),
+      );
       assert.equal(all.body[0].text, undefined, 'no text unless return_text');
     });
 
@@ -159,7 +171,10 @@ describe('protocols', () => {
       assert.equal(res.status, 200, JSON.stringify(res.body));
       const tokens = res.body[0];
       const tokenizer = await AutoTokenizer.from_pretrained(CLASSIFIER);
-      assert.deepEqual(tokens.map((t: any) => t.id), tokenizer.encode(text));
+      assert.deepEqual(
+        tokens.map((t: any) => t.id),
+        tokenizer.encode(text),
+      );
       assert.deepEqual([tokens[0].special, tokens[tokens.length - 1].special], [true, true]);
       // UTF-8 byte offsets, as TEI gives them.
       const bytes = Buffer.from(text);
@@ -176,7 +191,7 @@ describe('protocols', () => {
       assert.ok(info.body.max_batch_requests > 0 && info.body.max_client_batch_size > 0);
     });
 
-    it('bad input gets a 4xx in TEI\'s shape {error, error_type}', async () => {
+    it("bad input gets a 4xx in TEI's shape {error, error_type}", async () => {
       const cases: Array<[string, unknown, number, RegExp]> = [
         ['/embed', {}, 422, /inputs is required/],
         ['/embed', { inputs: [''] }, 400, /`inputs` cannot be empty/],
@@ -225,7 +240,9 @@ describe('protocols', () => {
       assert.equal(logits.name, 'logits');
       const labels = (await get(`/v2/models/${CLASSIFIER}`)).body.parameters.labels as string[];
       const own = (await system.infer(CLASSIFIER, texts, { top_k: null })).body as Array<Array<{ label: string; score: number }>>;
-      own.forEach((scores, row) => labels.forEach((label, j) => assert.ok(Math.abs(probs.data[row * 2 + j] - scores.find((s) => s.label === label)!.score) < 1e-6)));
+      own.forEach((scores, row) =>
+        labels.forEach((label, j) => assert.ok(Math.abs(probs.data[row * 2 + j] - scores.find((s) => s.label === label)!.score) < 1e-6)),
+      );
       const embedded = await system.post(`/v2/models/${EMBEDDER}/infer`, {
         inputs: [{ name: 'text', shape: [1], datatype: 'BYTES', data: ['hello world'] }],
         parameters: { timeout: 5_000_000, priority: 2 },

@@ -99,7 +99,12 @@ describe('queue path', () => {
       await waitFor('the second request accepted', async () => (await metric(system, 'tserve_queue_depth', { model: MODEL })) === 2, 10_000, 20);
       controller.abort();
       assert.equal(await leaving, 'aborted');
-      await waitFor('the gateway withdrew it', async () => (await metric(system, 'tserve_requests_abandoned_total', { model: MODEL, at: 'gateway' })) === before + 1, 10_000, 20);
+      await waitFor(
+        'the gateway withdrew it',
+        async () => (await metric(system, 'tserve_requests_abandoned_total', { model: MODEL, at: 'gateway' })) === before + 1,
+        10_000,
+        20,
+      );
       redis.proc!.kill('SIGCONT');
       assert.equal((await held).status, 200);
     } finally {
@@ -126,7 +131,12 @@ describe('queue path', () => {
       requestId = (await queue.getWaiting())[0].id!;
       controller.abort();
       assert.equal(await leaving, 'aborted');
-      await waitFor('the gateway told the workers', async () => (await metric(system, 'tserve_requests_abandoned_total', { model: MODEL, at: 'queue' })) >= 1, 10_000, 20);
+      await waitFor(
+        'the gateway told the workers',
+        async () => (await metric(system, 'tserve_requests_abandoned_total', { model: MODEL, at: 'queue' })) >= 1,
+        10_000,
+        20,
+      );
     } finally {
       worker.kill('SIGCONT');
     }

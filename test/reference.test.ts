@@ -52,7 +52,10 @@ function referenceFigures(task: string, c: any): { keys: string[]; values: Figur
       return figures(task, c.top5);
     case 'token-classification':
       // The reference labels every position; the pipeline leaves out the template's [CLS] and [SEP].
-      return figures(task, c.per_token.slice(1, -1).map((t: any, i: number) => ({ index: i + 1, word: t.token, entity: t.label, score: t.score })));
+      return figures(
+        task,
+        c.per_token.slice(1, -1).map((t: any, i: number) => ({ index: i + 1, word: t.token, entity: t.label, score: t.score })),
+      );
     default:
       throw new Error(`no reference comparison for task ${task}`);
   }
@@ -119,7 +122,10 @@ describe('reference outputs through the gateway', () => {
           const byIndex = new Map(res.body.map((e: any) => [e.index, e]));
           for (const e of (await local(c.text)) as any[]) {
             const mine = byIndex.get(e.index) as any;
-            assert.ok(mine && mine.entity === e.entity && Math.abs(mine.score - e.score) <= TOL, `${model} "${c.text}" token ${e.index}: ${JSON.stringify(mine)} vs in-process ${JSON.stringify(e)}`);
+            assert.ok(
+              mine && mine.entity === e.entity && Math.abs(mine.score - e.score) <= TOL,
+              `${model} "${c.text}" token ${e.index}: ${JSON.stringify(mine)} vs in-process ${JSON.stringify(e)}`,
+            );
           }
         } else {
           assertClose(served, figures(task, await local(c.text)), `${model} "${c.text}" against in-process`);
@@ -129,7 +135,9 @@ describe('reference outputs through the gateway', () => {
         if (d > TOL || JSON.stringify(served.keys) !== JSON.stringify(expected.keys)) reproduces = false;
       }
       if (!reproduces) {
-        t.diagnostic(`${model}: this CPU's ONNX Runtime kernels give up to ${deviation.toExponential(2)} from REFERENCE.json (same tokens, same file); the server equals in-process here`);
+        t.diagnostic(
+          `${model}: this CPU's ONNX Runtime kernels give up to ${deviation.toExponential(2)} from REFERENCE.json (same tokens, same file); the server equals in-process here`,
+        );
       }
     });
   }

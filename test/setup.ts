@@ -14,7 +14,9 @@ if (!process.env.TEST_REDIS_URL) {
   } else {
     const redis = await PrivateRedis.onFreePort();
     await redis.start().catch(() => {
-      throw new Error(`the tests need Redis: nothing answers at ${LOCAL} and redis-server could not be started (apt-get install redis-server, or set TEST_REDIS_URL)`);
+      throw new Error(
+        `the tests need Redis: nothing answers at ${LOCAL} and redis-server could not be started (apt-get install redis-server, or set TEST_REDIS_URL)`,
+      );
     });
     redis.detach();
     process.env.TEST_REDIS_URL = redis.url;

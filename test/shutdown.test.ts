@@ -64,11 +64,23 @@ describe('graceful shutdown', () => {
     await waitFor('the ten requests accepted', async () => (await depth()) === 10, 10_000, 20);
     system.gateway!.kill('SIGTERM');
     // New connections are refused while the old requests are still being answered.
-    await waitFor('new connections refused after SIGTERM', () => fetch(`${system.url}/health`).then(() => false, () => true), 10_000, 20);
+    await waitFor(
+      'new connections refused after SIGTERM',
+      () =>
+        fetch(`${system.url}/health`).then(
+          () => false,
+          () => true,
+        ),
+      10_000,
+      20,
+    );
     assert.ok(system.gateway!.running, 'the gateway still runs, answering what it accepted');
     worker.kill('SIGCONT');
     const answers = await Promise.all(inFlight);
-    assert.deepEqual(answers.map((a) => a.status), Array(10).fill(200));
+    assert.deepEqual(
+      answers.map((a) => a.status),
+      Array(10).fill(200),
+    );
     assert.equal(await system.gateway!.exited, 0, system.gateway!.output);
   });
 
@@ -102,17 +114,25 @@ describe('graceful shutdown', () => {
       // count the worker just stopped until its next refresh, so a count there proves nothing.)
       const id = `replacement-${i}`;
       const replacement = system.startWorker({ model: MODEL, env: { WORKER_ID: id } });
-      await waitFor('replacement live', async () => {
-        if (!replacement.running) throw new Error(`the replacement exited:\n${replacement.output}`);
-        const announced = await redis.get(keys.worker(system.prefix, id));
-        return announced !== null && JSON.parse(announced).state === 'ready';
-      }, 30_000);
+      await waitFor(
+        'replacement live',
+        async () => {
+          if (!replacement.running) throw new Error(`the replacement exited:\n${replacement.output}`);
+          const announced = await redis.get(keys.worker(system.prefix, id));
+          return announced !== null && JSON.parse(announced).state === 'ready';
+        },
+        30_000,
+      );
     }
     // Some load on the replacements alone before stopping.
     await answered(answers.length + 20);
     stop = true;
     await loadLoop;
     const failed = answers.filter((a) => a.status !== 200);
-    assert.deepEqual(failed.map((a) => `${a.status} ${JSON.stringify(a.body)}`), [], `every request answered 200 (${answers.length} sent)\n${system.logs()}`);
+    assert.deepEqual(
+      failed.map((a) => `${a.status} ${JSON.stringify(a.body)}`),
+      [],
+      `every request answered 200 (${answers.length} sent)\n${system.logs()}`,
+    );
   });
 });

@@ -24,17 +24,30 @@ describe('task parameters', () => {
 
   it('token-classification: word aggregation strategies agree with the per-token answer', async () => {
     const text = 'Unbelievably, Sarahs tokenization works in Londonderry';
-    const tokens = (await system.infer(NER, text, { ignore_labels: [], aggregation_strategy: 'none' })).body as Array<{ entity: string; score: number; word: string }>;
+    const tokens = (await system.infer(NER, text, { ignore_labels: [], aggregation_strategy: 'none' })).body as Array<{
+      entity: string;
+      score: number;
+      word: string;
+    }>;
     const words: (typeof tokens)[] = [];
     for (const t of tokens) (t.word.startsWith('##') ? words[words.length - 1] : words[words.push([]) - 1]).push(t);
-    assert.ok(words.some((w) => w.length > 1), 'the text has multi-piece words');
+    assert.ok(
+      words.some((w) => w.length > 1),
+      'the text has multi-piece words',
+    );
     const run = async (aggregation_strategy: string) =>
       (await system.infer(NER, text, { aggregation_strategy, ignore_labels: [] })).body as Array<{ entity_group: string; score: number; word: string }>;
 
-    assert.ok(tokens.every((t) => t.entity.startsWith('B-')), 'every token opens its own entity');
+    assert.ok(
+      tokens.every((t) => t.entity.startsWith('B-')),
+      'every token opens its own entity',
+    );
     const first = await run('first');
     // A group's word is the input's own text (here capitalised), the pieces' concatenation otherwise.
-    assert.deepEqual(first.map((g) => g.word.toLowerCase()), words.map((w) => w.map((p) => p.word.replace(/^##/, '')).join('')));
+    assert.deepEqual(
+      first.map((g) => g.word.toLowerCase()),
+      words.map((w) => w.map((p) => p.word.replace(/^##/, '')).join('')),
+    );
     first.forEach((g, i) => assert.ok(Math.abs(g.score - words[i][0].score) < 1e-9, 'first: the first piece decides'));
     const max = await run('max');
     max.forEach((g, i) => assert.ok(Math.abs(g.score - Math.max(...words[i].map((p) => p.score))) < 1e-9, 'max: the surest piece decides'));
@@ -45,7 +58,10 @@ describe('task parameters', () => {
     });
     const simple = await run('simple');
     assert.equal(simple.length, tokens.length, 'simple: B- tokens never merge');
-    assert.deepEqual(simple.map((g) => g.entity_group), tokens.map((t) => t.entity.slice(2)));
+    assert.deepEqual(
+      simple.map((g) => g.entity_group),
+      tokens.map((t) => t.entity.slice(2)),
+    );
 
     // ignore_labels filters by label; the default hides "O".
     const label = tokens[0].entity;
@@ -57,17 +73,38 @@ describe('task parameters', () => {
   it('token-classification: start and end are offsets into the input, through lower-casing, accents, CJK and emoji', async () => {
     // Offsets count code points, as the Python pipelines do; the emoji is one code point ([UNK]).
     const text = 'Zoë Müller lives in 東京 😀 ok';
-    const tokens = (await system.infer(NER, text, { ignore_labels: [], aggregation_strategy: 'none' })).body as Array<{ word: string; start: number; end: number }>;
+    const tokens = (await system.infer(NER, text, { ignore_labels: [], aggregation_strategy: 'none' })).body as Array<{
+      word: string;
+      start: number;
+      end: number;
+    }>;
     assert.deepEqual(
       tokens.map((t) => [t.word, t.start, t.end]),
-      [['zoe', 0, 3], ['muller', 4, 10], ['lives', 11, 16], ['in', 17, 19], ['東', 20, 21], ['京', 21, 22], ['[UNK]', 23, 24], ['ok', 25, 27]],
+      [
+        ['zoe', 0, 3],
+        ['muller', 4, 10],
+        ['lives', 11, 16],
+        ['in', 17, 19],
+        ['東', 20, 21],
+        ['京', 21, 22],
+        ['[UNK]', 23, 24],
+        ['ok', 25, 27],
+      ],
     );
-    const pieces = (await system.infer(NER, 'Unbelievably Sarahs', { ignore_labels: [], aggregation_strategy: 'none' })).body as Array<{ word: string; start: number; end: number }>;
+    const pieces = (await system.infer(NER, 'Unbelievably Sarahs', { ignore_labels: [], aggregation_strategy: 'none' })).body as Array<{
+      word: string;
+      start: number;
+      end: number;
+    }>;
     const original = Array.from('Unbelievably Sarahs');
     for (const p of pieces) assert.equal(original.slice(p.start, p.end).join('').toLowerCase(), p.word.replace(/^##/, ''), JSON.stringify(p));
     // Every strategy carries offsets, and a group's word is exactly the input between them.
     for (const strategy of ['simple', 'first', 'average', 'max']) {
-      const groups = (await system.infer(NER, text, { ignore_labels: [], aggregation_strategy: strategy })).body as Array<{ word: string; start: number; end: number }>;
+      const groups = (await system.infer(NER, text, { ignore_labels: [], aggregation_strategy: strategy })).body as Array<{
+        word: string;
+        start: number;
+        end: number;
+      }>;
       assert.ok(groups.length > 0);
       for (const g of groups) assert.equal(Array.from(text).slice(g.start, g.end).join(''), g.word, `${strategy}: ${JSON.stringify(g)}`);
     }
@@ -75,7 +112,10 @@ describe('task parameters', () => {
 
   it('token-classification on /models/<id> groups entities by default (aggregation_strategy "simple")', async () => {
     const grouped = (await system.infer(NER, 'Sarah lives in London')).body as Array<Record<string, unknown>>;
-    assert.ok(grouped.every((g) => 'entity_group' in g && typeof g.start === 'number'), JSON.stringify(grouped));
+    assert.ok(
+      grouped.every((g) => 'entity_group' in g && typeof g.start === 'number'),
+      JSON.stringify(grouped),
+    );
   });
 
   it('text-classification: top_k and function_to_apply', async () => {
@@ -116,7 +156,10 @@ describe('task parameters', () => {
   it('fill-mask: top_k and several masks', async () => {
     const five = (await system.infer(FILL_MASK, 'Paris is the [MASK] of France.')).body;
     assert.equal(five.length, 5, 'top_k defaults to 5');
-    assert.ok(five.every((p: any, i: number) => i === 0 || p.score <= five[i - 1].score), 'ranked');
+    assert.ok(
+      five.every((p: any, i: number) => i === 0 || p.score <= five[i - 1].score),
+      'ranked',
+    );
     assert.ok(five[0].sequence.includes(five[0].token_str));
     const two = (await system.infer(FILL_MASK, '[MASK] is the [MASK] of France.', { top_k: 2 })).body;
     assert.equal(two.length, 2, 'one list per mask');

@@ -93,14 +93,19 @@ function panel(r: BenchResults, model: string, ox: number): string {
     s.push(`<line x1="${ox + M.left}" x2="${ox + M.left + w}" y1="${sy(t)}" y2="${sy(t)}" stroke="#eee"/>`);
     s.push(`<text x="${ox + M.left - 6}" y="${sy(t) + 4}" text-anchor="end" font-size="11" fill="#444" ${FONT}>${fmt(t)}</text>`);
   }
-  s.push(`<text x="${ox + M.left + w / 2}" y="${M.top + h + 36}" text-anchor="middle" font-size="12" ${FONT}>throughput (requests/s; in-process: sequences/s)</text>`);
+  s.push(
+    `<text x="${ox + M.left + w / 2}" y="${M.top + h + 36}" text-anchor="middle" font-size="12" ${FONT}>throughput (requests/s; in-process: sequences/s)</text>`,
+  );
   s.push(`<text transform="translate(${ox + 16},${M.top + h / 2}) rotate(-90)" text-anchor="middle" font-size="12" ${FONT}>p50 latency (ms)</text>`);
 
   lengths.forEach((tokens, i) => {
     const color = COLORS[i % COLORS.length];
     const sv = server.get(tokens)!.filter(ok);
     const ip = inproc.get(tokens)!.filter(ok);
-    if (ip.length > 1) s.push(`<polyline fill="none" stroke="${color}" stroke-width="1.5" stroke-dasharray="5,4" points="${ip.map((p) => `${sx(p.x)},${sy(p.y)}`).join(' ')}"/>`);
+    if (ip.length > 1)
+      s.push(
+        `<polyline fill="none" stroke="${color}" stroke-width="1.5" stroke-dasharray="5,4" points="${ip.map((p) => `${sx(p.x)},${sy(p.y)}`).join(' ')}"/>`,
+      );
     for (const p of ip) {
       s.push(`<rect x="${sx(p.x) - 4}" y="${sy(p.y) - 4}" width="8" height="8" fill="#fff" stroke="${color}" stroke-width="1.5"/>`);
       s.push(`<text x="${sx(p.x) + 6}" y="${sy(p.y) + 14}" font-size="10" fill="${color}" ${FONT}>${esc(p.label ?? '')}</text>`);
@@ -108,7 +113,9 @@ function panel(r: BenchResults, model: string, ox: number): string {
     if (sv.length > 1) s.push(`<polyline fill="none" stroke="${color}" stroke-width="2.5" points="${sv.map((p) => `${sx(p.x)},${sy(p.y)}`).join(' ')}"/>`);
     for (const p of sv) {
       s.push(`<circle cx="${sx(p.x)}" cy="${sy(p.y)}" r="4.5" fill="${color}"/>`);
-      s.push(`<text x="${sx(p.x) - 6}" y="${sy(p.y) - 8}" text-anchor="end" font-size="11" font-weight="bold" fill="${color}" ${FONT}>${esc(p.label ?? '')}</text>`);
+      s.push(
+        `<text x="${sx(p.x) - 6}" y="${sy(p.y) - 8}" text-anchor="end" font-size="11" font-weight="bold" fill="${color}" ${FONT}>${esc(p.label ?? '')}</text>`,
+      );
     }
     for (const p of batch1.filter((b) => b.tokens === tokens && ok(b))) {
       const [cx, cy] = [sx(p.x), sy(p.y)];
@@ -126,15 +133,21 @@ function panel(r: BenchResults, model: string, ox: number): string {
   let ly = M.top + h + 62;
   lengths.forEach((tokens, i) => {
     const color = COLORS[i % COLORS.length];
-    s.push(`<line x1="${lx}" x2="${lx + 22}" y1="${ly - 4}" y2="${ly - 4}" stroke="${color}" stroke-width="2.5"/><circle cx="${lx + 11}" cy="${ly - 4}" r="4" fill="${color}"/>`);
+    s.push(
+      `<line x1="${lx}" x2="${lx + 22}" y1="${ly - 4}" y2="${ly - 4}" stroke="${color}" stroke-width="2.5"/><circle cx="${lx + 11}" cy="${ly - 4}" r="4" fill="${color}"/>`,
+    );
     s.push(`<text x="${lx + 28}" y="${ly}" font-size="11" ${FONT}>server, ${tokens} tokens (c: concurrency)</text>`);
     const rx = lx + w / 2;
-    s.push(`<line x1="${rx}" x2="${rx + 22}" y1="${ly - 4}" y2="${ly - 4}" stroke="${color}" stroke-width="1.5" stroke-dasharray="5,4"/><rect x="${rx + 7}" y="${ly - 8}" width="8" height="8" fill="#fff" stroke="${color}" stroke-width="1.5"/>`);
+    s.push(
+      `<line x1="${rx}" x2="${rx + 22}" y1="${ly - 4}" y2="${ly - 4}" stroke="${color}" stroke-width="1.5" stroke-dasharray="5,4"/><rect x="${rx + 7}" y="${ly - 8}" width="8" height="8" fill="#fff" stroke="${color}" stroke-width="1.5"/>`,
+    );
     s.push(`<text x="${rx + 28}" y="${ly}" font-size="11" ${FONT}>in-process, ${tokens} tok (1: pipe(text); b: list size)</text>`);
     ly += 18;
   });
   if (batch1.length || mixed.length) {
-    s.push(`<text x="${lx}" y="${ly}" font-size="11" fill="#444" ${FONT}>× server, BATCH_MAX_SIZE=1     ◇ server, mixed lengths (1 in ${r.mixed[0]?.every ?? '?'} is ${r.mixed[0]?.longTokens ?? '?'} tok)</text>`);
+    s.push(
+      `<text x="${lx}" y="${ly}" font-size="11" fill="#444" ${FONT}>× server, BATCH_MAX_SIZE=1     ◇ server, mixed lengths (1 in ${r.mixed[0]?.every ?? '?'} is ${r.mixed[0]?.longTokens ?? '?'} tok)</text>`,
+    );
   }
   return s.join('\n');
 }

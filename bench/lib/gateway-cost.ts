@@ -30,8 +30,10 @@ export async function measureGatewayCost(ctx: BenchContext, model: string, text:
     p50: all?.p50 ?? NaN,
     p99: all?.p99 ?? NaN,
     gatewayCpuPct: cpuPct,
-    cpuMsPerRequest: (cpuPct / 100) * 1000 / answered,
+    cpuMsPerRequest: ((cpuPct / 100) * 1000) / answered,
   };
-  ctx.log(`gateway alone (404 for an unserved model, c=${concurrency}): ${round(answered, 0)}/s, p50 ${round(cost.p50)} ms, gateway cpu ${cpuPct}% = ${round(cost.cpuMsPerRequest, 3)} ms per request`);
+  ctx.log(
+    `gateway alone (404 for an unserved model, c=${concurrency}): ${round(answered, 0)}/s, p50 ${round(cost.p50)} ms, gateway cpu ${cpuPct}% = ${round(cost.cpuMsPerRequest, 3)} ms per request`,
+  );
   return cost;
 }

@@ -27,7 +27,12 @@ export async function loadInProcess(model: string, modelDir: string): Promise<In
   // The device and dtype the workers run (DEVICE/DTYPE from the environment, chosen as they choose).
   const device = resolveDevice((process.env.DEVICE ?? 'cpu') as Parameters<typeof resolveDevice>[0]);
   const onnx = path.join(modelDir, model, 'onnx');
-  const { dtype } = chooseDtype((process.env.DTYPE ?? 'auto') as Parameters<typeof chooseDtype>[0], device, fs.existsSync(onnx) ? fs.readdirSync(onnx) : undefined, process.env.DTYPE_FORCE === 'true');
+  const { dtype } = chooseDtype(
+    (process.env.DTYPE ?? 'auto') as Parameters<typeof chooseDtype>[0],
+    device,
+    fs.existsSync(onnx) ? fs.readdirSync(onnx) : undefined,
+    process.env.DTYPE_FORCE === 'true',
+  );
   const pipe = (await pipeline('text-classification', model, { dtype, device })) as unknown as Pipe & { dispose(): Promise<void> };
   return { model, pipe, device, dtype, dispose: () => pipe.dispose() };
 }

@@ -207,9 +207,7 @@ export async function runLoad(spec: LoadSpec): Promise<LoadResult> {
     const connections = share(spec.connections, i);
     const rate = spec.rate ? Math.max(1, share(Math.round(spec.rate), i)) : undefined;
     if (connections === 0) continue;
-    runs.push(
-      new Promise<void>((r) => setTimeout(r, offset * 1000)).then(() => runInstance(spec, recorder, connections, rate, total - offset)),
-    );
+    runs.push(new Promise<void>((r) => setTimeout(r, offset * 1000)).then(() => runInstance(spec, recorder, connections, rate, total - offset)));
   }
   try {
     await Promise.all(runs);
@@ -221,9 +219,13 @@ export async function runLoad(spec: LoadSpec): Promise<LoadResult> {
   }
 
   const seconds = spec.durationSeconds;
-  const ok = Object.entries(recorder.latency).filter(([s]) => s.startsWith('2')).flatMap(([, v]) => v);
+  const ok = Object.entries(recorder.latency)
+    .filter(([s]) => s.startsWith('2'))
+    .flatMap(([, v]) => v);
   const redis = redisStart && redisEnd ? costPerRequest(await redisEnd, await redisStart, ok.length) : undefined;
-  const non2xx = Object.entries(recorder.status).filter(([s]) => !s.startsWith('2')).reduce((a, [, n]) => a + n, 0);
+  const non2xx = Object.entries(recorder.status)
+    .filter(([s]) => !s.startsWith('2'))
+    .reduce((a, [, n]) => a + n, 0);
   return {
     seconds,
     connections: spec.connections,

@@ -22,7 +22,11 @@ const short = (model: string) => model.split('/').pop()!;
 
 function describe(load: LoadResult, model: string): string {
   const mine = (k: string) => !k.startsWith('worker:') || k === `worker:${short(model)}`;
-  const procs = load.cpu ? Object.entries(load.cpu.procs).filter(([k]) => mine(k)).map(([k, v]) => `${k.replace(/^worker:.*/, 'worker')} ${v}%`) : [];
+  const procs = load.cpu
+    ? Object.entries(load.cpu.procs)
+        .filter(([k]) => mine(k))
+        .map(([k, v]) => `${k.replace(/^worker:.*/, 'worker')} ${v}%`)
+    : [];
   const cpu = load.cpu ? ` cpu[${procs.join(' ')} other ${load.cpu.other}%]` : '';
   const redis = load.redis ? ` redis[${round(load.redis.commandsPerRequest, 1)} cmd ${round(load.redis.processUsecPerRequest, 1)} µs cpu per req]` : '';
   return `${round(load.rps, 1)} req/s p50 ${round(load.latency.p50)} ms p99 ${round(load.latency.p99)} ms batch ${round(load.server.batchMean, 1)} errors ${load.errors}${cpu}${redis}`;
@@ -45,9 +49,16 @@ export async function runModelPhase(ctx: BenchContext, model: string): Promise<M
   results.dtype = inproc.dtype;
   try {
     results.answerCheck = await checkAnswer(ctx, inproc, texts[Math.min(...options.lengths)].text);
-    log(`${short(model)} on ${inproc.device}/${inproc.dtype}: server answer vs in-process: same label ${results.answerCheck.sameLabel}, scores within ${results.answerCheck.maxScoreDiff.toExponential(1)}`);
+    log(
+      `${short(model)} on ${inproc.device}/${inproc.dtype}: server answer vs in-process: same label ${results.answerCheck.sameLabel}, scores within ${results.answerCheck.maxScoreDiff.toExponential(1)}`,
+    );
     for (const tokens of options.lengths) {
-      const { value, cpu } = await measureQuietly(ctx, model, () => withCpu(ctx.pids(), () => measureSingles(inproc, texts[tokens].text, options.singleCalls)), (r) => r.cpu.other);
+      const { value, cpu } = await measureQuietly(
+        ctx,
+        model,
+        () => withCpu(ctx.pids(), () => measureSingles(inproc, texts[tokens].text, options.singleCalls)),
+        (r) => r.cpu.other,
+      );
       results.singles.push({ tokens, latency: value, cpu });
       log(`${short(model)} in-process ${tokens} tok: pipe(text) p50 ${round(value.p50)} ms p99 ${round(value.p99)} ms (other cpu ${cpu.other}%)`);
     }
@@ -87,11 +98,19 @@ export async function runModelPhase(ctx: BenchContext, model: string): Promise<M
 
 /** One answer through the whole system against the same call in-process (q8 shifts with batch mates; fp16 within its precision). */
 async function checkAnswer(ctx: BenchContext, inproc: InProcessModel, text: string): Promise<NonNullable<ModelResults['answerCheck']>> {
-  const res = await fetch(`${ctx.url()}${inferPath(inproc.model)}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ inputs: text, parameters: { top_k: null } }) });
+  const res = await fetch(`${ctx.url()}${inferPath(inproc.model)}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ inputs: text, parameters: { top_k: null } }),
+  });
   const served = ((await res.json()) as Array<Array<{ label: string; score: number }>>)[0];
-  const local = (await (inproc.pipe as (t: string, o: unknown) => Promise<Array<{ label: string; score: number }>>)(text, { top_k: null }));
+  const local = await (inproc.pipe as (t: string, o: unknown) => Promise<Array<{ label: string; score: number }>>)(text, { top_k: null });
   const byLabel = new Map(local.map((l) => [l.label, l.score]));
-  return { text, sameLabel: served[0].label === local[0].label, maxScoreDiff: Math.max(...served.map((s) => Math.abs(s.score - (byLabel.get(s.label) ?? NaN)))) };
+  return {
+    text,
+    sameLabel: served[0].label === local[0].label,
+    maxScoreDiff: Math.max(...served.map((s) => Math.abs(s.score - (byLabel.get(s.label) ?? NaN)))),
+  };
 }
 
 function serverPoint(ctx: BenchContext, model: string, text: string, concurrency: number, body?: () => string): Promise<LoadResult> {
@@ -112,23 +131,21 @@ function serverPoint(ctx: BenchContext, model: string, text: string, concurrency
 /** In-process pipe(list) at every (rounded) mean batch size the server formed, per length. */
 async function measureBatchSizes(ctx: BenchContext, inproc: InProcessModel, results: ModelResults, points: ServerPoint[]): Promise<void> {
   for (const tokens of ctx.options.lengths) {
-    const sizes = new Set(points.filter((p) => p.tokens === tokens && Number.isFinite(p.load.server.batchMean)).map((p) => Math.max(1, Math.round(p.load.server.batchMean))));
+    const sizes = new Set(
+      points.filter((p) => p.tokens === tokens && Number.isFinite(p.load.server.batchMean)).map((p) => Math.max(1, Math.round(p.load.server.batchMean))),
+    );
     for (const batchSize of [...sizes].sort((a, b) => a - b)) {
       const measure = () => withCpu(ctx.pids(), () => measureBatched(inproc, results.texts[tokens].text, batchSize, ctx.options.batchedSeconds));
       const { value, cpu } = await measureQuietly(ctx, results.model, measure, (r) => r.cpu.other);
       results.batched.push({ tokens, ...value, cpu });
-      ctx.log(`${short(results.model)} in-process ${tokens} tok pipe(list of ${batchSize}): ${round(value.seqPerSec, 1)} seq/s, call p50 ${round(value.callP50Ms)} ms`);
+      ctx.log(
+        `${short(results.model)} in-process ${tokens} tok pipe(list of ${batchSize}): ${round(value.seqPerSec, 1)} seq/s, call p50 ${round(value.callP50Ms)} ms`,
+      );
     }
   }
 }
 
-async function runMixed(
-  ctx: BenchContext,
-  inproc: InProcessModel,
-  model: string,
-  texts: Record<string, InputText>,
-  points: ServerPoint[],
-): Promise<MixedRun> {
+async function runMixed(ctx: BenchContext, inproc: InProcessModel, model: string, texts: Record<string, InputText>, points: ServerPoint[]): Promise<MixedRun> {
   const { options } = ctx;
   const shortTokens = Math.min(...options.lengths);
   const concurrency = options.mixedConcurrency;
@@ -142,11 +159,20 @@ async function runMixed(
   let sent = 0;
   // One request in `every` is long, counted over all connections, so the ratio holds exactly.
   const mixed = await serverPoint(ctx, model, '', concurrency, () => (sent++ % options.mixedEvery === 0 ? longBody : shortBody));
-  ctx.log(`${short(model)} mixed (1 in ${options.mixedEvery} of ${options.mixedLongTokens} tok) c=${concurrency}: ${describe(mixed, model)}; all-short ${round(allShort.rps, 1)} req/s`);
+  ctx.log(
+    `${short(model)} mixed (1 in ${options.mixedEvery} of ${options.mixedLongTokens} tok) c=${concurrency}: ${describe(mixed, model)}; all-short ${round(allShort.rps, 1)} req/s`,
+  );
 
   const batchSize = Math.max(1, Math.round(allShort.server.batchMean || 1));
   await quiesce(ctx, model);
-  const ideal = await measureMixedCycle(inproc, texts[shortTokens].text, texts[options.mixedLongTokens].text, options.mixedEvery, batchSize, options.batchedSeconds * 2);
+  const ideal = await measureMixedCycle(
+    inproc,
+    texts[shortTokens].text,
+    texts[options.mixedLongTokens].text,
+    options.mixedEvery,
+    batchSize,
+    options.batchedSeconds * 2,
+  );
   ctx.log(`${short(model)} in-process mixed cycle: ideal throughput ratio ${round(ideal.idealRatio, 3)} (batches of ${batchSize})`);
   return {
     model,

@@ -79,7 +79,11 @@ BENCH_SERVER_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" to profile the serv
 Output: a table on stdout, bench/results/<timestamp>.json, latest.json and latest.svg.
 `;
 
-const list = (v: string | undefined) => (v ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+const list = (v: string | undefined) =>
+  (v ?? '')
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
 const numbers = (v: string, what: string) =>
   list(v).map((s) => {
     const n = Number(s);

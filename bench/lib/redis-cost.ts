@@ -81,5 +81,13 @@ export function costPerRequest(stats: RedisStats, cpuAtStart: number, answered: 
     byCommand[name] = Math.round((s.calls / Math.max(1, answered)) * 100) / 100;
   }
   const n = Math.max(1, answered);
-  return { answered, commands, usec, commandsPerRequest: commands / n, usecPerRequest: usec / n, processUsecPerRequest: (stats.cpuUsec - cpuAtStart) / n, byCommand };
+  return {
+    answered,
+    commands,
+    usec,
+    commandsPerRequest: commands / n,
+    usecPerRequest: usec / n,
+    processUsecPerRequest: (stats.cpuUsec - cpuAtStart) / n,
+    byCommand,
+  };
 }

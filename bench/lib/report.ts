@@ -12,11 +12,19 @@ type Cell = string | number | undefined;
 function table(headers: string[], rows: Cell[][], leftColumns = 1): string {
   const text = rows.map((r) => r.map((c) => (c === undefined || (typeof c === 'number' && !Number.isFinite(c)) ? '-' : String(c))));
   const widths = headers.map((h, i) => Math.max(h.length, ...text.map((r) => r[i]?.length ?? 0)));
-  const line = (cells: string[]) => cells.map((c, i) => (i < leftColumns ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join('  ').trimEnd();
+  const line = (cells: string[]) =>
+    cells
+      .map((c, i) => (i < leftColumns ? c.padEnd(widths[i]) : c.padStart(widths[i])))
+      .join('  ')
+      .trimEnd();
   return [line(headers), line(widths.map((w) => '-'.repeat(w))), ...text.map(line)].join('\n');
 }
 
-const short = (model: string) => model.split('/').pop()!.replace(/-uncased.*|-base.*/, '');
+const short = (model: string) =>
+  model
+    .split('/')
+    .pop()!
+    .replace(/-uncased.*|-base.*/, '');
 const ms = (v: number | undefined) => (v === undefined ? undefined : round(v, v < 10 ? 2 : 1));
 
 function cpuCell(p: ServerPoint): string | undefined {
@@ -41,12 +49,20 @@ function soakTimeline(s: NonNullable<BenchResults['soak']>): string[] {
     const end = Math.min(i + step, timeline.length);
     const rss = end >= timeline.length ? s.rss.end : s.rss.samples.find((x) => x.second === end)?.mib;
     rows.push([
-      `${i}-${i + slice.length}`, round(sum((t) => t.sent) / slice.length, 0), round(sum((t) => t.status['200'] ?? 0) / slice.length, 0),
-      round(sum((t) => t.status['503'] ?? 0) / slice.length, 0), sum((t) => t.status['504'] ?? 0),
-      ms(Math.max(...slice.map((t) => t.p99))), ms(Math.max(...slice.map((t) => t.max))), rss,
+      `${i}-${i + slice.length}`,
+      round(sum((t) => t.sent) / slice.length, 0),
+      round(sum((t) => t.status['200'] ?? 0) / slice.length, 0),
+      round(sum((t) => t.status['503'] ?? 0) / slice.length, 0),
+      sum((t) => t.status['504'] ?? 0),
+      ms(Math.max(...slice.map((t) => t.p99))),
+      ms(Math.max(...slice.map((t) => t.max))),
+      rss,
     ]);
   }
-  return ['Soak over time (per second averages; latency over all statuses):', table(['seconds', 'sent/s', '200/s', '503/s', '504', 'p99 max', 'max', 'RSS MiB at end'], rows, 0)];
+  return [
+    'Soak over time (per second averages; latency over all statuses):',
+    table(['seconds', 'sent/s', '200/s', '503/s', '504', 'p99 max', 'max', 'RSS MiB at end'], rows, 0),
+  ];
 }
 
 export function formatReport(r: BenchResults): string {
@@ -55,8 +71,12 @@ export function formatReport(r: BenchResults): string {
   out.push(
     `tserve benchmark  ${m.startedAt}  (${round(m.elapsedSeconds / 60, 1)} min)`,
     `machine: ${m.machine.cpus} x ${m.machine.cpuModel}, ${m.machine.memGiB} GiB, node ${m.machine.node}; target ${m.target}`,
-    `server settings: ${Object.entries(m.serverSettings).map(([k, v]) => `${k}=${v}`).join(' ') || '(defaults)'}`,
-    `options: ${(m.options.quick ? 'quick' : 'full')}, ${String(m.options.durationSeconds)} s per point after ${String(m.options.warmupSeconds)} s warm-up; waited ${round(m.quietWaitSeconds, 1)} s for a quiet machine, re-ran ${m.quietRetries} disturbed measurement(s)`,
+    `server settings: ${
+      Object.entries(m.serverSettings)
+        .map(([k, v]) => `${k}=${v}`)
+        .join(' ') || '(defaults)'
+    }`,
+    `options: ${m.options.quick ? 'quick' : 'full'}, ${String(m.options.durationSeconds)} s per point after ${String(m.options.warmupSeconds)} s warm-up; waited ${round(m.quietWaitSeconds, 1)} s for a quiet machine, re-ran ${m.quietRetries} disturbed measurement(s)`,
     '',
   );
 
@@ -65,19 +85,49 @@ export function formatReport(r: BenchResults): string {
     out.push('Concurrency sweep (closed loop). Latency: client-side, 200 responses, ms. batch: mean x-batch-size.');
     out.push('queue/infer/gw: medians of x-queue-time, x-inference-time, x-total-time; http: client latency - x-total-time (median).');
     out.push(`cpu: % of one core used by gateway/worker/redis/bench(load generator)/other processes during the point; ! other > ${DISTURBED_PCT}%.`);
-    out.push('redis: per answered request, the commands Redis ran (INFO commandstats, inside BullMQ\'s scripts too) and the redis-server CPU µs.');
+    out.push("redis: per answered request, the commands Redis ran (INFO commandstats, inside BullMQ's scripts too) and the redis-server CPU µs.");
     if (r.meta.target !== 'started by the bench') out.push('(with --url the server\'s own processes are not known and count as "other")');
     out.push(
       table(
-        ['model', 'tok', 'c', 'req/s', 'p50', 'p90', 'p99', 'err', 'redis cmd', 'redis µs', 'batch', 'queue', 'infer', 'gw', 'http', 'in-proc seq/s', 'x in-proc', 'cpu gw/wk/rd/bn/oth'],
+        [
+          'model',
+          'tok',
+          'c',
+          'req/s',
+          'p50',
+          'p90',
+          'p99',
+          'err',
+          'redis cmd',
+          'redis µs',
+          'batch',
+          'queue',
+          'infer',
+          'gw',
+          'http',
+          'in-proc seq/s',
+          'x in-proc',
+          'cpu gw/wk/rd/bn/oth',
+        ],
         sweep.map((p) => {
           const model = r.models.find((x) => x.model === p.model);
           const size = Math.max(1, Math.round(p.load.server.batchMean));
           const inproc = model?.batched.find((b) => b.tokens === p.tokens && b.batchSize === size);
           return [
-            short(p.model), p.tokens, p.concurrency, round(p.load.rps, 1), ms(p.load.latency.p50), ms(p.load.latency.p90), ms(p.load.latency.p99), p.load.errors,
-            p.load.redis && round(p.load.redis.commandsPerRequest, 1), p.load.redis && round(p.load.redis.processUsecPerRequest, 1),
-            round(p.load.server.batchMean, 1), ms(p.load.server.queueMs.p50), ms(p.load.server.inferenceMs.p50), ms(p.load.server.gatewayTotalMs.p50),
+            short(p.model),
+            p.tokens,
+            p.concurrency,
+            round(p.load.rps, 1),
+            ms(p.load.latency.p50),
+            ms(p.load.latency.p90),
+            ms(p.load.latency.p99),
+            p.load.errors,
+            p.load.redis && round(p.load.redis.commandsPerRequest, 1),
+            p.load.redis && round(p.load.redis.processUsecPerRequest, 1),
+            round(p.load.server.batchMean, 1),
+            ms(p.load.server.queueMs.p50),
+            ms(p.load.server.inferenceMs.p50),
+            ms(p.load.server.gatewayTotalMs.p50),
             ms(p.load.server.clientOverheadMs.p50),
             inproc ? `${round(inproc.seqPerSec, 1)} @${size}` : undefined,
             inproc ? round(p.load.rps / inproc.seqPerSec, 2) : undefined,
@@ -95,8 +145,15 @@ export function formatReport(r: BenchResults): string {
       ['model', 'tok', 'p50 ms', 'p99 ms', 'other cpu', 'batched (batch size: seq/s, call p50 ms)'],
       r.models.flatMap((x) =>
         x.singles.map((s) => [
-          short(x.model), s.tokens, ms(s.latency.p50), ms(s.latency.p99), `${s.cpu.other}%${flag(s.cpu)}`,
-          x.batched.filter((b) => b.tokens === s.tokens).map((b) => `${b.batchSize}: ${round(b.seqPerSec, 0)} (${ms(b.callP50Ms)})${flag(b.cpu)}`).join('  '),
+          short(x.model),
+          s.tokens,
+          ms(s.latency.p50),
+          ms(s.latency.p99),
+          `${s.cpu.other}%${flag(s.cpu)}`,
+          x.batched
+            .filter((b) => b.tokens === s.tokens)
+            .map((b) => `${b.batchSize}: ${round(b.seqPerSec, 0)} (${ms(b.callP50Ms)})${flag(b.cpu)}`)
+            .join('  '),
         ]),
       ),
     ),
@@ -111,7 +168,17 @@ export function formatReport(r: BenchResults): string {
         ['model', 'tok', 'c', 'req/s batched', 'req/s size 1', 'gain', 'p50 batched', 'p50 size 1', 'p99 size 1'],
         batch1.map((b) => {
           const full = sweep.find((p) => p.model === b.model && p.tokens === b.tokens && p.concurrency === b.concurrency);
-          return [short(b.model), b.tokens, b.concurrency, full && round(full.load.rps, 1), round(b.load.rps, 1), full && round(full.load.rps / b.load.rps, 2), ms(full?.load.latency.p50), ms(b.load.latency.p50), ms(b.load.latency.p99)];
+          return [
+            short(b.model),
+            b.tokens,
+            b.concurrency,
+            full && round(full.load.rps, 1),
+            round(b.load.rps, 1),
+            full && round(full.load.rps / b.load.rps, 2),
+            ms(full?.load.latency.p50),
+            ms(b.load.latency.p50),
+            ms(b.load.latency.p99),
+          ];
         }),
       ),
       '',
@@ -126,8 +193,18 @@ export function formatReport(r: BenchResults): string {
         r.mixed.map((x) => {
           const allShort = sweep.find((p) => p.model === x.model && p.tokens === x.shortTokens && p.concurrency === x.concurrency);
           return [
-            short(x.model), x.concurrency, `1/${x.every} @${x.longTokens} tok`, round(x.mixed.rps, 1), round(x.allShortRps, 1), round(x.mixed.rps / x.allShortRps, 3),
-            x.inProcessIdeal && round(x.inProcessIdeal.idealRatio, 3), ms(x.mixed.latency.p50), ms(x.mixed.latency.p99), ms(allShort?.load.latency.p99), round(x.mixed.server.batchMean, 1), x.mixed.errors,
+            short(x.model),
+            x.concurrency,
+            `1/${x.every} @${x.longTokens} tok`,
+            round(x.mixed.rps, 1),
+            round(x.allShortRps, 1),
+            round(x.mixed.rps / x.allShortRps, 3),
+            x.inProcessIdeal && round(x.inProcessIdeal.idealRatio, 3),
+            ms(x.mixed.latency.p50),
+            ms(x.mixed.latency.p99),
+            ms(allShort?.load.latency.p99),
+            round(x.mixed.server.batchMean, 1),
+            x.mixed.errors,
           ];
         }),
       ),
@@ -143,13 +220,46 @@ export function formatReport(r: BenchResults): string {
     );
     out.push(
       table(
-        ['sent/s', '200', '503', '504', 'other', 'sock err', '200 req/s', '200 p50', '200 p99', '503 p50', '503 p99', 'RSS start', 'RSS end', 'RSS max', 'after', 'then', 'cpu gw/wk/rd/bn/oth'],
-        [[
-          round(s.load.sentPerSec, 1), s.counts.ok, s.counts.shed, s.counts.timeout, s.counts.other, s.counts.socketErrors, round(s.load.rps, 1),
-          ms(s.acceptedLatency.p50), ms(s.acceptedLatency.p99), ms(s.shedLatency.p50), ms(s.shedLatency.p99),
-          s.rss.start, s.rss.end, s.rss.max, s.rss.afterDrain, s.recoveredStatus,
-          cpuCell({ model: s.model, tokens: s.tokens, concurrency: 0, kind: 'sweep', load: s.load }),
-        ]],
+        [
+          'sent/s',
+          '200',
+          '503',
+          '504',
+          'other',
+          'sock err',
+          '200 req/s',
+          '200 p50',
+          '200 p99',
+          '503 p50',
+          '503 p99',
+          'RSS start',
+          'RSS end',
+          'RSS max',
+          'after',
+          'then',
+          'cpu gw/wk/rd/bn/oth',
+        ],
+        [
+          [
+            round(s.load.sentPerSec, 1),
+            s.counts.ok,
+            s.counts.shed,
+            s.counts.timeout,
+            s.counts.other,
+            s.counts.socketErrors,
+            round(s.load.rps, 1),
+            ms(s.acceptedLatency.p50),
+            ms(s.acceptedLatency.p99),
+            ms(s.shedLatency.p50),
+            ms(s.shedLatency.p99),
+            s.rss.start,
+            s.rss.end,
+            s.rss.max,
+            s.rss.afterDrain,
+            s.recoveredStatus,
+            cpuCell({ model: s.model, tokens: s.tokens, concurrency: 0, kind: 'sweep', load: s.load }),
+          ],
+        ],
         0,
       ),
       '(RSS in MiB; "after": 2 s after the load stopped; "then": status of one request after the soak)',

@@ -29,7 +29,9 @@ export async function runSoak(ctx: BenchContext, model: string, text: string, to
   const connections = Math.min(MAX_CONNECTIONS, Math.max(16, Math.ceil(targetRate / REQUESTS_PER_CONNECTION)));
   const gatewayPid = ctx.system?.gateway?.pid ?? options.gatewayPid;
   const samples: RssSample[] = [];
-  log(`soak: ${targetRate} req/s offered (${options.soakFactor}x ${round(capacityRps, 1)}) on ${connections} connections for ${options.soakWarmupSeconds}+${options.soakSeconds} s`);
+  log(
+    `soak: ${targetRate} req/s offered (${options.soakFactor}x ${round(capacityRps, 1)}) on ${connections} connections for ${options.soakWarmupSeconds}+${options.soakSeconds} s`,
+  );
 
   await quiesce(ctx, model);
   const load = await runLoad({
@@ -62,8 +64,12 @@ export async function runSoak(ctx: BenchContext, model: string, text: string, to
 
   const status = load.status;
   const count = (s: string) => status[s] ?? 0;
-  const ok = Object.entries(status).filter(([s]) => s.startsWith('2')).reduce((a, [, n]) => a + n, 0);
-  const other = Object.entries(status).filter(([s]) => !s.startsWith('2') && s !== '503' && s !== '504').reduce((a, [, n]) => a + n, 0);
+  const ok = Object.entries(status)
+    .filter(([s]) => s.startsWith('2'))
+    .reduce((a, [, n]) => a + n, 0);
+  const other = Object.entries(status)
+    .filter(([s]) => !s.startsWith('2') && s !== '503' && s !== '504')
+    .reduce((a, [, n]) => a + n, 0);
   const rssValues = samples.map((s) => s.mib).filter((v): v is number => v !== undefined);
   const run: SoakRun = {
     model,

@@ -32,7 +32,12 @@ export function evaluateTargets(r: Omit<BenchResults, 'targets'>, lengths: numbe
     }
     const gw = point.load.latency.p50;
     const limit = single.latency.p50 + SINGLE_OVERHEAD_MS;
-    out.push({ id: 'a', name, pass: gw <= limit, detail: `gateway p50 ${round(gw)} ms vs in-process p50 ${round(single.latency.p50)} ms (+${round(gw - single.latency.p50)} ms; limit ${round(limit)} ms)` });
+    out.push({
+      id: 'a',
+      name,
+      pass: gw <= limit,
+      detail: `gateway p50 ${round(gw)} ms vs in-process p50 ${round(single.latency.p50)} ms (+${round(gw - single.latency.p50)} ms; limit ${round(limit)} ms)`,
+    });
   }
 
   for (const m of r.models) {
@@ -101,14 +106,20 @@ export function evaluateTargets(r: Omit<BenchResults, 'targets'>, lengths: numbe
       id: 'd',
       name: `(d) soak: shed (503) p99 < ${SHED_P99_MS} ms`,
       pass: s.counts.shed > 0 ? s.shedLatency.p99 < SHED_P99_MS : null,
-      detail: s.counts.shed > 0 ? `p99 ${round(s.shedLatency.p99)} ms over ${s.counts.shed} shed (p50 ${round(s.shedLatency.p50)} ms)` : 'nothing was shed: the offered load did not exceed the queue bound',
+      detail:
+        s.counts.shed > 0
+          ? `p99 ${round(s.shedLatency.p99)} ms over ${s.counts.shed} shed (p50 ${round(s.shedLatency.p50)} ms)`
+          : 'nothing was shed: the offered load did not exceed the queue bound',
     });
     const { start, end } = s.rss;
     out.push({
       id: 'd',
       name: `(d) soak: gateway RSS flat (end <= ${RSS_GROWTH} x start, start after ${s.warmupSeconds} s of soak load)`,
       pass: start !== undefined && end !== undefined ? end <= start * RSS_GROWTH : null,
-      detail: start !== undefined && end !== undefined ? `${start} -> ${end} MiB (${round(end / start, 3)}x; max ${s.rss.max} MiB, ${s.rss.afterDrain} MiB 2 s after)` : 'gateway pid unknown (pass --gateway-pid with --url)',
+      detail:
+        start !== undefined && end !== undefined
+          ? `${start} -> ${end} MiB (${round(end / start, 3)}x; max ${s.rss.max} MiB, ${s.rss.afterDrain} MiB 2 s after)`
+          : 'gateway pid unknown (pass --gateway-pid with --url)',
     });
   }
   return out;

@@ -46,7 +46,13 @@ export class DirectQueue {
     const now = Date.now();
     const data: InferenceJobData = {
       replyTo: this.channel,
-      requests: requests.map((r) => ({ id: randomUUID(), inputs: r.inputs, parameters: r.parameters ?? {}, deadline: now + (r.deadlineInMs ?? 60_000), enqueuedAt: now })),
+      requests: requests.map((r) => ({
+        id: randomUUID(),
+        inputs: r.inputs,
+        parameters: r.parameters ?? {},
+        deadline: now + (r.deadlineInMs ?? 60_000),
+        enqueuedAt: now,
+      })),
     };
     await this.queue.add(JOB_NAME, data, { jobId: data.requests[0].id });
     return data.requests.map((r) => r.id);
@@ -61,7 +67,10 @@ export class DirectQueue {
         resolve(o);
       };
       const timer = setTimeout(() => {
-        this.waiters.set(id, (this.waiters.get(id) ?? []).filter((n) => n !== notify));
+        this.waiters.set(
+          id,
+          (this.waiters.get(id) ?? []).filter((n) => n !== notify),
+        );
         reject(new Error(`no outcome for request ${id} within ${timeoutMs} ms`));
       }, timeoutMs);
       this.waiters.set(id, [...(this.waiters.get(id) ?? []), notify]);

@@ -150,7 +150,12 @@ export class PrivateRedis {
     });
     child.on('error', () => {});
     this.proc = new Proc(`redis:${this.port}`, child);
-    await waitFor(`redis-server on port ${this.port}`, async () => (this.proc?.running ? redisAnswers(this.url, 500) : Promise.reject(new Error('redis-server exited'))), 10_000, 50);
+    await waitFor(
+      `redis-server on port ${this.port}`,
+      async () => (this.proc?.running ? redisAnswers(this.url, 500) : Promise.reject(new Error('redis-server exited'))),
+      10_000,
+      50,
+    );
   }
   async stop(): Promise<void> {
     await this.proc?.stop('SIGKILL');

@@ -63,17 +63,25 @@ export class TestSystem {
   }
 
   startWorker(options: WorkerOptions): Proc {
-    const worker = startProgram(`worker ${options.model}`, 'apps/worker/dist/main.js', this.env({ MODEL: options.model, JOB_LOCK_MS: 2000, STALLED_INTERVAL_MS: 1000, ...options.env }));
+    const worker = startProgram(
+      `worker ${options.model}`,
+      'apps/worker/dist/main.js',
+      this.env({ MODEL: options.model, JOB_LOCK_MS: 2000, STALLED_INTERVAL_MS: 1000, ...options.env }),
+    );
     this.procs.push(worker);
     return worker;
   }
 
   /** Waits until the gateway sees `count` live workers for the model. */
   async waitForWorkers(model: string, count = 1, timeoutMs = 60_000): Promise<void> {
-    await waitFor(`${count} worker(s) for ${model}`, async () => {
-      const body = (await (await fetch(`${this.url}/ready`)).json()) as ReadyBody;
-      return (body.models[model]?.workers ?? 0) >= count;
-    }, timeoutMs);
+    await waitFor(
+      `${count} worker(s) for ${model}`,
+      async () => {
+        const body = (await (await fetch(`${this.url}/ready`)).json()) as ReadyBody;
+        return (body.models[model]?.workers ?? 0) >= count;
+      },
+      timeoutMs,
+    );
   }
 
   async post(pathname: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; body: any; headers: Headers }> {

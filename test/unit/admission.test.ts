@@ -75,7 +75,13 @@ describe('queue depth', () => {
     const { depth, told } = depthWithPeers({ m: 3 });
     depth.enter('m');
     await depth.share(['m', 'idle']);
-    assert.deepEqual([...told[0]], [['m', 1], ['idle', 0]]);
+    assert.deepEqual(
+      [...told[0]],
+      [
+        ['m', 1],
+        ['idle', 0],
+      ],
+    );
     assert.equal(depth.of('m'), 4);
     assert.equal(depth.of('idle'), 0);
   });
@@ -98,33 +104,60 @@ describe('admission after the body', () => {
 
   it('admits a request within every limit', () => {
     const { admission: a } = admission();
-    assert.equal(refusedWith(() => a.afterBody('m', 'interactive', { inputs: 1, sequences: 1 })), 'admitted');
+    assert.equal(
+      refusedWith(() => a.afterBody('m', 'interactive', { inputs: 1, sequences: 1 })),
+      'admitted',
+    );
   });
 
   it('refuses in order: too large, then queue full, then breaker open', () => {
     const { admission: a, depth, breaker } = admission(fakeBreaker('open'));
     for (let i = 0; i < 10; i++) depth.enter('m');
-    assert.equal(refusedWith(() => a.afterBody('m', 'interactive', { inputs: 9, sequences: 9 })), 'payload_too_large');
-    assert.equal(refusedWith(() => a.afterBody('m', 'interactive', { inputs: 1, sequences: 1 })), 'overloaded');
-    assert.equal(refusedWith(() => a.afterBody('other', 'interactive', { inputs: 1, sequences: 1 })), 'unavailable');
+    assert.equal(
+      refusedWith(() => a.afterBody('m', 'interactive', { inputs: 9, sequences: 9 })),
+      'payload_too_large',
+    );
+    assert.equal(
+      refusedWith(() => a.afterBody('m', 'interactive', { inputs: 1, sequences: 1 })),
+      'overloaded',
+    );
+    assert.equal(
+      refusedWith(() => a.afterBody('other', 'interactive', { inputs: 1, sequences: 1 })),
+      'unavailable',
+    );
     breaker.set('closed');
-    assert.equal(refusedWith(() => a.afterBody('other', 'interactive', { inputs: 1, sequences: 1 })), 'admitted');
+    assert.equal(
+      refusedWith(() => a.afterBody('other', 'interactive', { inputs: 1, sequences: 1 })),
+      'admitted',
+    );
   });
 
   it('sheds batch before interactive as the queue fills', () => {
     const { admission: a, depth } = admission();
     const leaves = Array.from({ length: 5 }, () => a.enter('m'));
-    assert.equal(refusedWith(() => a.afterBody('m', 'batch', { inputs: 1, sequences: 1 })), 'overloaded');
-    assert.equal(refusedWith(() => a.afterBody('m', 'interactive', { inputs: 1, sequences: 1 })), 'admitted');
+    assert.equal(
+      refusedWith(() => a.afterBody('m', 'batch', { inputs: 1, sequences: 1 })),
+      'overloaded',
+    );
+    assert.equal(
+      refusedWith(() => a.afterBody('m', 'interactive', { inputs: 1, sequences: 1 })),
+      'admitted',
+    );
     leaves[0]();
     assert.equal(depth.of('m'), 4);
-    assert.equal(refusedWith(() => a.afterBody('m', 'batch', { inputs: 1, sequences: 1 })), 'admitted');
+    assert.equal(
+      refusedWith(() => a.afterBody('m', 'batch', { inputs: 1, sequences: 1 })),
+      'admitted',
+    );
   });
 
   it('does not call a model overloaded that no worker serves (routing says why instead)', () => {
     const { admission: a, depth } = admission(fakeBreaker(), () => false);
     for (let i = 0; i < 10; i++) depth.enter('gone');
-    assert.equal(refusedWith(() => a.afterBody('gone', 'interactive', { inputs: 1, sequences: 1 })), 'admitted');
+    assert.equal(
+      refusedWith(() => a.afterBody('gone', 'interactive', { inputs: 1, sequences: 1 })),
+      'admitted',
+    );
   });
 
   it('explains a failed enqueue by the breaker when it is open', () => {

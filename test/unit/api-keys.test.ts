@@ -18,7 +18,15 @@ describe('API keys', () => {
     assert.equal(store.verify(bob.token)?.name, 'bob');
     const aliceId = alice.entry.id;
     const bobSecret = bob.token.slice(bob.token.lastIndexOf('_') + 1);
-    for (const wrong of [undefined, '', 'tsk_', `tsk_${aliceId}_${bobSecret}`, `${alice.token}x`, alice.token.replace('tsk_', 'tsx_'), `Bearer ${alice.token}`]) {
+    for (const wrong of [
+      undefined,
+      '',
+      'tsk_',
+      `tsk_${aliceId}_${bobSecret}`,
+      `${alice.token}x`,
+      alice.token.replace('tsk_', 'tsx_'),
+      `Bearer ${alice.token}`,
+    ]) {
       assert.equal(store.verify(wrong), undefined, String(wrong));
     }
   });

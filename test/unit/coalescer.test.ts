@@ -3,7 +3,13 @@ import assert from 'node:assert/strict';
 import type { Priority, QueuedRequest } from '@tserve/contract';
 import { EnqueueCoalescer, Withdrawn, splitIntoJobs, type CoalescedJob } from '../../apps/gateway/src/coalescer.ts';
 
-const request = (id: string, inputs = 1): QueuedRequest => ({ id, inputs: Array(inputs).fill('x'), parameters: {}, deadline: Date.now() + 10_000, enqueuedAt: Date.now() });
+const request = (id: string, inputs = 1): QueuedRequest => ({
+  id,
+  inputs: Array(inputs).fill('x'),
+  parameters: {},
+  deadline: Date.now() + 10_000,
+  enqueuedAt: Date.now(),
+});
 
 /** An enqueue that completes only when the test says so, recording what it was given. */
 function heldEnqueue() {
@@ -16,7 +22,10 @@ function heldEnqueue() {
 describe('splitIntoJobs', () => {
   it('keeps order and caps each job by sequences; an oversized request goes alone', () => {
     const entries = [request('a', 2), request('b', 2), request('c', 1), request('d', 5), request('e', 1)].map((r) => ({ request: r }));
-    assert.deepEqual(splitIntoJobs(entries, 4).map((job) => job.map((e) => e.request.id)), [['a', 'b'], ['c'], ['d'], ['e']]);
+    assert.deepEqual(
+      splitIntoJobs(entries, 4).map((job) => job.map((e) => e.request.id)),
+      [['a', 'b'], ['c'], ['d'], ['e']],
+    );
     assert.deepEqual(splitIntoJobs([], 4), []);
   });
 });
@@ -34,21 +43,27 @@ describe('EnqueueCoalescer', () => {
     assert.equal(await first, 'r1');
     await new Promise((r) => setImmediate(r));
     assert.equal(calls.length, 2);
-    assert.deepEqual(calls[1].jobs.map((j) => [j.id, j.requests.map((r) => r.id)]), [['r2', ['r2', 'r3', 'r4']]]);
+    assert.deepEqual(
+      calls[1].jobs.map((j) => [j.id, j.requests.map((r) => r.id)]),
+      [['r2', ['r2', 'r3', 'r4']]],
+    );
     calls[1].release();
     assert.deepEqual(await Promise.all(rest), ['r2', 'r2', 'r2'], 'each learns the id of the job that carries it');
   });
 
-  it('keeps models apart, splits a flush by the model\'s batch size, and fails a flush as a whole', async () => {
+  it("keeps models apart, splits a flush by the model's batch size, and fails a flush as a whole", async () => {
     const { calls, enqueue } = heldEnqueue();
     const coalescer = new EnqueueCoalescer(enqueue, (model) => (model === 'small' ? 2 : 32));
     void coalescer.submit('small', request('s0'));
     void coalescer.submit('other', request('o0'));
-    assert.equal(calls.length, 2, 'another model\'s enqueue does not wait');
+    assert.equal(calls.length, 2, "another model's enqueue does not wait");
     const waiting = ['s1', 's2', 's3'].map((id) => coalescer.submit('small', request(id)));
     calls[0].release();
     await new Promise((r) => setImmediate(r));
-    assert.deepEqual(calls[2].jobs.map((j) => j.requests.map((r) => r.id)), [['s1', 's2'], ['s3']]);
+    assert.deepEqual(
+      calls[2].jobs.map((j) => j.requests.map((r) => r.id)),
+      [['s1', 's2'], ['s3']],
+    );
     calls[2].release(new Error('redis down'));
     for (const w of waiting) await assert.rejects(w, /redis down/);
   });
@@ -58,7 +73,13 @@ describe('EnqueueCoalescer', () => {
     const coalescer = new EnqueueCoalescer(enqueue, () => 32);
     void coalescer.submit('m', request('i1'));
     void coalescer.submit('m', request('b1'), 'batch');
-    assert.deepEqual(calls.map((c) => [c.priority, c.jobs[0].id]), [['interactive', 'i1'], ['batch', 'b1']]);
+    assert.deepEqual(
+      calls.map((c) => [c.priority, c.jobs[0].id]),
+      [
+        ['interactive', 'i1'],
+        ['batch', 'b1'],
+      ],
+    );
     assert.equal(coalescer.withdraw('m', 'b1'), false, 'withdrawn from its own class only');
   });
 

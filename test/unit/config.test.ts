@@ -16,7 +16,7 @@ describe('settings', () => {
     assert.equal(loadGatewayConfig({ DASHBOARD_READONLY: 'off' }).DASHBOARD_READONLY, false);
   });
 
-  it('fills the worker\'s batch limits by device unless set', () => {
+  it("fills the worker's batch limits by device unless set", () => {
     const cpu = loadWorkerConfig({ MODEL: 'm' });
     assert.deepEqual([cpu.BATCH_MAX_SIZE, cpu.BATCH_MAX_TOKENS], [32, 16384]);
     const gpu = loadWorkerConfig({ MODEL: 'm', DEVICE: 'gpu' });
@@ -25,8 +25,7 @@ describe('settings', () => {
   });
 
   it('refuses a bad value with a message naming the setting', () => {
-    const refusal = (load: () => unknown, pattern: RegExp) =>
-      assert.throws(load, (err: unknown) => err instanceof ConfigError && pattern.test(err.message));
+    const refusal = (load: () => unknown, pattern: RegExp) => assert.throws(load, (err: unknown) => err instanceof ConfigError && pattern.test(err.message));
     refusal(() => loadGatewayConfig({ PORT: 'eighty' }), /PORT:/);
     refusal(() => loadGatewayConfig({ BATCH_QUEUE_SHARE: '2' }), /BATCH_QUEUE_SHARE:/);
     refusal(() => loadGatewayConfig({ DASHBOARD_READONLY: 'maybe' }), /DASHBOARD_READONLY:/);
@@ -36,12 +35,12 @@ describe('settings', () => {
     refusal(() => loadLauncherConfig({ MODEL: ' , ' }), /MODEL: name at least one model/);
   });
 
-  it('reads the launcher\'s comma-separated model list', () => {
+  it("reads the launcher's comma-separated model list", () => {
     assert.deepEqual(loadLauncherConfig({ MODEL: 'a, b,,c' }).models, ['a', 'b', 'c']);
     assert.deepEqual(loadLauncherConfig({}).models, ['replica/MiniLM-L6-H384-uncased-sst2']);
   });
 
-  it('generates each program\'s --help from the declarations: every setting, its default and description, once', () => {
+  it("generates each program's --help from the declarations: every setting, its default and description, once", () => {
     const help = formatHelp('gateway', ['gateway', 'common']);
     for (const section of ['gateway', 'common'] as const) {
       for (const [name, schema] of Object.entries(SETTINGS[section])) {
@@ -57,7 +56,7 @@ describe('settings', () => {
     assert.match(formatHelp('worker', ['worker', 'common']), /^ {2}BATCH_MAX_SIZE +32 cpu \/ 128 gpu +most sequences/m);
   });
 
-  it('documents every setting in the README\'s settings table', () => {
+  it("documents every setting in the README's settings table", () => {
     const table = README.slice(README.indexOf('## Settings'), README.indexOf('## How it works'));
     for (const shape of Object.values(SETTINGS)) {
       for (const name of Object.keys(shape)) assert.ok(table.includes(`\`${name}\``), `${name} is missing from the README's settings table`);

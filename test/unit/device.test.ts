@@ -22,7 +22,10 @@ describe('device and dtype choice', () => {
   });
 
   it('refuses q8 on a GPU unless forced, and warns when forced', () => {
-    assert.throws(() => chooseDtype('q8', 'webgpu', both, false), (err: Error) => err instanceof DeviceChoiceError && /DTYPE_FORCE=true/.test(err.message));
+    assert.throws(
+      () => chooseDtype('q8', 'webgpu', both, false),
+      (err: Error) => err instanceof DeviceChoiceError && /DTYPE_FORCE=true/.test(err.message),
+    );
     const forced = chooseDtype('q8', 'webgpu', both, true);
     assert.equal(forced.dtype, 'q8');
     assert.match(forced.warning!, /20-60x slower/);
@@ -30,7 +33,10 @@ describe('device and dtype choice', () => {
   });
 
   it('names the files a model has when the requested one is missing', () => {
-    assert.throws(() => checkDtypeFile('org/m', 'fp16', ['model_quantized.onnx', 'model.onnx']), /no onnx\/model_fp16\.onnx in org\/m for DTYPE=fp16; it has model\.onnx \(DTYPE=fp32\), model_quantized\.onnx \(DTYPE=q8\)/);
+    assert.throws(
+      () => checkDtypeFile('org/m', 'fp16', ['model_quantized.onnx', 'model.onnx']),
+      /no onnx\/model_fp16\.onnx in org\/m for DTYPE=fp16; it has model\.onnx \(DTYPE=fp32\), model_quantized\.onnx \(DTYPE=q8\)/,
+    );
     assert.doesNotThrow(() => checkDtypeFile('org/m', 'fp16', both));
     assert.doesNotThrow(() => checkDtypeFile('org/m', 'fp16', undefined));
   });

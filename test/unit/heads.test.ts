@@ -70,7 +70,10 @@ describe('text-classification head', () => {
     assert.equal(best.label, 'POSITIVE');
     close(best.score, 1 / (1 + Math.exp(-2)), 'softmax of [0, 2]');
     const all = head.decode(output, 1, encoded, { top_k: null }) as Array<{ label: string; score: number }>;
-    assert.deepEqual(all.map((l) => l.label), ['NEGATIVE', 'POSITIVE']);
+    assert.deepEqual(
+      all.map((l) => l.label),
+      ['NEGATIVE', 'POSITIVE'],
+    );
     close(all[0].score + all[1].score, 1, 'softmax sums to 1');
   });
 
@@ -96,9 +99,7 @@ describe('token-classification head', () => {
   const text = 'johnson lives in paris';
   const encoded = sequence(text, ['john', '##son', 'lives', 'in', 'paris']);
   // [CLS] john ##son lives in paris [SEP]: "john" leans PER, "##son" strongly LOC, "paris" LOC.
-  const output = perToken([
-    [oneHot(5, 0, 5), oneHot(5, 1, 2), oneHot(5, 4, 6), oneHot(5, 0, 5), oneHot(5, 0, 5), oneHot(5, 3, 5), oneHot(5, 0, 5)],
-  ]);
+  const output = perToken([[oneHot(5, 0, 5), oneHot(5, 1, 2), oneHot(5, 4, 6), oneHot(5, 0, 5), oneHot(5, 0, 5), oneHot(5, 3, 5), oneHot(5, 0, 5)]]);
   const head = tokenClassificationHead(model('token-classification', config));
   type Group = { entity_group: string; word: string; start: number | null; end: number | null; score: number };
 
@@ -116,18 +117,35 @@ describe('token-classification head', () => {
 
   it('merges pieces into words by their first piece (first) or their best one (max)', () => {
     const first = head.decode(output, 0, encoded, { aggregation_strategy: 'first' }) as Group[];
-    assert.deepEqual(first.map(({ entity_group, word, start, end }) => ({ entity_group, word, start, end })), [
-      { entity_group: 'PER', word: 'johnson', start: 0, end: 7 },
-      { entity_group: 'LOC', word: 'paris', start: 17, end: 22 },
-    ]);
+    assert.deepEqual(
+      first.map(({ entity_group, word, start, end }) => ({ entity_group, word, start, end })),
+      [
+        { entity_group: 'PER', word: 'johnson', start: 0, end: 7 },
+        { entity_group: 'LOC', word: 'paris', start: 17, end: 22 },
+      ],
+    );
     const max = head.decode(output, 0, encoded, { aggregation_strategy: 'max' }) as Group[];
-    assert.deepEqual(max.map((g) => [g.entity_group, g.word]), [['LOC', 'johnson'], ['LOC', 'paris']]);
-    close(max[0].score, Math.exp(6) / (Math.exp(6) + 4), 'the best piece\'s probability');
+    assert.deepEqual(
+      max.map((g) => [g.entity_group, g.word]),
+      [
+        ['LOC', 'johnson'],
+        ['LOC', 'paris'],
+      ],
+    );
+    close(max[0].score, Math.exp(6) / (Math.exp(6) + 4), "the best piece's probability");
   });
 
   it('groups B-/I- runs of tokens (simple), a B- starting a new group', () => {
     const simple = head.decode(output, 0, encoded, { aggregation_strategy: 'simple', ignore_labels: [] }) as Group[];
-    assert.deepEqual(simple.map((g) => [g.entity_group, g.word]), [['PER', 'john'], ['LOC', 'son'], ['O', 'lives in'], ['LOC', 'paris']]);
+    assert.deepEqual(
+      simple.map((g) => [g.entity_group, g.word]),
+      [
+        ['PER', 'john'],
+        ['LOC', 'son'],
+        ['O', 'lives in'],
+        ['LOC', 'paris'],
+      ],
+    );
   });
 });
 
@@ -139,7 +157,12 @@ describe('fill-mask head', () => {
 
   it('ranks the vocabulary at the mask and fills the sentence with each candidate', () => {
     const rows = encoded.ids.map((_, t) => (t === 4 ? position({ capital: 5, city: 4 }) : position({})));
-    const [best, second] = head.decode(perToken([rows]), 0, encoded, { top_k: 2 }) as Array<{ token: number; token_str: string; sequence: string; score: number }>;
+    const [best, second] = head.decode(perToken([rows]), 0, encoded, { top_k: 2 }) as Array<{
+      token: number;
+      token_str: string;
+      sequence: string;
+      score: number;
+    }>;
     assert.deepEqual([best.token_str, second.token_str], ['capital', 'city']);
     assert.equal(best.token, idOf('capital'));
     assert.equal(best.sequence, 'paris is the capital of france');
@@ -150,8 +173,14 @@ describe('fill-mask head', () => {
     const two = sequence('[MASK] is the [MASK]', ['[MASK]', 'is', 'the', '[MASK]']);
     const rows = two.ids.map((_, t) => position(t === 1 ? { paris: 3 } : t === 4 ? { city: 3 } : {}));
     const perMask = head.decode(perToken([rows]), 0, two, { top_k: 1 }) as Array<Array<{ token_str: string }>>;
-    assert.deepEqual(perMask.map((c) => c[0].token_str), ['paris', 'city']);
-    assert.throws(() => head.check!(sequence('no mask', ['paris']), {}), (err: unknown) => err instanceof ApiError && err.type === 'validation');
+    assert.deepEqual(
+      perMask.map((c) => c[0].token_str),
+      ['paris', 'city'],
+    );
+    assert.throws(
+      () => head.check!(sequence('no mask', ['paris']), {}),
+      (err: unknown) => err instanceof ApiError && err.type === 'validation',
+    );
   });
 });
 
@@ -159,8 +188,16 @@ describe('feature-extraction head', () => {
   const head = featureExtractionHead();
   // Row 1 is the one read; its third position is padding (the sequence has two tokens) and must not count.
   const output = perToken([
-    [[9, 9], [9, 9], [9, 9]],
-    [[1, 0], [3, 4], [100, 100]],
+    [
+      [9, 9],
+      [9, 9],
+      [9, 9],
+    ],
+    [
+      [1, 0],
+      [3, 4],
+      [100, 100],
+    ],
   ]);
   const encoded: Encoded = { text: 'two tokens', ids: [CLS, SEP] };
 
@@ -173,13 +210,23 @@ describe('feature-extraction head', () => {
 
   it('pools the first token (cls), or none: one vector per real token', () => {
     assert.deepEqual(head.decode(output, 1, encoded, { pooling: 'cls' }), [1, 0]);
-    assert.deepEqual(head.decode(output, 1, encoded, { pooling: 'none' }), [[1, 0], [3, 4]]);
-    assert.deepEqual(head.decode(output, 1, encoded, { pooling: 'none', normalize: true }), [[1, 0], [0.6, 0.8]]);
+    assert.deepEqual(head.decode(output, 1, encoded, { pooling: 'none' }), [
+      [1, 0],
+      [3, 4],
+    ]);
+    assert.deepEqual(head.decode(output, 1, encoded, { pooling: 'none', normalize: true }), [
+      [1, 0],
+      [0.6, 0.8],
+    ]);
   });
 
   it('scores sentence similarity as the cosine of normalized mean embeddings', () => {
     const similarity = sentenceSimilarityHead();
-    const vectors = [[1, 0], [0, 2], [3, 3]].map((v) => similarity.decode(perToken([[v]]), 0, { text: '', ids: [CLS] }, {}));
+    const vectors = [
+      [1, 0],
+      [0, 2],
+      [3, 3],
+    ].map((v) => similarity.decode(perToken([[v]]), 0, { text: '', ids: [CLS] }, {}));
     const [orthogonal, diagonal] = similarity.combine!(vectors, { source_sentence: '', sentences: ['', ''] }, {}) as number[];
     close(orthogonal, 0, 'orthogonal');
     close(diagonal, Math.SQRT1_2, '45 degrees');
@@ -273,7 +320,10 @@ describe('zero-shot-classification head', () => {
   it('runs one pair per label, the label in the hypothesis template', () => {
     const engine = pairEngine();
     head.encode!('the match ended', { candidate_labels, hypothesis_template: 'About {}.' }, engine);
-    assert.deepEqual(engine.pairs.map(([, hypothesis]) => hypothesis), ['About sports.', 'About politics.', 'About cooking.']);
+    assert.deepEqual(
+      engine.pairs.map(([, hypothesis]) => hypothesis),
+      ['About sports.', 'About politics.', 'About cooking.'],
+    );
   });
 
   it('compares entailment across labels, or scores each alone against contradiction (multi_label)', () => {
@@ -288,6 +338,9 @@ describe('zero-shot-classification head', () => {
 
   it('refuses a model with no entailment label', () => {
     const noNli = zeroShotClassificationHead(model('zero-shot-classification', { id2label: { 0: 'NEGATIVE', 1: 'POSITIVE' } }));
-    assert.throws(() => noNli.encode!('x', { candidate_labels }, pairEngine()), (err: unknown) => err instanceof ApiError && err.type === 'validation');
+    assert.throws(
+      () => noNli.encode!('x', { candidate_labels }, pairEngine()),
+      (err: unknown) => err instanceof ApiError && err.type === 'validation',
+    );
   });
 });

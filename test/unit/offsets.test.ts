@@ -22,7 +22,17 @@ describe('alignTokens', () => {
     const text = 'Zoë Müllerx 東京, 😀!';
     const tokens = ['zoe', 'mul', '##ler', '##x', '東', '京', ',', '[UNK]', '!'];
     const spans = alignTokens(text, tokens, bertLike);
-    assert.deepEqual(spans, [[0, 3], [4, 7], [7, 10], [10, 11], [12, 13], [13, 14], [14, 15], [16, 17], [17, 18]]);
+    assert.deepEqual(spans, [
+      [0, 3],
+      [4, 7],
+      [7, 10],
+      [10, 11],
+      [12, 13],
+      [13, 14],
+      [14, 15],
+      [16, 17],
+      [17, 18],
+    ]);
     assert.equal(sliceCodePoints(text, spans[7]), '😀');
     assert.equal(sliceCodePoints(text, [4, 11]), 'Müllerx');
   });
@@ -32,6 +42,9 @@ describe('alignTokens', () => {
   });
 
   it('stops where the tokens stop (a truncated input)', () => {
-    assert.deepEqual(alignTokens('one two three', ['one', 'two'], bertLike), [[0, 3], [4, 7]]);
+    assert.deepEqual(alignTokens('one two three', ['one', 'two'], bertLike), [
+      [0, 3],
+      [4, 7],
+    ]);
   });
 });

@@ -28,7 +28,7 @@ function harness() {
 }
 
 describe('JobOutcomeSink', () => {
-  it('settles a job once, with its last outcome, the outcomes in the job\'s order', async () => {
+  it("settles a job once, with its last outcome, the outcomes in the job's order", async () => {
     const { sink, job, published, completed } = harness();
     sink.hold([job('j1', ['a', 'b']), job('j2', ['c'])]);
     assert.deepEqual(sink.heldJobIds(), ['j1', 'j2']);
@@ -43,7 +43,7 @@ describe('JobOutcomeSink', () => {
     assert.deepEqual(sink.heldJobIds(), ['j2'], 'j2 keeps its lock');
   });
 
-  it('forgets a request\'s cancellation once it is answered', () => {
+  it("forgets a request's cancellation once it is answered", () => {
     const { sink, job, cancellations } = harness();
     sink.hold([job('j', ['a'])]);
     cancellations.note(JSON.stringify({ ids: ['a', 'elsewhere'] }));

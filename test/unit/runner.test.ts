@@ -39,7 +39,13 @@ function harness(options: { abandoned?: string[]; head?: TaskHead; maxSize?: num
     (id) => (options.abandoned ?? []).includes(id),
     () => now,
   );
-  const request = (id: string, inputs: string[], deadlineIn = 1000): QueuedRequest => ({ id, inputs, parameters: {}, deadline: now + deadlineIn, enqueuedAt: now });
+  const request = (id: string, inputs: string[], deadlineIn = 1000): QueuedRequest => ({
+    id,
+    inputs,
+    parameters: {},
+    deadline: now + deadlineIn,
+    enqueuedAt: now,
+  });
   return { runner, finished, calls, request, advance: (ms: number) => (now += ms) };
 }
 
@@ -50,9 +56,16 @@ describe('planBatches', () => {
   const seq = (n: number) => ({ owner: n, encoded: { text: '', ids: Array(n).fill(0) } });
 
   it('sorts by length and closes a call at the size cap, the token cap, or half padding', () => {
-    const plan = (lengths: number[], maxSize: number, maxPaddedTokens: number) => planBatches(lengths.map(seq), { maxSize, maxPaddedTokens }).map((c) => c.map((s) => s.owner));
-    assert.deepEqual(plan([5, 1, 3, 2], 2, 1000), [[1, 2], [3, 5]]);
-    assert.deepEqual(plan([4, 4, 4, 4], 8, 8), [[4, 4], [4, 4]]);
+    const plan = (lengths: number[], maxSize: number, maxPaddedTokens: number) =>
+      planBatches(lengths.map(seq), { maxSize, maxPaddedTokens }).map((c) => c.map((s) => s.owner));
+    assert.deepEqual(plan([5, 1, 3, 2], 2, 1000), [
+      [1, 2],
+      [3, 5],
+    ]);
+    assert.deepEqual(plan([4, 4, 4, 4], 8, 8), [
+      [4, 4],
+      [4, 4],
+    ]);
     // Ten short ones and a long one: the long one goes alone rather than pad the rest.
     assert.deepEqual(plan([...Array(10).fill(2), 40], 32, 10_000), [Array(10).fill(2), [40]]);
   });
@@ -69,7 +82,10 @@ describe('BatchRunner', () => {
     await runner.run([request('a', ['one', 'two words', 'three little words']), request('b', ['alone'])]);
     const a = finished.get('a')!;
     assert.ok(a.ok);
-    assert.deepEqual(a.outputs.map((o) => String(o).split('#')[0]), ['one', 'two words', 'three little words']);
+    assert.deepEqual(
+      a.outputs.map((o) => String(o).split('#')[0]),
+      ['one', 'two words', 'three little words'],
+    );
     assert.ok(finished.get('b')!.ok);
   });
 
@@ -115,12 +131,18 @@ describe('BatchRunner', () => {
     const { runner, finished, calls, request } = harness({ maxSize: 8 });
     const texts = ['a1', 'poison1', 'a2', 'a3', 'a4', 'a5', 'poison2', 'a6'];
     await runner.run(texts.map((t, i) => request(`r${i}`, [t])));
-    assert.deepEqual(texts.map((_, i) => errorType(finished.get(`r${i}`)) ?? 'ok'), ['ok', 'inference', 'ok', 'ok', 'ok', 'ok', 'inference', 'ok']);
+    assert.deepEqual(
+      texts.map((_, i) => errorType(finished.get(`r${i}`)) ?? 'ok'),
+      ['ok', 'inference', 'ok', 'ok', 'ok', 'ok', 'inference', 'ok'],
+    );
     // Halving: the call of 8 splits into 4 + 4, each into 2 + 2, and a failing pair into 1 + 1.
-    assert.deepEqual(calls.map((c) => c.length), [8, 4, 2, 1, 1, 2, 4, 2, 2, 1, 1]);
+    assert.deepEqual(
+      calls.map((c) => c.length),
+      [8, 4, 2, 1, 1, 2, 4, 2, 2, 1, 1],
+    );
   });
 
-  it('combines an input\'s several sequences in order, across model calls', async () => {
+  it("combines an input's several sequences in order, across model calls", async () => {
     // Each input runs as one sequence per word; the answer joins the rows' words back.
     const head: TaskHead = {
       encode: (input) => (input as string).split(' ').map((word) => ({ text: word, ids: Array(word.length).fill(0) })),

@@ -48,17 +48,26 @@ describe('request validation', () => {
       'inputs: inputs must be a non-empty string or {"text", "text_pair"} or a list of them',
     );
     assert.equal(refusal(taskInputSchemas['fill-mask'], [], 'inputs'), 'inputs: inputs must not be an empty list');
-    assert.equal(refusal(taskInputSchemas['sentence-similarity'], { source_sentence: 's', sentences: [] }, 'inputs'), 'inputs.sentences: sentences must not be empty');
+    assert.equal(
+      refusal(taskInputSchemas['sentence-similarity'], { source_sentence: 's', sentences: [] }, 'inputs'),
+      'inputs.sentences: sentences must not be empty',
+    );
   });
 
   it('reads zero-shot candidate labels as a list or one comma-separated string', () => {
     assert.deepEqual(accepted(parameterSchemas['zero-shot-classification'], { candidate_labels: 'a, b,,c' }).candidate_labels, ['a', 'b', 'c']);
     assert.equal(refusal(parameterSchemas['zero-shot-classification'], {}, 'parameters'), 'parameters.candidate_labels: candidate_labels is required');
-    assert.equal(refusal(parameterSchemas['zero-shot-classification'], { candidate_labels: ' , ' }, 'parameters'), 'parameters.candidate_labels: give at least one candidate label');
-    assert.match(refusal(parameterSchemas['zero-shot-classification'], { candidate_labels: ['a'], hypothesis_template: 'x' }, 'parameters'), /must contain "\{\}"/);
+    assert.equal(
+      refusal(parameterSchemas['zero-shot-classification'], { candidate_labels: ' , ' }, 'parameters'),
+      'parameters.candidate_labels: give at least one candidate label',
+    );
+    assert.match(
+      refusal(parameterSchemas['zero-shot-classification'], { candidate_labels: ['a'], hypothesis_template: 'x' }, 'parameters'),
+      /must contain "\{\}"/,
+    );
   });
 
-  it('tells the task from the inputs\' shape, and plain texts from none', () => {
+  it("tells the task from the inputs' shape, and plain texts from none", () => {
     assert.equal(taskOfInputs([{ source_sentence: 's', sentences: ['t'] }]), 'sentence-similarity');
     assert.equal(taskOfInputs({ question: 'q', context: 'c' }), 'question-answering');
     assert.equal(taskOfInputs({ text: 'a', text_pair: 'b' }), 'text-classification');

@@ -92,7 +92,7 @@ export class Admission {
           res.once('close', release);
           if (state) setQuotaHeaders(res, state);
         } catch (err) {
-          if (!(err instanceof QuotaExceeded)) throw new ApiError('unavailable', 'cannot check the API key\'s quota (Redis is not answering); retry shortly', 2);
+          if (!(err instanceof QuotaExceeded)) throw new ApiError('unavailable', "cannot check the API key's quota (Redis is not answering); retry shortly", 2);
           onQuotaRejected?.(key, err.reason);
           if (err.state) setQuotaHeaders(res, err.state);
           throw err;
@@ -109,8 +109,7 @@ export class Admission {
    * be down (503, the breaker is open). Throws the refusal.
    */
   afterBody(model: string, priority: Priority, size: { inputs: number; sequences: number }): void {
-    const refusal =
-      sizeRefusal(this.parts.limits, size.inputs, size.sequences) ?? this.queueFull(model, priority) ?? this.parts.breaker.refusal();
+    const refusal = sizeRefusal(this.parts.limits, size.inputs, size.sequences) ?? this.queueFull(model, priority) ?? this.parts.breaker.refusal();
     if (refusal) throw refusal;
   }
 

@@ -18,7 +18,10 @@ const keySchema = z
     /** Model ids this key may call; ["*"] for all. */
     models: z.array(z.string().min(1)).min(1).default(['*']),
     /** Requests allowed per window, shared by every gateway. */
-    rate: z.object({ requests: z.number().int().min(1), per_seconds: z.number().int().min(1) }).strict().optional(),
+    rate: z
+      .object({ requests: z.number().int().min(1), per_seconds: z.number().int().min(1) })
+      .strict()
+      .optional(),
     /** Requests in flight at once, over all gateways. */
     concurrency: z.number().int().min(1).optional(),
     priority: z.enum(PRIORITIES).default('interactive'),

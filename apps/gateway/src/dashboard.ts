@@ -49,7 +49,7 @@ function authenticate(config: GatewayConfig): RequestHandler {
 /** Refuses state-changing calls from other sites (see `isForeignWrite`). */
 const sameOriginWrites: RequestHandler = (req, res, next) => {
   if (!isForeignWrite({ method: req.method, secFetchSite: req.get('sec-fetch-site'), origin: req.get('origin'), host: req.get('host') })) return next();
-  sendError(res, new ApiError('forbidden', 'dashboard changes are accepted from the dashboard\'s own pages only'));
+  sendError(res, new ApiError('forbidden', "dashboard changes are accepted from the dashboard's own pages only"));
 };
 
 /**
@@ -74,7 +74,12 @@ export function dashboard(parts: DashboardParts): Express {
   }
   if (!basic && !config.DASHBOARD_TOKEN) {
     app.use((_req, _res, next) =>
-      next(new ApiError('not_found', `the queue dashboard is off; set DASHBOARD_USER and DASHBOARD_PASSWORD (basic auth) or DASHBOARD_TOKEN (bearer token) to serve it at ${DASHBOARD_PATH}`)),
+      next(
+        new ApiError(
+          'not_found',
+          `the queue dashboard is off; set DASHBOARD_USER and DASHBOARD_PASSWORD (basic auth) or DASHBOARD_TOKEN (bearer token) to serve it at ${DASHBOARD_PATH}`,
+        ),
+      ),
     );
     return app;
   }

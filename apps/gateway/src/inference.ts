@@ -96,10 +96,7 @@ export class InferenceService {
     if (model !== undefined) return model;
     const served = this.registry.served();
     if (served.length === 0) throw this.noWorkers();
-    throw new ApiError(
-      'validation',
-      `several models are served (${served.map((m) => m.id).join(', ')}); use POST /models/<model id> or set DEFAULT_MODEL`,
-    );
+    throw new ApiError('validation', `several models are served (${served.map((m) => m.id).join(', ')}); use POST /models/<model id> or set DEFAULT_MODEL`);
   }
 
   async infer(call: InferenceCall): Promise<InferenceResult> {
@@ -166,9 +163,7 @@ export class InferenceService {
     }
     this.observer.abandoned(model, 'queue');
     const notice: CancelNotice = { ids: [requestId] };
-    void sent
-      .then(() => this.redis.publish(keys.cancellations(this.config.QUEUE_PREFIX, model), JSON.stringify(notice)))
-      .catch(() => {});
+    void sent.then(() => this.redis.publish(keys.cancellations(this.config.QUEUE_PREFIX, model), JSON.stringify(notice))).catch(() => {});
   }
 
   /** The task asked for, or told by the inputs' shape, or the model's own; 400 if the model cannot serve it. */

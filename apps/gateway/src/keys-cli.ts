@@ -61,7 +61,12 @@ function main(argv: string[]): void {
     if (values.priority !== undefined && !(PRIORITIES as readonly string[]).includes(values.priority)) fail(`--priority is one of ${PRIORITIES.join(', ')}`);
     const { token, entry } = createKey({
       name: values.name,
-      models: values.models ? values.models.split(',').map((m) => m.trim()).filter(Boolean) : ['*'],
+      models: values.models
+        ? values.models
+            .split(',')
+            .map((m) => m.trim())
+            .filter(Boolean)
+        : ['*'],
       rate: rate ? { requests: Number(rate[1]), per_seconds: Number(rate[2]) } : undefined,
       concurrency,
       priority: (values.priority as Priority | undefined) ?? 'interactive',
@@ -88,7 +93,10 @@ function main(argv: string[]): void {
   if (command === 'revoke') {
     if (!id) fail('revoke needs the key id');
     if (!keys.some((k) => k.id === id)) fail(`no key ${id} in ${values.file}`);
-    writeFile(values.file, keys.filter((k) => k.id !== id));
+    writeFile(
+      values.file,
+      keys.filter((k) => k.id !== id),
+    );
     process.stderr.write(`revoked key ${id}\n`);
     return;
   }

@@ -23,7 +23,7 @@ import { createSnapshot } from './snapshot.js';
 if (process.argv.includes('--help') || process.argv.includes('-h')) {
   process.stdout.write(
     formatHelp(
-      'tserve gateway: HTTP front of the inference server; enqueues requests and answers with the workers\' results.\n\nUsage: node apps/gateway/dist/main.js\n\nRoutes: POST /  POST /models/<model id>  GET /health  GET /ready  GET /metrics  /admin/queues',
+      "tserve gateway: HTTP front of the inference server; enqueues requests and answers with the workers' results.\n\nUsage: node apps/gateway/dist/main.js\n\nRoutes: POST /  POST /models/<model id>  GET /health  GET /ready  GET /metrics  /admin/queues",
       ['gateway', 'common'],
     ),
   );

@@ -23,7 +23,11 @@ export function depthLimit(limits: OverloadLimits, priority: Priority): number {
 /** The 503 for a request that finds its model's queue full for its class; undefined if it may enter. */
 export function depthRefusal(limits: OverloadLimits, model: string, depth: number, priority: Priority): ApiError | undefined {
   if (depth < depthLimit(limits, priority)) return undefined;
-  return new ApiError('overloaded', `model ${model} has ${depth} requests waiting${priority === 'batch' ? ' (batch class refused first)' : ''}; retry shortly`, 1);
+  return new ApiError(
+    'overloaded',
+    `model ${model} has ${depth} requests waiting${priority === 'batch' ? ' (batch class refused first)' : ''}; retry shortly`,
+    1,
+  );
 }
 
 /**

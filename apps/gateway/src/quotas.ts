@@ -77,7 +77,12 @@ export class Quotas {
     const slots = `${this.prefix}:inflight:${key.id}`;
     const taken = await this.redis.eval(TAKE_SLOT, 1, slots, Date.now(), key.concurrency, deadline, requestId);
     if (Number(taken) !== 1) {
-      throw new QuotaExceeded('concurrency', `API key ${key.name} already has ${key.concurrency} requests in flight, its limit; retry when one is answered`, 1, state);
+      throw new QuotaExceeded(
+        'concurrency',
+        `API key ${key.name} already has ${key.concurrency} requests in flight, its limit; retry when one is answered`,
+        1,
+        state,
+      );
     }
     return { state, release: () => void this.redis.zrem(slots, requestId).catch(() => {}) };
   }

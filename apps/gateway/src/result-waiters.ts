@@ -48,11 +48,14 @@ export class ResultWaiters {
   /** Resolves with the request's outcome, or rejects with a 504 when `deadline` (epoch ms) passes first. */
   wait(requestId: string, deadline: number): Promise<RequestOutcome> {
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.waiters.delete(requestId);
-        // A request still queued is dropped unrun by the worker, which checks every deadline.
-        reject(new ApiError('timeout', 'the request deadline passed before the model answered'));
-      }, Math.max(0, deadline - Date.now()));
+      const timer = setTimeout(
+        () => {
+          this.waiters.delete(requestId);
+          // A request still queued is dropped unrun by the worker, which checks every deadline.
+          reject(new ApiError('timeout', 'the request deadline passed before the model answered'));
+        },
+        Math.max(0, deadline - Date.now()),
+      );
       this.waiters.set(requestId, { since: Date.now(), resolve, reject, timer });
     });
   }

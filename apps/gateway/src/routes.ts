@@ -82,21 +82,32 @@ export function inferenceRoutes(config: GatewayConfig, service: InferenceService
 
   // The classic pipeline web server: the whole body is one text; a JSON body may use the Inference API shape.
   // With no default model yet, admission has no model to shed for: the handler says why, after reading the body.
-  router.post('/', admit(() => service.defaultModel()), (req, res, next) => (isJson(req) ? json : rawText)(req, res, next), async (req, res) => {
-    const call = isJson(req)
-      ? parseInferenceBody(req.body)
-      : { inputs: String(req.body ?? ''), parameters: {}, timeoutMs: undefined, priority: undefined, options: undefined };
-    if (!isJson(req) && !call.inputs) throw new ApiError('validation', 'send the text to run as the request body, e.g. curl -X POST -d "some text" localhost:8000/');
-    await answer(req, res, service.requireDefaultModel(), call, 'pipeline');
-  });
+  router.post(
+    '/',
+    admit(() => service.defaultModel()),
+    (req, res, next) => (isJson(req) ? json : rawText)(req, res, next),
+    async (req, res) => {
+      const call = isJson(req)
+        ? parseInferenceBody(req.body)
+        : { inputs: String(req.body ?? ''), parameters: {}, timeoutMs: undefined, priority: undefined, options: undefined };
+      if (!isJson(req) && !call.inputs)
+        throw new ApiError('validation', 'send the text to run as the request body, e.g. curl -X POST -d "some text" localhost:8000/');
+      await answer(req, res, service.requireDefaultModel(), call, 'pipeline');
+    },
+  );
 
   // Model ids contain a slash: /models/org/name.
-  router.post('/models/*id', admit((req) => modelAndTask(req).model), json, async (req, res) => {
-    if (!isJson(req)) throw new ApiError('unsupported_media_type', 'send a JSON body with Content-Type: application/json');
-    const { model, task } = modelAndTask(req);
-    const call = parseInferenceBody(req.body);
-    await answer(req, res, model, call, 'inference-api', task);
-  });
+  router.post(
+    '/models/*id',
+    admit((req) => modelAndTask(req).model),
+    json,
+    async (req, res) => {
+      if (!isJson(req)) throw new ApiError('unsupported_media_type', 'send a JSON body with Content-Type: application/json');
+      const { model, task } = modelAndTask(req);
+      const call = parseInferenceBody(req.body);
+      await answer(req, res, model, call, 'inference-api', task);
+    },
+  );
 
   return router;
 }

@@ -42,7 +42,9 @@ export function createSnapshot(registry: ModelRegistry, depth: QueueDepth, break
   return () => {
     const served: ModelStatus[] = registry.served().map((m) => ({ id: m.id, state: 'served', task: m.task, workers: m.workers, depth: depth.of(m.id) }));
     // A model that was served and then failed to load again is reported as failed: the more telling of the two.
-    const failed: ModelStatus[] = registry.failed().map((f) => ({ id: f.model, state: 'failed', task: registry.taskOf(f.model), workers: [], depth: 0, error: f.reason }));
+    const failed: ModelStatus[] = registry
+      .failed()
+      .map((f) => ({ id: f.model, state: 'failed', task: registry.taskOf(f.model), workers: [], depth: 0, error: f.reason }));
     const failedIds = new Set(failed.map((m) => m.id));
     const lost: ModelStatus[] = registry
       .lost()

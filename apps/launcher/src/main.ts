@@ -32,7 +32,12 @@ async function main(): Promise<void> {
   const supervisor = new Supervisor(log, (reason) => void stop(`${reason}; stopping everything`, 1));
   const env = { ...process.env, REDIS_URL: config.REDIS_URL };
 
-  supervisor.start({ name: 'gateway', script: script('gateway'), env: { ...env, DEFAULT_MODEL: process.env.DEFAULT_MODEL ?? config.models[0] }, essential: true });
+  supervisor.start({
+    name: 'gateway',
+    script: script('gateway'),
+    env: { ...env, DEFAULT_MODEL: process.env.DEFAULT_MODEL ?? config.models[0] },
+    essential: true,
+  });
   for (const model of config.models) {
     for (let i = 0; i < config.WORKERS; i++) {
       // Everything runs on this host: the model yields to the gateway, so 503s and /health stay fast under load.

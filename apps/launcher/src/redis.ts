@@ -18,7 +18,9 @@ export async function ensureRedis(url: string, bin: string, log: (msg: string) =
   if (!local || !onPath(bin)) {
     throw new RedisUnavailable(
       `nothing answers at REDIS_URL=${url}` +
-        (local ? ` and "${bin}" is not on PATH.\nInstall Redis (Debian/Ubuntu: apt-get install redis-server; macOS: brew install redis) or point REDIS_URL at one.` : '.\nStart that Redis or point REDIS_URL at one that runs.'),
+        (local
+          ? ` and "${bin}" is not on PATH.\nInstall Redis (Debian/Ubuntu: apt-get install redis-server; macOS: brew install redis) or point REDIS_URL at one.`
+          : '.\nStart that Redis or point REDIS_URL at one that runs.'),
     );
   }
   const port = parsed.port || '6379';

@@ -66,12 +66,13 @@ export class Supervisor {
   async stopAll(timeoutMs = 15_000): Promise<void> {
     this.stopping = true;
     const exits = [...this.children.values()].map(
-      (child) => new Promise<void>((resolve) => {
-        if (child.exitCode !== null || child.signalCode !== null) return resolve();
-        child.once('exit', () => resolve());
-        child.kill('SIGTERM');
-        setTimeout(() => child.kill('SIGKILL'), timeoutMs).unref();
-      }),
+      (child) =>
+        new Promise<void>((resolve) => {
+          if (child.exitCode !== null || child.signalCode !== null) return resolve();
+          child.once('exit', () => resolve());
+          child.kill('SIGTERM');
+          setTimeout(() => child.kill('SIGKILL'), timeoutMs).unref();
+        }),
     );
     await Promise.all(exits);
   }

@@ -153,7 +153,10 @@ export class Consumer {
       const more = await topUp(this.source, this.options.limits.maxSize - batch.sequences.length, typical);
       if (more.length === 0) return;
       this.sink.hold(more);
-      this.runner.prepare(more.flatMap((j) => j.data.requests), batch);
+      this.runner.prepare(
+        more.flatMap((j) => j.data.requests),
+        batch,
+      );
     } catch (err) {
       this.logger.warn({ err: String(err) }, 'fetching more jobs failed; running the batch as it is');
     }
@@ -173,7 +176,11 @@ export class Consumer {
     const ids = this.sink.heldJobIds();
     if (ids.length === 0) return;
     try {
-      await this.worker.extendJobLocks(ids, ids.map(() => this.options.token), this.options.lockMs);
+      await this.worker.extendJobLocks(
+        ids,
+        ids.map(() => this.options.token),
+        this.options.lockMs,
+      );
     } catch (err) {
       this.logger.warn({ jobs: ids.length, err: String(err) }, 'lock renewal failed');
     }

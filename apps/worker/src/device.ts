@@ -48,7 +48,10 @@ export function chooseDtype(requested: (typeof DTYPES)[number], device: Device, 
     if (!isGpu(device)) return { dtype: 'q8' };
     if (has('fp16')) return { dtype: 'fp16' };
     if (available === undefined) {
-      return { dtype: 'fp32', warning: `DTYPE=auto on ${device} loads fp32 from the hub; set DTYPE=fp16 if the model has onnx/${DTYPE_FILES.fp16} (about twice as fast)` };
+      return {
+        dtype: 'fp32',
+        warning: `DTYPE=auto on ${device} loads fp32 from the hub; set DTYPE=fp16 if the model has onnx/${DTYPE_FILES.fp16} (about twice as fast)`,
+      };
     }
     return { dtype: 'fp32' };
   }

@@ -60,12 +60,14 @@ async function main(): Promise<void> {
     try {
       os.setPriority(config.WORKER_NICE);
     } catch (err) {
-      logger.warn({ err: String(err), nice: config.WORKER_NICE }, 'could not change the worker\'s priority; running at the default');
+      logger.warn({ err: String(err), nice: config.WORKER_NICE }, "could not change the worker's priority; running at the default");
     }
   }
   // Config and tokenizer first: a model that is not there is reported by its path.
   const loaded = await describeModel(config).catch(reportFailure);
-  const runtime = await Promise.resolve().then(() => chooseRuntime(config)).catch(reportFailure);
+  const runtime = await Promise.resolve()
+    .then(() => chooseRuntime(config))
+    .catch(reportFailure);
   for (const warning of runtime.warnings) logger.warn(warning);
   // The model thread loads exactly what was chosen here.
   const resolved = { ...config, DEVICE: runtime.device, DTYPE: runtime.dtype };
@@ -88,7 +90,10 @@ async function main(): Promise<void> {
     await engine.forward(Array.from({ length: rows }, () => longest)).catch(reportFailure);
   }
   const loadMs = performance.now() - started;
-  logger.info({ task: loaded.task, dtype: runtime.dtype, device: runtime.device, batchMaxSize: config.BATCH_MAX_SIZE, loadMs: Math.round(loadMs) }, 'model loaded');
+  logger.info(
+    { task: loaded.task, dtype: runtime.dtype, device: runtime.device, batchMaxSize: config.BATCH_MAX_SIZE, loadMs: Math.round(loadMs) },
+    'model loaded',
+  );
 
   const connection = createRedis(config.REDIS_URL, 'worker');
   const cancellationChannel = createRedis(config.REDIS_URL, 'subscriber');
@@ -111,12 +116,8 @@ async function main(): Promise<void> {
   // Data flows one way: the consumer fetches jobs, the runner runs their requests, the sink settles the jobs.
   const cancelled = new Cancellations();
   const sink = new JobOutcomeSink(publisher, cancelled, { model: config.MODEL, token: workerId }, logger);
-  const runner = new BatchRunner(
-    engine,
-    headsFor(loaded),
-    { maxSize: config.BATCH_MAX_SIZE, maxPaddedTokens: config.BATCH_MAX_TOKENS },
-    sink,
-    (id) => cancelled.has(id),
+  const runner = new BatchRunner(engine, headsFor(loaded), { maxSize: config.BATCH_MAX_SIZE, maxPaddedTokens: config.BATCH_MAX_TOKENS }, sink, (id) =>
+    cancelled.has(id),
   );
   const consumer = new Consumer(
     worker,
@@ -136,7 +137,12 @@ async function main(): Promise<void> {
   void worker.startStalledCheckTimer();
   consumer.start();
   const classifies = ['text-classification', 'zero-shot-classification', 'token-classification'].includes(loaded.task);
-  const labels = classifies && loaded.config.id2label ? Object.keys(loaded.config.id2label).sort((a, b) => Number(a) - Number(b)).map((i) => loaded.config.id2label![i]) : undefined;
+  const labels =
+    classifies && loaded.config.id2label
+      ? Object.keys(loaded.config.id2label)
+          .sort((a, b) => Number(a) - Number(b))
+          .map((i) => loaded.config.id2label![i])
+      : undefined;
   Object.assign(info, { state: 'ready', task: loaded.task, tasks: loaded.tasks, labels, maxTokens: loaded.maxLength } satisfies Partial<WorkerInfo>);
   await heartbeat.beat();
   logger.info({ queue: queueNameFor(config.MODEL) }, 'worker ready');

@@ -122,7 +122,14 @@ export async function describeModel(config: WorkerConfig): Promise<LoadedModel> 
       modelConfig.max_position_embeddings ?? Number.POSITIVE_INFINITY,
       (tokenizer as unknown as { model_max_length?: number }).model_max_length ?? Number.POSITIVE_INFINITY,
     );
-    return { id: config.MODEL, task, tasks: tasksServed(task, modelConfig), tokenizer, config: modelConfig, maxLength: Number.isFinite(maxLength) ? maxLength : 512 };
+    return {
+      id: config.MODEL,
+      task,
+      tasks: tasksServed(task, modelConfig),
+      tokenizer,
+      config: modelConfig,
+      maxLength: Number.isFinite(maxLength) ? maxLength : 512,
+    };
   } catch (err) {
     throw loadError(config, err);
   }

@@ -26,8 +26,7 @@ export function planBatches<T>(sequences: Sequence<T>[], limits: PlanLimits): Se
   for (const seq of sorted) {
     const length = seq.encoded.ids.length;
     const padded = (current.length + 1) * length;
-    const fits =
-      current.length < limits.maxSize && padded <= limits.maxPaddedTokens && padded <= 2 * (realTokens + length);
+    const fits = current.length < limits.maxSize && padded <= limits.maxPaddedTokens && padded <= 2 * (realTokens + length);
     if (current.length > 0 && !fits) {
       chunks.push(current);
       current = [];

@@ -49,7 +49,11 @@ interface Pending {
 
 type Result = { ok: true; value: unknown } | { ok: false; error: ApiError };
 
-const firstLine = (message: string) => message.split('\n')[0].replace(/\/\S*onnxruntime_src\S*/g, '').slice(0, 240);
+const firstLine = (message: string) =>
+  message
+    .split('\n')[0]
+    .replace(/\/\S*onnxruntime_src\S*/g, '')
+    .slice(0, 240);
 
 /**
  * Runs one gathered batch of requests: drops expired and abandoned ones unrun, rejects bad inputs
@@ -94,7 +98,13 @@ export class BatchRunner {
         };
         if (pending.head.answer) {
           const outputs = request.inputs.map((input) => pending.head.answer!(input, request.parameters, this.engine));
-          this.outcomes.record(request, { id: request.id, ok: true, outputs, warnings: [], timing: { queue_ms: Math.max(0, this.now() - request.enqueuedAt), inference_ms: 0, batch_size: 0 } });
+          this.outcomes.record(request, {
+            id: request.id,
+            ok: true,
+            outputs,
+            warnings: [],
+            timing: { queue_ms: Math.max(0, this.now() - request.enqueuedAt), inference_ms: 0, batch_size: 0 },
+          });
           continue;
         }
         const encoded = request.inputs.map((input, i) => this.prepareInput(input, i, request.inputs.length, pending));

@@ -84,7 +84,10 @@ const workerShape = {
   // Spinning steals the cores of Redis and the gateway on a shared machine, so it is off unless asked for.
   INTRA_OP_SPINNING: bool(false, 'let ONNX Runtime threads spin between calls (dedicated machines)'),
   // A positive value lets a gateway on the same host answer (and shed) at once while the model saturates the cores.
-  WORKER_NICE: setting(z.coerce.number().int().min(-20).max(19).default(0), 'niceness of the model threads; 10 beside a gateway on one host (npm start sets it)'),
+  WORKER_NICE: setting(
+    z.coerce.number().int().min(-20).max(19).default(0),
+    'niceness of the model threads; 10 beside a gateway on one host (npm start sets it)',
+  ),
 };
 
 const gatewayShape = {

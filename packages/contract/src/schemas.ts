@@ -37,9 +37,7 @@ export interface SentenceSimilarityInput {
 /** One input of a request, as its task reads it. */
 export type TaskInput = string | TextPair | QuestionAnsweringInput | SentenceSimilarityInput;
 
-const nonEmptyText = z
-  .string({ error: 'each input must be a string' })
-  .min(1, 'inputs must not be empty strings');
+const nonEmptyText = z.string({ error: 'each input must be a string' }).min(1, 'inputs must not be empty strings');
 
 const field = (name: string) =>
   z.string({ error: (issue) => (issue.input === undefined ? `${name} is required` : `${name} must be a string`) }).min(1, `${name} must not be empty`);
@@ -147,7 +145,14 @@ export const parameterSchemas = {
         .union([z.string(), z.array(z.string().min(1, 'candidate labels must not be empty strings'))], {
           error: (issue) => (issue.input === undefined ? 'candidate_labels is required' : 'candidate_labels must be a list of strings'),
         })
-        .transform((labels) => (typeof labels === 'string' ? labels.split(',').map((l) => l.trim()).filter(Boolean) : labels))
+        .transform((labels) =>
+          typeof labels === 'string'
+            ? labels
+                .split(',')
+                .map((l) => l.trim())
+                .filter(Boolean)
+            : labels,
+        )
         .pipe(z.array(z.string()).min(1, 'give at least one candidate label')),
       multi_label: z.boolean().optional(),
       hypothesis_template: z

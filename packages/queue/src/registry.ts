@@ -8,11 +8,7 @@ import { keys } from './names.js';
  */
 
 export async function announceWorker(redis: Redis, prefix: string, info: WorkerInfo, ttlMs: number): Promise<void> {
-  await redis
-    .multi()
-    .sadd(keys.workers(prefix), info.id)
-    .set(keys.worker(prefix, info.id), JSON.stringify(info), 'PX', ttlMs)
-    .exec();
+  await redis.multi().sadd(keys.workers(prefix), info.id).set(keys.worker(prefix, info.id), JSON.stringify(info), 'PX', ttlMs).exec();
 }
 
 export async function withdrawWorker(redis: Redis, prefix: string, id: string): Promise<void> {

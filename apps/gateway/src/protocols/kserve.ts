@@ -79,11 +79,13 @@ const flatten = (data: unknown[]): unknown[] => data.flatMap((d) => (Array.isArr
 function controls(params: Record<string, unknown> | undefined): { timeoutMs?: number; priority?: Priority } {
   const out: { timeoutMs?: number; priority?: Priority } = {};
   if (params?.timeout !== undefined) {
-    if (!Number.isInteger(params.timeout) || (params.timeout as number) < 1) throw new ApiError('validation', 'parameters.timeout must be a positive integer (microseconds)');
+    if (!Number.isInteger(params.timeout) || (params.timeout as number) < 1)
+      throw new ApiError('validation', 'parameters.timeout must be a positive integer (microseconds)');
     out.timeoutMs = Math.max(1, Math.ceil((params.timeout as number) / 1000));
   }
   if (params?.priority !== undefined) {
-    if (!Number.isInteger(params.priority) || (params.priority as number) < 0) throw new ApiError('validation', 'parameters.priority must be a non-negative integer (1 is the highest)');
+    if (!Number.isInteger(params.priority) || (params.priority as number) < 0)
+      throw new ApiError('validation', 'parameters.priority must be a non-negative integer (1 is the highest)');
     if ((params.priority as number) > 1) out.priority = 'batch';
   }
   return out;
@@ -100,7 +102,16 @@ export function kserveRoutes(
   const router = express.Router();
   const served = (name: string): ServedModel => {
     const m = registry.get(name);
-    if (!m) throw new ApiError('not_found', `model ${name} is not served; served models: ${registry.served().map((s) => s.id).join(', ') || '(none)'}`);
+    if (!m)
+      throw new ApiError(
+        'not_found',
+        `model ${name} is not served; served models: ${
+          registry
+            .served()
+            .map((s) => s.id)
+            .join(', ') || '(none)'
+        }`,
+      );
     return m;
   };
   const checkVersion = (version?: string) => {
@@ -165,8 +176,10 @@ export function kserveRoutes(
     if (input.shape.length === 0 || input.shape.length > 2 || rest.some((d) => d !== 1)) {
       throw new ApiError('validation', `input ${input.name}: shape must be [n] or [n, 1], not ${JSON.stringify(input.shape)}`);
     }
-    if (texts.length !== rows) throw new ApiError('validation', `input ${input.name}: shape ${JSON.stringify(input.shape)} holds ${rows} texts but data has ${texts.length}`);
-    if (texts.some((t) => typeof t !== 'string' || t.length === 0)) throw new ApiError('validation', `input ${input.name}: every element must be a non-empty string`);
+    if (texts.length !== rows)
+      throw new ApiError('validation', `input ${input.name}: shape ${JSON.stringify(input.shape)} holds ${rows} texts but data has ${texts.length}`);
+    if (texts.some((t) => typeof t !== 'string' || t.length === 0))
+      throw new ApiError('validation', `input ${input.name}: every element must be a non-empty string`);
     if (rows === 0) throw new ApiError('validation', `input ${input.name}: send at least one text`);
 
     const offered = outputsOf(m);

@@ -61,33 +61,38 @@ function toBase64(vector: number[]): string {
 export function openAiRoutes(config: GatewayConfig, service: InferenceService, registry: ModelRegistry, admission: Admission, logger: Logger): Router {
   const router = express.Router();
   // The model is named in the body: it is checked (and shed) once the body is read.
-  router.post('/v1/embeddings', admission.beforeBody(() => undefined), jsonBody(config), async (req, res) => {
-    const raw = (req.body as { input?: unknown } | undefined)?.input;
-    if (Array.isArray(raw) && raw.some((v) => typeof v === 'number' || Array.isArray(v))) {
-      throw new ApiError('validation', 'input must be text: token arrays are not accepted, send the strings');
-    }
-    const parsed = embeddingsRequest.safeParse(req.body);
-    if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
-    const { model, input, encoding_format: format = 'float', dimensions } = parsed.data;
-    const served = registry.get(model);
-    if (served && !served.tasks.includes('feature-extraction')) {
-      throw new ApiError('validation', `model ${model} is not an embedding model (it serves ${served.tasks.join(', ')}); see GET /v1/models`);
-    }
-    const result = await runModelCall(service, req, res, { model, task: 'feature-extraction', inputs: input });
-    const vectors = (result.single ? [result.outputs[0]] : result.outputs) as number[][];
-    if (dimensions !== undefined && dimensions > vectors[0].length) {
-      throw new ApiError('validation', `dimensions must be at most ${vectors[0].length} for model ${model}`);
-    }
-    res.json({
-      object: 'list',
-      data: vectors.map((vector, index) => {
-        const embedding = shorten(vector, dimensions);
-        return { object: 'embedding', index, embedding: format === 'base64' ? toBase64(embedding) : embedding };
-      }),
-      model,
-      usage: { prompt_tokens: result.tokens, total_tokens: result.tokens },
-    });
-  });
+  router.post(
+    '/v1/embeddings',
+    admission.beforeBody(() => undefined),
+    jsonBody(config),
+    async (req, res) => {
+      const raw = (req.body as { input?: unknown } | undefined)?.input;
+      if (Array.isArray(raw) && raw.some((v) => typeof v === 'number' || Array.isArray(v))) {
+        throw new ApiError('validation', 'input must be text: token arrays are not accepted, send the strings');
+      }
+      const parsed = embeddingsRequest.safeParse(req.body);
+      if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
+      const { model, input, encoding_format: format = 'float', dimensions } = parsed.data;
+      const served = registry.get(model);
+      if (served && !served.tasks.includes('feature-extraction')) {
+        throw new ApiError('validation', `model ${model} is not an embedding model (it serves ${served.tasks.join(', ')}); see GET /v1/models`);
+      }
+      const result = await runModelCall(service, req, res, { model, task: 'feature-extraction', inputs: input });
+      const vectors = (result.single ? [result.outputs[0]] : result.outputs) as number[][];
+      if (dimensions !== undefined && dimensions > vectors[0].length) {
+        throw new ApiError('validation', `dimensions must be at most ${vectors[0].length} for model ${model}`);
+      }
+      res.json({
+        object: 'list',
+        data: vectors.map((vector, index) => {
+          const embedding = shorten(vector, dimensions);
+          return { object: 'embedding', index, embedding: format === 'base64' ? toBase64(embedding) : embedding };
+        }),
+        model,
+        usage: { prompt_tokens: result.tokens, total_tokens: result.tokens },
+      });
+    },
+  );
 
   router.get('/v1/models', (_req, res) => {
     res.json({
@@ -108,7 +113,9 @@ export function openAiRoutes(config: GatewayConfig, service: InferenceService, r
     res.json({ id: m.id, object: 'model', created: Math.floor(Math.min(...m.workers.map((w) => w.startedAt)) / 1000), owned_by: 'tserve' });
   });
 
-  router.use('/v1', (req, _res, next) => next(new ApiError('not_found', `no route for ${req.method} /v1${req.path}; this server offers POST /v1/embeddings and GET /v1/models`)));
+  router.use('/v1', (req, _res, next) =>
+    next(new ApiError('not_found', `no route for ${req.method} /v1${req.path}; this server offers POST /v1/embeddings and GET /v1/models`)),
+  );
   router.use('/v1', errorHandler(logger, openAiErrors));
   return router;
 }

@@ -76,8 +76,7 @@ const sequence = z.union([text, pair]);
 const predictRequest = z
   .object({
     inputs: z.union([text, pair, z.array(sequence).min(1, 'inputs must not be an empty list')], {
-      error: (issue) =>
-        issue.input === undefined ? 'inputs is required' : 'inputs must be a string, a pair [text, text_pair], or a list of those',
+      error: (issue) => (issue.input === undefined ? 'inputs is required' : 'inputs must be a string, a pair [text, text_pair], or a list of those'),
     }),
     raw_scores: z.boolean().default(false),
     truncate: z.boolean().default(false),
@@ -134,7 +133,10 @@ interface RouteKind {
 }
 const EMBEDDING: RouteKind = { what: 'an embedding model', fits: (m) => m.tasks.includes('feature-extraction') };
 const CLASSIFIER: RouteKind = { what: 'a sequence classifier', fits: (m) => m.tasks.includes('text-classification') };
-const RERANKER: RouteKind = { what: 'a reranker (a classifier with one label)', fits: (m) => m.tasks.includes('text-classification') && m.labels?.length === 1 };
+const RERANKER: RouteKind = {
+  what: 'a reranker (a classifier with one label)',
+  fits: (m) => m.tasks.includes('text-classification') && m.labels?.length === 1,
+};
 const ANY: RouteKind = { what: 'a model', fits: () => true };
 
 /** TEI's `model_type` for /info. */
@@ -160,7 +162,10 @@ export function teiRoutes(config: GatewayConfig, service: InferenceService, regi
       const served = registry.served().map((m) => m.id);
       throw new ApiError('unavailable', `no served model is ${kind.what}${served.length ? ` (served: ${served.join(', ')})` : ''}`, 2);
     }
-    throw new ApiError('validation', `several served models are ${kind.what}: ${fitting.map((m) => m.id).join(', ')}; name one with a "model" field or an x-model header`);
+    throw new ApiError(
+      'validation',
+      `several served models are ${kind.what}: ${fitting.map((m) => m.id).join(', ')}; name one with a "model" field or an x-model header`,
+    );
   };
   /** Before the body: the header's model, or the only fitting one, for shedding and key permissions. */
   const admit = (kind: RouteKind) =>

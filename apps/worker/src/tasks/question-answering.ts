@@ -68,12 +68,18 @@ export function questionAnsweringHead(loaded: LoadedModel): TaskHead<QuestionAns
       const stride = parameters.doc_stride ?? Math.min(Math.floor(maxSeqLen / 2), 128);
       if (size <= 0) throw new ApiError('validation', `the question leaves no room for the context in ${maxSeqLen} tokens (max_seq_len); shorten it`);
       if (stride >= size) {
-        throw new ApiError('validation', `doc_stride (${stride}) must be less than the context tokens each window holds (${size}: max_seq_len less the question)`);
+        throw new ApiError(
+          'validation',
+          `doc_stride (${stride}) must be less than the context tokens each window holds (${size}: max_seq_len less the question)`,
+        );
       }
       if (context.length === 0) throw new ApiError('validation', 'the context has no tokens');
       const starts = windows(context.length, size, stride);
       if (starts.length > MAX_WINDOWS) {
-        throw new ApiError('payload_too_large', `the context is ${context.length} tokens: ${starts.length} windows of ${size}; at most ${MAX_WINDOWS} windows are read per question`);
+        throw new ApiError(
+          'payload_too_large',
+          `the context is ${context.length} tokens: ${starts.length} windows of ${size}; at most ${MAX_WINDOWS} windows are read per question`,
+        );
       }
       const alignment = alignWords(input.context, context, parts);
       return starts.map((from) => {
@@ -129,7 +135,10 @@ export function questionAnsweringHead(loaded: LoadedModel): TaskHead<QuestionAns
         answers.push({ score: Math.min(...windowsAnswers.map((w) => w.nullScore)), start: 0, end: 0, answer: '' });
       }
       const topK = parameters.top_k ?? 1;
-      const ranked = answers.sort((a, b) => b.score - a.score).slice(0, topK).map(({ score, start, end, answer }) => ({ score, start, end, answer }));
+      const ranked = answers
+        .sort((a, b) => b.score - a.score)
+        .slice(0, topK)
+        .map(({ score, start, end, answer }) => ({ score, start, end, answer }));
       return topK === 1 ? ranked[0] : ranked;
     },
   };

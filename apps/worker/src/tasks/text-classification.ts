@@ -10,8 +10,7 @@ import { row, sigmoid, softmax } from './math.js';
 export function textClassificationHead(loaded: LoadedModel): TaskHead<TextClassificationParameters, string | TextPair> {
   const labels = loaded.config.id2label ?? {};
   // As the HF pipelines do: multi-label and single-logit models are scored with a sigmoid.
-  const defaultFunction =
-    loaded.config.problem_type === 'multi_label_classification' || Object.keys(labels).length === 1 ? 'sigmoid' : 'softmax';
+  const defaultFunction = loaded.config.problem_type === 'multi_label_classification' || Object.keys(labels).length === 1 ? 'sigmoid' : 'softmax';
   return {
     encode(input, parameters, engine) {
       const truncate = parameters.truncation ?? true;
@@ -23,9 +22,7 @@ export function textClassificationHead(loaded: LoadedModel): TaskHead<TextClassi
       const logits = row(output.data, index, classes);
       const fn = parameters.function_to_apply ?? defaultFunction;
       const scores = fn === 'softmax' ? softmax(logits) : fn === 'sigmoid' ? sigmoid(logits) : Float64Array.from(logits);
-      const ranked = Array.from(scores, (score, i) => ({ label: labels[i] ?? `LABEL_${i}`, score })).sort(
-        (a, b) => b.score - a.score,
-      );
+      const ranked = Array.from(scores, (score, i) => ({ label: labels[i] ?? `LABEL_${i}`, score })).sort((a, b) => b.score - a.score);
       const k = parameters.top_k === null ? ranked.length : (parameters.top_k ?? 1);
       return ranked.slice(0, k);
     },

@@ -28,7 +28,13 @@ export function tokenizeHead(loaded: LoadedModel): TaskHead<TokenizeParameters, 
       const chars = Array.from(input);
       const tokens: TokenInfo[] = pieces.map((piece, i) => {
         const span = spans[i];
-        return { id: engine.idOf(piece), text: span ? chars.slice(span[0], span[1]).join('') : piece, special: false, start: span?.[0] ?? null, stop: span?.[1] ?? null };
+        return {
+          id: engine.idOf(piece),
+          text: span ? chars.slice(span[0], span[1]).join('') : piece,
+          special: false,
+          start: span?.[0] ?? null,
+          stop: span?.[1] ?? null,
+        };
       });
       if (parameters.add_special_tokens === false) return tokens;
       // The template's tokens around the text ([CLS] … [SEP]), flagged special.
