@@ -131,7 +131,7 @@ describe('correctness under batching', () => {
   after(() => system.stop());
 
   it('a batched answer equals the answer for the same input alone (fp32)', async () => {
-    const alone = [];
+    const alone: Array<Array<{ label: string; score: number }>> = [];
     for (const text of texts) {
       const res = await system.infer(MODEL, text, { top_k: null });
       assert.equal(res.status, 200);

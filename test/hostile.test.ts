@@ -74,7 +74,7 @@ describe('hostile clients', () => {
   after(() => system.stop());
 
   it('answers the 1 ms deadline that used to crash it with 504, and lives on', async () => {
-    for (const headers of [{ 'x-request-timeout-ms': '1' }, {}]) {
+    for (const headers of [{ 'x-request-timeout-ms': '1' }, {}] as Array<Record<string, string>>) {
       const body = 'x-request-timeout-ms' in headers ? 'hi' : JSON.stringify({ inputs: 'hi', options: { timeout_ms: 1 } });
       const res = await fetch(`${system.url}/${'x-request-timeout-ms' in headers ? '' : `models/${MODEL}`}`, {
         method: 'POST',
@@ -105,73 +105,33 @@ describe('hostile clients', () => {
     );
 
     const bodies: string[] = [];
+    const JSON_TYPE = { 'content-type': 'application/json' };
+    /** Sends one request and keeps the body of its answer. */
+    const send = (pathname: string, init: RequestInit) => async () => bodies.push(await (await fetch(`${url}${pathname}`, { method: 'POST', ...init })).text());
+    const randomMs = () => String(1 + Math.floor(Math.random() * 40));
     const hostile: Array<() => Promise<unknown>> = [
       // Deadlines: 1 ms and random, by header and by body.
-      async () => bodies.push(await (await fetch(`${url}/`, { method: 'POST', headers: { 'x-request-timeout-ms': '1' }, body: 'hi' })).text()),
-      async () =>
-        bodies.push(
-          await (
-            await fetch(`${url}/models/${MODEL}`, {
-              method: 'POST',
-              headers: { 'content-type': 'application/json' },
-              body: JSON.stringify({ inputs: 'x', options: { timeout_ms: 1 + Math.floor(Math.random() * 40) } }),
-            })
-          ).text(),
-        ),
-      async () =>
-        bodies.push(
-          await (
-            await fetch(`${url}/models/${MODEL}`, {
-              method: 'POST',
-              headers: { 'content-type': 'application/json', 'x-request-timeout-ms': String(1 + Math.floor(Math.random() * 40)) },
-              body: valid,
-            })
-          ).text(),
-        ),
+      send('/', { headers: { 'x-request-timeout-ms': '1' }, body: 'hi' }),
+      async () => send(`/models/${MODEL}`, { headers: JSON_TYPE, body: JSON.stringify({ inputs: 'x', options: { timeout_ms: Number(randomMs()) } }) })(),
+      async () => send(`/models/${MODEL}`, { headers: { ...JSON_TYPE, 'x-request-timeout-ms': randomMs() }, body: valid })(),
       // Disconnects mid-body and mid-wait.
       () => raw(port, [request(`/models/${MODEL}`, valid).slice(0, -10)], { destroyAfterWrite: true }),
       () => raw(port, [request(`/models/${MODEL}`, valid), { waitMs: Math.floor(Math.random() * 5) }], { destroyAfterWrite: true }),
       async () => {
         const controller = new AbortController();
-        const pending = fetch(`${url}/models/${MODEL}`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: valid,
-          signal: controller.signal,
-        }).catch(() => undefined);
+        const pending = fetch(`${url}/models/${MODEL}`, { method: 'POST', headers: JSON_TYPE, body: valid, signal: controller.signal }).catch(() => undefined);
         setTimeout(() => controller.abort(), Math.floor(Math.random() * 10));
         await pending;
       },
       // Malformed JSON, invalid UTF-8, wrong types.
-      async () =>
-        bodies.push(
-          await (await fetch(`${url}/models/${MODEL}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"inputs": [1, 2' })).text(),
-        ),
-      async () =>
-        bodies.push(
-          await (
-            await fetch(`${url}/models/${MODEL}`, {
-              method: 'POST',
-              headers: { 'content-type': 'application/json' },
-              body: Buffer.from([0x7b, 0x22, 0x69, 0x22, 0x3a, 0x22, 0xc3, 0x28, 0x22, 0x7d]),
-            })
-          ).text(),
-        ),
-      async () => bodies.push(await (await fetch(`${url}/`, { method: 'POST', body: Buffer.from([0xff, 0xfe, 0xfd]) })).text()),
-      async () =>
-        bodies.push(
-          await (
-            await fetch(`${url}/models/${MODEL}`, {
-              method: 'POST',
-              headers: { 'content-type': 'application/json' },
-              body: '{"inputs": {"__proto__": {"x": 1}}, "parameters": null}',
-            })
-          ).text(),
-        ),
+      send(`/models/${MODEL}`, { headers: JSON_TYPE, body: '{"inputs": [1, 2' }),
+      send(`/models/${MODEL}`, { headers: JSON_TYPE, body: Buffer.from([0x7b, 0x22, 0x69, 0x22, 0x3a, 0x22, 0xc3, 0x28, 0x22, 0x7d]) }),
+      send('/', { body: Buffer.from([0xff, 0xfe, 0xfd]) }),
+      send(`/models/${MODEL}`, { headers: JSON_TYPE, body: '{"inputs": {"__proto__": {"x": 1}}, "parameters": null}' }),
       // Huge headers, unknown routes and methods.
       async () => bodies.push((await raw(port, [`GET /health HTTP/1.1\r\nhost: x\r\nx-big: ${'a'.repeat(64 * 1024)}\r\n\r\n`])).text),
-      async () => bodies.push(await (await fetch(`${url}/no/such/route`, { method: 'POST', body: '{}' })).text()),
-      async () => bodies.push(await (await fetch(`${url}/models/${MODEL}`, { method: 'DELETE' })).text()),
+      send('/no/such/route', { body: '{}' }),
+      send(`/models/${MODEL}`, { method: 'DELETE' }),
       async () => bodies.push((await raw(port, ['BREW /models HTTP/1.1\r\nhost: x\r\n\r\n'])).text),
       async () => bodies.push((await raw(port, ['\x16\x03\x01 not http at all\r\n\r\n'])).text),
     ];

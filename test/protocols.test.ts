@@ -120,6 +120,34 @@ describe('protocols', () => {
       assert.equal(cut.status, 200);
     });
 
+    it('truncation_direction Left keeps the last tokens on /embed, /predict and /rerank, of texts and pairs alike', async () => {
+      // Two texts that differ only in their first words, both past the model's length: cut on the
+      // left they become the same sequence, cut on the right they stay different.
+      const tail = 'word '.repeat(600);
+      const texts = [`alpha beta gamma ${tail}`, `delta epsilon zeta ${tail}`];
+      const both = async (send: (text: string, direction: string) => Promise<unknown>, direction: string) =>
+        Promise.all(texts.map((text) => send(text, direction)));
+      const routes: Array<[string, (text: string, direction: string) => Promise<unknown>]> = [
+        ['/embed', async (text, d) => (await system.post('/embed', { inputs: text, truncate: true, truncation_direction: d })).body],
+        ['/predict', async (text, d) => (await system.post('/predict', { inputs: text, truncate: true, truncation_direction: d, model: CLASSIFIER })).body],
+        [
+          '/predict (pair)',
+          async (text, d) => (await system.post('/predict', { inputs: ['a query', text], truncate: true, truncation_direction: d, model: RERANKER })).body,
+        ],
+        [
+          '/rerank',
+          async (text, d) =>
+            ((await system.post('/rerank', { query: 'a query', texts: [text], truncate: true, truncation_direction: d })).body as any[])[0].score,
+        ],
+      ];
+      for (const [route, send] of routes) {
+        const [left1, left2] = await both(send, 'Left');
+        assert.deepEqual(left1, left2, `${route}: a left cut keeps only the shared tail`);
+        const [right1, right2] = await both(send, 'Right');
+        assert.notDeepEqual(right1, right2, `${route}: a right cut keeps the different heads`);
+      }
+    });
+
     it('/predict scores texts and pairs with every label, best first; several classifiers need a model', async () => {
       const ambiguous = await system.post('/predict', { inputs: 'I like you' });
       assert.equal(ambiguous.status, 422);

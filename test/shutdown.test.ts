@@ -30,8 +30,9 @@ describe('graceful shutdown', () => {
     const text = textOfTokens(500, 'slow');
     const ids = await Promise.all(Array.from({ length: 64 }, () => direct.add([text])));
     const worker = system.startWorker({ model: MODEL, env: { BATCH_MAX_SIZE: 8, BATCH_MAX_WAIT_MS: 1000 } });
-    // SIGTERM once the first batch is answered: the worker is then mid-run with more batches to go.
-    await Promise.race(ids.map((id) => direct.outcome(id)));
+    // SIGTERM once a first batch is published: a full one (BATCH_MAX_SIZE), as 64 jobs were waiting.
+    const first = await Promise.race(ids.map((id) => direct.outcome(id)));
+    assert.ok(first.ok && first.timing.batch_size === 8, JSON.stringify(first));
     worker.kill('SIGTERM');
     assert.equal(await worker.exited, 0, worker.output);
 

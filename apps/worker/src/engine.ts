@@ -93,14 +93,18 @@ export class Engine {
     return { text, ...this.build(kept), truncatedFrom: tokens.length + this.specials.single };
   }
 
-  /** One sequence of two texts; with truncation off (or an impossible cut) it may exceed the model's length, and is then refused. */
-  encodePair(first: string, second: string, truncation: PairTruncation | false): Encoded {
+  /**
+   * One sequence of two texts; with truncation off (or an impossible cut) it may exceed the model's
+   * length, and is then refused. A left cut keeps each text's last tokens.
+   */
+  encodePair(first: string, second: string, truncation: PairTruncation | false, direction: 'right' | 'left' = 'right'): Encoded {
     const a = this.pieces(first);
     const b = this.pieces(second);
     const budget = this.loaded.maxLength - this.specials.pair;
     const lengths = truncation ? pairLengths(a.length, b.length, budget, truncation) : undefined;
     if (!lengths || (lengths[0] === a.length && lengths[1] === b.length)) return { text: first, ...this.build(a, b) };
-    return { text: first, ...this.build(a.slice(0, lengths[0]), b.slice(0, lengths[1])), truncatedFrom: a.length + b.length + this.specials.pair };
+    const keep = (tokens: string[], n: number) => (direction === 'left' ? tokens.slice(tokens.length - n) : tokens.slice(0, n));
+    return { text: first, ...this.build(keep(a, lengths[0]), keep(b, lengths[1])), truncatedFrom: a.length + b.length + this.specials.pair };
   }
 
   async forward(batch: Encoded[]): Promise<BatchOutput> {

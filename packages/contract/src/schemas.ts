@@ -102,6 +102,8 @@ export const parameterSchemas = {
       ...common,
       top_k: z.number().int().min(1).nullable().optional(),
       function_to_apply: z.enum(['softmax', 'sigmoid', 'none']).optional(),
+      /** Cut from the start instead of the end, each text of a pair alike (TEI's truncation_direction). */
+      truncation_direction: z.enum(['right', 'left']).optional(),
     })
     .strict(),
   'fill-mask': z

@@ -211,7 +211,12 @@ export function teiRoutes(config: GatewayConfig, service: InferenceService, regi
       model: id,
       task: 'text-classification',
       inputs,
-      parameters: { top_k: null, truncation: body.truncate, ...(body.raw_scores ? { function_to_apply: 'none' } : {}) },
+      parameters: {
+        top_k: null,
+        truncation: body.truncate,
+        truncation_direction: body.truncation_direction,
+        ...(body.raw_scores ? { function_to_apply: 'none' } : {}),
+      },
     });
     res.json(single ? result.outputs[0] : result.outputs);
   });
@@ -225,7 +230,7 @@ export function teiRoutes(config: GatewayConfig, service: InferenceService, regi
       model: id,
       task: 'text-classification',
       inputs: body.texts.map((t) => ({ text: body.query, text_pair: t })),
-      parameters: { truncation: body.truncate, function_to_apply: body.raw_scores ? 'none' : 'sigmoid' },
+      parameters: { truncation: body.truncate, truncation_direction: body.truncation_direction, function_to_apply: body.raw_scores ? 'none' : 'sigmoid' },
     });
     const ranked = (result.outputs as Array<Array<{ score: number }>>)
       .map((scores, index) => ({ index, score: scores[0].score, ...(body.return_text ? { text: body.texts[index] } : {}) }))

@@ -14,8 +14,9 @@ export function textClassificationHead(loaded: LoadedModel): TaskHead<TextClassi
   return {
     encode(input, parameters, engine) {
       const truncate = parameters.truncation ?? true;
-      if (typeof input === 'string') return [engine.encode(input, truncate)];
-      return [engine.encodePair(input.text, input.text_pair, truncate ? 'longest_first' : false)];
+      const direction = parameters.truncation_direction;
+      if (typeof input === 'string') return [engine.encode(input, { truncate, direction })];
+      return [engine.encodePair(input.text, input.text_pair, truncate ? 'longest_first' : false, direction)];
     },
     decode(output, index, _encoded, parameters) {
       const classes = output.dims[1];
