@@ -64,4 +64,15 @@ describe('Cancellations', () => {
     cancellations.note(JSON.stringify({ ids: ['new'] }));
     assert.deepEqual([cancellations.has('old'), cancellations.has('new')], [false, true]);
   });
+
+  it('remembers a notice heard again from its latest hearing, and still forgets the older ones', () => {
+    let now = 0;
+    const cancellations = new Cancellations(() => now);
+    cancellations.note(JSON.stringify({ ids: ['again', 'once'] }));
+    now += 6 * 60_000;
+    cancellations.note(JSON.stringify({ ids: ['again'] }));
+    now += 5 * 60_000;
+    cancellations.note(JSON.stringify({ ids: ['latest'] }));
+    assert.deepEqual([cancellations.has('once'), cancellations.has('again'), cancellations.has('latest')], [false, true, true]);
+  });
 });

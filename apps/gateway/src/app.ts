@@ -30,6 +30,9 @@ export interface AppParts {
   admission: Admission;
 }
 
+/** What the gateway answers, for `--help` and for a request to any other route. */
+export const ROUTES = `POST /, POST /models/<model id>, POST /v1/embeddings, GET /v1/models, POST /embed, /predict, /rerank, /tokenize, GET /info, GET /v2/health/ready, /v2/models/<name>, POST /v2/models/<name>/infer, GET /health, GET /ready, GET /metrics, ${DASHBOARD_PATH}`;
+
 export function createApp(parts: AppParts): Express {
   const app = express();
   app.disable('x-powered-by');
@@ -47,14 +50,7 @@ export function createApp(parts: AppParts): Express {
   app.use(openAiRoutes(parts.config, parts.service, parts.registry, admission, parts.logger));
   app.use(teiRoutes(parts.config, parts.service, parts.registry, admission, parts.logger));
   app.use(kserveRoutes(parts.config, parts.service, parts.registry, parts.snapshot, admission, parts.logger));
-  app.use((req, _res, next) =>
-    next(
-      new ApiError(
-        'not_found',
-        `no route for ${req.method} ${req.path}; see POST /, POST /models/<model id>, POST /v1/embeddings, POST /embed, /predict, /rerank, /tokenize, GET /info, /v2/models/<name>/infer, GET /health, GET /ready, GET /metrics, ${DASHBOARD_PATH}`,
-      ),
-    ),
-  );
+  app.use((req, _res, next) => next(new ApiError('not_found', `no route for ${req.method} ${req.path}; see ${ROUTES}`)));
   app.use(errorHandler(parts.logger));
   return app;
 }

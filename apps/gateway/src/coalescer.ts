@@ -1,4 +1,4 @@
-import type { Priority, QueuedRequest } from '@tserve/contract';
+import { sequenceCount, type Priority, type QueuedRequest } from '@tserve/contract';
 
 /** One job to enqueue: requests for one model, in arrival order. Its id is its first request's. */
 export interface CoalescedJob {
@@ -92,12 +92,12 @@ export class EnqueueCoalescer {
 }
 
 /** Groups entries in order into jobs of at most `max` sequences; a request larger than that goes alone. */
-export function splitIntoJobs<E extends { request: { inputs: unknown[]; sequences?: number } }>(entries: E[], max: number): E[][] {
+export function splitIntoJobs<E extends { request: Pick<QueuedRequest, 'inputs' | 'sequences'> }>(entries: E[], max: number): E[][] {
   const jobs: E[][] = [];
   let current: E[] = [];
   let size = 0;
   for (const entry of entries) {
-    const n = entry.request.sequences ?? entry.request.inputs.length;
+    const n = sequenceCount(entry.request);
     if (current.length > 0 && size + n > max) {
       jobs.push(current);
       current = [];

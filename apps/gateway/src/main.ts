@@ -14,7 +14,7 @@ import { InferenceService } from './inference.js';
 import { EnqueueCoalescer } from './coalescer.js';
 import { KeyStore, parseKeyFile } from './api-keys.js';
 import { Quotas } from './quotas.js';
-import { createApp } from './app.js';
+import { createApp, ROUTES } from './app.js';
 import { createMetrics } from './metrics.js';
 import { Admission } from './admission.js';
 import { QueueDepth } from './overload.js';
@@ -23,7 +23,7 @@ import { createSnapshot } from './snapshot.js';
 if (process.argv.includes('--help') || process.argv.includes('-h')) {
   process.stdout.write(
     formatHelp(
-      "tserve gateway: HTTP front of the inference server; enqueues requests and answers with the workers' results.\n\nUsage: node apps/gateway/dist/main.js\n\nRoutes: POST /  POST /models/<model id>  GET /health  GET /ready  GET /metrics  /admin/queues",
+      `tserve gateway: HTTP front of the inference server; enqueues requests and answers with the workers' results.\n\nUsage: node apps/gateway/dist/main.js\n\nRoutes: ${ROUTES}`,
       ['gateway', 'common'],
     ),
   );

@@ -25,7 +25,11 @@ export class Cancellations {
     if (!Array.isArray(notice?.ids)) return false;
     const now = this.now();
     this.prune(now);
-    for (const id of notice.ids) this.heard.set(id, now);
+    for (const id of notice.ids) {
+      // Re-inserted, so that the map stays in the order notices were heard: prune stops at the first fresh one.
+      this.heard.delete(id);
+      this.heard.set(id, now);
+    }
     return true;
   }
 
@@ -38,8 +42,14 @@ export class Cancellations {
     this.heard.delete(requestId);
   }
 
-  /** Drops notices older than any deadline: their requests ran elsewhere or expired. */
+  /**
+   * Drops notices older than any deadline: their requests ran elsewhere or expired. Oldest first,
+   * stopping at the first fresh one, so a notice costs no walk over everything remembered.
+   */
   private prune(now: number): void {
-    for (const [id, at] of this.heard) if (now - at > CANCEL_MEMORY_MS) this.heard.delete(id);
+    for (const [id, at] of this.heard) {
+      if (now - at <= CANCEL_MEMORY_MS) return;
+      this.heard.delete(id);
+    }
   }
 }

@@ -1,7 +1,7 @@
 import type { Job, Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { ApiError, type InferenceJobData } from '@tserve/contract';
+import { ApiError, sequenceCount, type InferenceJobData } from '@tserve/contract';
 import { gatherBatch, topUp, type BatchLimits, type JobSource } from './batcher.js';
 import type { BatchRunner, PreparedBatch } from './runner.js';
 import type { JobOutcomeSink } from './outcome-sink.js';
@@ -187,4 +187,4 @@ export class Consumer {
   }
 }
 
-const sequencesOf = (job: Job<InferenceJobData>) => job.data.requests.reduce((n, r) => n + (r.sequences ?? r.inputs.length), 0);
+const sequencesOf = (job: Job<InferenceJobData>) => job.data.requests.reduce((n, r) => n + sequenceCount(r), 0);

@@ -9,11 +9,16 @@ export interface QueuedRequest {
   task?: Operation;
   inputs: TaskInput[];
   parameters: TaskParameters;
-  /** Model sequences the inputs run as (pairs, labels, sentences): what batching counts. */
+  /** Model sequences the inputs run as, when more than one per input (pairs, labels, sentences): what batching counts. */
   sequences?: number;
   /** Epoch ms after which the request must not run: its client has been answered 504. */
   deadline: number;
   enqueuedAt: number;
+}
+
+/** Model sequences a queued request runs as: `sequences` when its inputs run as more (pairs, labels, sentences), else one per input. */
+export function sequenceCount(request: Pick<QueuedRequest, 'inputs' | 'sequences'>): number {
+  return request.sequences ?? request.inputs.length;
 }
 
 /**

@@ -96,14 +96,16 @@ const common = {
   truncation: z.boolean().optional(),
 };
 
+/** Keep the last tokens instead of the first when cutting (TEI's truncation_direction); each text of a pair alike. */
+const truncationDirection = z.enum(['right', 'left']).optional();
+
 export const parameterSchemas = {
   'text-classification': z
     .object({
       ...common,
       top_k: z.number().int().min(1).nullable().optional(),
       function_to_apply: z.enum(['softmax', 'sigmoid', 'none']).optional(),
-      /** Cut from the start instead of the end, each text of a pair alike (TEI's truncation_direction). */
-      truncation_direction: z.enum(['right', 'left']).optional(),
+      truncation_direction: truncationDirection,
     })
     .strict(),
   'fill-mask': z
@@ -124,8 +126,7 @@ export const parameterSchemas = {
       ...common,
       normalize: z.boolean().optional(),
       pooling: z.enum(['mean', 'cls', 'none']).optional(),
-      /** Keep the last tokens instead of the first when cutting (TEI's truncation_direction). */
-      truncation_direction: z.enum(['right', 'left']).optional(),
+      truncation_direction: truncationDirection,
     })
     .strict(),
   'question-answering': z

@@ -4,10 +4,11 @@ import { z } from 'zod';
 import { ApiError, describeIssues, type ErrorType } from '@tserve/contract';
 import type { GatewayConfig } from '@tserve/config';
 import type { InferenceService } from '../inference.js';
-import type { ModelRegistry } from '../model-registry.js';
+import type { ModelRegistry, ServedModel } from '../model-registry.js';
 import type { Admission } from '../admission.js';
 import { errorHandler, type ErrorFormat } from '../http-errors.js';
 import { jsonBody, runModelCall } from '../model-call.js';
+import { shorten } from './embedding-dimensions.js';
 
 /**
  * OpenAI's embeddings API (`POST /v1/embeddings`, `GET /v1/models`), so that the `openai` clients,
@@ -45,17 +46,14 @@ const openAiErrors: ErrorFormat = (error) => {
   return { status: error.status, body: { error: { message: error.message, type, param: null, code } } };
 };
 
-/** The first `dimensions` values, normalised again (Matryoshka shortening, as OpenAI's `dimensions`). */
-function shorten(vector: number[], dimensions: number | undefined): number[] {
-  if (dimensions === undefined || dimensions === vector.length) return vector;
-  const kept = vector.slice(0, dimensions);
-  const norm = Math.hypot(...kept) || 1;
-  return kept.map((v) => v / norm);
-}
-
 /** Little-endian float32 bytes, base64: what OpenAI sends for `encoding_format: "base64"`. */
 function toBase64(vector: number[]): string {
   return Buffer.from(Float32Array.from(vector).buffer).toString('base64');
+}
+
+/** A served model as OpenAI's model object; created when its first live worker started. */
+function modelObject(m: ServedModel) {
+  return { id: m.id, object: 'model', created: Math.floor(Math.min(...m.workers.map((w) => w.startedAt)) / 1000), owned_by: 'tserve' };
 }
 
 export function openAiRoutes(config: GatewayConfig, service: InferenceService, registry: ModelRegistry, admission: Admission, logger: Logger): Router {
@@ -95,22 +93,14 @@ export function openAiRoutes(config: GatewayConfig, service: InferenceService, r
   );
 
   router.get('/v1/models', (_req, res) => {
-    res.json({
-      object: 'list',
-      data: registry.served().map((m) => ({
-        id: m.id,
-        object: 'model',
-        created: Math.floor(Math.min(...m.workers.map((w) => w.startedAt)) / 1000),
-        owned_by: 'tserve',
-      })),
-    });
+    res.json({ object: 'list', data: registry.served().map(modelObject) });
   });
 
   router.get('/v1/models/*id', (req, res) => {
     const id = ([] as string[]).concat(req.params.id).join('/');
     const m = registry.get(id);
     if (!m) throw new ApiError('not_found', `model ${id} is not served; see GET /v1/models`);
-    res.json({ id: m.id, object: 'model', created: Math.floor(Math.min(...m.workers.map((w) => w.startedAt)) / 1000), owned_by: 'tserve' });
+    res.json(modelObject(m));
   });
 
   router.use('/v1', (req, _res, next) =>

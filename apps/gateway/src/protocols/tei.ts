@@ -8,6 +8,7 @@ import type { ModelRegistry, ServedModel } from '../model-registry.js';
 import type { Admission } from '../admission.js';
 import { errorHandler, type ErrorFormat } from '../http-errors.js';
 import { jsonBody, runModelCall } from '../model-call.js';
+import { shorten } from './embedding-dimensions.js';
 
 /**
  * Hugging Face text-embeddings-inference's API: `/embed`, `/predict`, `/rerank`, `/tokenize`,
@@ -56,6 +57,8 @@ const texts = z.union([text, z.array(text).min(1, 'inputs must not be an empty l
   error: (issue) => (issue.input === undefined ? 'inputs is required' : 'inputs must be a string or a list of strings'),
 });
 const direction = z.enum(['Right', 'Left', 'right', 'left']).transform((d) => d.toLowerCase() as 'right' | 'left');
+/** TEI cuts nothing unless asked; `Left` keeps the last tokens (each text of a pair alike). */
+const truncation = { truncate: z.boolean().default(false), truncation_direction: direction.optional() };
 /** A body's model choice, for when several served models fit the route. */
 const model = z.string().min(1).optional();
 
@@ -63,8 +66,7 @@ const embedRequest = z
   .object({
     inputs: texts,
     normalize: z.boolean().default(true),
-    truncate: z.boolean().default(false),
-    truncation_direction: direction.default('right'),
+    ...truncation,
     prompt_name: z.null().optional(),
     dimensions: z.number().int().min(1).nullable().optional(),
     model,
@@ -79,8 +81,7 @@ const predictRequest = z
       error: (issue) => (issue.input === undefined ? 'inputs is required' : 'inputs must be a string, a pair [text, text_pair], or a list of those'),
     }),
     raw_scores: z.boolean().default(false),
-    truncate: z.boolean().default(false),
-    truncation_direction: direction.optional(),
+    ...truncation,
     model,
   })
   .strict();
@@ -91,8 +92,7 @@ const rerankRequest = z
     texts: z.array(text, { error: 'texts must be a list of strings' }).min(1, 'texts must not be empty'),
     raw_scores: z.boolean().default(false),
     return_text: z.boolean().default(false),
-    truncate: z.boolean().default(false),
-    truncation_direction: direction.optional(),
+    ...truncation,
     model,
   })
   .strict();
@@ -191,12 +191,10 @@ export function teiRoutes(config: GatewayConfig, service: InferenceService, regi
       inputs: typeof body.inputs === 'string' ? [body.inputs] : body.inputs,
       parameters: { normalize: body.normalize, truncation: body.truncate, truncation_direction: body.truncation_direction },
     });
-    let vectors = result.outputs as number[][];
-    if (body.dimensions) {
-      if (body.dimensions > vectors[0].length) throw new ApiError('validation', `dimensions must be at most ${vectors[0].length}`);
-      vectors = vectors.map((v) => v.slice(0, body.dimensions!)).map((v) => (body.normalize ? v.map((x) => x / (Math.hypot(...v) || 1)) : v));
-    }
-    res.json(vectors);
+    const vectors = result.outputs as number[][];
+    const dimensions = body.dimensions ?? undefined;
+    if (dimensions !== undefined && dimensions > vectors[0].length) throw new ApiError('validation', `dimensions must be at most ${vectors[0].length}`);
+    res.json(vectors.map((v) => shorten(v, dimensions, body.normalize)));
   });
 
   router.post('/predict', admit(CLASSIFIER), json, async (req, res) => {
@@ -241,14 +239,14 @@ export function teiRoutes(config: GatewayConfig, service: InferenceService, regi
   router.post('/tokenize', admit(ANY), json, async (req, res) => {
     const body = parse(tokenizeRequest, req.body);
     const id = pick(req, ANY, body.model);
+    const texts = typeof body.inputs === 'string' ? [body.inputs] : body.inputs;
     const result = await runModelCall(service, req, res, {
       model: id,
       task: 'tokenize',
-      inputs: typeof body.inputs === 'string' ? [body.inputs] : body.inputs,
+      inputs: texts,
       parameters: { add_special_tokens: body.add_special_tokens },
     });
     // Workers give code-point offsets; TEI's are UTF-8 byte offsets.
-    const texts = typeof body.inputs === 'string' ? [body.inputs] : body.inputs;
     res.json((result.outputs as TokenOffsets[][]).map((tokens, i) => toByteOffsets(texts[i], tokens)));
   });
 
