@@ -25,6 +25,13 @@ describe('protocols', () => {
     return { status: res.status, body: (await res.json()) as any };
   };
 
+  /** Answered model calls for a model, from the gateway's /metrics. */
+  const modelCalls = async (model: string) => {
+    const text = await (await fetch(`${system.url}/metrics`)).text();
+    const line = text.split('\n').find((l) => l.startsWith(`tserve_inference_duration_seconds_count{model="${model}"}`));
+    return Number(line?.split(' ').pop() ?? 0);
+  };
+
   before(async () => {
     await system.startGateway();
     for (const model of [EMBEDDER, RERANKER, CLASSIFIER]) system.startWorker({ model });
@@ -255,6 +262,7 @@ describe('protocols', () => {
 
     it('infer on a BYTES tensor answers FP32 tensors equal to /models/<id>, and echoes the id', async () => {
       const texts = ['I love this', 'I hate this'];
+      const callsBefore = await modelCalls(CLASSIFIER);
       const res = await system.post(`/v2/models/${CLASSIFIER}/infer`, {
         id: 'req-42',
         inputs: [{ name: 'text', shape: [2, 1], datatype: 'BYTES', data: [[texts[0]], [texts[1]]] }],
@@ -271,6 +279,12 @@ describe('protocols', () => {
       own.forEach((scores, row) =>
         labels.forEach((label, j) => assert.ok(Math.abs(probs.data[row * 2 + j] - scores.find((s) => s.label === label)!.score) < 1e-6)),
       );
+      const raw = (await system.infer(CLASSIFIER, texts, { top_k: null, function_to_apply: 'none' })).body as Array<Array<{ label: string; score: number }>>;
+      raw.forEach((scores, row) =>
+        labels.forEach((label, j) => assert.ok(Math.abs(logits.data[row * 2 + j] - scores.find((s) => s.label === label)!.score) < 1e-6)),
+      );
+      // Both outputs came from one model run: the probabilities are the softmax of the logits.
+      assert.equal((await modelCalls(CLASSIFIER)) - callsBefore, 3, 'the KServe request, then the two /models calls: one run each');
       const embedded = await system.post(`/v2/models/${EMBEDDER}/infer`, {
         inputs: [{ name: 'text', shape: [1], datatype: 'BYTES', data: ['hello world'] }],
         parameters: { timeout: 5_000_000, priority: 2 },

@@ -1,6 +1,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { ApiError, decodeJobFailure, encodeJobFailure } from '@tserve/contract';
+import { ApiError, applyScoreFunction, decodeJobFailure, defaultScoreFunction, encodeJobFailure } from '@tserve/contract';
 
 describe('job failure text', () => {
   it("round-trips a worker's error with its type", () => {
@@ -18,5 +18,21 @@ describe('job failure text', () => {
 
   it("gives a client-closed request nginx's 499", () => {
     assert.equal(new ApiError('cancelled', 'gone').status, 499);
+  });
+});
+
+describe('score functions (function_to_apply)', () => {
+  it('picks a sigmoid for multi-label and single-logit models, a softmax otherwise, as the HF pipelines do', () => {
+    assert.equal(defaultScoreFunction({ id2label: { 0: 'NEGATIVE', 1: 'POSITIVE' } }), 'softmax');
+    assert.equal(defaultScoreFunction({ id2label: { 0: 'a', 1: 'b' }, problem_type: 'multi_label_classification' }), 'sigmoid');
+    assert.equal(defaultScoreFunction({ id2label: { 0: 'score' } }), 'sigmoid');
+    assert.equal(defaultScoreFunction({}), 'softmax');
+  });
+
+  it('applies each function to a row of logits', () => {
+    const [a, b] = applyScoreFunction('softmax', [0, Math.log(3)]);
+    assert.ok(Math.abs(a - 0.25) < 1e-12 && Math.abs(b - 0.75) < 1e-12);
+    assert.deepEqual(Array.from(applyScoreFunction('sigmoid', [0])), [0.5]);
+    assert.deepEqual(Array.from(applyScoreFunction('none', [-2, 7])), [-2, 7]);
   });
 });

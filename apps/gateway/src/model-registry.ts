@@ -11,6 +11,8 @@ export interface ServedModel {
   tasks: Task[];
   /** A classifier's labels, in output order. */
   labels?: string[];
+  /** The function a text-classification call applies to the logits by default, if the workers said. */
+  scoreFunction?: 'softmax' | 'sigmoid';
   /** Longest sequence the model accepts, in tokens. */
   maxLength: number;
   workers: WorkerInfo[];
@@ -142,7 +144,15 @@ export class ModelRegistry {
           loading.set(w.model, { id: w.model, estimatedSeconds: Math.min(entry?.estimatedSeconds ?? Infinity, left) });
           continue;
         }
-        const entry = byModel.get(w.model) ?? { id: w.model, task: w.task, tasks: w.tasks ?? [w.task], labels: w.labels, maxLength: w.maxTokens, workers: [] };
+        const entry = byModel.get(w.model) ?? {
+          id: w.model,
+          task: w.task,
+          tasks: w.tasks ?? [w.task],
+          labels: w.labels,
+          scoreFunction: w.scoreFunction,
+          maxLength: w.maxTokens,
+          workers: [],
+        };
         entry.workers.push(w);
         byModel.set(w.model, entry);
       }

@@ -3,7 +3,7 @@ import os from 'node:os';
 import { Worker } from 'bullmq';
 import { pino } from 'pino';
 import { ConfigError, formatHelp, loadWorkerConfig } from '@tserve/config';
-import type { InferenceJobData, WorkerInfo } from '@tserve/contract';
+import { defaultScoreFunction, type InferenceJobData, type WorkerInfo } from '@tserve/contract';
 import { clearLoadFailure, createRedis, keys, queueNameFor, recordLoadTime, reportLoadFailure } from '@tserve/queue';
 import { chooseRuntime, describeModel, ModelLoadError } from './model.js';
 import { isGpu } from './device.js';
@@ -143,7 +143,15 @@ async function main(): Promise<void> {
           .sort((a, b) => Number(a) - Number(b))
           .map((i) => loaded.config.id2label![i])
       : undefined;
-  Object.assign(info, { state: 'ready', task: loaded.task, tasks: loaded.tasks, labels, maxTokens: loaded.maxLength } satisfies Partial<WorkerInfo>);
+  const scoreFunction = loaded.tasks.includes('text-classification') ? defaultScoreFunction(loaded.config) : undefined;
+  Object.assign(info, {
+    state: 'ready',
+    task: loaded.task,
+    tasks: loaded.tasks,
+    labels,
+    scoreFunction,
+    maxTokens: loaded.maxLength,
+  } satisfies Partial<WorkerInfo>);
   await heartbeat.beat();
   logger.info({ queue: queueNameFor(config.MODEL) }, 'worker ready');
 

@@ -2,3 +2,4 @@ export * from './schemas.js';
 export * from './errors.js';
 export * from './jobs.js';
 export * from './ready.js';
+export * from './score-functions.js';

@@ -104,6 +104,8 @@ export interface WorkerInfo {
   tasks?: Task[];
   /** The classifier's labels in output order, for classification models. */
   labels?: string[];
+  /** The function text-classification applies to the logits when a request names none (absent from older workers). */
+  scoreFunction?: 'softmax' | 'sigmoid';
   dtype: string;
   device: string;
   pid: number;

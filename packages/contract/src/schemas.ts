@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { SCORE_FUNCTIONS } from './score-functions.js';
 
 /** The wire contract: what clients may send, validated once at the gateway's edge. */
 
@@ -104,7 +105,7 @@ export const parameterSchemas = {
     .object({
       ...common,
       top_k: z.number().int().min(1).nullable().optional(),
-      function_to_apply: z.enum(['softmax', 'sigmoid', 'none']).optional(),
+      function_to_apply: z.enum(SCORE_FUNCTIONS).optional(),
       truncation_direction: truncationDirection,
     })
     .strict(),

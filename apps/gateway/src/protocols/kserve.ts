@@ -1,7 +1,7 @@
 import express, { type Request, type Router } from 'express';
 import type { Logger } from 'pino';
 import { z } from 'zod';
-import { ApiError, describeIssues, type Priority } from '@tserve/contract';
+import { ApiError, applyScoreFunction, describeIssues, type Priority } from '@tserve/contract';
 import type { GatewayConfig } from '@tserve/config';
 import type { InferenceService } from '../inference.js';
 import type { ModelRegistry, ServedModel } from '../model-registry.js';
@@ -56,6 +56,23 @@ function kindOf(m: ServedModel): Kind | undefined {
 /** Output tensors a model offers, and the default one. */
 function outputsOf(m: ServedModel): string[] {
   return kindOf(m) === 'classifier' ? ['probabilities', 'logits'] : ['embeddings'];
+}
+
+interface Tensor {
+  name: string;
+  datatype: 'FP32';
+  shape: number[];
+  data: number[];
+}
+
+const tensor = (name: string, rows: number[][]): Tensor => ({ name, datatype: 'FP32', shape: [rows.length, rows[0]?.length ?? 0], data: rows.flat() });
+
+/** A classifier's answers as rows in the model's label order (the answers come ranked). */
+function classifierRows(m: ServedModel, outputs: unknown): number[][] {
+  return (outputs as Array<Array<{ label: string; score: number }>>).map((scores) => {
+    const byLabel = new Map(scores.map((s) => [s.label, s.score]));
+    return (m.labels ?? scores.map((s) => s.label)).map((label) => byLabel.get(label) ?? 0);
+  });
 }
 
 /** `/v2/models/<name>[/versions/<v>][/ready|/infer]`: the name may itself hold slashes. */
@@ -188,28 +205,33 @@ export function kserveRoutes(
     if (unknown.length) throw new ApiError('validation', `unknown output(s) ${unknown.join(', ')}; model ${name} offers ${offered.join(', ')}`);
     const { timeoutMs, priority } = controls(body.parameters);
 
-    const tensors = await Promise.all(
-      wanted.map(async (output, i) => {
-        const result = await runModelCall(service, req, res, {
-          part: i > 0 ? output : undefined,
-          model: m.id,
-          task: kind === 'classifier' ? 'text-classification' : 'feature-extraction',
-          inputs: texts,
-          parameters: kind === 'classifier' ? { top_k: null, ...(output === 'logits' ? { function_to_apply: 'none' } : {}) } : {},
-          timeoutMs,
-          priority,
-        });
-        const rowsOut =
-          kind === 'classifier'
-            ? (result.outputs as Array<Array<{ label: string; score: number }>>).map((scores) => {
-                // The answers come ranked; a tensor keeps the model's label order.
-                const byLabel = new Map(scores.map((s) => [s.label, s.score]));
-                return (m.labels ?? scores.map((s) => s.label)).map((label) => byLabel.get(label) ?? 0);
-              })
-            : (result.outputs as number[][]);
-        return { name: output, datatype: 'FP32', shape: [rowsOut.length, rowsOut[0]?.length ?? 0], data: rowsOut.flat() };
-      }),
-    );
+    const call = (output: string, i: number, parameters: Record<string, unknown>) =>
+      runModelCall(service, req, res, {
+        part: i > 0 ? output : undefined,
+        model: m.id,
+        task: kind === 'classifier' ? 'text-classification' : 'feature-extraction',
+        inputs: texts,
+        parameters,
+        timeoutMs,
+        priority,
+      });
+    let tensors: Tensor[];
+    if (kind === 'embedding') {
+      tensors = [tensor('embeddings', (await call('embeddings', 0, {})).outputs as number[][])];
+    } else if (wanted.length > 1 && m.scoreFunction) {
+      // Both outputs from one model run: the probabilities are the model's default function of its logits.
+      const logits = classifierRows(m, (await call('logits', 0, { top_k: null, function_to_apply: 'none' })).outputs);
+      const scoreFunction = m.scoreFunction;
+      const byOutput = { logits, probabilities: logits.map((row) => Array.from(applyScoreFunction(scoreFunction, row))) };
+      tensors = wanted.map((output) => tensor(output, byOutput[output as keyof typeof byOutput]));
+    } else {
+      tensors = await Promise.all(
+        wanted.map(async (output, i) => {
+          const result = await call(output, i, { top_k: null, ...(output === 'logits' ? { function_to_apply: 'none' } : {}) });
+          return tensor(output, classifierRows(m, result.outputs));
+        }),
+      );
+    }
     res.json({ model_name: m.id, model_version: VERSION, ...(body.id !== undefined ? { id: body.id } : {}), outputs: tensors });
   });
 

@@ -1,7 +1,7 @@
-import { ApiError, type FillMaskParameters } from '@tserve/contract';
+import { ApiError, softmax, type FillMaskParameters } from '@tserve/contract';
 import type { LoadedModel } from '../model.js';
 import type { TaskHead } from './head.js';
-import { softmax, topK } from './math.js';
+import { topK } from './math.js';
 
 export function fillMaskHead(loaded: LoadedModel): TaskHead<FillMaskParameters, string> {
   const { tokenizer } = loaded;

@@ -1,22 +1,5 @@
 /** Small numeric helpers shared by the task heads. */
 
-export function softmax(values: ArrayLike<number>): Float64Array {
-  let max = -Infinity;
-  for (let i = 0; i < values.length; i++) if (values[i] > max) max = values[i];
-  const out = new Float64Array(values.length);
-  let sum = 0;
-  for (let i = 0; i < values.length; i++) {
-    out[i] = Math.exp(values[i] - max);
-    sum += out[i];
-  }
-  for (let i = 0; i < out.length; i++) out[i] /= sum;
-  return out;
-}
-
-export function sigmoid(values: ArrayLike<number>): Float64Array {
-  return Float64Array.from(values, (v) => 1 / (1 + Math.exp(-v)));
-}
-
 /** Indices of the k largest values, largest first. */
 export function topK(values: ArrayLike<number>, k: number): number[] {
   const idx = Array.from({ length: values.length }, (_, i) => i);

@@ -1,7 +1,7 @@
-import type { TextClassificationParameters, TextPair } from '@tserve/contract';
+import { applyScoreFunction, defaultScoreFunction, type TextClassificationParameters, type TextPair } from '@tserve/contract';
 import type { LoadedModel } from '../model.js';
 import type { TaskHead } from './head.js';
-import { row, sigmoid, softmax } from './math.js';
+import { row } from './math.js';
 
 /**
  * Labels for a text, or for a pair of texts (cross-encoders, NLI models), which runs as one
@@ -9,8 +9,7 @@ import { row, sigmoid, softmax } from './math.js';
  */
 export function textClassificationHead(loaded: LoadedModel): TaskHead<TextClassificationParameters, string | TextPair> {
   const labels = loaded.config.id2label ?? {};
-  // As the HF pipelines do: multi-label and single-logit models are scored with a sigmoid.
-  const defaultFunction = loaded.config.problem_type === 'multi_label_classification' || Object.keys(labels).length === 1 ? 'sigmoid' : 'softmax';
+  const defaultFunction = defaultScoreFunction(loaded.config);
   return {
     encode(input, parameters, engine) {
       const truncate = parameters.truncation ?? true;
@@ -21,8 +20,7 @@ export function textClassificationHead(loaded: LoadedModel): TaskHead<TextClassi
     decode(output, index, _encoded, parameters) {
       const classes = output.dims[1];
       const logits = row(output.data, index, classes);
-      const fn = parameters.function_to_apply ?? defaultFunction;
-      const scores = fn === 'softmax' ? softmax(logits) : fn === 'sigmoid' ? sigmoid(logits) : Float64Array.from(logits);
+      const scores = applyScoreFunction(parameters.function_to_apply ?? defaultFunction, logits);
       const ranked = Array.from(scores, (score, i) => ({ label: labels[i] ?? `LABEL_${i}`, score })).sort((a, b) => b.score - a.score);
       const k = parameters.top_k === null ? ranked.length : (parameters.top_k ?? 1);
       return ranked.slice(0, k);

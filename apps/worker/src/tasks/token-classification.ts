@@ -1,7 +1,6 @@
-import type { TokenClassificationParameters } from '@tserve/contract';
+import { softmax, type TokenClassificationParameters } from '@tserve/contract';
 import type { LoadedModel } from '../model.js';
 import type { TaskHead } from './head.js';
-import { softmax } from './math.js';
 import { alignTokens, sliceCodePoints, tokenizerParts, type Span } from './offsets.js';
 
 interface TokenScore {

@@ -1,8 +1,8 @@
-import { ApiError, type ZeroShotParameters } from '@tserve/contract';
+import { ApiError, softmax, type ZeroShotParameters } from '@tserve/contract';
 import type { LoadedModel } from '../model.js';
 import type { TaskHead } from './head.js';
 import { entailmentId } from './detect.js';
-import { row, softmax } from './math.js';
+import { row } from './math.js';
 
 const DEFAULT_TEMPLATE = 'This example is {}.';
 
