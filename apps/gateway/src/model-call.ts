@@ -67,6 +67,11 @@ export interface ModelCall {
   part?: string;
 }
 
+/** A `*name` wildcard's value as one path: model ids hold slashes (Express has decoded each segment). */
+export function wildcardPath(req: Request, name: string): string {
+  return ([] as string[]).concat(req.params[name]).join('/');
+}
+
 /** Runs a call for an HTTP request, and sets the timing headers on its response. */
 export async function runModelCall(service: InferenceService, req: Request, res: Response, call: ModelCall): Promise<InferenceResult> {
   const startedAt = performance.now();

@@ -3,7 +3,7 @@ import { ApiError, describeIssues, inferenceRequestSchema, TASKS, type Task } fr
 import type { GatewayConfig } from '@tserve/config';
 import type { InferenceResult, InferenceService } from './inference.js';
 import type { Admission } from './admission.js';
-import { isJson, jsonBody, runModelCall, textBody } from './model-call.js';
+import { isJson, jsonBody, runModelCall, textBody, wildcardPath } from './model-call.js';
 
 /**
  * The body of an answer: one output for a single input, else the list. The Inference API answers a
@@ -45,14 +45,12 @@ function waitForModel(req: Request, body?: { wait_for_model?: boolean }): boolea
   return booleanHeader(req, 'x-wait-for-model') ?? body?.wait_for_model ?? false;
 }
 
-const pathOf = (req: Request) => ([] as string[]).concat(req.params.id).join('/');
-
 /**
  * `/models/<id>` or, as the Hugging Face router has it, `/models/<id>/pipeline/<task>`, which
  * names the task (an embedding model serves feature-extraction and sentence-similarity).
  */
 function modelAndTask(req: Request): { model: string; task?: Task } {
-  const path = pathOf(req);
+  const path = wildcardPath(req, 'id');
   const match = /^(.+)\/pipeline\/([^/]+)$/.exec(path);
   if (!match) return { model: path };
   if (!(TASKS as readonly string[]).includes(match[2])) throw new ApiError('not_found', `unknown task "${match[2]}" in the path; tasks: ${TASKS.join(', ')}`);

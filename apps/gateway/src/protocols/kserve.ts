@@ -8,7 +8,7 @@ import type { ModelRegistry, ServedModel } from '../model-registry.js';
 import type { Snapshot } from '../snapshot.js';
 import type { Admission } from '../admission.js';
 import { errorHandler, type ErrorFormat } from '../http-errors.js';
-import { jsonBody, runModelCall } from '../model-call.js';
+import { jsonBody, runModelCall, wildcardPath } from '../model-call.js';
 
 /**
  * The KServe v2 / Open Inference Protocol over HTTP (what Triton speaks): health, server and model
@@ -77,7 +77,7 @@ function classifierRows(m: ServedModel, outputs: unknown): number[][] {
 
 /** `/v2/models/<name>[/versions/<v>][/ready|/infer]`: the name may itself hold slashes. */
 function parsePath(req: Request): { name: string; version?: string; action: 'metadata' | 'ready' | 'infer' } {
-  let path = ([] as string[]).concat(req.params.path).map(decodeURIComponent).join('/');
+  let path = wildcardPath(req, 'path');
   let action: 'metadata' | 'ready' | 'infer' = 'metadata';
   for (const suffix of ['ready', 'infer'] as const) {
     if (path.endsWith(`/${suffix}`)) {

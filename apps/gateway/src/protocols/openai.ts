@@ -7,7 +7,7 @@ import type { InferenceService } from '../inference.js';
 import type { ModelRegistry, ServedModel } from '../model-registry.js';
 import type { Admission } from '../admission.js';
 import { errorHandler, type ErrorFormat } from '../http-errors.js';
-import { jsonBody, runModelCall } from '../model-call.js';
+import { jsonBody, runModelCall, wildcardPath } from '../model-call.js';
 import { shorten } from './embedding-dimensions.js';
 
 /**
@@ -97,7 +97,7 @@ export function openAiRoutes(config: GatewayConfig, service: InferenceService, r
   });
 
   router.get('/v1/models/*id', (req, res) => {
-    const id = ([] as string[]).concat(req.params.id).join('/');
+    const id = wildcardPath(req, 'id');
     const m = registry.get(id);
     if (!m) throw new ApiError('not_found', `model ${id} is not served; see GET /v1/models`);
     res.json(modelObject(m));
