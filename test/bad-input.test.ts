@@ -6,9 +6,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { TestSystem, uniquePrefix } from './helpers/system.ts';
 import { textOfTokens } from './helpers/direct-queue.ts';
-
-const CLASSIFIER = 'replica/tiny-bert-sst2';
-const FILL_MASK = 'replica/MiniLM-L6-H384-uncased-fill-mask';
+import { CLASSIFIER, FILL_MASK } from './helpers/replicas.ts';
 
 describe('bad input', () => {
   const system = new TestSystem(uniquePrefix('bad-input'));

@@ -8,8 +8,7 @@ import assert from 'node:assert/strict';
 import type { ReadyBody, RequestOutcome } from '@tserve/contract';
 import { TestSystem, uniquePrefix, REDIS_URL, sleep, waitFor } from './helpers/system.ts';
 import { DirectQueue, textOfTokens } from './helpers/direct-queue.ts';
-
-const MODEL = 'replica/tiny-bert-sst2';
+import { CLASSIFIER as MODEL, SLOW_CLASSIFIER } from './helpers/replicas.ts';
 
 async function withPrefilledQueue(
   name: string,
@@ -248,7 +247,7 @@ describe('long batches', () => {
     // A batch of 32 × 500 tokens on DistilBERT runs for seconds: far longer than the heartbeat TTL
     // and the job lock here. A worker whose event loop stalled during inference would drop out of
     // the registry and lose its locks, and its jobs would run twice.
-    const model = 'replica/distilbert-base-uncased-finetuned-sst-2-english';
+    const model = SLOW_CLASSIFIER;
     const system = new TestSystem(uniquePrefix('long-batch'), REDIS_URL, { WORKER_TTL_MS: 1000 });
     const queue = new DirectQueue(REDIS_URL, system.prefix, model);
     await queue.start();

@@ -9,14 +9,7 @@ import { InferenceClient } from '@huggingface/inference';
 import { Redis } from 'ioredis';
 import { keys } from '@tserve/queue';
 import { TestSystem, uniquePrefix, waitFor, REDIS_URL } from './helpers/system.ts';
-
-const CLASSIFIER = 'replica/tiny-bert-sst2';
-const NER = 'replica/tiny-bert-ner';
-const FILL = 'replica/MiniLM-L6-H384-uncased-fill-mask';
-const EMBEDDER = 'replica/all-MiniLM-L6-v2';
-const SLOW = 'replica/distilbert-base-uncased-finetuned-sst-2-english';
-const QA = 'replica/tiny-bert-squad';
-const NLI = 'replica/tiny-bert-mnli';
+import { CLASSIFIER, EMBEDDER, FILL_MASK as FILL, NER, NLI, QA, SLOW_CLASSIFIER as SLOW } from './helpers/replicas.ts';
 
 describe('the official Hugging Face JS client', () => {
   const system = new TestSystem(uniquePrefix('clients'));

@@ -8,8 +8,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
 import { ROOT, TestSystem, uniquePrefix } from './helpers/system.ts';
+import { CLASSIFIER as MODEL } from './helpers/replicas.ts';
 
-const MODEL = 'replica/tiny-bert-sst2';
 const QUEUE = 'models--replica--tiny-bert-sst2';
 const USER = 'ops';
 const PASSWORD = `pw-${Math.random().toString(36).slice(2)}`;

@@ -11,8 +11,7 @@ import { queueNameFor } from '@tserve/queue';
 import type { ReadyBody } from '@tserve/contract';
 import { PrivateRedis, TestSystem, freePort, uniquePrefix, waitFor, REDIS_URL } from './helpers/system.ts';
 import { textOfTokens } from './helpers/direct-queue.ts';
-
-const MODEL = 'replica/tiny-bert-sst2';
+import { CLASSIFIER as MODEL } from './helpers/replicas.ts';
 
 /** Runs `total` requests with `concurrency` in flight; `onProgress` sees each completion count. */
 async function load<T>(total: number, concurrency: number, send: (i: number) => Promise<T>, onProgress?: (done: number) => void): Promise<T[]> {

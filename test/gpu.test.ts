@@ -8,8 +8,8 @@ import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { TestSystem, uniquePrefix, waitFor } from './helpers/system.ts';
+import { CLASSIFIER as MODEL, DEFAULT_CLASSIFIER } from './helpers/replicas.ts';
 
-const MODEL = 'replica/tiny-bert-sst2';
 const hasGpu = fs.existsSync('/dev/nvidia0') || fs.existsSync('/dev/dri/renderD128');
 
 describe('GPU workers without a GPU', { skip: hasGpu ? 'this machine has a GPU' : false }, () => {
@@ -41,7 +41,7 @@ describe('GPU workers without a GPU', { skip: hasGpu ? 'this machine has a GPU' 
     const q8 = system.startWorker({ model: MODEL, env: { DEVICE: 'gpu', DTYPE: 'q8' } });
     assert.notEqual(await q8.exited, 0);
     assert.match(q8.output, /DTYPE=q8 on webgpu: its integer kernels run on the CPU.*DTYPE_FORCE=true/);
-    const missing = system.startWorker({ model: 'replica/MiniLM-L6-H384-uncased-sst2', env: { DTYPE: 'fp16' } });
+    const missing = system.startWorker({ model: DEFAULT_CLASSIFIER, env: { DTYPE: 'fp16' } });
     assert.notEqual(await missing.exited, 0);
     assert.match(missing.output, /no onnx\/model_fp16\.onnx in replica\/MiniLM-L6-H384-uncased-sst2 for DTYPE=fp16; it has model_quantized\.onnx \(DTYPE=q8\)/);
   });

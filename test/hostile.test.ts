@@ -12,8 +12,8 @@ import net from 'node:net';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { MODEL_DIR, Proc, ROOT, TestSystem, uniquePrefix, waitFor } from './helpers/system.ts';
+import { CLASSIFIER as MODEL } from './helpers/replicas.ts';
 
-const MODEL = 'replica/tiny-bert-sst2';
 const HEADERS_TIMEOUT_MS = 1000;
 const REQUEST_TIMEOUT_MS = 2000;
 /** A stack frame or a source path in a body: what an error must never show a client. */

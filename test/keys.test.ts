@@ -13,9 +13,7 @@ import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { queueNameFor } from '@tserve/queue';
 import { ROOT, TestSystem, uniquePrefix, waitFor, REDIS_URL, type Proc } from './helpers/system.ts';
-
-const MODEL = 'replica/tiny-bert-sst2';
-const OTHER = 'replica/tiny-bert-ner';
+import { CLASSIFIER as MODEL, NER as OTHER } from './helpers/replicas.ts';
 
 /** Runs the real key command; returns the key it printed once. */
 function makeKey(file: string, name: string, ...flags: string[]): string {

@@ -9,6 +9,7 @@ import { spawn } from 'node:child_process';
 import path from 'node:path';
 import type { ReadyBody } from '@tserve/contract';
 import { MODEL_DIR, Proc, REDIS_URL, ROOT, TestSystem, freePort, uniquePrefix, waitFor } from './helpers/system.ts';
+import { CLASSIFIER, NER } from './helpers/replicas.ts';
 
 const alive = (pid: number) => {
   try {
@@ -67,7 +68,7 @@ describe('npm start (launcher)', () => {
           PATH: process.env.PATH,
           HOME: process.env.HOME,
           MODEL_DIR,
-          MODEL: 'replica/tiny-bert-sst2,replica/tiny-bert-ner',
+          MODEL: `${CLASSIFIER},${NER}`,
           WORKERS: '2',
           PORT: String(port),
           REDIS_URL: `redis://127.0.0.1:${redisPort}`,
@@ -88,11 +89,11 @@ describe('npm start (launcher)', () => {
       'two workers per model',
       async () => {
         const body = (await (await fetch(`${url}/ready`)).json()) as ReadyBody;
-        return body.models['replica/tiny-bert-sst2']?.workers === 2 && body.models['replica/tiny-bert-ner']?.workers === 2;
+        return body.models[CLASSIFIER]?.workers === 2 && body.models[NER]?.workers === 2;
       },
       60_000,
     );
-    assert.ok(ready.models['replica/tiny-bert-sst2']);
+    assert.ok(ready.models[CLASSIFIER]);
     await waitFor(
       'the launcher to say ready',
       async () => /ready: replica\/tiny-bert-sst2, replica\/tiny-bert-ner served at http:\/\/127\.0\.0\.1:/.test(launcher.output),
@@ -131,7 +132,7 @@ describe('npm start (launcher)', () => {
             PATH: process.env.PATH,
             HOME: process.env.HOME,
             MODEL_DIR,
-            MODEL: 'replica/tiny-bert-sst2',
+            MODEL: CLASSIFIER,
             PORT: String(port),
             REDIS_URL: REDIS_URL,
             QUEUE_PREFIX: prefix,
@@ -205,7 +206,7 @@ describe('npm start (launcher)', () => {
     const before = await fetch(`${system.url}/ready`);
     assert.equal(before.status, 503);
     assert.match(JSON.stringify(await before.json()), /no live worker/);
-    system.startWorker({ model: 'replica/tiny-bert-sst2' });
+    system.startWorker({ model: CLASSIFIER });
     await waitFor('/ready 200', async () => (await fetch(`${system.url}/ready`)).status === 200, 30_000);
   });
 

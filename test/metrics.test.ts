@@ -5,8 +5,8 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { TestSystem, sleep, uniquePrefix, waitFor } from './helpers/system.ts';
+import { CLASSIFIER as MODEL } from './helpers/replicas.ts';
 
-const MODEL = 'replica/tiny-bert-sst2';
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 interface Sample {

@@ -9,8 +9,7 @@ import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { queueNameFor } from '@tserve/queue';
 import { TestSystem, uniquePrefix, REDIS_URL, sleep, waitFor, type Proc } from './helpers/system.ts';
-
-const MODEL = 'replica/tiny-bert-sst2';
+import { CLASSIFIER as MODEL } from './helpers/replicas.ts';
 
 describe('overload', () => {
   const system = new TestSystem(uniquePrefix('overload'), REDIS_URL, { WORKER_TTL_MS: 120_000 });

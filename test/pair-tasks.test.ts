@@ -11,13 +11,9 @@ import { after, before, describe, it, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { AutoModelForQuestionAnswering, AutoModelForSequenceClassification, AutoTokenizer, env } from '@huggingface/transformers';
 import { MODEL_DIR, TestSystem, reference, uniquePrefix } from './helpers/system.ts';
+import { CLASSIFIER, EMBEDDER, NLI, QA, RERANKER } from './helpers/replicas.ts';
 
 const REF = reference() as Record<string, any>;
-const RERANKER = 'replica/ms-marco-MiniLM-L-6-v2';
-const QA = 'replica/tiny-bert-squad';
-const NLI = 'replica/tiny-bert-mnli';
-const EMBEDDER = 'replica/all-MiniLM-L6-v2';
-const CLASSIFIER = 'replica/tiny-bert-sst2';
 const TOL = 1e-4;
 
 env.allowRemoteModels = false;

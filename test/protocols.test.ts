@@ -8,11 +8,9 @@ import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import { AutoModelForSequenceClassification, AutoTokenizer, env } from '@huggingface/transformers';
 import { MODEL_DIR, TestSystem, reference, uniquePrefix } from './helpers/system.ts';
+import { CLASSIFIER, EMBEDDER, RERANKER } from './helpers/replicas.ts';
 
 const REF = reference() as Record<string, any>;
-const EMBEDDER = 'replica/all-MiniLM-L6-v2';
-const RERANKER = 'replica/ms-marco-MiniLM-L-6-v2';
-const CLASSIFIER = 'replica/tiny-bert-sst2';
 const TOL = 1e-4;
 
 env.allowRemoteModels = false;

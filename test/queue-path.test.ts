@@ -12,8 +12,7 @@ import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { queueNameFor } from '@tserve/queue';
 import { PrivateRedis, TestSystem, freePort, uniquePrefix, waitFor, type Proc } from './helpers/system.ts';
-
-const MODEL = 'replica/tiny-bert-sst2';
+import { CLASSIFIER as MODEL } from './helpers/replicas.ts';
 
 /** One sample of the gateway's /metrics, 0 when absent. */
 async function metric(system: TestSystem, name: string, labels: Record<string, string>): Promise<number> {

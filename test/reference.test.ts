@@ -12,12 +12,12 @@ import { after, before, describe, it, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { pipeline, env } from '@huggingface/transformers';
 import { MODEL_DIR, TestSystem, reference, uniquePrefix } from './helpers/system.ts';
+import { DEFAULT_CLASSIFIER as DEFAULT_MODEL, EMBEDDER } from './helpers/replicas.ts';
 
 const REF = reference();
 /** The single-text tasks; the pair tasks (reranking, QA, zero-shot) have their own test, pair-tasks.test.ts. */
 const SINGLE_TEXT_TASKS = ['text-classification', 'feature-extraction', 'fill-mask', 'token-classification'];
 const MODELS = Object.keys(REF).filter((m) => SINGLE_TEXT_TASKS.includes(REF[m].task));
-const DEFAULT_MODEL = 'replica/MiniLM-L6-H384-uncased-sst2';
 const TOL = 1e-4;
 
 /** One comparable figure per output value, in a fixed order, with a label for messages. */
@@ -156,7 +156,7 @@ describe('reference outputs through the gateway', () => {
   });
 
   it('a list of inputs returns the answers in the same order', async () => {
-    const model = 'replica/all-MiniLM-L6-v2';
+    const model = EMBEDDER;
     const cases = REF[model].cases;
     const inputs = [...cases, ...cases.slice().reverse()].map((c) => c.text);
     const res = await system.infer(model, inputs);

@@ -10,8 +10,7 @@ import { keys, queueNameFor } from '@tserve/queue';
 import type { ReadyBody } from '@tserve/contract';
 import { TestSystem, uniquePrefix, waitFor, REDIS_URL } from './helpers/system.ts';
 import { DirectQueue, textOfTokens } from './helpers/direct-queue.ts';
-
-const MODEL = 'replica/tiny-bert-sst2';
+import { CLASSIFIER as MODEL } from './helpers/replicas.ts';
 
 describe('graceful shutdown', () => {
   it('a worker on SIGTERM finishes its batch, publishes it, leaves the rest queued, and exits 0', async (t) => {

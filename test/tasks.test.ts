@@ -5,11 +5,8 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { TestSystem, uniquePrefix } from './helpers/system.ts';
+import { CLASSIFIER, EMBEDDER, FILL_MASK, NER } from './helpers/replicas.ts';
 
-const NER = 'replica/tiny-bert-ner';
-const CLASSIFIER = 'replica/tiny-bert-sst2';
-const EMBEDDER = 'replica/all-MiniLM-L6-v2';
-const FILL_MASK = 'replica/MiniLM-L6-H384-uncased-fill-mask';
 const norm = (v: number[]) => Math.sqrt(v.reduce((s, x) => s + x * x, 0));
 
 describe('task parameters', () => {
