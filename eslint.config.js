@@ -8,7 +8,7 @@ export default tseslint.config(
     ignores: ['**/dist/', '**/node_modules/', 'bench/results/', 'test/artifacts/', 'coverage/', '.scratch/'],
   },
   {
-    files: ['apps/*/src/**/*.ts', 'packages/*/src/**/*.ts', 'test/**/*.ts', 'bench/**/*.ts'],
+    files: ['apps/*/src/**/*.ts', 'packages/*/src/**/*.ts', 'test/**/*.ts', 'bench/**/*.ts', 'scripts/**/*.ts'],
     extends: [js.configs.recommended, ...tseslint.configs.recommendedTypeChecked],
     languageOptions: {
       // Each file is typed by its nearest tsconfig.json: the workspaces' own, test/ and bench/.

@@ -1,7 +1,16 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import { ConfigError, formatHelp, loadGatewayConfig, loadLauncherConfig, loadWorkerConfig, SETTINGS, settingHelp } from '@tserve/config';
+import {
+  ConfigError,
+  formatHelp,
+  formatSettingsMarkdown,
+  loadGatewayConfig,
+  loadLauncherConfig,
+  loadWorkerConfig,
+  SETTINGS,
+  settingHelp,
+} from '@tserve/config';
 
 const README = fs.readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
 
@@ -52,14 +61,14 @@ describe('settings', () => {
     const launcher = formatHelp('launcher', ['launcher', 'gateway', 'worker', 'common']);
     // MODEL belongs to the launcher and the worker: printed once, with the launcher's meaning.
     assert.equal(launcher.match(/^ {2}MODEL /gm)?.length, 1);
-    assert.match(launcher, /^ {2}MODEL +replica\/MiniLM-L6-H384-uncased-sst2 +comma-separated/m);
+    assert.match(launcher, /^ {2}MODEL +replica\/MiniLM-L6-H384-uncased-sst2 +model ids, comma-separated/m);
     assert.match(formatHelp('worker', ['worker', 'common']), /^ {2}BATCH_MAX_SIZE +32 cpu \/ 128 gpu +most sequences/m);
   });
 
-  it("documents every setting in the README's settings table", () => {
-    const table = README.slice(README.indexOf('## Settings'), README.indexOf('## How it works'));
-    for (const shape of Object.values(SETTINGS)) {
-      for (const name of Object.keys(shape)) assert.ok(table.includes(`\`${name}\``), `${name} is missing from the README's settings table`);
-    }
+  it("keeps the README's settings tables as generated from the declarations (npm run docs:settings)", () => {
+    const start = '<!-- settings: generated from packages/config by npm run docs:settings -->';
+    const block = README.slice(README.indexOf(start) + start.length, README.indexOf('<!-- /settings -->')).trim();
+    assert.equal(block, formatSettingsMarkdown(), 'the README differs from packages/config: run npm run docs:settings');
+    for (const shape of Object.values(SETTINGS)) for (const name of Object.keys(shape)) assert.ok(block.includes(`| \`${name}\` |`), name);
   });
 });

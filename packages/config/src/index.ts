@@ -55,7 +55,7 @@ const commonShape = {
       .string()
       .regex(/^[A-Za-z0-9_.-]+$/, 'letters, digits, "_", "." and "-" only')
       .default('tserve'),
-    'key prefix of every queue and key',
+    'key prefix of every queue and key (several deployments can share a Redis)',
   ),
   LOG_LEVEL: setting(z.enum(LOG_LEVELS).default('info'), 'pino log level'),
   HEARTBEAT_MS: int(1000, 50, 'how often a worker announces itself'),
@@ -67,7 +67,7 @@ const MODEL_REQUIRED = 'MODEL is required (a model id such as replica/tiny-bert-
 
 const workerShape = {
   MODEL: setting(z.string({ error: MODEL_REQUIRED }).min(1, MODEL_REQUIRED), 'model id, e.g. replica/MiniLM-L6-H384-uncased-sst2', '(required)'),
-  MODEL_DIR: optionalString('local models root; when set the model loads offline from it', '(hub)'),
+  MODEL_DIR: optionalString('local models root (transformers.js layout); when set, models load offline from it', '(hub)'),
   // q8's kernels are CPU kernels: on a GPU they fall back to the CPU.
   DTYPE: setting(z.enum(DTYPES).default('auto'), `${DTYPES.join(' | ')}; auto: q8 on cpu, fp16 (else fp32) on a GPU`),
   DTYPE_FORCE: bool(false, 'run q8 on a GPU anyway (its integer kernels fall back to the CPU: 20-60x slower)'),
@@ -75,18 +75,20 @@ const workerShape = {
   TASK: optionalString('override the task', '(from config.json)'),
   // Unset: by device (see batchDefaults). A GPU call costs milliseconds however full, so GPUs take larger batches.
   BATCH_MAX_SIZE: setting(z.coerce.number().int().min(1).optional(), 'most sequences in one model call', '32 cpu / 128 gpu'),
-  BATCH_MAX_WAIT_MS: setting(z.coerce.number().min(0).default(2), 'one deadline after the first job for gathering a batch'),
+  BATCH_MAX_WAIT_MS: setting(z.coerce.number().min(0).default(2), 'the one deadline, after the first job, for gathering a batch'),
   BATCH_MAX_TOKENS: setting(z.coerce.number().int().min(1).optional(), 'most padded tokens (longest x count) in one model call', '16384 cpu / 65536 gpu'),
-  JOB_LOCK_MS: int(5000, 500, "job lock; a dead worker's jobs are retried after it"),
-  STALLED_INTERVAL_MS: int(5000, 100, 'how often to look for jobs of dead workers'),
+  JOB_LOCK_MS: int(5000, 500, "job lock; a dead worker's jobs return to the queue after it"),
+  STALLED_INTERVAL_MS: int(5000, 100, 'how often workers look for jobs of dead workers'),
   WORKER_ID: optionalString('name in heartbeats and logs', 'host-pid'),
   INTRA_OP_THREADS: int(0, 0, 'ONNX Runtime threads per model call (0: one per core)'),
-  // Spinning steals the cores of Redis and the gateway on a shared machine, so it is off unless asked for.
-  INTRA_OP_SPINNING: bool(false, 'let ONNX Runtime threads spin between calls (dedicated machines)'),
-  // A positive value lets a gateway on the same host answer (and shed) at once while the model saturates the cores.
+  INTRA_OP_SPINNING: bool(
+    false,
+    'let ONNX Runtime threads spin between calls (lower latency on a dedicated machine; steals cores from Redis and the gateway on a shared one)',
+  ),
   WORKER_NICE: setting(
     z.coerce.number().int().min(-20).max(19).default(0),
-    'niceness of the model threads; 10 beside a gateway on one host (npm start sets it)',
+    'niceness of the model threads; a worker beside a gateway on one host should yield, so that 503s and /health stay fast while the model saturates the cores',
+    '0 (npm start: 10)',
   ),
 };
 
@@ -113,7 +115,7 @@ const gatewayShape = {
   REDIS_COMMAND_TIMEOUT_MS: int(2000, 10, 'Redis commands fail after this instead of hanging'),
   SHUTDOWN_GRACE_MS: int(10000, 0, 'time to answer in-flight requests on SIGTERM'),
   HTTP_HEADERS_TIMEOUT_MS: int(10_000, 100, 'a client must send its request headers within this (408 after)'),
-  HTTP_REQUEST_TIMEOUT_MS: int(30_000, 100, 'a client must send its whole request, body included, within this (408 after)'),
+  HTTP_REQUEST_TIMEOUT_MS: int(30_000, 100, 'a client must send its whole request, body included, within this (408 after, and disconnected)'),
   DASHBOARD_USER: optionalString('basic auth user for /admin/queues (with DASHBOARD_PASSWORD)'),
   DASHBOARD_PASSWORD: optionalString('basic auth password for /admin/queues'),
   DASHBOARD_TOKEN: optionalString('bearer token for /admin/queues'),
@@ -121,7 +123,7 @@ const gatewayShape = {
 };
 
 const launcherShape = {
-  MODEL: setting(z.string().default('replica/MiniLM-L6-H384-uncased-sst2'), 'comma-separated; a worker pool per model, the first serves POST /'),
+  MODEL: setting(z.string().default('replica/MiniLM-L6-H384-uncased-sst2'), 'model ids, comma-separated; a worker pool per model, the first serves POST /'),
   WORKERS: int(1, 0, 'worker processes per model'),
   REDIS_SERVER_BIN: setting(z.string().default('redis-server'), 'started when nothing answers at REDIS_URL'),
 };
@@ -207,4 +209,31 @@ export function formatHelp(title: string, sections: Array<keyof typeof SETTINGS>
     ...rows.map(([name, def, what]) => `  ${name.padEnd(width)}  ${def.padEnd(defWidth)}  ${what}`),
     '',
   ].join('\n');
+}
+
+const SECTION_TITLES: Record<keyof typeof SETTINGS, string> = {
+  common: 'Every program',
+  gateway: 'Gateway (`node apps/gateway/dist/main.js`)',
+  worker: 'Worker (`node apps/worker/dist/main.js`)',
+  launcher: '`npm start` (`node apps/launcher/dist/main.js`), which passes every other setting on to the gateway and workers it starts',
+};
+
+/** The README's settings tables, one per program, from the same declarations as `--help`. */
+export function formatSettingsMarkdown(): string {
+  const cell = (text: string) => text.replaceAll('|', '\\|');
+  const value = (shown: string) => (shown.startsWith('(') ? shown : `\`${shown}\``);
+  return (Object.keys(SECTION_TITLES) as Array<keyof typeof SETTINGS>)
+    .map((section) =>
+      [
+        `${SECTION_TITLES[section]}:`,
+        '',
+        '| setting | default | meaning |',
+        '|---|---|---|',
+        ...Object.entries(SETTINGS[section] as Record<string, z.core.$ZodType>).map(([name, schema]) => {
+          const [, shown, description] = settingHelp(name, schema);
+          return `| \`${name}\` | ${cell(value(shown))} | ${cell(description)} |`;
+        }),
+      ].join('\n'),
+    )
+    .join('\n\n');
 }
