@@ -1,7 +1,8 @@
 /**
- * Issue 9, the queue path: a gateway coalesces the requests that arrive while a model's enqueue is
- * in flight into one job, each request keeps its own answer, and a request whose client left is
- * never run: withdrawn before it reached Redis, or skipped by the worker once queued.
+ * Issue 9, the queue path: a gateway coalesces the requests that arrive while a model's last job is
+ * on its way to Redis or waiting there for a worker into one job, each request keeps its own answer,
+ * and a request whose client left is never run: withdrawn before it reached Redis, or skipped by the
+ * worker once queued.
  *
  * To hold an enqueue in flight for as long as the test needs, its private Redis is frozen with
  * SIGSTOP; to hold a job in the queue, the worker is.
@@ -37,7 +38,8 @@ describe('queue path', () => {
     await redis.start();
     // Long-lived heartbeats and Redis timeouts: freezing Redis must not look like a dead worker or an outage.
     system = new TestSystem(uniquePrefix('queue-path'), redis.url, { WORKER_TTL_MS: 120_000 });
-    await system.startGateway({ REDIS_COMMAND_TIMEOUT_MS: 30_000, BREAKER_TIMEOUT_MS: 30_000 });
+    // RESULT_POLL_MS is also the grace after which a gateway stops waiting to hear that a worker took its job.
+    await system.startGateway({ REDIS_COMMAND_TIMEOUT_MS: 30_000, BREAKER_TIMEOUT_MS: 30_000, RESULT_POLL_MS: 120_000 });
     worker = system.startWorker({ model: MODEL, env: { DTYPE: 'fp32' } });
     await system.waitForWorkers(MODEL);
     admin = new Redis(redis.url);
@@ -78,6 +80,26 @@ describe('queue path', () => {
     });
     assert.equal(new Set(answers.map((r) => r.headers.get('x-request-id'))).size, 10, 'each request kept its own id');
     // The lone first request went out at once, as a job of its own; the nine that waited for it, as one.
+    await waitFor('two jobs recorded', async () => (await queue.getCompletedCount()) - jobsBefore === 2, 10_000);
+  });
+
+  it('holds requests back while its last job waits for a worker, and sends them as one job once a worker takes it', async () => {
+    const texts = Array.from({ length: 6 }, (_, i) => `queued behind a busy worker, number ${i}`);
+    const jobsBefore = await queue.getCompletedCount();
+    worker.kill('SIGSTOP');
+    let answers;
+    try {
+      const first = system.infer(MODEL, texts[0]);
+      await waitFor('the first job queued', async () => (await queue.getWaitingCount()) === 1, 10_000, 20);
+      const rest = texts.slice(1).map((text) => system.infer(MODEL, text));
+      await waitFor('all six accepted', async () => (await metric(system, 'tserve_queue_depth', { model: MODEL })) === 6, 10_000, 20);
+      assert.equal(await queue.getWaitingCount(), 1, 'the five wait in the gateway, not as jobs of their own');
+      worker.kill('SIGCONT');
+      answers = await Promise.all([first, ...rest]);
+    } finally {
+      worker.kill('SIGCONT');
+    }
+    for (const r of answers) assert.equal(r.status, 200, JSON.stringify(r.body));
     await waitFor('two jobs recorded', async () => (await queue.getCompletedCount()) - jobsBefore === 2, 10_000);
   });
 

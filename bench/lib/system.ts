@@ -33,6 +33,8 @@ export class BenchSystem {
   gateway?: Proc;
   port = 0;
   readonly workers = new Map<string, Proc>();
+  /** Gateways beside the first, for measuring several sharing one Redis (`addGateway`). */
+  readonly moreGateways: Array<{ proc: Proc; url: string }> = [];
   readonly prefix = `bench-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
 
   constructor(private readonly options: SystemOptions) {}
@@ -66,6 +68,16 @@ export class BenchSystem {
     for (const model of this.workers.keys()) await this.waitForWorkers(model, 1);
   }
 
+  /** Starts one more gateway on the same Redis and prefix; resolves with its URL once it routes to every worker. */
+  async addGateway(extra: Env = {}): Promise<string> {
+    const port = await freePort();
+    const url = `http://127.0.0.1:${port}`;
+    const proc = startProgram(`gateway ${this.moreGateways.length + 2}`, 'apps/gateway/dist/main.js', this.env({ PORT: port, HOST: '127.0.0.1', ...extra }));
+    this.moreGateways.push({ proc, url });
+    for (const model of this.workers.keys()) await this.waitForWorkers(model, 1, undefined, url);
+    return url;
+  }
+
   async restartGateway(extra: Env = {}): Promise<void> {
     await this.gateway?.stop();
     await this.startGateway(extra);
@@ -89,12 +101,12 @@ export class BenchSystem {
     await this.startWorker(model, extra);
   }
 
-  async waitForWorkers(model: string, count: number, child?: Proc): Promise<void> {
+  async waitForWorkers(model: string, count: number, child?: Proc, gatewayUrl = this.url): Promise<void> {
     await waitFor(
       `${count} live worker(s) for ${model}`,
       async () => {
         if (child && !child.running) throw new Error(`worker exited:\n${child.output}`);
-        const body = (await (await fetch(`${this.url}/ready`)).json()) as ReadyBody;
+        const body = (await (await fetch(`${gatewayUrl}/ready`).catch(() => Response.json({ models: {} }))).json()) as ReadyBody;
         return (body.models[model]?.workers ?? 0) === count;
       },
       90_000,
@@ -111,6 +123,7 @@ export class BenchSystem {
   /** SIGTERM first (workers leave the registry, NODE_OPTIONS=--cpu-prof profiles get written), then SIGKILL. */
   async stop(): Promise<void> {
     await Promise.allSettled([...this.workers.values()].map((w) => w.stop('SIGTERM', 3000)));
+    await Promise.allSettled(this.moreGateways.map((g) => g.proc.stop('SIGTERM', 3000)));
     await this.gateway?.stop('SIGTERM', 3000);
     if (this.redis) await this.redis.stop();
     else if (this.redisUrl) await cleanPrefix(this.redisUrl, this.prefix);

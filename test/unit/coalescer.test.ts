@@ -31,17 +31,27 @@ describe('splitIntoJobs', () => {
 });
 
 describe('EnqueueCoalescer', () => {
-  it('sends a lone request at once, and those arriving during its enqueue together after it', async () => {
+  it('sends a lone request at once, and those arriving before a worker takes its job together after it', async () => {
     const { calls, enqueue } = heldEnqueue();
-    const coalescer = new EnqueueCoalescer(enqueue, () => 32);
+    const coalescer = new EnqueueCoalescer(
+      enqueue,
+      () => 32,
+      () => true,
+      60_000,
+    );
     const first = coalescer.submit('m', request('r1'));
     assert.equal(calls.length, 1, 'no timer: the first request went out at once');
-    const rest = ['r2', 'r3', 'r4'].map((id) => coalescer.submit('m', request(id)));
+    const rest = ['r2', 'r3'].map((id) => coalescer.submit('m', request(id)));
     assert.equal(calls.length, 1, 'the others wait for the enqueue in flight');
-    assert.equal(coalescer.waiting, 3);
     calls[0].release();
     assert.equal(await first, 'r1');
+    rest.push(coalescer.submit('m', request('r4')));
     await new Promise((r) => setImmediate(r));
+    assert.equal(calls.length, 1, 'and, once it is in Redis, for a worker to take it');
+    assert.equal(coalescer.waiting, 3);
+    coalescer.taken(['someone-elses-job']);
+    assert.equal(calls.length, 1);
+    coalescer.taken(['r1']);
     assert.equal(calls.length, 2);
     assert.deepEqual(
       calls[1].jobs.map((j) => [j.id, j.requests.map((r) => r.id)]),
@@ -53,12 +63,18 @@ describe('EnqueueCoalescer', () => {
 
   it("keeps models apart, splits a flush by the model's batch size, and fails a flush as a whole", async () => {
     const { calls, enqueue } = heldEnqueue();
-    const coalescer = new EnqueueCoalescer(enqueue, (model) => (model === 'small' ? 2 : 32));
+    const coalescer = new EnqueueCoalescer(
+      enqueue,
+      (model) => (model === 'small' ? 2 : 32),
+      () => true,
+      60_000,
+    );
     void coalescer.submit('small', request('s0'));
     void coalescer.submit('other', request('o0'));
     assert.equal(calls.length, 2, "another model's enqueue does not wait");
     const waiting = ['s1', 's2', 's3'].map((id) => coalescer.submit('small', request(id)));
     calls[0].release();
+    coalescer.taken(['s0']);
     await new Promise((r) => setImmediate(r));
     assert.deepEqual(
       calls[2].jobs.map((j) => j.requests.map((r) => r.id)),
@@ -70,7 +86,12 @@ describe('EnqueueCoalescer', () => {
 
   it('keeps the classes apart: a batch request does not ride in an interactive job', async () => {
     const { calls, enqueue } = heldEnqueue();
-    const coalescer = new EnqueueCoalescer(enqueue, () => 32);
+    const coalescer = new EnqueueCoalescer(
+      enqueue,
+      () => 32,
+      () => true,
+      60_000,
+    );
     void coalescer.submit('m', request('i1'));
     void coalescer.submit('m', request('b1'), 'batch');
     assert.deepEqual(
@@ -85,7 +106,12 @@ describe('EnqueueCoalescer', () => {
 
   it('withdraws a request not yet sent, and only such a one', async () => {
     const { calls, enqueue } = heldEnqueue();
-    const coalescer = new EnqueueCoalescer(enqueue, () => 32);
+    const coalescer = new EnqueueCoalescer(
+      enqueue,
+      () => 32,
+      () => true,
+      60_000,
+    );
     const sent = coalescer.submit('m', request('r1'));
     const held = coalescer.submit('m', request('r2'));
     assert.equal(coalescer.withdraw('m', 'r1'), false, 'already in flight');
@@ -95,5 +121,46 @@ describe('EnqueueCoalescer', () => {
     await sent;
     await new Promise((r) => setImmediate(r));
     assert.equal(calls.length, 1, 'nothing left to send');
+  });
+
+  it('counts a job taken before its enqueue answered, and sends what waits after the grace when no word comes', async (t) => {
+    t.mock.timers.enable({ apis: ['setTimeout'] });
+    const { calls, enqueue } = heldEnqueue();
+    const coalescer = new EnqueueCoalescer(
+      enqueue,
+      () => 32,
+      () => true,
+      1000,
+    );
+    void coalescer.submit('m', request('r1'));
+    coalescer.taken(['r1']);
+    calls[0].release();
+    await new Promise((r) => setImmediate(r));
+    void coalescer.submit('m', request('r2'));
+    assert.equal(calls.length, 2, "the worker's word overtook the enqueue's reply: r1's lane is free");
+    calls[1].release();
+    await new Promise((r) => setImmediate(r));
+    const late = coalescer.submit('m', request('r3'));
+    t.mock.timers.tick(999);
+    assert.equal(calls.length, 2, 'r2 was not taken yet: r3 waits');
+    t.mock.timers.tick(1);
+    assert.equal(calls.length, 3, 'no word of r2 within the grace: r3 goes anyway');
+    calls[2].release();
+    assert.equal(await late, 'r3');
+  });
+
+  it('holds nothing back for a model whose workers do not say when they take a job (older workers)', async () => {
+    const { calls, enqueue } = heldEnqueue();
+    const coalescer = new EnqueueCoalescer(
+      enqueue,
+      () => 32,
+      () => false,
+      60_000,
+    );
+    void coalescer.submit('m', request('r1'));
+    calls[0].release();
+    await new Promise((r) => setImmediate(r));
+    void coalescer.submit('m', request('r2'));
+    assert.equal(calls.length, 2, 'sent at once, as before');
   });
 });

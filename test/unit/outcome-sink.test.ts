@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import type { Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import type { InferenceJobData, JobOutcome, QueuedRequest, RequestOutcome } from '@tserve/contract';
+import type { InferenceJobData, JobOutcome, JobsTaken, QueuedRequest, RequestOutcome } from '@tserve/contract';
 import { JobOutcomeSink } from '../../apps/worker/src/outcome-sink.ts';
 import { Cancellations } from '../../apps/worker/src/cancellations.ts';
 
@@ -13,18 +13,27 @@ const answer = (id: string): RequestOutcome => ({ id, ok: true, outputs: [id], w
 /** A sink over a publisher and jobs that record what they are asked to do. */
 function harness() {
   const published: Array<{ channel: string; outcome: JobOutcome }> = [];
+  const taken: Array<{ channel: string; message: JobsTaken }> = [];
   const completed: Array<{ job: string; token: string }> = [];
-  const publisher = { publish: async (channel: string, message: string) => (published.push({ channel, outcome: JSON.parse(message) }), 1) };
+  const publisher = {
+    publish: async (channel: string, message: string) => {
+      const parsed = JSON.parse(message) as JobOutcome | JobsTaken;
+      if ('taken' in parsed) taken.push({ channel, message: parsed });
+      else published.push({ channel, outcome: parsed });
+      return 1;
+    },
+  };
   const job = (id: string, requests: string[]) =>
     ({
       id,
-      data: { requests: requests.map(request), replyTo: `reply:${id}` },
+      // j3 comes from j1's gateway; j4 from a gateway too old to ask to be told.
+      data: { requests: requests.map(request), replyTo: id === 'j3' ? 'reply:j1' : `reply:${id}`, tellTaken: id !== 'j4' },
       moveToCompleted: async (_result: JobOutcome, token: string) => void completed.push({ job: id, token }),
     }) as unknown as Job<InferenceJobData>;
   const silent = { debug() {}, warn() {} } as unknown as Logger;
   const cancellations = new Cancellations();
   const sink = new JobOutcomeSink(publisher as unknown as Redis, cancellations, { model: 'm', token: 'worker-1' }, silent);
-  return { sink, job, published, completed, cancellations };
+  return { sink, job, published, completed, taken, cancellations };
 }
 
 describe('JobOutcomeSink', () => {
@@ -41,6 +50,15 @@ describe('JobOutcomeSink', () => {
     assert.deepEqual(published, [{ channel: 'reply:j1', outcome: { job: 'j1', model: 'm', outcomes: [answer('a'), answer('b')] } }]);
     assert.deepEqual(completed, [{ job: 'j1', token: 'worker-1' }]);
     assert.deepEqual(sink.heldJobIds(), ['j2'], 'j2 keeps its lock');
+  });
+
+  it('tells each gateway that asks, once per fetch, which of its jobs were taken', () => {
+    const { sink, job, taken } = harness();
+    sink.hold([job('j1', ['a']), job('j2', ['b']), job('j3', ['c']), job('j4', ['d'])]);
+    assert.deepEqual(taken, [
+      { channel: 'reply:j1', message: { taken: ['j1', 'j3'] } },
+      { channel: 'reply:j2', message: { taken: ['j2'] } },
+    ]);
   });
 
   it("forgets a request's cancellation once it is answered", () => {

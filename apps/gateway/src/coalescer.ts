@@ -23,71 +23,133 @@ interface Lane {
   priority: Priority;
   waiting: Entry[];
   sending: boolean;
+  /** Jobs this lane sent that no worker has taken yet, as far as this gateway has heard. */
+  untaken: Set<string>;
+  /** Sends the waiting requests anyway if a worker's word that it took the jobs is lost. */
+  graceTimer?: NodeJS.Timeout;
 }
 
 /** Requests coalesce per model and class: a job has one priority in the queue. */
 const laneKey = (model: string, priority: Priority) => `${priority}\n${model}`;
 
 /**
- * Coalesces a model's requests into as few jobs as the load allows, with no timer: a request that
- * finds no enqueue in flight for its model is sent at once, alone; requests that arrive while one is
- * in flight wait for it and then go out together. Under load a job carries many requests, so the
- * Redis cost of a job (tens of commands inside BullMQ's scripts) is shared by all of them.
+ * Coalesces a model's requests into as few jobs as the load allows. No timer delays a request: one
+ * that finds its model's lane idle is sent at once, alone. Requests that arrive while the lane's
+ * last job is still on its way to Redis, or still waiting there for a worker, wait here and then go
+ * out together: a worker takes every waiting job at its next fetch anyway, so holding them back
+ * costs no time, and under load a job carries many requests, so the Redis cost of a job (tens of
+ * commands inside BullMQ's scripts) is shared by all of them. Workers say when they take a job
+ * (`taken`); if that word is lost, `graceMs` later the waiting requests go out regardless.
  */
 export class EnqueueCoalescer {
   private readonly lanes = new Map<string, Lane>();
+  /** The lane of each job not yet taken. */
+  private readonly laneOfJob = new Map<string, string>();
 
   constructor(
     private readonly enqueue: Enqueue,
     /** Most sequences in one job: a worker's batch size, so one job never spans two batches. */
     private readonly maxSequences: (model: string) => number,
+    /** Whether the model's workers say when they take a job: only then are requests held back for it. */
+    private readonly workersTellTaken: (model: string) => boolean,
+    private readonly graceMs: number,
   ) {}
 
   /** Resolves with the id of the job that carries the request, once it is in Redis. */
   submit(model: string, request: QueuedRequest, priority: Priority = 'interactive'): Promise<string> {
     const key = laneKey(model, priority);
-    const lane = this.lanes.get(key) ?? { model, priority, waiting: [], sending: false };
+    const lane = this.lanes.get(key) ?? { model, priority, waiting: [], sending: false, untaken: new Set<string>() };
     this.lanes.set(key, lane);
     const sent = new Promise<string>((resolve, reject) => lane.waiting.push({ request, resolve, reject }));
-    if (!lane.sending) void this.send(key, lane);
+    this.pump(key, lane);
     return sent;
+  }
+
+  /** A worker took these jobs from the queue: the requests waiting behind them may go. Unknown ids are ignored. */
+  taken(jobIds: string[]): void {
+    for (const id of jobIds) {
+      const key = this.laneOfJob.get(id);
+      if (key === undefined) continue;
+      this.laneOfJob.delete(id);
+      const lane = this.lanes.get(key);
+      if (!lane) continue;
+      lane.untaken.delete(id);
+      this.pump(key, lane);
+    }
   }
 
   /** Takes a request back if it has not been sent yet; true if it was still here. */
   withdraw(model: string, requestId: string, priority: Priority = 'interactive'): boolean {
-    const lane = this.lanes.get(laneKey(model, priority));
+    const key = laneKey(model, priority);
+    const lane = this.lanes.get(key);
     const index = lane?.waiting.findIndex((e) => e.request.id === requestId) ?? -1;
     if (!lane || index < 0) return false;
     const [entry] = lane.waiting.splice(index, 1);
     entry.reject(new Withdrawn());
+    this.pump(key, lane);
     return true;
   }
 
-  /** Requests waiting for the enqueue in flight, over all models. */
+  /** Requests not yet sent, over all models. */
   get waiting(): number {
     let n = 0;
     for (const lane of this.lanes.values()) n += lane.waiting.length;
     return n;
   }
 
+  /** Sends what waits if the lane is free; otherwise makes sure the grace timer runs; drops an empty lane. */
+  private pump(key: string, lane: Lane): void {
+    if (lane.sending) return;
+    if (lane.untaken.size > 0 && !this.workersTellTaken(lane.model)) this.forgetUntaken(lane);
+    if (lane.waiting.length > 0 && lane.untaken.size === 0) {
+      void this.send(key, lane);
+      return;
+    }
+    if (lane.untaken.size === 0 || lane.waiting.length === 0) {
+      clearTimeout(lane.graceTimer);
+      lane.graceTimer = undefined;
+    } else {
+      lane.graceTimer ??= setTimeout(() => {
+        lane.graceTimer = undefined;
+        this.forgetUntaken(lane);
+        this.pump(key, lane);
+      }, this.graceMs);
+    }
+    if (lane.waiting.length === 0 && lane.untaken.size === 0) this.lanes.delete(key);
+  }
+
+  private forgetUntaken(lane: Lane): void {
+    for (const id of lane.untaken) this.laneOfJob.delete(id);
+    lane.untaken.clear();
+  }
+
   private async send(key: string, lane: Lane): Promise<void> {
     lane.sending = true;
-    while (lane.waiting.length > 0) {
-      const entries = lane.waiting.splice(0);
-      const jobs = splitIntoJobs(entries, this.maxSequences(lane.model));
-      try {
-        await this.enqueue(
-          lane.model,
-          lane.priority,
-          jobs.map((job) => ({ id: job[0].request.id, requests: job.map((e) => e.request) })),
-        );
-        for (const job of jobs) for (const e of job) e.resolve(job[0].request.id);
-      } catch (err) {
-        for (const e of entries) e.reject(err);
+    clearTimeout(lane.graceTimer);
+    lane.graceTimer = undefined;
+    const entries = lane.waiting.splice(0);
+    const jobs = splitIntoJobs(entries, this.maxSequences(lane.model)).map((job) => ({ id: job[0].request.id, entries: job }));
+    // Marked untaken before they are sent: a worker's word that it took one may overtake the enqueue's reply.
+    for (const { id } of jobs) {
+      lane.untaken.add(id);
+      this.laneOfJob.set(id, key);
+    }
+    try {
+      await this.enqueue(
+        lane.model,
+        lane.priority,
+        jobs.map((job) => ({ id: job.id, requests: job.entries.map((e) => e.request) })),
+      );
+      for (const job of jobs) for (const e of job.entries) e.resolve(job.id);
+    } catch (err) {
+      for (const { id } of jobs) {
+        lane.untaken.delete(id);
+        this.laneOfJob.delete(id);
       }
+      for (const e of entries) e.reject(err);
     }
     lane.sending = false;
-    if (lane.waiting.length === 0) this.lanes.delete(key);
+    this.pump(key, lane);
   }
 }
 

@@ -69,10 +69,15 @@ async function main(): Promise<void> {
   const breaker = createRedisBreaker(config, logger);
   const snapshot = createSnapshot(registry, depth, breaker);
   const metrics = createMetrics(snapshot);
-  const results = new ResultWaiters(subscriber, keys.results(config.QUEUE_PREFIX, gatewayId), config.RESULT_POLL_MS, logger, metrics.unclaimed);
+  const results = new ResultWaiters(subscriber, keys.results(config.QUEUE_PREFIX, gatewayId), config.RESULT_POLL_MS, logger, metrics.unclaimed, (jobIds) =>
+    coalescer.taken(jobIds),
+  );
   const coalescer = new EnqueueCoalescer(
     (model, priority, jobs) => breaker.guard(() => queues.enqueue(model, priority, results.channel, jobs)),
     (model) => registry.batchSize(model),
+    (model) => registry.tellsTaken(model),
+    // A worker's word that it took a job is lost only as a result message is: the same period covers both.
+    config.RESULT_POLL_MS,
   );
   const apiKeys = loadKeys(config, logger);
   const quotas = apiKeys ? new Quotas(redis, config.QUEUE_PREFIX) : undefined;

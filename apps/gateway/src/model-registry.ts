@@ -118,6 +118,12 @@ export class ModelRegistry {
     return workers.length ? Math.min(...workers.map((w) => w.batchMaxSize)) : DEFAULT_JOB_SEQUENCES;
   }
 
+  /** Whether every live worker of the model says when it takes a job: else a gateway must not wait to hear it. */
+  tellsTaken(model: string): boolean {
+    const workers = this.models.get(model)?.workers ?? [];
+    return workers.length > 0 && workers.every((w) => w.tellsTaken === true);
+  }
+
   taskOf(model: string): Task | undefined {
     return this.known.get(model);
   }

@@ -38,7 +38,11 @@ export class QueueSet {
   async enqueue(model: string, priority: Priority, replyTo: string, jobs: CoalescedJob[]): Promise<void> {
     const queue = this.get(model);
     const opts = (id: string) => (priority === 'batch' ? { jobId: id, priority: BATCH_JOB_PRIORITY } : { jobId: id });
-    const entries = jobs.map((job) => ({ name: JOB_NAME, data: { requests: job.requests, replyTo } satisfies InferenceJobData, opts: opts(job.id) }));
+    const entries = jobs.map((job) => ({
+      name: JOB_NAME,
+      data: { requests: job.requests, replyTo, tellTaken: true } satisfies InferenceJobData,
+      opts: opts(job.id),
+    }));
     if (entries.length === 1) await queue.add(entries[0].name, entries[0].data, entries[0].opts);
     else await queue.addBulk(entries);
   }

@@ -1,7 +1,7 @@
 import { Job, type Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { ApiError, decodeJobFailure, type JobOutcome, type RequestOutcome } from '@tserve/contract';
+import { ApiError, decodeJobFailure, type JobOutcome, type JobsTaken, type RequestOutcome } from '@tserve/contract';
 
 interface Waiter {
   since: number;
@@ -16,7 +16,8 @@ interface Waiter {
  * Delivers each request's outcome to the request waiting for it, by request id.
  *
  * Workers publish one message per job on this gateway instance's own channel, holding the outcome
- * of every request in the job (no shared event stream to scan, nothing to trim). Pub/sub is
+ * of every request in the job (no shared event stream to scan, nothing to trim); on the same
+ * channel they say which of its jobs they took from the queue, for the coalescer. Pub/sub is
  * fire-and-forget, so a message sent while the subscriber was reconnecting would be lost: requests
  * that wait longer than one poll period also read their job's stored return value.
  */
@@ -32,6 +33,8 @@ export class ResultWaiters {
     private readonly logger: Logger,
     /** Told of outcomes nobody waits for any more (the client left, or was answered 504). */
     private readonly onUnclaimed: (model: string, outcome: RequestOutcome) => void = () => {},
+    /** Told of jobs a worker took from the queue. */
+    private readonly onTaken: (jobIds: string[]) => void = () => {},
   ) {}
 
   async start(): Promise<void> {
@@ -93,14 +96,18 @@ export class ResultWaiters {
   }
 
   private onMessage(message: string): void {
-    let parsed: JobOutcome;
+    // Either shape of message a worker sends; one of another version's shape is skipped, not thrown
+    // inside the subscriber's event handler.
+    let parsed: Partial<JobOutcome & JobsTaken> | null;
     try {
-      parsed = JSON.parse(message) as JobOutcome;
+      parsed = JSON.parse(message) as Partial<JobOutcome & JobsTaken> | null;
     } catch (err) {
       this.logger.warn({ err: String(err) }, 'unreadable result message');
       return;
     }
-    for (const outcome of parsed.outcomes) this.deliver(parsed.model, outcome);
+    if (Array.isArray(parsed?.taken)) this.onTaken(parsed.taken);
+    else if (Array.isArray(parsed?.outcomes)) for (const outcome of parsed.outcomes) this.deliver(parsed.model ?? '', outcome);
+    else this.logger.warn('unreadable result message');
   }
 
   private async poll(): Promise<void> {

@@ -46,6 +46,7 @@ async function main(): Promise<void> {
     batchMaxSize: config.BATCH_MAX_SIZE,
     batchMaxTokens: config.BATCH_MAX_TOKENS,
     maxTokens: 0,
+    tellsTaken: true,
   };
   const heartbeat = new Heartbeat(publisher, config.QUEUE_PREFIX, info, config.HEARTBEAT_MS, config.WORKER_TTL_MS, logger);
   await heartbeat.start();

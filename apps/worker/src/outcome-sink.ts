@@ -1,7 +1,7 @@
 import type { Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import type { InferenceJobData, JobOutcome, QueuedRequest, RequestOutcome } from '@tserve/contract';
+import type { InferenceJobData, JobOutcome, JobsTaken, QueuedRequest, RequestOutcome } from '@tserve/contract';
 import type { Cancellations } from './cancellations.js';
 import type { BatchReport, OutcomeSink } from './runner.js';
 
@@ -37,12 +37,23 @@ export class JobOutcomeSink implements OutcomeSink {
     private readonly logger: Logger,
   ) {}
 
-  /** Takes on fetched jobs: their requests' outcomes are expected here. */
+  /**
+   * Takes on fetched jobs: their requests' outcomes are expected here. Each gateway that sent some
+   * is told they were taken, in one message: it holds back what arrived since, to send it as one job.
+   */
   hold(jobs: Job<InferenceJobData>[]): void {
+    const takenBy = new Map<string, string[]>();
     for (const job of jobs) {
       const held: HeldJob = { job, outcomes: new Array<RequestOutcome | undefined>(job.data.requests.length), remaining: job.data.requests.length };
       this.held.set(job.id!, held);
       job.data.requests.forEach((request, index) => this.jobOfRequest.set(request.id, { held, index }));
+      if (job.data.tellTaken) takenBy.set(job.data.replyTo, [...(takenBy.get(job.data.replyTo) ?? []), job.id!]);
+    }
+    for (const [channel, ids] of takenBy) {
+      const message: JobsTaken = { taken: ids };
+      this.publisher
+        .publish(channel, JSON.stringify(message))
+        .catch((err: unknown) => this.logger.debug({ err: String(err) }, 'telling a gateway of taken jobs failed'));
     }
   }
 

@@ -30,6 +30,8 @@ export interface InferenceJobData {
   requests: QueuedRequest[];
   /** Pub/sub channel of the gateway instance waiting for these requests. */
   replyTo: string;
+  /** The gateway holds requests back until told this job was taken (`JobsTaken`); older gateways do not. */
+  tellTaken?: boolean;
 }
 
 export interface JobTiming {
@@ -61,6 +63,14 @@ export interface JobOutcome {
   job: string;
   model: string;
   outcomes: RequestOutcome[];
+}
+
+/**
+ * What a worker publishes to a gateway when it takes jobs of that gateway's from the queue: the
+ * requests the gateway held back behind them may be sent now.
+ */
+export interface JobsTaken {
+  taken: string[];
 }
 
 /**
@@ -116,4 +126,6 @@ export interface WorkerInfo {
   batchMaxTokens?: number;
   /** Longest sequence the model accepts, in tokens. */
   maxTokens: number;
+  /** Tells gateways when it takes their jobs (`JobsTaken`); a gateway holds requests back only for models whose workers all do. */
+  tellsTaken?: boolean;
 }
