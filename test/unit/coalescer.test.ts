@@ -1,7 +1,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Priority, QueuedRequest } from '@tserve/contract';
-import { EnqueueCoalescer, Withdrawn, splitIntoJobs, type CoalescedJob } from '../../apps/gateway/src/coalescer.ts';
+import { EnqueueCoalescer, Withdrawn, splitIntoJobs, type CoalescedJob, type Enqueue } from '../../apps/gateway/src/coalescer.ts';
 
 const request = (id: string, inputs = 1): QueuedRequest => ({
   id,
@@ -19,6 +19,11 @@ function heldEnqueue() {
   return { calls, enqueue };
 }
 
+/** A coalescer over `enqueue`: batches of 32, workers that say when they take a job, a long grace. */
+function coalescerOver(enqueue: Enqueue, options: { maxSequences?: (model: string) => number; workersTellTaken?: boolean; graceMs?: number } = {}) {
+  return new EnqueueCoalescer(enqueue, options.maxSequences ?? (() => 32), () => options.workersTellTaken ?? true, options.graceMs ?? 60_000);
+}
+
 describe('splitIntoJobs', () => {
   it('keeps order and caps each job by sequences; an oversized request goes alone', () => {
     const entries = [request('a', 2), request('b', 2), request('c', 1), request('d', 5), request('e', 1)].map((r) => ({ request: r }));
@@ -33,12 +38,7 @@ describe('splitIntoJobs', () => {
 describe('EnqueueCoalescer', () => {
   it('sends a lone request at once, and those arriving before a worker takes its job together after it', async () => {
     const { calls, enqueue } = heldEnqueue();
-    const coalescer = new EnqueueCoalescer(
-      enqueue,
-      () => 32,
-      () => true,
-      60_000,
-    );
+    const coalescer = coalescerOver(enqueue);
     const first = coalescer.submit('m', request('r1'));
     assert.equal(calls.length, 1, 'no timer: the first request went out at once');
     const rest = ['r2', 'r3'].map((id) => coalescer.submit('m', request(id)));
@@ -63,12 +63,7 @@ describe('EnqueueCoalescer', () => {
 
   it("keeps models apart, splits a flush by the model's batch size, and fails a flush as a whole", async () => {
     const { calls, enqueue } = heldEnqueue();
-    const coalescer = new EnqueueCoalescer(
-      enqueue,
-      (model) => (model === 'small' ? 2 : 32),
-      () => true,
-      60_000,
-    );
+    const coalescer = coalescerOver(enqueue, { maxSequences: (model) => (model === 'small' ? 2 : 32) });
     void coalescer.submit('small', request('s0'));
     void coalescer.submit('other', request('o0'));
     assert.equal(calls.length, 2, "another model's enqueue does not wait");
@@ -86,12 +81,7 @@ describe('EnqueueCoalescer', () => {
 
   it('keeps the classes apart: a batch request does not ride in an interactive job', async () => {
     const { calls, enqueue } = heldEnqueue();
-    const coalescer = new EnqueueCoalescer(
-      enqueue,
-      () => 32,
-      () => true,
-      60_000,
-    );
+    const coalescer = coalescerOver(enqueue);
     void coalescer.submit('m', request('i1'));
     void coalescer.submit('m', request('b1'), 'batch');
     assert.deepEqual(
@@ -106,12 +96,7 @@ describe('EnqueueCoalescer', () => {
 
   it('withdraws a request not yet sent, and only such a one', async () => {
     const { calls, enqueue } = heldEnqueue();
-    const coalescer = new EnqueueCoalescer(
-      enqueue,
-      () => 32,
-      () => true,
-      60_000,
-    );
+    const coalescer = coalescerOver(enqueue);
     const sent = coalescer.submit('m', request('r1'));
     const held = coalescer.submit('m', request('r2'));
     assert.equal(coalescer.withdraw('m', 'r1'), false, 'already in flight');
@@ -126,12 +111,7 @@ describe('EnqueueCoalescer', () => {
   it('counts a job taken before its enqueue answered, and sends what waits after the grace when no word comes', async (t) => {
     t.mock.timers.enable({ apis: ['setTimeout'] });
     const { calls, enqueue } = heldEnqueue();
-    const coalescer = new EnqueueCoalescer(
-      enqueue,
-      () => 32,
-      () => true,
-      1000,
-    );
+    const coalescer = coalescerOver(enqueue, { graceMs: 1000 });
     void coalescer.submit('m', request('r1'));
     coalescer.taken(['r1']);
     calls[0].release();
@@ -151,12 +131,7 @@ describe('EnqueueCoalescer', () => {
 
   it('holds nothing back for a model whose workers do not say when they take a job (older workers)', async () => {
     const { calls, enqueue } = heldEnqueue();
-    const coalescer = new EnqueueCoalescer(
-      enqueue,
-      () => 32,
-      () => false,
-      60_000,
-    );
+    const coalescer = coalescerOver(enqueue, { workersTellTaken: false });
     void coalescer.submit('m', request('r1'));
     calls[0].release();
     await new Promise((r) => setImmediate(r));
