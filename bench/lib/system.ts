@@ -106,7 +106,7 @@ export class BenchSystem {
       `${count} live worker(s) for ${model}`,
       async () => {
         if (child && !child.running) throw new Error(`worker exited:\n${child.output}`);
-        const body = (await (await fetch(`${gatewayUrl}/ready`).catch(() => Response.json({ models: {} }))).json()) as ReadyBody;
+        const body = (await (await fetch(`${gatewayUrl}/ready`)).json()) as ReadyBody;
         return (body.models[model]?.workers ?? 0) === count;
       },
       90_000,

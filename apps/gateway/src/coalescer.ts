@@ -105,7 +105,8 @@ export class EnqueueCoalescer {
       void this.send(key, lane);
       return;
     }
-    if (lane.untaken.size === 0 || lane.waiting.length === 0) {
+    // Here either nothing waits, or what waits is held behind untaken jobs.
+    if (lane.waiting.length === 0) {
       clearTimeout(lane.graceTimer);
       lane.graceTimer = undefined;
     } else {

@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import type { Task, WorkerInfo } from '@tserve/contract';
+import type { DefaultScoreFunction, Task, WorkerInfo } from '@tserve/contract';
 import { listLiveWorkers, listLoadFailures, listLoadTimes, type LoadFailure } from '@tserve/queue';
 
 export interface ServedModel {
@@ -12,7 +12,7 @@ export interface ServedModel {
   /** A classifier's labels, in output order. */
   labels?: string[];
   /** The function a text-classification call applies to the logits by default, if the workers said. */
-  scoreFunction?: 'softmax' | 'sigmoid';
+  scoreFunction?: DefaultScoreFunction;
   /** Longest sequence the model accepts, in tokens. */
   maxLength: number;
   workers: WorkerInfo[];

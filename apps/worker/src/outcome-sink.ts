@@ -47,7 +47,11 @@ export class JobOutcomeSink implements OutcomeSink {
       const held: HeldJob = { job, outcomes: new Array<RequestOutcome | undefined>(job.data.requests.length), remaining: job.data.requests.length };
       this.held.set(job.id!, held);
       job.data.requests.forEach((request, index) => this.jobOfRequest.set(request.id, { held, index }));
-      if (job.data.tellTaken) takenBy.set(job.data.replyTo, [...(takenBy.get(job.data.replyTo) ?? []), job.id!]);
+      if (job.data.tellTaken) {
+        const ids = takenBy.get(job.data.replyTo) ?? [];
+        ids.push(job.id!);
+        takenBy.set(job.data.replyTo, ids);
+      }
     }
     for (const [channel, ids] of takenBy) {
       const message: JobsTaken = { taken: ids };

@@ -1,5 +1,6 @@
 import type { Operation, Task, TaskInput, TaskParameters } from './schemas.js';
 import type { ErrorBody } from './errors.js';
+import type { DefaultScoreFunction } from './score-functions.js';
 
 /** One client request inside a job: already validated, so the worker trusts it. */
 export interface QueuedRequest {
@@ -115,7 +116,7 @@ export interface WorkerInfo {
   /** The classifier's labels in output order, for classification models. */
   labels?: string[];
   /** The function text-classification applies to the logits when a request names none (absent from older workers). */
-  scoreFunction?: 'softmax' | 'sigmoid';
+  scoreFunction?: DefaultScoreFunction;
   dtype: string;
   device: string;
   pid: number;

@@ -6,6 +6,8 @@
 
 export const SCORE_FUNCTIONS = ['softmax', 'sigmoid', 'none'] as const;
 export type ScoreFunction = (typeof SCORE_FUNCTIONS)[number];
+/** What a model applies when a request names no function. */
+export type DefaultScoreFunction = Exclude<ScoreFunction, 'none'>;
 
 export function softmax(values: ArrayLike<number>): Float64Array {
   let max = -Infinity;
@@ -29,6 +31,6 @@ export function applyScoreFunction(fn: ScoreFunction, logits: ArrayLike<number>)
 }
 
 /** As the HF pipelines choose: multi-label and single-logit models are scored with a sigmoid, others with a softmax. */
-export function defaultScoreFunction(config: { problem_type?: string; id2label?: Record<string, string> }): 'softmax' | 'sigmoid' {
+export function defaultScoreFunction(config: { problem_type?: string; id2label?: Record<string, string> }): DefaultScoreFunction {
   return config.problem_type === 'multi_label_classification' || Object.keys(config.id2label ?? {}).length === 1 ? 'sigmoid' : 'softmax';
 }

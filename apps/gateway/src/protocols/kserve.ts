@@ -67,6 +67,9 @@ interface Tensor {
 
 const tensor = (name: string, rows: number[][]): Tensor => ({ name, datatype: 'FP32', shape: [rows.length, rows[0]?.length ?? 0], data: rows.flat() });
 
+/** A classifier call's parameters for one output: every label's score, raw for the logits. */
+const classifierParameters = (output: string) => ({ top_k: null, ...(output === 'logits' ? { function_to_apply: 'none' } : {}) });
+
 /** A classifier's answers as rows in the model's label order (the answers come ranked). */
 function classifierRows(m: ServedModel, outputs: unknown): number[][] {
   return (outputs as Array<Array<{ label: string; score: number }>>).map((scores) => {
@@ -220,14 +223,14 @@ export function kserveRoutes(
       tensors = [tensor('embeddings', (await call('embeddings', 0, {})).outputs as number[][])];
     } else if (wanted.length > 1 && m.scoreFunction) {
       // Both outputs from one model run: the probabilities are the model's default function of its logits.
-      const logits = classifierRows(m, (await call('logits', 0, { top_k: null, function_to_apply: 'none' })).outputs);
+      const logits = classifierRows(m, (await call('logits', 0, classifierParameters('logits'))).outputs);
       const scoreFunction = m.scoreFunction;
       const byOutput = { logits, probabilities: logits.map((row) => Array.from(applyScoreFunction(scoreFunction, row))) };
       tensors = wanted.map((output) => tensor(output, byOutput[output as keyof typeof byOutput]));
     } else {
       tensors = await Promise.all(
         wanted.map(async (output, i) => {
-          const result = await call(output, i, { top_k: null, ...(output === 'logits' ? { function_to_apply: 'none' } : {}) });
+          const result = await call(output, i, classifierParameters(output));
           return tensor(output, classifierRows(m, result.outputs));
         }),
       );
