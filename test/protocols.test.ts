@@ -24,11 +24,7 @@ describe('protocols', () => {
   };
 
   /** Answered model calls for a model, from the gateway's /metrics. */
-  const modelCalls = async (model: string) => {
-    const text = await (await fetch(`${system.url}/metrics`)).text();
-    const line = text.split('\n').find((l) => l.startsWith(`tserve_inference_duration_seconds_count{model="${model}"}`));
-    return Number(line?.split(' ').pop() ?? 0);
-  };
+  const modelCalls = (model: string) => system.metric('tserve_inference_duration_seconds_count', { model });
 
   before(async () => {
     await system.startGateway();

@@ -15,17 +15,6 @@ import { queueNameFor } from '@tserve/queue';
 import { PrivateRedis, TestSystem, freePort, uniquePrefix, waitFor, type Proc } from './helpers/system.ts';
 import { CLASSIFIER as MODEL } from './helpers/replicas.ts';
 
-/** One sample of the gateway's /metrics, 0 when absent. */
-async function metric(system: TestSystem, name: string, labels: Record<string, string>): Promise<number> {
-  const text = await (await fetch(`${system.url}/metrics`)).text();
-  const wanted = Object.entries(labels).map(([k, v]) => `${k}="${v}"`);
-  for (const line of text.split('\n')) {
-    if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue;
-    if (wanted.every((w) => line.includes(w))) return Number(line.slice(line.lastIndexOf(' ') + 1));
-  }
-  return 0;
-}
-
 describe('queue path', () => {
   let redis: PrivateRedis;
   let system: TestSystem;
@@ -65,9 +54,9 @@ describe('queue path', () => {
     try {
       const first = system.infer(MODEL, texts[0], { top_k: null });
       // The first request's enqueue hangs in the frozen Redis; the rest arrive while it is in flight.
-      await waitFor('the first request accepted', async () => (await metric(system, 'tserve_queue_depth', { model: MODEL })) === 1, 10_000, 20);
+      await waitFor('the first request accepted', async () => (await system.metric('tserve_queue_depth', { model: MODEL })) === 1, 10_000, 20);
       const rest = texts.slice(1).map((text) => system.infer(MODEL, text, { top_k: null }));
-      await waitFor('all ten accepted', async () => (await metric(system, 'tserve_queue_depth', { model: MODEL })) === 10, 10_000, 20);
+      await waitFor('all ten accepted', async () => (await system.metric('tserve_queue_depth', { model: MODEL })) === 10, 10_000, 20);
       redis.proc!.kill('SIGCONT');
       answers = await Promise.all([first, ...rest]);
     } finally {
@@ -92,7 +81,7 @@ describe('queue path', () => {
       const first = system.infer(MODEL, texts[0]);
       await waitFor('the first job queued', async () => (await queue.getWaitingCount()) === 1, 10_000, 20);
       const rest = texts.slice(1).map((text) => system.infer(MODEL, text));
-      await waitFor('all six accepted', async () => (await metric(system, 'tserve_queue_depth', { model: MODEL })) === 6, 10_000, 20);
+      await waitFor('all six accepted', async () => (await system.metric('tserve_queue_depth', { model: MODEL })) === 6, 10_000, 20);
       assert.equal(await queue.getWaitingCount(), 1, 'the five wait in the gateway, not as jobs of their own');
       worker.kill('SIGCONT');
       answers = await Promise.all([first, ...rest]);
@@ -104,12 +93,12 @@ describe('queue path', () => {
   });
 
   it('withdraws a request whose client leaves before its enqueue; it never reaches Redis', async () => {
-    const before = await metric(system, 'tserve_requests_abandoned_total', { model: MODEL, at: 'gateway' });
+    const before = await system.metric('tserve_requests_abandoned_total', { model: MODEL, at: 'gateway' });
     const jobsBefore = await queue.getCompletedCount();
     redis.proc!.kill('SIGSTOP');
     try {
       const held = system.infer(MODEL, 'holds the enqueue in flight');
-      await waitFor('the first request accepted', async () => (await metric(system, 'tserve_queue_depth', { model: MODEL })) === 1, 10_000, 20);
+      await waitFor('the first request accepted', async () => (await system.metric('tserve_queue_depth', { model: MODEL })) === 1, 10_000, 20);
       const controller = new AbortController();
       const leaving = fetch(`${system.url}/models/${MODEL}`, {
         method: 'POST',
@@ -117,12 +106,12 @@ describe('queue path', () => {
         body: JSON.stringify({ inputs: 'the client of this one leaves' }),
         signal: controller.signal,
       }).catch(() => 'aborted');
-      await waitFor('the second request accepted', async () => (await metric(system, 'tserve_queue_depth', { model: MODEL })) === 2, 10_000, 20);
+      await waitFor('the second request accepted', async () => (await system.metric('tserve_queue_depth', { model: MODEL })) === 2, 10_000, 20);
       controller.abort();
       assert.equal(await leaving, 'aborted');
       await waitFor(
         'the gateway withdrew it',
-        async () => (await metric(system, 'tserve_requests_abandoned_total', { model: MODEL, at: 'gateway' })) === before + 1,
+        async () => (await system.metric('tserve_requests_abandoned_total', { model: MODEL, at: 'gateway' })) === before + 1,
         10_000,
         20,
       );
@@ -137,7 +126,7 @@ describe('queue path', () => {
   });
 
   it('skips a queued request whose client left, and counts it', async () => {
-    const skippedBefore = await metric(system, 'tserve_requests_skipped_total', { model: MODEL });
+    const skippedBefore = await system.metric('tserve_requests_skipped_total', { model: MODEL });
     worker.kill('SIGSTOP');
     const controller = new AbortController();
     let requestId: string | null = null;
@@ -154,7 +143,7 @@ describe('queue path', () => {
       assert.equal(await leaving, 'aborted');
       await waitFor(
         'the gateway told the workers',
-        async () => (await metric(system, 'tserve_requests_abandoned_total', { model: MODEL, at: 'queue' })) >= 1,
+        async () => (await system.metric('tserve_requests_abandoned_total', { model: MODEL, at: 'queue' })) >= 1,
         10_000,
         20,
       );
@@ -164,7 +153,7 @@ describe('queue path', () => {
     const stored = await waitFor('the job settled', () => system.jobReturnValue(MODEL, requestId), 10_000);
     const outcome = stored.outcomes.find((o: { id: string }) => o.id === requestId);
     assert.ok(outcome && !outcome.ok && outcome.error.error_type === 'cancelled', JSON.stringify(stored));
-    await waitFor('the skip counted', async () => (await metric(system, 'tserve_requests_skipped_total', { model: MODEL })) === skippedBefore + 1, 10_000, 20);
+    await waitFor('the skip counted', async () => (await system.metric('tserve_requests_skipped_total', { model: MODEL })) === skippedBefore + 1, 10_000, 20);
     // The worker goes on serving.
     assert.equal((await system.infer(MODEL, 'still here')).status, 200);
   });

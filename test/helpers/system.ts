@@ -104,6 +104,17 @@ export class TestSystem {
     return this.post(`/models/${model}`, { inputs, ...(parameters ? { parameters } : {}), ...extra });
   }
 
+  /** One sample of the gateway's /metrics whose labels include `labels`; 0 when absent. */
+  async metric(name: string, labels: Record<string, string> = {}): Promise<number> {
+    const text = await (await fetch(`${this.url}/metrics`)).text();
+    const wanted = Object.entries(labels).map(([k, v]) => `${k}="${v}"`);
+    for (const line of text.split('\n')) {
+      if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue;
+      if (wanted.every((w) => line.includes(w))) return Number(line.slice(line.lastIndexOf(' ') + 1));
+    }
+    return 0;
+  }
+
   /** What a finished job holds: a worker's JobOutcome for every request it carried. */
   async jobReturnValue(model: string, jobId: string): Promise<any> {
     const redis = new Redis(this.redisUrl, { maxRetriesPerRequest: 1 });
