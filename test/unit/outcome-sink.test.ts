@@ -52,9 +52,13 @@ describe('JobOutcomeSink', () => {
     assert.deepEqual(sink.heldJobIds(), ['j2'], 'j2 keeps its lock');
   });
 
-  it('tells each gateway that asks, once per fetch, which of its jobs were taken', () => {
+  it('tells each gateway that asks, once per batch started, which of its jobs were taken', () => {
     const { sink, job, taken } = harness();
-    sink.hold([job('j1', ['a']), job('j2', ['b']), job('j3', ['c']), job('j4', ['d'])]);
+    sink.hold([job('j1', ['a']), job('j2', ['b'])]);
+    sink.hold([job('j3', ['c']), job('j4', ['d'])]);
+    assert.deepEqual(taken, [], 'nothing is told at fetch');
+    sink.tellTaken();
+    sink.tellTaken();
     assert.deepEqual(taken, [
       { channel: 'reply:j1', message: { taken: ['j1', 'j3'] } },
       { channel: 'reply:j2', message: { taken: ['j2'] } },

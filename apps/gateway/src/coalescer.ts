@@ -35,10 +35,10 @@ const laneKey = (model: string, priority: Priority) => `${priority}\n${model}`;
 /**
  * Coalesces a model's requests into as few jobs as the load allows. No timer delays a request: one
  * that finds its model's lane idle is sent at once, alone. Requests that arrive while the lane's
- * last job is still on its way to Redis, or still waiting there for a worker, wait here and then go
- * out together: a worker takes every waiting job at its next fetch anyway, so holding them back
- * costs no time, and under load a job carries many requests, so the Redis cost of a job (tens of
- * commands inside BullMQ's scripts) is shared by all of them. Workers say when they take a job
+ * last job is still on its way to Redis, or not yet running on a worker, wait here and then go out
+ * together: sent earlier, they would wait in Redis for that worker's next batch all the same, and
+ * under load a job carries many requests, so the Redis cost of a job (tens of commands inside
+ * BullMQ's scripts) is shared by all of them. Workers say when a batch holding a job starts
  * (`taken`); if that word is lost, `graceMs` later the waiting requests go out regardless.
  */
 export class EnqueueCoalescer {

@@ -116,6 +116,7 @@ export class Consumer {
         ahead = await this.interactiveAhead(jobs);
         if (!ahead) await this.topUp(batch);
       }
+      this.sink.tellTaken();
       modelBusy = true;
       running = (async () => {
         if (ahead) await this.execute(ahead, 0);

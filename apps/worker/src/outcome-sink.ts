@@ -28,6 +28,8 @@ export class JobOutcomeSink implements OutcomeSink {
   private readonly held = new Map<string, HeldJob>();
   private readonly jobOfRequest = new Map<string, { held: HeldJob; index: number }>();
   private readonly settling = new Set<Promise<void>>();
+  /** Taken jobs the gateways that sent them asked to hear of, not yet told: job ids by reply channel. */
+  private untold = new Map<string, string[]>();
 
   constructor(
     /** Publishes outcomes and records them; its commands are pipelined. */
@@ -37,28 +39,36 @@ export class JobOutcomeSink implements OutcomeSink {
     private readonly logger: Logger,
   ) {}
 
-  /**
-   * Takes on fetched jobs: their requests' outcomes are expected here. Each gateway that sent some
-   * is told they were taken, in one message: it holds back what arrived since, to send it as one job.
-   */
+  /** Takes on fetched jobs: their requests' outcomes are expected here. */
   hold(jobs: Job<InferenceJobData>[]): void {
-    const takenBy = new Map<string, string[]>();
     for (const job of jobs) {
       const held: HeldJob = { job, outcomes: new Array<RequestOutcome | undefined>(job.data.requests.length), remaining: job.data.requests.length };
       this.held.set(job.id!, held);
       job.data.requests.forEach((request, index) => this.jobOfRequest.set(request.id, { held, index }));
       if (job.data.tellTaken) {
-        const ids = takenBy.get(job.data.replyTo) ?? [];
+        const ids = this.untold.get(job.data.replyTo) ?? [];
         ids.push(job.id!);
-        takenBy.set(job.data.replyTo, ids);
+        this.untold.set(job.data.replyTo, ids);
       }
     }
-    for (const [channel, ids] of takenBy) {
+  }
+
+  /**
+   * Tells each gateway, in one message, which of its jobs held since the last call were taken: it held
+   * back what arrived since, and now sends it as one job. Called as a batch starts on the model, not
+   * at fetch: told at fetch, a gateway sends a small job of what arrived meanwhile, which waits in
+   * Redis for the next batch with everything after it held back behind it anyway. Told at the start,
+   * it gathers all of that into one job (bench: 22 instead of 19 requests per job at c=64, a fifth
+   * fewer Redis commands per request at c=4 to c=64, latency no worse).
+   */
+  tellTaken(): void {
+    for (const [channel, ids] of this.untold) {
       const message: JobsTaken = { taken: ids };
       this.publisher
         .publish(channel, JSON.stringify(message))
         .catch((err: unknown) => this.logger.debug({ err: String(err) }, 'telling a gateway of taken jobs failed'));
     }
+    this.untold = new Map();
   }
 
   /** Ids of the jobs still waiting for outcomes: their locks must be kept. */

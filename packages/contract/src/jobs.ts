@@ -67,8 +67,8 @@ export interface JobOutcome {
 }
 
 /**
- * What a worker publishes to a gateway when it takes jobs of that gateway's from the queue: the
- * requests the gateway held back behind them may be sent now.
+ * What a worker publishes to a gateway when a batch holding jobs of that gateway's starts on the
+ * model: the requests the gateway held back behind them may be sent now.
  */
 export interface JobsTaken {
   taken: string[];
@@ -127,6 +127,6 @@ export interface WorkerInfo {
   batchMaxTokens?: number;
   /** Longest sequence the model accepts, in tokens. */
   maxTokens: number;
-  /** Tells gateways when it takes their jobs (`JobsTaken`); a gateway holds requests back only for models whose workers all do. */
+  /** Tells gateways when it starts running their jobs (`JobsTaken`); a gateway holds requests back only for models whose workers all do. */
   tellsTaken?: boolean;
 }
