@@ -11,7 +11,10 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
-import { queueNameFor } from '@tserve/queue';
+import { announceWorker, queueNameFor } from '@tserve/queue';
+import type { WorkerInfo } from '@tserve/contract';
+import pino from 'pino';
+import { Heartbeat } from '../apps/worker/src/heartbeat.ts';
 import { PrivateRedis, TestSystem, freePort, uniquePrefix, waitFor, type Proc } from './helpers/system.ts';
 import { CLASSIFIER as MODEL } from './helpers/replicas.ts';
 
@@ -90,6 +93,25 @@ describe('queue path', () => {
     }
     for (const r of answers) assert.equal(r.status, 200, JSON.stringify(r.body));
     await waitFor('two jobs recorded', async () => (await queue.getCompletedCount()) - jobsBefore === 2, 10_000);
+  });
+
+  it("counts a worker's ready peers of its model: a busy worker tells gateways at once only when it has some", async () => {
+    const prefix = uniquePrefix('peers');
+    const info = (id: string, model: string, state: WorkerInfo['state'] = 'ready'): WorkerInfo =>
+      ({ id, model, state, dtype: 'fp32', device: 'cpu', pid: 0, host: 'test', startedAt: 0, batchMaxSize: 1, maxTokens: 8 }) satisfies WorkerInfo;
+    const heartbeat = new Heartbeat(admin, prefix, info('me', 'a'), 60_000, 60_000, pino({ level: 'silent' }));
+    try {
+      await heartbeat.beat();
+      assert.equal(heartbeat.peers, 0, 'alone');
+      for (const other of [info('loading', 'a', 'loading'), info('elsewhere', 'b')]) await announceWorker(admin, prefix, other, 60_000);
+      await heartbeat.beat();
+      assert.equal(heartbeat.peers, 0, 'a worker still loading, or of another model, is no peer');
+      await announceWorker(admin, prefix, info('peer', 'a'), 60_000);
+      await heartbeat.beat();
+      assert.equal(heartbeat.peers, 1);
+    } finally {
+      await heartbeat.stop();
+    }
   });
 
   it('withdraws a request whose client leaves before its enqueue; it never reaches Redis', async () => {

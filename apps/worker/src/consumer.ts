@@ -10,6 +10,8 @@ export interface ConsumerOptions {
   limits: BatchLimits;
   lockMs: number;
   token: string;
+  /** Whether other workers serve the model: a gateway must not hold requests back for this busy one then. */
+  hasPeers: () => boolean;
 }
 
 /**
@@ -105,6 +107,10 @@ export class Consumer {
       }
       if (jobs.length === 0) continue;
       this.sink.hold(jobs);
+      // Gateways hear that their jobs were taken as the batch starts (see tellTaken); but while this
+      // worker's model is busy another worker may be idle, and the requests held for this one would
+      // keep it waiting: then they hear now.
+      if (modelBusy && this.options.hasPeers()) this.sink.tellTaken();
       // Tokenized here while the model thread may still run the previous batch.
       const batch = this.runner.prepare(jobs.flatMap((j) => j.data.requests));
       const waitedForModel = modelBusy;

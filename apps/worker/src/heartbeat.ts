@@ -1,12 +1,16 @@
 import type { Redis } from 'ioredis';
 import type { WorkerInfo } from '@tserve/contract';
-import { announceWorker, withdrawWorker } from '@tserve/queue';
+import { announceWorker, listLiveWorkers, withdrawWorker } from '@tserve/queue';
 import type { Logger } from 'pino';
 
-/** Keeps this worker's announcement alive in Redis; the gateway routes to models that have one. */
+/**
+ * Keeps this worker's announcement alive in Redis; the gateway routes to models that have one. Each
+ * beat also counts the other ready workers of the same model, as of that beat.
+ */
 export class Heartbeat {
   private timer?: NodeJS.Timeout;
   private failing = false;
+  private peerCount = 0;
 
   constructor(
     private readonly redis: Redis,
@@ -29,10 +33,17 @@ export class Heartbeat {
     await Promise.race([withdrawWorker(this.redis, this.prefix, this.info.id).catch(() => {}), new Promise((r) => setTimeout(r, timeoutMs).unref())]);
   }
 
+  /** Other ready workers serving this worker's model, at the last beat. */
+  get peers(): number {
+    return this.peerCount;
+  }
+
   /** Announces at once (after the announcement changed, e.g. loading → ready). */
   async beat(): Promise<void> {
     try {
       await announceWorker(this.redis, this.prefix, this.info, this.ttlMs);
+      const live = await listLiveWorkers(this.redis, this.prefix);
+      this.peerCount = live.filter((w) => w.model === this.info.model && w.id !== this.info.id && w.state === 'ready').length;
       if (this.failing) this.logger.info('heartbeat restored');
       this.failing = false;
     } catch (err) {

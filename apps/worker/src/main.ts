@@ -125,7 +125,12 @@ async function main(): Promise<void> {
     connection,
     runner,
     sink,
-    { limits: { maxSize: config.BATCH_MAX_SIZE, maxWaitMs: config.BATCH_MAX_WAIT_MS }, lockMs: config.JOB_LOCK_MS, token: workerId },
+    {
+      limits: { maxSize: config.BATCH_MAX_SIZE, maxWaitMs: config.BATCH_MAX_WAIT_MS },
+      lockMs: config.JOB_LOCK_MS,
+      token: workerId,
+      hasPeers: () => heartbeat.peers > 0,
+    },
     logger,
   );
   cancellationChannel.on('message', (_channel: string, message: string) => {

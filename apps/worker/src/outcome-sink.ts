@@ -54,12 +54,13 @@ export class JobOutcomeSink implements OutcomeSink {
   }
 
   /**
-   * Tells each gateway, in one message, which of its jobs held since the last call were taken: it held
-   * back what arrived since, and now sends it as one job. Called as a batch starts on the model, not
-   * at fetch: told at fetch, a gateway sends a small job of what arrived meanwhile, which waits in
-   * Redis for the next batch with everything after it held back behind it anyway. Told at the start,
-   * it gathers all of that into one job (bench: 22 instead of 19 requests per job at c=64, a fifth
-   * fewer Redis commands per request at c=4 to c=64, latency no worse).
+   * Tells each gateway, in one message, which of its jobs held since the last call were taken; it held
+   * back what arrived since and now sends it as one job. The consumer calls this as a batch starts on
+   * the model rather than at fetch: told at fetch, a gateway sends at once a small job of what arrived
+   * meanwhile, which waits in Redis for the next batch with everything after it held back behind it
+   * anyway; told at the start, it gathers all of that into one job (bench: 22 instead of 19 requests
+   * per job at c=64, a fifth fewer Redis commands per request at c=4 to c=64, latency no worse). A
+   * busy worker with peers also calls it at fetch (see Consumer).
    */
   tellTaken(): void {
     for (const [channel, ids] of this.untold) {
