@@ -95,7 +95,7 @@ describe('queue path', () => {
     await waitFor('two jobs recorded', async () => (await queue.getCompletedCount()) - jobsBefore === 2, 10_000);
   });
 
-  it("counts a worker's ready peers of its model: a busy worker tells gateways at once only when it has some", async () => {
+  it('a worker counts the other ready workers of its model (with some, a busy worker tells gateways at fetch)', async () => {
     const prefix = uniquePrefix('peers');
     const info = (id: string, model: string, state: WorkerInfo['state'] = 'ready'): WorkerInfo =>
       ({ id, model, state, dtype: 'fp32', device: 'cpu', pid: 0, host: 'test', startedAt: 0, batchMaxSize: 1, maxTokens: 8 }) satisfies WorkerInfo;

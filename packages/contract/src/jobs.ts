@@ -68,7 +68,8 @@ export interface JobOutcome {
 
 /**
  * What a worker publishes to a gateway when a batch holding jobs of that gateway's starts on the
- * model: the requests the gateway held back behind them may be sent now.
+ * model (a busy worker with peers: when it takes them): the requests the gateway held back behind
+ * them may be sent now.
  */
 export interface JobsTaken {
   taken: string[];
