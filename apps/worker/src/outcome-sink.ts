@@ -29,7 +29,7 @@ export class JobOutcomeSink implements OutcomeSink {
   private readonly jobOfRequest = new Map<string, { held: HeldJob; index: number }>();
   private readonly settling = new Set<Promise<void>>();
   /** Taken jobs the gateways that sent them asked to hear of, not yet told: job ids by reply channel. */
-  private untold = new Map<string, string[]>();
+  private readonly untold = new Map<string, string[]>();
 
   constructor(
     /** Publishes outcomes and records them; its commands are pipelined. */
@@ -69,7 +69,7 @@ export class JobOutcomeSink implements OutcomeSink {
         .publish(channel, JSON.stringify(message))
         .catch((err: unknown) => this.logger.debug({ err: String(err) }, 'telling a gateway of taken jobs failed'));
     }
-    this.untold = new Map();
+    this.untold.clear();
   }
 
   /** Ids of the jobs still waiting for outcomes: their locks must be kept. */
