@@ -7,7 +7,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
-import { queueNameFor } from '@tserve/queue';
+import { EVENTS_KEPT, queueNameFor } from '@tserve/queue';
 import type { ReadyBody } from '@tserve/contract';
 import { PrivateRedis, TestSystem, freePort, uniquePrefix, waitFor, REDIS_URL } from './helpers/system.ts';
 import { textOfTokens } from './helpers/direct-queue.ts';
@@ -163,6 +163,18 @@ describe('faults', () => {
     await redis.start();
     await waitFor('a request served after Redis returned', async () => (await system.infer(MODEL, 'after the outage')).status === 200, 30_000, 250);
     await waitFor('/ready 200 after Redis returned', async () => (await fetch(`${system.url}/ready`)).status === 200, 10_000);
+    // Redis came back empty: the gateway wrote the queue's event stream cap again (else BullMQ's scripts
+    // would have put back their own default of 10,000).
+    const admin = new Redis(redis.url);
+    try {
+      await waitFor(
+        'the events cap restated',
+        async () => (await admin.hget(`${system.prefix}:${queueNameFor(MODEL)}:meta`, 'opts.maxLenEvents')) === String(EVENTS_KEPT),
+        10_000,
+      );
+    } finally {
+      admin.disconnect();
+    }
     assert.ok(
       system.procs.every((p) => p.running),
       'gateway and worker recovered without a restart',

@@ -11,7 +11,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
-import { announceWorker, queueNameFor } from '@tserve/queue';
+import { EVENTS_KEPT, announceWorker, queueNameFor } from '@tserve/queue';
 import type { WorkerInfo } from '@tserve/contract';
 import pino from 'pino';
 import { Heartbeat } from '../apps/worker/src/heartbeat.ts';
@@ -35,7 +35,8 @@ describe('queue path', () => {
     worker = system.startWorker({ model: MODEL, env: { DTYPE: 'fp32' } });
     await system.waitForWorkers(MODEL);
     admin = new Redis(redis.url);
-    queue = new Queue(queueNameFor(MODEL), { connection: admin, prefix: system.prefix });
+    // An observer: it must not write its own settings over the gateway's.
+    queue = new Queue(queueNameFor(MODEL), { connection: admin, prefix: system.prefix, skipMetasUpdate: true });
   });
   after(async () => {
     redis.proc?.kill('SIGCONT');
@@ -112,6 +113,15 @@ describe('queue path', () => {
     } finally {
       await heartbeat.stop();
     }
+  });
+
+  it("keeps BullMQ's event stream short: nothing reads it, and each completed event holds a job's outcomes", async () => {
+    for (let i = 0; i < 70; i++) assert.equal((await system.infer(MODEL, `one job each, number ${i}`)).status, 200);
+    assert.equal(await admin.hget(queue.keys.meta, 'opts.maxLenEvents'), String(EVENTS_KEPT), 'the cap the gateway set');
+    // Seventy jobs leave about 350 events. Redis trims whole nodes of at most 100 entries (its
+    // stream-node-max-entries), so up to that many more than the cap remain.
+    const events = await admin.xlen(queue.keys.events);
+    assert.ok(events > 0 && events <= EVENTS_KEPT + 100, `${events} events kept`);
   });
 
   it('withdraws a request whose client leaves before its enqueue; it never reaches Redis', async () => {

@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import type { InferenceJobData, JobOutcome, RequestOutcome, TaskParameters } from '@tserve/contract';
-import { DEFAULT_JOB_OPTIONS, JOB_NAME, keys, queueNameFor } from '@tserve/queue';
+import { JOB_NAME, QUEUE_STREAMS, jobOptions, keys, queueNameFor } from '@tserve/queue';
 
 export class DirectQueue {
   private readonly redis: Redis;
@@ -20,7 +20,7 @@ export class DirectQueue {
   constructor(redisUrl: string, prefix: string, model: string) {
     this.redis = new Redis(redisUrl, { maxRetriesPerRequest: null });
     this.subscriber = new Redis(redisUrl, { maxRetriesPerRequest: null });
-    this.queue = new Queue(queueNameFor(model), { connection: this.redis, prefix, defaultJobOptions: DEFAULT_JOB_OPTIONS });
+    this.queue = new Queue(queueNameFor(model), { connection: this.redis, prefix, defaultJobOptions: jobOptions(1000), streams: QUEUE_STREAMS });
     this.channel = keys.results(prefix, `direct-${randomUUID()}`);
     this.subscriber.on('message', (_c: string, message: string) => {
       for (const outcome of (JSON.parse(message) as JobOutcome).outcomes) {

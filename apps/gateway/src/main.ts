@@ -61,7 +61,7 @@ async function main(): Promise<void> {
 
   const redis = createRedis(config.REDIS_URL, 'gateway', config.REDIS_COMMAND_TIMEOUT_MS);
   const subscriber = createRedis(config.REDIS_URL, 'subscriber');
-  const queues = new QueueSet(redis, config.QUEUE_PREFIX);
+  const queues = new QueueSet(redis, config.QUEUE_PREFIX, config.RESULT_POLL_MS);
   const registry = new ModelRegistry(redis, config.QUEUE_PREFIX, config.REGISTRY_REFRESH_MS, config.LOAD_FAILURE_TTL_MS, logger);
   // A gateway's report older than a few refreshes is from one that stopped, and is ignored.
   const depthStaleMs = Math.max(3 * config.REGISTRY_REFRESH_MS, 2000);

@@ -1,7 +1,7 @@
-import { Queue } from 'bullmq';
+import { Queue, type JobsOptions } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { InferenceJobData, Priority } from '@tserve/contract';
-import { DEFAULT_JOB_OPTIONS, JOB_NAME, queueNameFor } from '@tserve/queue';
+import { EVENTS_KEPT, JOB_NAME, QUEUE_STREAMS, jobOptions, queueNameFor } from '@tserve/queue';
 import type { CoalescedJob } from './coalescer.js';
 
 /** BullMQ's priority for batch-class jobs; interactive ones carry none (0), which BullMQ serves first. */
@@ -10,11 +10,23 @@ const BATCH_JOB_PRIORITY = 1;
 /** One BullMQ Queue per model, created on first use and sharing the gateway's connection. */
 export class QueueSet {
   private readonly queues = new Map<string, Queue>();
+  private readonly jobOptions: JobsOptions;
 
   constructor(
     private readonly connection: Redis,
     private readonly prefix: string,
-  ) {}
+    /** The gateway's fallback poll period, which sets how long completed jobs are kept. */
+    resultPollMs: number,
+  ) {
+    this.jobOptions = jobOptions(resultPollMs);
+    // A Queue writes its events cap into Redis once, when created; a Redis that restarted empty has
+    // lost it, and BullMQ's scripts would put back their default of 10,000 (see EVENTS_KEPT).
+    connection.on('ready', () => {
+      for (const queue of this.queues.values()) {
+        connection.hset(queue.keys.meta, 'opts.maxLenEvents', EVENTS_KEPT).catch(() => {});
+      }
+    });
+  }
 
   get(model: string): Queue {
     let queue = this.queues.get(model);
@@ -22,7 +34,8 @@ export class QueueSet {
       queue = new Queue(queueNameFor(model), {
         connection: this.connection,
         prefix: this.prefix,
-        defaultJobOptions: DEFAULT_JOB_OPTIONS,
+        defaultJobOptions: this.jobOptions,
+        streams: QUEUE_STREAMS,
       });
       queue.on('error', () => {});
       this.queues.set(model, queue);

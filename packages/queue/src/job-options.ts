@@ -1,10 +1,31 @@
-import type { JobsOptions } from 'bullmq';
+import type { JobsOptions, QueueOptions } from 'bullmq';
 
-export const DEFAULT_JOB_OPTIONS: JobsOptions = {
-  // A job is one request: it is not retried after it failed (its client got the error already);
-  // a job whose worker died is recovered by the stalled-job checker instead.
-  attempts: 1,
-  // Results travel over pub/sub; the stored copy only serves the gateway's fallback read, briefly.
-  removeOnComplete: { age: 60, count: 10000 },
-  removeOnFail: { age: 600, count: 10000 },
-};
+/**
+ * Events BullMQ keeps in each queue's event stream; its default is 10,000. Nothing here reads them
+ * (results travel over pub/sub), but each job's "completed" event holds the job's whole return value:
+ * with embeddings that is about 200 KB for a job of 21 requests, and one CPU worker's stream reached
+ * 94 MB within 20 seconds, on its way to about 500 MB at the default.
+ */
+export const EVENTS_KEPT = 100;
+
+/** What every process that creates a model's Queue gives it, so that none writes back BullMQ's default cap. */
+export const QUEUE_STREAMS: QueueOptions['streams'] = { events: { maxLen: EVENTS_KEPT } };
+
+/** Completed jobs kept at most, whatever their age: a job holds the outcomes of all its requests. */
+const COMPLETED_KEPT = 1000;
+
+/**
+ * Options of the jobs a gateway adds. `resultPollMs` is its fallback poll period: a completed job's
+ * stored outcomes serve only that poll (for a result message that was lost), which reads a job
+ * within two periods of its completion, so a job is kept for five periods and at least ten seconds.
+ */
+export function jobOptions(resultPollMs: number): JobsOptions {
+  return {
+    // A job holds requests that are not retried after they failed (their clients got the error
+    // already); a job whose worker died is recovered by the stalled-job checker instead.
+    attempts: 1,
+    removeOnComplete: { age: Math.max(10, Math.ceil((5 * resultPollMs) / 1000)), count: COMPLETED_KEPT },
+    // Failures stay longer, for the dashboard; they are few and hold no outcomes.
+    removeOnFail: { age: 600, count: 10000 },
+  };
+}

@@ -1,0 +1,19 @@
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { jobOptions } from '@tserve/queue';
+
+describe('job options', () => {
+  const kept = (resultPollMs: number) => jobOptions(resultPollMs).removeOnComplete as { age: number; count: number };
+
+  it("keep a completed job for five of the gateway's poll periods, and at least ten seconds", () => {
+    assert.equal(kept(1000).age, 10);
+    assert.equal(kept(20).age, 10);
+    assert.equal(kept(3000).age, 15);
+    assert.equal(kept(120_000).age, 600);
+  });
+
+  it('keep a bounded number of completed jobs whatever their age, since each holds all its outcomes', () => {
+    assert.equal(kept(1000).count, 1000);
+    assert.equal(kept(120_000).count, 1000);
+  });
+});
