@@ -50,6 +50,12 @@ export async function readRedisCpu(url: string): Promise<number> {
   return cpuOf(await withRedis(url, (redis) => redis.info('cpu')));
 }
 
+/** Redis's used_memory in MiB: what its keys and buffers hold, the figure a job retention policy moves. */
+export async function readRedisMiB(url: string): Promise<number> {
+  const text = await withRedis(url, (redis) => redis.info('memory'));
+  return Math.round(Number(/^used_memory:(\d+)/m.exec(text)?.[1] ?? NaN) / 2 ** 20);
+}
+
 function cpuOf(text: string): number {
   const get = (name: string) => Number(new RegExp(`^${name}:([\\d.]+)`, 'm').exec(text)?.[1] ?? NaN);
   return (get('used_cpu_user') + get('used_cpu_sys')) * 1e6;

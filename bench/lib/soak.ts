@@ -1,6 +1,7 @@
 import { rssMiB } from './cpu.ts';
 import { inferBody, inferPath, quiesce, type BenchContext } from './context.ts';
 import { runLoad } from './load.ts';
+import { readRedisMiB } from './redis-cost.ts';
 import { round, summarize } from './stats.ts';
 import type { RssSample, SoakRun } from './types.ts';
 
@@ -29,6 +30,9 @@ export async function runSoak(ctx: BenchContext, model: string, text: string, to
   const connections = Math.min(MAX_CONNECTIONS, Math.max(16, Math.ceil(targetRate / REQUESTS_PER_CONNECTION)));
   const gatewayPid = ctx.system?.gateway?.pid ?? options.gatewayPid;
   const samples: RssSample[] = [];
+  const redisUrl = ctx.system?.redisUrl;
+  const redisMiB = (url: string) => readRedisMiB(url).catch(() => undefined);
+  let redisStart: Promise<number | undefined> | undefined;
   log(
     `soak: ${targetRate} req/s offered (${options.soakFactor}x ${round(capacityRps, 1)}) on ${connections} connections for ${options.soakWarmupSeconds}+${options.soakSeconds} s`,
   );
@@ -46,10 +50,14 @@ export async function runSoak(ctx: BenchContext, model: string, text: string, to
     // Longer than the deadline, so a late answer shows up as the gateway's 504, not a socket timeout.
     timeoutSeconds: Math.ceil(options.soakTimeoutMs / 1000) + 5,
     pids: ctx.pids(),
-    onSecond: (second) => samples.push({ second, mib: rssMiB(gatewayPid) }),
+    onSecond: (second) => {
+      samples.push({ second, mib: rssMiB(gatewayPid) });
+      if (redisUrl) redisStart ??= redisMiB(redisUrl);
+    },
     timeline: true,
   });
   const end = rssMiB(gatewayPid);
+  const redisEnd = redisUrl ? await redisMiB(redisUrl) : undefined;
   await new Promise((r) => setTimeout(r, 2000));
   const afterDrain = rssMiB(gatewayPid);
 
@@ -85,11 +93,13 @@ export async function runSoak(ctx: BenchContext, model: string, text: string, to
     acceptedLatency: load.latency,
     shedLatency: load.latencyByStatus['503'] ?? summarize([]),
     rss: { start: samples[0]?.mib, end: end ?? samples.at(-1)?.mib, max: rssValues.length ? Math.max(...rssValues) : undefined, afterDrain, samples },
+    redisMiB: redisUrl ? { start: await redisStart, end: redisEnd } : undefined,
     recoveredStatus,
   };
   log(
     `soak: sent ${round(load.sentPerSec, 1)}/s; 200 ${ok}, 503 ${run.counts.shed}, 504 ${run.counts.timeout}, other ${other}, socket errors ${load.socketErrors}; ` +
-      `accepted p99 ${round(run.acceptedLatency.p99)} ms, shed p99 ${round(run.shedLatency.p99)} ms; RSS ${run.rss.start} -> ${run.rss.end} MiB`,
+      `accepted p99 ${round(run.acceptedLatency.p99)} ms, shed p99 ${round(run.shedLatency.p99)} ms; RSS ${run.rss.start} -> ${run.rss.end} MiB` +
+      (run.redisMiB ? `; Redis ${run.redisMiB.start} -> ${run.redisMiB.end} MiB` : ''),
   );
   return run;
 }

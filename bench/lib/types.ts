@@ -64,6 +64,8 @@ export interface SoakRun {
   acceptedLatency: Summary;
   shedLatency: Summary;
   rss: { start?: number; end?: number; max?: number; afterDrain?: number; samples: RssSample[] };
+  /** Redis used_memory in MiB when the measured window starts and ends (a Redis the bench started). */
+  redisMiB?: { start?: number; end?: number };
   /** A request right after the soak: the gateway still answers normally. */
   recoveredStatus?: number;
 }
