@@ -7,7 +7,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
-import { queueNameFor } from '@tserve/queue';
+import { exchangeDepths, keys, queueNameFor } from '@tserve/queue';
 import { TestSystem, uniquePrefix, REDIS_URL, sleep, waitFor, type Proc } from './helpers/system.ts';
 import { CLASSIFIER as MODEL } from './helpers/replicas.ts';
 
@@ -60,6 +60,21 @@ describe('overload', () => {
     await sleep(1000);
     const ok = await system.infer(MODEL, 'after the burst');
     assert.equal(ok.status, 200, JSON.stringify(ok.body));
+  });
+
+  it("counts the other gateways' outstanding requests, and forgets a stopped gateway's report", async () => {
+    const prefix = uniquePrefix('depths');
+    const key = keys.depth(prefix, MODEL);
+    const staleMs = 2000;
+    const now = Date.now();
+    try {
+      await redis.hset(key, 'live', `3@${now - 100}`, 'stopped', `5@${now - 10 * staleMs}`, 'garbled', 'x');
+      const others = await exchangeDepths(redis, prefix, 'me', new Map([[MODEL, 2]]), staleMs, now);
+      assert.equal(others.get(MODEL), 3, 'the live gateway only');
+      assert.deepEqual((await redis.hkeys(key)).sort(), ['live', 'me'], 'the stopped and unreadable reports removed');
+    } finally {
+      await redis.del(key);
+    }
   });
 
   it('answers 504 at the deadline and the job never runs', async () => {

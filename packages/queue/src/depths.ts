@@ -4,7 +4,9 @@ import { keys } from './names.js';
 /**
  * Each gateway reports its outstanding requests per model and reads the others', so that load
  * shedding sees the whole cluster's depth. One round trip per refresh, none per request. A report
- * older than `staleMs` is from a gateway that stopped, and is ignored.
+ * older than `staleMs` is from a gateway that stopped: it is ignored and removed, since each restart
+ * is a gateway with a new id and the hash would otherwise grow with every one that ever ran, and
+ * every read of it with the hash (a live gateway that was only slow writes its report again).
  */
 export async function exchangeDepths(
   redis: Redis,
@@ -24,15 +26,21 @@ export async function exchangeDepths(
   }
   const replies = await pipeline.exec();
   const peers = new Map<string, number>();
+  const prune = redis.pipeline();
   models.forEach((model, i) => {
     const [err, all] = replies?.[i * 3 + 2] ?? [];
     if (err) throw err;
     let sum = 0;
+    const stale: string[] = [];
     for (const [id, value] of Object.entries((all ?? {}) as Record<string, string>)) {
+      if (id === gatewayId) continue;
       const [count, at] = value.split('@').map(Number);
-      if (id !== gatewayId && now - at <= staleMs && Number.isFinite(count)) sum += count;
+      if (now - at <= staleMs && Number.isFinite(count)) sum += count;
+      else stale.push(id);
     }
+    if (stale.length) prune.hdel(keys.depth(prefix, model), ...stale);
     peers.set(model, sum);
   });
+  if (prune.length) await prune.exec().catch(() => {});
   return peers;
 }
