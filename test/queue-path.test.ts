@@ -11,7 +11,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
-import { EVENTS_KEPT, announceWorker, queueNameFor } from '@tserve/queue';
+import { EVENTS_KEPT, announceWorker, keys, queueNameFor, withdrawWorker } from '@tserve/queue';
 import type { WorkerInfo } from '@tserve/contract';
 import pino from 'pino';
 import { Heartbeat } from '../apps/worker/src/heartbeat.ts';
@@ -110,8 +110,22 @@ describe('queue path', () => {
       await announceWorker(admin, prefix, info('peer', 'a'), 60_000);
       await heartbeat.beat();
       assert.equal(heartbeat.peers, 1);
+      // A worker that stopped beating drops out once its announcement lapses (on Redis's clock).
+      await announceWorker(admin, prefix, info('lapsing', 'a'), 60_000);
+      await heartbeat.beat();
+      assert.equal(heartbeat.peers, 2);
+      await announceWorker(admin, prefix, info('lapsing', 'a'), 1);
+      await waitFor('the lapsed worker no longer counted', async () => {
+        await heartbeat.beat();
+        return heartbeat.peers === 1;
+      });
+      await withdrawWorker(admin, prefix, info('peer', 'a'));
+      await heartbeat.beat();
+      assert.equal(heartbeat.peers, 0, 'a withdrawn worker is no peer');
     } finally {
       await heartbeat.stop();
+      const ids = ['me', 'loading', 'elsewhere', 'peer', 'lapsing'];
+      await admin.del(keys.workers(prefix), keys.readyWorkers(prefix, 'a'), keys.readyWorkers(prefix, 'b'), ...ids.map((id) => keys.worker(prefix, id)));
     }
   });
 

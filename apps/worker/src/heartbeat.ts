@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { WorkerInfo } from '@tserve/contract';
-import { announceWorker, listLiveWorkers, withdrawWorker } from '@tserve/queue';
+import { announceWorker, withdrawWorker } from '@tserve/queue';
 import type { Logger } from 'pino';
 
 /**
@@ -30,7 +30,7 @@ export class Heartbeat {
   /** Leaves the registry; bounded, since a worker leaving because Redis is gone must still exit. */
   async stop(timeoutMs = 2000): Promise<void> {
     clearInterval(this.timer);
-    await Promise.race([withdrawWorker(this.redis, this.prefix, this.info.id).catch(() => {}), new Promise((r) => setTimeout(r, timeoutMs).unref())]);
+    await Promise.race([withdrawWorker(this.redis, this.prefix, this.info).catch(() => {}), new Promise((r) => setTimeout(r, timeoutMs).unref())]);
   }
 
   /** Other ready workers serving this worker's model, at the last beat. */
@@ -41,9 +41,8 @@ export class Heartbeat {
   /** Announces at once (after the announcement changed, e.g. loading → ready). */
   async beat(): Promise<void> {
     try {
-      await announceWorker(this.redis, this.prefix, this.info, this.ttlMs);
-      const live = await listLiveWorkers(this.redis, this.prefix);
-      this.peerCount = live.filter((w) => w.model === this.info.model && w.id !== this.info.id && w.state === 'ready').length;
+      const ready = await announceWorker(this.redis, this.prefix, this.info, this.ttlMs);
+      this.peerCount = Math.max(0, ready - (this.info.state === 'ready' ? 1 : 0));
       if (this.failing) this.logger.info('heartbeat restored');
       this.failing = false;
     } catch (err) {

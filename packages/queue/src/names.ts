@@ -13,6 +13,8 @@ export const keys = {
   workers: (prefix: string) => `${prefix}:workers`,
   /** One worker's announcement; expires unless renewed, so a killed worker disappears by itself. */
   worker: (prefix: string, id: string) => `${prefix}:worker:${id}`,
+  /** Sorted set: ids of a model's ready workers, scored by when their announcement lapses (Redis's clock). */
+  readyWorkers: (prefix: string, model: string) => `${prefix}:ready-workers:${queueNameFor(model)}`,
   /** Hash: model → why its worker could not load it. Lets the gateway answer 503 (not 404) and say why. */
   loadFailures: (prefix: string) => `${prefix}:load-failures`,
   /** Hash: model → how long its last worker took to load it (ms), for a loading model's estimated_time. */

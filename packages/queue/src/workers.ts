@@ -7,12 +7,36 @@ import { keys } from './names.js';
  * Redis expires the key of a worker that died, so no clock comparison between machines is needed.
  */
 
-export async function announceWorker(redis: Redis, prefix: string, info: WorkerInfo, ttlMs: number): Promise<void> {
-  await redis.multi().sadd(keys.workers(prefix), info.id).set(keys.worker(prefix, info.id), JSON.stringify(info), 'PX', ttlMs).exec();
+/**
+ * Announces a worker, and keeps its place among its model's ready workers: a sorted set scored by
+ * when each one's announcement lapses, on Redis's clock, so that counting a model's ready workers
+ * costs one call however many workers the cluster has (reading every announcement would cost each
+ * worker's beat a read of all of them).
+ */
+const ANNOUNCE = `
+redis.call('SADD', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+if ARGV[4] == '1' then redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[1]) else redis.call('ZREM', KEYS[3], ARGV[1]) end
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
+return redis.call('ZCARD', KEYS[3])`;
+
+/** Announces a worker for `ttlMs`; answers how many ready workers its model has, itself included if ready. */
+export async function announceWorker(redis: Redis, prefix: string, info: WorkerInfo, ttlMs: number): Promise<number> {
+  const ready = info.state === 'ready' ? '1' : '0';
+  const keyArgs = [keys.workers(prefix), keys.worker(prefix, info.id), keys.readyWorkers(prefix, info.model)];
+  return Number(await redis.eval(ANNOUNCE, keyArgs.length, ...keyArgs, info.id, JSON.stringify(info), ttlMs, ready));
 }
 
-export async function withdrawWorker(redis: Redis, prefix: string, id: string): Promise<void> {
-  await redis.multi().srem(keys.workers(prefix), id).del(keys.worker(prefix, id)).exec();
+export async function withdrawWorker(redis: Redis, prefix: string, info: WorkerInfo): Promise<void> {
+  await redis
+    .multi()
+    .srem(keys.workers(prefix), info.id)
+    .del(keys.worker(prefix, info.id))
+    .zrem(keys.readyWorkers(prefix, info.model), info.id)
+    .exec();
 }
 
 export async function listLiveWorkers(redis: Redis, prefix: string): Promise<WorkerInfo[]> {
