@@ -115,6 +115,8 @@ describe('queue path', () => {
       await heartbeat.beat();
       assert.equal(heartbeat.peers, 2);
       await announceWorker(admin, prefix, info('lapsing', 'a'), 1);
+      // Its short-lived announcement must not take the others' places with it.
+      await waitFor('the announcement lapsed', async () => (await admin.exists(keys.worker(prefix, 'lapsing'))) === 0, 10_000, 5);
       await waitFor('the lapsed worker no longer counted', async () => {
         await heartbeat.beat();
         return heartbeat.peers === 1;

@@ -20,7 +20,9 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 if ARGV[4] == '1' then redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[1]) else redis.call('ZREM', KEYS[3], ARGV[1]) end
-redis.call('PEXPIRE', KEYS[3], ARGV[3])
+-- The set lives as long as its latest member; an announcement with a shorter TTL must not cut it.
+local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
+if last[2] then redis.call('PEXPIREAT', KEYS[3], last[2]) end
 return redis.call('ZCARD', KEYS[3])`;
 
 /** Announces a worker for `ttlMs`; answers how many ready workers its model has, itself included if ready. */
