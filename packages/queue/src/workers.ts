@@ -33,12 +33,7 @@ export async function announceWorker(redis: Redis, prefix: string, info: WorkerI
 }
 
 export async function withdrawWorker(redis: Redis, prefix: string, info: WorkerInfo): Promise<void> {
-  await redis
-    .multi()
-    .srem(keys.workers(prefix), info.id)
-    .del(keys.worker(prefix, info.id))
-    .zrem(keys.readyWorkers(prefix, info.model), info.id)
-    .exec();
+  await redis.multi().srem(keys.workers(prefix), info.id).del(keys.worker(prefix, info.id)).zrem(keys.readyWorkers(prefix, info.model), info.id).exec();
 }
 
 export async function listLiveWorkers(redis: Redis, prefix: string): Promise<WorkerInfo[]> {
