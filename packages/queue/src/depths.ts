@@ -4,9 +4,9 @@ import { keys } from './names.js';
 /**
  * Each gateway reports its outstanding requests per model and reads the others', so that load
  * shedding sees the whole cluster's depth. One round trip per refresh, none per request. A report
- * older than `staleMs` is from a gateway that stopped: it is ignored and removed, since each restart
- * is a gateway with a new id and the hash would otherwise grow with every one that ever ran, and
- * every read of it with the hash (a live gateway that was only slow writes its report again).
+ * older than `staleMs` is from a gateway that stopped: it is ignored and removed. Each restart is a
+ * gateway with a new id, so otherwise the hash, and every read of it, would grow with every gateway
+ * that ever ran. (A live gateway that was only slow writes its report again at its next refresh.)
  */
 export async function exchangeDepths(
   redis: Redis,
