@@ -32,6 +32,7 @@ const RECORDED_SETTINGS = [
   'DEVICE',
   'REGISTRY_REFRESH_MS',
   'RESULT_POLL_MS',
+  'DIRECT_REQUESTS',
 ];
 
 function readOptions(): BenchOptions {

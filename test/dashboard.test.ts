@@ -26,7 +26,8 @@ describe('queue dashboard', () => {
   const plain = new TestSystem(uniquePrefix('dashboard-off'));
 
   before(async () => {
-    await system.startGateway({ DASHBOARD_USER: USER, DASHBOARD_PASSWORD: PASSWORD });
+    // Every request a job, so that a lone one shows on the board.
+    await system.startGateway({ DASHBOARD_USER: USER, DASHBOARD_PASSWORD: PASSWORD, DIRECT_REQUESTS: 'false' });
     await tokenGateway.startGateway({ DASHBOARD_TOKEN: TOKEN, DASHBOARD_READONLY: 'true' });
     await plain.startGateway();
     system.startWorker({ model: MODEL });

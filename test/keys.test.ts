@@ -94,7 +94,12 @@ describe('API keys, quotas and priorities', () => {
   });
 
   it('holds a key to its rate across two gateways: 429 with Retry-After and RateLimit headers, nothing enqueued', async () => {
-    const jobsBefore = (await queue.getJobCounts('completed')).completed;
+    // What reached the workers: jobs, and lone requests sent straight to a worker.
+    const sent = async () =>
+      (await queue.getJobCounts('completed')).completed +
+      (await one.metric('tserve_direct_requests_total', { model: MODEL })) +
+      (await two.metric('tserve_direct_requests_total', { model: MODEL }));
+    const sentBefore = await sent();
     const answers = [await call(one, tokens.carol), await call(two, tokens.carol), await call(one, tokens.carol)];
     assert.deepEqual(
       answers.map((r) => r.status),
@@ -113,7 +118,7 @@ describe('API keys, quotas and priorities', () => {
     assert.equal(refused.headers.get('ratelimit-policy'), '3;w=600');
     // Another key is not affected.
     assert.equal((await call(two, tokens.alice)).status, 200);
-    await waitFor('four jobs recorded', async () => (await queue.getJobCounts('completed')).completed === jobsBefore + 4, 10_000);
+    await waitFor('four requests sent', async () => (await sent()) === sentBefore + 4, 10_000);
     const metrics = await (await fetch(`${two.url}/metrics`)).text();
     assert.match(metrics, /tserve_quota_rejections_total\{key="carol",reason="rate"\} 1/);
   });

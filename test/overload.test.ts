@@ -77,7 +77,7 @@ describe('overload', () => {
     }
   });
 
-  it('answers 504 at the deadline and the job never runs', async () => {
+  it('answers 504 at the deadline and the request never runs', async () => {
     worker.kill('SIGSTOP');
     let res;
     const started = Date.now();
@@ -92,9 +92,9 @@ describe('overload', () => {
     assert.ok(elapsed >= 350 && elapsed < 3000, `answered at the client's deadline (${elapsed} ms)`);
     const requestId = res.headers.get('x-request-id')!;
     assert.ok(requestId, 'the 504 names its request id');
-    // The worker took the job once thawed and refused the request unrun: its outcome in the job says
-    // so. (A lone request's job carries the request's id.)
-    const stored = await waitFor('the job settled', () => system.jobReturnValue(MODEL, requestId), 10_000);
+    // The worker took the request once thawed and refused it unrun: its stored outcome says so. (A
+    // lone request goes straight to a worker, its outcome kept under its own id.)
+    const stored = await waitFor('the request settled', () => system.directOutcome(requestId), 10_000);
     const outcome = stored.outcomes.find((o: { id: string }) => o.id === requestId);
     assert.ok(outcome && !outcome.ok && outcome.error.error_type === 'timeout', JSON.stringify(stored));
     assert.match(outcome.error.error, /deadline passed before the model ran/);

@@ -6,7 +6,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { Redis } from 'ioredis';
-import { queueNameFor } from '@tserve/queue';
+import { keys, queueNameFor } from '@tserve/queue';
 import type { ReadyBody } from '@tserve/contract';
 import { cleanPrefix, freePort, MODEL_DIR, startNode, waitFor, type Env, type Proc } from './processes.ts';
 
@@ -121,6 +121,18 @@ export class TestSystem {
     try {
       const raw = await redis.hget(`${this.prefix}:${queueNameFor(model)}:${jobId}`, 'returnvalue');
       return raw === null ? undefined : JSON.parse(raw);
+    } finally {
+      redis.disconnect();
+    }
+  }
+
+  /** What a direct request's state key holds once a worker answered it: the worker's JobOutcome. */
+  async directOutcome(requestId: string): Promise<any> {
+    const redis = new Redis(this.redisUrl, { maxRetriesPerRequest: 1 });
+    try {
+      const raw = await redis.get(keys.directState(this.prefix, requestId));
+      const state = raw === null ? undefined : JSON.parse(raw);
+      return state?.outcomes ? state : undefined;
     } finally {
       redis.disconnect();
     }

@@ -20,7 +20,7 @@ function heldEnqueue() {
 }
 
 /** A coalescer over `enqueue`: batches of 32, workers that say when they take a job, a long grace. */
-function coalescerOver(enqueue: Enqueue, options: { maxSequences?: (model: string) => number; workersTellTaken?: boolean; graceMs?: number } = {}) {
+function coalescerOver(enqueue: Enqueue<void>, options: { maxSequences?: (model: string) => number; workersTellTaken?: boolean; graceMs?: number } = {}) {
   return new EnqueueCoalescer(enqueue, options.maxSequences ?? (() => 32), () => options.workersTellTaken ?? true, options.graceMs ?? 60_000);
 }
 
@@ -44,7 +44,7 @@ describe('EnqueueCoalescer', () => {
     const rest = ['r2', 'r3'].map((id) => coalescer.submit('m', request(id)));
     assert.equal(calls.length, 1, 'the others wait for the enqueue in flight');
     calls[0].release();
-    assert.equal(await first, 'r1');
+    assert.equal((await first).jobId, 'r1');
     rest.push(coalescer.submit('m', request('r4')));
     await new Promise((r) => setImmediate(r));
     assert.equal(calls.length, 1, 'and, once it is in Redis, for a worker to take it');
@@ -58,7 +58,11 @@ describe('EnqueueCoalescer', () => {
       [['r2', ['r2', 'r3', 'r4']]],
     );
     calls[1].release();
-    assert.deepEqual(await Promise.all(rest), ['r2', 'r2', 'r2'], 'each learns the id of the job that carries it');
+    assert.deepEqual(
+      (await Promise.all(rest)).map((sent) => sent.jobId),
+      ['r2', 'r2', 'r2'],
+      'each learns the id of the job that carries it',
+    );
   });
 
   it("keeps models apart, splits a flush by the model's batch size, and fails a flush as a whole", async () => {
@@ -126,7 +130,7 @@ describe('EnqueueCoalescer', () => {
     t.mock.timers.tick(1);
     assert.equal(calls.length, 3, 'no word of r2 within the grace: r3 goes anyway');
     calls[2].release();
-    assert.equal(await late, 'r3');
+    assert.equal((await late).jobId, 'r3');
   });
 
   it('holds nothing back for a model whose workers do not say when they take a job (older workers)', async () => {

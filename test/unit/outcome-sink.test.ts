@@ -5,6 +5,7 @@ import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import type { InferenceJobData, JobOutcome, JobsTaken, QueuedRequest, RequestOutcome } from '@tserve/contract';
 import { JobOutcomeSink } from '../../apps/worker/src/outcome-sink.ts';
+import { workOfDirect, workOfJob } from '../../apps/worker/src/work.ts';
 import { Cancellations } from '../../apps/worker/src/cancellations.ts';
 
 const request = (id: string): QueuedRequest => ({ id, inputs: ['x'], parameters: {}, deadline: 0, enqueuedAt: 0 });
@@ -15,7 +16,9 @@ function harness() {
   const published: Array<{ channel: string; outcome: JobOutcome }> = [];
   const taken: Array<{ channel: string; message: JobsTaken }> = [];
   const completed: Array<{ job: string; token: string }> = [];
+  const stored: Array<{ key: string; outcome: JobOutcome; px: string; ms: number }> = [];
   const publisher = {
+    set: async (key: string, value: string, px: string, ms: number) => void stored.push({ key, outcome: JSON.parse(value) as JobOutcome, px, ms }),
     publish: async (channel: string, message: string) => {
       const parsed = JSON.parse(message) as JobOutcome | JobsTaken;
       if ('taken' in parsed) taken.push({ channel, message: parsed });
@@ -24,16 +27,17 @@ function harness() {
     },
   };
   const job = (id: string, requests: string[]) =>
-    ({
+    workOfJob({
       id,
+      opts: {},
       // j3 comes from j1's gateway; j4 from a gateway too old to ask to be told.
       data: { requests: requests.map(request), replyTo: id === 'j3' ? 'reply:j1' : `reply:${id}`, tellTaken: id !== 'j4' },
       moveToCompleted: async (_result: JobOutcome, token: string) => void completed.push({ job: id, token }),
-    }) as unknown as Job<InferenceJobData>;
+    } as unknown as Job<InferenceJobData>);
   const silent = { debug() {}, warn() {} } as unknown as Logger;
   const cancellations = new Cancellations();
-  const sink = new JobOutcomeSink(publisher as unknown as Redis, cancellations, { model: 'm', token: 'worker-1' }, silent);
-  return { sink, job, published, completed, taken, cancellations };
+  const sink = new JobOutcomeSink(publisher as unknown as Redis, cancellations, { prefix: 'p', model: 'm', token: 'worker-1' }, silent);
+  return { sink, job, published, completed, stored, taken, cancellations };
 }
 
 describe('JobOutcomeSink', () => {
@@ -63,6 +67,20 @@ describe('JobOutcomeSink', () => {
       { channel: 'reply:j1', message: { taken: ['j1', 'j3'] } },
       { channel: 'reply:j2', message: { taken: ['j2'] } },
     ]);
+  });
+
+  it("settles a direct request in its state key, for the gateway's fallback read; it holds no lock to renew", async () => {
+    const { sink, job, published, completed, stored, taken } = harness();
+    sink.hold([workOfDirect({ request: request('d'), replyTo: 'reply:g', keepMs: 12_000 }), job('j1', ['a'])]);
+    assert.deepEqual(sink.heldJobIds(), ['j1']);
+    sink.tellTaken();
+    assert.deepEqual(taken[0], { channel: 'reply:g', message: { taken: ['d'] } }, 'its gateway hears it was taken, like a job');
+    sink.record(request('d'), answer('d'));
+    await sink.drain();
+    const outcome = { job: 'd', model: 'm', outcomes: [answer('d')] };
+    assert.deepEqual(published, [{ channel: 'reply:g', outcome }]);
+    assert.deepEqual(stored, [{ key: 'p:direct-state:d', outcome, px: 'PX', ms: 12_000 }]);
+    assert.deepEqual(completed, [], 'no BullMQ job to complete');
   });
 
   it("forgets a request's cancellation once it is answered", () => {

@@ -6,22 +6,28 @@ export interface CoalescedJob {
   requests: QueuedRequest[];
 }
 
-/** Sends jobs for a model and class to Redis; several at once go in one round trip. */
-export type Enqueue = (model: string, priority: Priority, jobs: CoalescedJob[]) => Promise<void>;
+/** Sends jobs for a model and class to Redis; several at once go in one round trip. Its receipt reaches each request's submitter. */
+export type Enqueue<R> = (model: string, priority: Priority, jobs: CoalescedJob[]) => Promise<R>;
+
+/** Where a submitted request went: the job that carries it, and the receipt of the enqueue that sent it. */
+export interface Sent<R> {
+  jobId: string;
+  receipt: R;
+}
 
 /** A request taken back before it was sent (deadline or client gone): its `submit` rejects with this. */
 export class Withdrawn extends Error {}
 
-interface Entry {
+interface Entry<R> {
   request: QueuedRequest;
-  resolve: (jobId: string) => void;
+  resolve: (sent: Sent<R>) => void;
   reject: (err: unknown) => void;
 }
 
-interface Lane {
+interface Lane<R> {
   model: string;
   priority: Priority;
-  waiting: Entry[];
+  waiting: Entry<R>[];
   sending: boolean;
   /** Jobs this lane sent that no worker has taken yet, as far as this gateway has heard. */
   untaken: Set<string>;
@@ -41,13 +47,13 @@ const laneKey = (model: string, priority: Priority) => `${priority}\n${model}`;
  * BullMQ's scripts) is shared by all of them. Workers say when a batch holding a job starts
  * (`taken`); if that word is lost, `graceMs` later the waiting requests go out regardless.
  */
-export class EnqueueCoalescer {
-  private readonly lanes = new Map<string, Lane>();
+export class EnqueueCoalescer<R = void> {
+  private readonly lanes = new Map<string, Lane<R>>();
   /** The lane of each job not yet taken. */
   private readonly laneOfJob = new Map<string, string>();
 
   constructor(
-    private readonly enqueue: Enqueue,
+    private readonly enqueue: Enqueue<R>,
     /** Most sequences in one job: a worker's batch size, so one job never spans two batches. */
     private readonly maxSequences: (model: string) => number,
     /** Whether the model's workers say when they take a job: only then are requests held back for it. */
@@ -55,12 +61,12 @@ export class EnqueueCoalescer {
     private readonly graceMs: number,
   ) {}
 
-  /** Resolves with the id of the job that carries the request, once it is in Redis. */
-  submit(model: string, request: QueuedRequest, priority: Priority = 'interactive'): Promise<string> {
+  /** Resolves with the job that carries the request, once it is in Redis. */
+  submit(model: string, request: QueuedRequest, priority: Priority = 'interactive'): Promise<Sent<R>> {
     const key = laneKey(model, priority);
-    const lane = this.lanes.get(key) ?? { model, priority, waiting: [], sending: false, untaken: new Set<string>() };
+    const lane: Lane<R> = this.lanes.get(key) ?? { model, priority, waiting: [], sending: false, untaken: new Set<string>() };
     this.lanes.set(key, lane);
-    const sent = new Promise<string>((resolve, reject) => lane.waiting.push({ request, resolve, reject }));
+    const sent = new Promise<Sent<R>>((resolve, reject) => lane.waiting.push({ request, resolve, reject }));
     this.pump(key, lane);
     return sent;
   }
@@ -98,7 +104,7 @@ export class EnqueueCoalescer {
   }
 
   /** Sends what waits if the lane is free; otherwise makes sure the grace timer runs; drops an empty lane. */
-  private pump(key: string, lane: Lane): void {
+  private pump(key: string, lane: Lane<R>): void {
     if (lane.sending) return;
     if (lane.untaken.size > 0 && !this.workersTellTaken(lane.model)) this.forgetUntaken(lane);
     if (lane.waiting.length > 0 && lane.untaken.size === 0) {
@@ -119,12 +125,12 @@ export class EnqueueCoalescer {
     if (lane.waiting.length === 0 && lane.untaken.size === 0) this.lanes.delete(key);
   }
 
-  private forgetUntaken(lane: Lane): void {
+  private forgetUntaken(lane: Lane<R>): void {
     for (const id of lane.untaken) this.laneOfJob.delete(id);
     lane.untaken.clear();
   }
 
-  private async send(key: string, lane: Lane): Promise<void> {
+  private async send(key: string, lane: Lane<R>): Promise<void> {
     lane.sending = true;
     clearTimeout(lane.graceTimer);
     lane.graceTimer = undefined;
@@ -136,12 +142,12 @@ export class EnqueueCoalescer {
       this.laneOfJob.set(id, key);
     }
     try {
-      await this.enqueue(
+      const receipt = await this.enqueue(
         lane.model,
         lane.priority,
         jobs.map((job) => ({ id: job.id, requests: job.entries.map((e) => e.request) })),
       );
-      for (const job of jobs) for (const e of job.entries) e.resolve(job.id);
+      for (const job of jobs) for (const e of job.entries) e.resolve({ jobId: job.id, receipt });
     } catch (err) {
       for (const { id } of jobs) {
         lane.untaken.delete(id);

@@ -21,7 +21,8 @@ import type { ModelRegistry, ServedModel } from './model-registry.js';
 import type { QueueSet } from './queues.js';
 import type { ResultWaiters } from './result-waiters.js';
 import type { Admission } from './admission.js';
-import { Withdrawn, type EnqueueCoalescer } from './coalescer.js';
+import { Withdrawn, type EnqueueCoalescer, type Sent } from './coalescer.js';
+import type { DirectTicket } from './direct-requests.js';
 
 export interface InferenceCall {
   model: string;
@@ -75,7 +76,8 @@ export class InferenceService {
     private readonly config: GatewayConfig,
     private readonly registry: ModelRegistry,
     private readonly queues: QueueSet,
-    private readonly coalescer: EnqueueCoalescer,
+    /** Its receipt is the direct request a lone request went as, if it went as one. */
+    private readonly coalescer: EnqueueCoalescer<DirectTicket | undefined>,
     private readonly results: ResultWaiters,
     private readonly admission: Admission,
     /** Publishes cancellations; the gateway's fail-fast connection. */
@@ -134,7 +136,12 @@ export class InferenceService {
     call.signal?.addEventListener('abort', abandon, { once: true });
     try {
       try {
-        this.results.bindJob(request.id, this.queues.get(call.model), await sent);
+        // Got for direct requests too: the model's Queue then exists from its first request, and its
+        // settings are written again into a Redis that restarts empty (QueueSet).
+        const queue = this.queues.get(call.model);
+        const { jobId, receipt } = await sent;
+        if (receipt) this.results.bindDirect(request.id, receipt);
+        else this.results.bindJob(request.id, queue, jobId);
       } catch (err) {
         if (!(err instanceof Withdrawn)) {
           this.results.cancel(request.id);
@@ -155,7 +162,7 @@ export class InferenceService {
    * The client left: a request not yet sent is withdrawn; a queued one is named to the model's
    * workers, which skip it if they have not run it yet. Either way nobody waits for it any more.
    */
-  private abandon({ model, requestId, priority }: InferenceCall, sent: Promise<string>): void {
+  private abandon({ model, requestId, priority }: InferenceCall, sent: Promise<Sent<DirectTicket | undefined>>): void {
     this.results.cancel(requestId, new ApiError('cancelled', 'the client closed the connection'));
     if (this.coalescer.withdraw(model, requestId, priority)) {
       this.observer.abandoned(model, 'gateway');

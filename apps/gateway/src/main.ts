@@ -5,13 +5,14 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import { pino, type Logger } from 'pino';
 import { ConfigError, formatHelp, loadGatewayConfig, type GatewayConfig } from '@tserve/config';
-import { createRedis, exchangeDepths, keys } from '@tserve/queue';
+import { createRedis, exchangeDepths, keys, outcomesKeptMs } from '@tserve/queue';
 import { QueueSet } from './queues.js';
 import { ModelRegistry } from './model-registry.js';
 import { ResultWaiters } from './result-waiters.js';
 import { createRedisBreaker } from './breaker.js';
 import { InferenceService } from './inference.js';
 import { EnqueueCoalescer } from './coalescer.js';
+import { DirectRequests, goesDirect, type DirectTicket } from './direct-requests.js';
 import { KeyStore, parseKeyFile } from './api-keys.js';
 import { Quotas } from './quotas.js';
 import { createApp, ROUTES } from './app.js';
@@ -69,11 +70,34 @@ async function main(): Promise<void> {
   const breaker = createRedisBreaker(config, logger);
   const snapshot = createSnapshot(registry, depth, breaker);
   const metrics = createMetrics(snapshot);
-  const results = new ResultWaiters(subscriber, keys.results(config.QUEUE_PREFIX, gatewayId), config.RESULT_POLL_MS, logger, metrics.unclaimed, (jobIds) =>
-    coalescer.taken(jobIds),
+  const direct = new DirectRequests(redis, config.QUEUE_PREFIX, outcomesKeptMs(config.RESULT_POLL_MS), (workerId) => registry.isLive(workerId));
+  const results = new ResultWaiters(
+    subscriber,
+    keys.results(config.QUEUE_PREFIX, gatewayId),
+    config.RESULT_POLL_MS,
+    logger,
+    metrics.unclaimed,
+    (jobIds) => coalescer.taken(jobIds),
+    {
+      requests: direct,
+      requeue: async ({ model, request }) => {
+        await queues.enqueue(model, 'interactive', results.channel, [{ id: request.id, requests: [request] }]);
+        return { queue: queues.get(model), id: request.id };
+      },
+      onRequeued: metrics.directRequeued,
+    },
   );
-  const coalescer = new EnqueueCoalescer(
-    (model, priority, jobs) => breaker.guard(() => queues.enqueue(model, priority, results.channel, jobs)),
+  const coalescer = new EnqueueCoalescer<DirectTicket | undefined>(
+    (model, priority, jobs) =>
+      breaker.guard(async () => {
+        if (config.DIRECT_REQUESTS && goesDirect(priority, jobs) && registry.takesDirect(model)) {
+          const ticket = await direct.send(model, jobs[0].requests[0], results.channel);
+          metrics.directSent(model);
+          return ticket;
+        }
+        await queues.enqueue(model, priority, results.channel, jobs);
+        return undefined;
+      }),
     (model) => registry.batchSize(model),
     (model) => registry.tellsTaken(model),
     // A worker's word that it took a job is lost only as a result message is: the same period covers both.

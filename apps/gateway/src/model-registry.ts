@@ -41,6 +41,8 @@ export class ModelRegistry {
   private readonly known = new Map<string, Task>();
   /** Models whose worker reported it could not load them, and has no live worker since. */
   private failures = new Map<string, LoadFailure>();
+  /** Ids of every announced worker, loading ones included. */
+  private liveWorkers = new Set<string>();
   /** Models announced by loading workers only. */
   private loadingModels = new Map<string, LoadingModel>();
   /** Called after each successful refresh (requests waiting for a model to finish loading). */
@@ -124,6 +126,17 @@ export class ModelRegistry {
     return workers.length > 0 && workers.every((w) => w.tellsTaken === true);
   }
 
+  /** Whether every live worker of the model pops direct requests: else a gateway sends only jobs. */
+  takesDirect(model: string): boolean {
+    const workers = this.models.get(model)?.workers ?? [];
+    return workers.length > 0 && workers.every((w) => w.takesDirect === true);
+  }
+
+  /** Whether the worker's announcement was there at the last refresh. */
+  isLive(workerId: string): boolean {
+    return this.liveWorkers.has(workerId);
+  }
+
   taskOf(model: string): Task | undefined {
     return this.known.get(model);
   }
@@ -165,6 +178,7 @@ export class ModelRegistry {
       for (const id of byModel.keys()) loading.delete(id);
       for (const m of byModel.values()) this.known.set(m.id, m.task);
       this.models = byModel;
+      this.liveWorkers = new Set(workers.map((w) => w.id));
       this.loadingModels = loading;
       this.failures = new Map(failures.filter((f) => !byModel.has(f.model) && !loading.has(f.model)).map((f) => [f.model, f]));
       for (const listener of [...this.listeners]) listener();

@@ -2,11 +2,22 @@ import { Job, type Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { ApiError, decodeJobFailure, type JobOutcome, type JobsTaken, type RequestOutcome } from '@tserve/contract';
+import type { DirectRequests, DirectTicket } from './direct-requests.js';
+
+/** A BullMQ job that carries a request. */
+interface JobRef {
+  queue: Queue;
+  id: string;
+}
+
+/** Sends a direct request that nobody holds as a job instead (see DirectRequests). */
+export type Requeue = (ticket: DirectTicket) => Promise<JobRef>;
 
 interface Waiter {
   since: number;
-  /** The job carrying the request, once it is in Redis: the fallback poll reads it. */
-  job?: { queue: Queue; id: string };
+  /** Where the request went once it is in Redis, a job or a direct request: the fallback poll reads it there. */
+  job?: JobRef;
+  direct?: DirectTicket;
   resolve: (outcome: RequestOutcome) => void;
   reject: (err: ApiError) => void;
   timer: NodeJS.Timeout;
@@ -35,6 +46,8 @@ export class ResultWaiters {
     private readonly onUnclaimed: (model: string, outcome: RequestOutcome) => void = () => {},
     /** Told of jobs a worker took from the queue. */
     private readonly onTaken: (jobIds: string[]) => void = () => {},
+    /** Where direct requests are looked up, and how one nobody holds is sent again; absent: none are sent. */
+    private readonly direct?: { requests: DirectRequests; requeue: Requeue; onRequeued: (model: string) => void },
   ) {}
 
   async start(): Promise<void> {
@@ -67,6 +80,12 @@ export class ResultWaiters {
   bindJob(requestId: string, queue: Queue, jobId: string): void {
     const waiter = this.waiters.get(requestId);
     if (waiter) waiter.job = { queue, id: jobId };
+  }
+
+  /** Names the direct request a waiting request went as, for the fallback poll. */
+  bindDirect(requestId: string, ticket: DirectTicket): void {
+    const waiter = this.waiters.get(requestId);
+    if (waiter) waiter.direct = ticket;
   }
 
   /** Releases a waiter (its enqueue failed, or its client left); it rejects with `error` if given. */
@@ -115,13 +134,35 @@ export class ResultWaiters {
     this.polling = true;
     try {
       const cutoff = Date.now() - this.pollMs;
-      const jobs = new Map<string, { queue: Queue; id: string }>();
-      for (const waiter of this.waiters.values()) {
-        if (waiter.since <= cutoff && waiter.job) jobs.set(`${waiter.job.queue.name}/${waiter.job.id}`, waiter.job);
+      const jobs = new Map<string, JobRef>();
+      const directs: Array<[string, Waiter]> = [];
+      for (const [id, waiter] of this.waiters) {
+        if (waiter.since > cutoff) continue;
+        if (waiter.job) jobs.set(`${waiter.job.queue.name}/${waiter.job.id}`, waiter.job);
+        else if (waiter.direct) directs.push([id, waiter]);
       }
-      await Promise.all([...jobs.values()].map((job) => this.readJob(job.queue, job.id)));
+      await Promise.all([...[...jobs.values()].map((job) => this.readJob(job.queue, job.id)), ...directs.map(([id, waiter]) => this.readDirect(id, waiter))]);
     } finally {
       this.polling = false;
+    }
+  }
+
+  /** Delivers a direct request's stored outcome, or sends it as a job if nobody holds it. */
+  private async readDirect(requestId: string, waiter: Waiter): Promise<void> {
+    const ticket = waiter.direct!;
+    try {
+      const fate = await this.direct!.requests.fate(ticket);
+      if ('outcome' in fate) {
+        for (const outcome of fate.outcome.outcomes) this.deliver(fate.outcome.model, outcome);
+      } else if ('orphaned' in fate && this.waiters.get(requestId) === waiter) {
+        // Bound to the job only once it is there: if this fails, the next poll finds the ticket unaccounted for and tries again.
+        waiter.job = await this.direct!.requeue(ticket);
+        waiter.direct = undefined;
+        this.direct!.onRequeued(ticket.model);
+        this.logger.warn({ requestId, model: ticket.model }, 'direct request held by no live worker; sent again as a job');
+      }
+    } catch {
+      // Redis unreachable: looked at again at the next poll; the request waits until its deadline.
     }
   }
 

@@ -1,10 +1,11 @@
-import type { Job, Worker } from 'bullmq';
-import type { Redis } from 'ioredis';
+import type { Worker } from 'bullmq';
 import type { Logger } from 'pino';
-import { ApiError, sequenceCount, type InferenceJobData } from '@tserve/contract';
-import { gatherBatch, topUp, type BatchLimits, type JobSource } from './batcher.js';
+import { ApiError, type InferenceJobData } from '@tserve/contract';
+import { gatherBatch, topUp, type BatchLimits } from './batcher.js';
 import type { BatchRunner, PreparedBatch } from './runner.js';
 import type { JobOutcomeSink } from './outcome-sink.js';
+import type { WorkSource } from './work-source.js';
+import { sequencesOf, type Work } from './work.js';
 
 export interface ConsumerOptions {
   limits: BatchLimits;
@@ -15,65 +16,26 @@ export interface ConsumerOptions {
 }
 
 /**
- * Jobs waiting: the wait list (interactive) and the prioritized set (batch class). When both are
- * empty, also drops BullMQ's base wake-up marker. BullMQ re-adds
- * that marker each time a job goes active, so that another worker looks for more; with nothing
- * waiting it only wakes this worker for a fetch that comes back empty (about ten commands inside
- * Redis, per job, at low load). Atomic, so a job added later leaves a fresh marker: no wake-up is
- * lost. Only the base marker ("0") goes; markers of delayed jobs stay.
- */
-const WAITING_OR_IDLE = `
-local waiting = redis.call('LLEN', KEYS[1]) + redis.call('ZCARD', KEYS[3])
-if waiting == 0 then redis.call('ZREM', KEYS[2], '0') end
-return waiting`;
-
-/**
- * Pulls batches from the model's BullMQ queue and hands their requests to the runner, whose
- * outcomes go to the sink; the sink settles each job. Jobs are fetched by hand (not with a
- * processor function) so a batch is gathered in few round trips, and the next batch is fetched and
- * tokenized while the model thread runs the current one. Locks are renewed here in one call for all
- * held jobs; BullMQ's stalled-job checker returns a dead worker's jobs to the queue.
+ * Pulls batches of work (BullMQ jobs and direct requests, from the source) and hands their requests
+ * to the runner, whose outcomes go to the sink; the sink settles each job. Jobs are fetched by hand
+ * (not with a processor function) so a batch is gathered in few round trips, and the next batch is
+ * fetched and tokenized while the model thread runs the current one. Locks are renewed here in one
+ * call for all held jobs; BullMQ's stalled-job checker returns a dead worker's jobs to the queue.
  */
 export class Consumer {
   private stopping = false;
-  private busy = false;
   private loop?: Promise<void>;
   private renewTimer?: NodeJS.Timeout;
-  private readonly source: JobSource<Job<InferenceJobData>>;
 
   constructor(
     private readonly worker: Worker<InferenceJobData>,
-    /** The worker's command connection, for the wait list's length. */
-    private readonly connection: Redis,
+    private readonly source: WorkSource,
     private readonly runner: BatchRunner,
-    /** Where the runner's outcomes go: told of each job fetched, and of each batch's report. */
+    /** Where the runner's outcomes go: told of the work fetched, and of each batch's report. */
     private readonly sink: JobOutcomeSink,
     private readonly options: ConsumerOptions,
     private readonly logger: Logger,
-  ) {
-    const token = options.token;
-    const waitKey = worker.keys.wait;
-    const markerKey = worker.keys.marker;
-    const prioritizedKey = worker.keys.prioritized;
-    this.source = {
-      next: async () => {
-        const job = (await worker.getNextJob(token, { block: true })) as Job<InferenceJobData> | undefined;
-        if (job) this.busy = true;
-        return job;
-      },
-      waiting: async () => {
-        const waiting = Number(await connection.eval(WAITING_OR_IDLE, 3, waitKey, markerKey, prioritizedKey));
-        // BullMQ tries one fetch before blocking after any job it handed out; the length just read
-        // says that fetch would come back empty, so skip it and block on the marker at once.
-        if (waiting === 0) (worker as unknown as { drained: boolean }).drained = true;
-        return waiting;
-      },
-      take: async (count) => {
-        const jobs = await Promise.all(Array.from({ length: count }, () => worker.getNextJob(token, { block: false })));
-        return jobs.filter((j): j is Job<InferenceJobData> => j !== undefined);
-      },
-    };
-  }
+  ) {}
 
   start(): void {
     this.renewTimer = setInterval(() => void this.renewLocks(), Math.max(100, this.options.lockMs / 2));
@@ -83,8 +45,8 @@ export class Consumer {
   /** Stops fetching, finishes the batches in hand and their publications. */
   async stop(): Promise<void> {
     this.stopping = true;
-    // A worker idle in a blocking fetch holds no job: closing wakes it up.
-    if (!this.busy) await this.worker.close();
+    // Wakes the loop from a blocking wait; the jobs it holds are fetched on another connection.
+    this.source.interrupt();
     await this.loop;
     await this.sink.drain();
     clearInterval(this.renewTimer);
@@ -95,10 +57,9 @@ export class Consumer {
     let running: Promise<void> = Promise.resolve();
     let modelBusy = false;
     while (!this.stopping) {
-      if (!modelBusy) this.busy = false;
-      let jobs: Job<InferenceJobData>[];
+      let jobs: Work[];
       try {
-        jobs = await gatherBatch(this.source, this.options.limits, (job) => sequencesOf(job));
+        jobs = await gatherBatch(this.source, this.options.limits, sequencesOf);
       } catch (err) {
         if (this.stopping) break;
         this.logger.warn({ err: String(err) }, 'fetching jobs failed; retrying');
@@ -112,7 +73,7 @@ export class Consumer {
       // keep it waiting: then they hear now.
       if (modelBusy && this.options.hasPeers()) this.sink.tellTaken();
       // Tokenized here while the model thread may still run the previous batch.
-      const batch = this.runner.prepare(jobs.flatMap((j) => j.data.requests));
+      const batch = this.runner.prepare(jobs.flatMap((j) => j.requests));
       const waitedForModel = modelBusy;
       await running;
       // This batch waited for the model anyway: interactive work that arrived meanwhile goes ahead of
@@ -135,19 +96,19 @@ export class Consumer {
   }
 
   /**
-   * Interactive jobs waiting now, prepared as a batch of their own, when `jobs` hold batch-class work.
-   * BullMQ fetches from the wait list (interactive) before the prioritized set, so the jobs taken
-   * here are interactive ones.
+   * Interactive work waiting now, prepared as a batch of its own, when `jobs` hold batch-class work.
+   * The source takes direct requests first, and BullMQ fetches from the wait list (interactive)
+   * before the prioritized set, so the work taken here is interactive.
    */
-  private async interactiveAhead(jobs: Job<InferenceJobData>[]): Promise<PreparedBatch | undefined> {
-    if (!jobs.some((job) => (job.opts.priority ?? 0) > 0)) return undefined;
+  private async interactiveAhead(jobs: Work[]): Promise<PreparedBatch | undefined> {
+    if (!jobs.some((job) => job.bulk)) return undefined;
     try {
-      const waiting = await this.connection.llen(this.worker.keys.wait);
+      const waiting = await this.source.interactiveWaiting();
       if (waiting === 0) return undefined;
       const urgent = await this.source.take(Math.min(waiting, this.options.limits.maxSize));
       if (urgent.length === 0) return undefined;
       this.sink.hold(urgent);
-      return this.runner.prepare(urgent.flatMap((j) => j.data.requests));
+      return this.runner.prepare(urgent.flatMap((j) => j.requests));
     } catch (err) {
       this.logger.warn({ err: String(err) }, 'fetching interactive jobs failed; running the batch in hand');
       return undefined;
@@ -161,7 +122,7 @@ export class Consumer {
       if (more.length === 0) return;
       this.sink.hold(more);
       this.runner.prepare(
-        more.flatMap((j) => j.data.requests),
+        more.flatMap((j) => j.requests),
         batch,
       );
     } catch (err) {
@@ -193,5 +154,3 @@ export class Consumer {
     }
   }
 }
-
-const sequencesOf = (job: Job<InferenceJobData>) => job.data.requests.reduce((n, r) => n + sequenceCount(r), 0);

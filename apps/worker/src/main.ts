@@ -12,6 +12,7 @@ import { Engine } from './engine.js';
 import { headsFor } from './tasks/index.js';
 import { BatchRunner } from './runner.js';
 import { Consumer } from './consumer.js';
+import { WorkSource } from './work-source.js';
 import { Cancellations } from './cancellations.js';
 import { JobOutcomeSink } from './outcome-sink.js';
 import { Heartbeat } from './heartbeat.js';
@@ -47,6 +48,7 @@ async function main(): Promise<void> {
     batchMaxTokens: config.BATCH_MAX_TOKENS,
     maxTokens: 0,
     tellsTaken: true,
+    takesDirect: true,
   };
   const heartbeat = new Heartbeat(publisher, config.QUEUE_PREFIX, info, config.HEARTBEAT_MS, config.WORKER_TTL_MS, logger);
   await heartbeat.start();
@@ -97,6 +99,7 @@ async function main(): Promise<void> {
   );
 
   const connection = createRedis(config.REDIS_URL, 'worker');
+  const blocking = createRedis(config.REDIS_URL, 'worker');
   const cancellationChannel = createRedis(config.REDIS_URL, 'subscriber');
   const worker = new Worker<InferenceJobData>(queueNameFor(config.MODEL), null, {
     connection,
@@ -108,21 +111,28 @@ async function main(): Promise<void> {
     stalledInterval: config.STALLED_INTERVAL_MS,
     // A job whose worker died is retried; twice in a row means the job itself kills workers.
     maxStalledCount: 2,
-    // Seconds an idle blocking fetch waits before polling again; a job's marker wakes it at once, so
-    // this only sets how often an idle worker asks an empty queue.
-    drainDelay: 5,
   });
   worker.on('error', (err) => logger.warn({ err: String(err) }, 'queue connection error'));
 
   // Data flows one way: the consumer fetches jobs, the runner runs their requests, the sink settles the jobs.
   const cancelled = new Cancellations();
-  const sink = new JobOutcomeSink(publisher, cancelled, { model: config.MODEL, token: workerId }, logger);
+  const sink = new JobOutcomeSink(publisher, cancelled, { prefix: config.QUEUE_PREFIX, model: config.MODEL, token: workerId }, logger);
   const runner = new BatchRunner(engine, headsFor(loaded), { maxSize: config.BATCH_MAX_SIZE, maxPaddedTokens: config.BATCH_MAX_TOKENS }, sink, (id) =>
     cancelled.has(id),
   );
-  const consumer = new Consumer(
+  const source = new WorkSource(
     worker,
     connection,
+    blocking,
+    publisher,
+    // A job's marker or a direct request wakes an idle worker at once, so how long it waits only sets
+    // how often it asks an empty queue anyway.
+    { prefix: config.QUEUE_PREFIX, model: config.MODEL, workerId, idleSeconds: 5 },
+    logger,
+  );
+  const consumer = new Consumer(
+    worker,
+    source,
     runner,
     sink,
     {
@@ -171,6 +181,7 @@ async function main(): Promise<void> {
     await consumer.stop();
     await thread.stop();
     await Promise.allSettled([connection.quit(), publisher.quit(), cancellationChannel.quit()]);
+    blocking.disconnect();
     logger.info('stopped');
     process.exit(0);
   };

@@ -1,27 +1,30 @@
-import type { Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import type { InferenceJobData, JobOutcome, JobsTaken, QueuedRequest, RequestOutcome } from '@tserve/contract';
+import type { JobOutcome, JobsTaken, QueuedRequest, RequestOutcome } from '@tserve/contract';
+import { keys } from '@tserve/queue';
 import type { Cancellations } from './cancellations.js';
 import type { BatchReport, OutcomeSink } from './runner.js';
+import type { Work } from './work.js';
 
-/** A job this worker holds: its lock is renewed until every one of its requests has an outcome. */
+/** Work this worker holds: a job's lock is renewed until every one of its requests has an outcome. */
 interface HeldJob {
-  job: Job<InferenceJobData>;
+  work: Work;
   outcomes: Array<RequestOutcome | undefined>;
   remaining: number;
 }
 
 export interface JobOutcomeSinkOptions {
+  prefix: string;
   model: string;
   /** The worker's lock token: a job is recorded as completed under it. */
   token: string;
 }
 
 /**
- * Where the outcomes of the jobs this worker holds go. They are gathered by job; a job is settled
+ * Where the outcomes of the work this worker holds go. They are gathered by job; a job is settled
  * once all its requests have outcomes: published to the gateway waiting for it (clients are
- * waiting) and recorded in the queue as the job's return value, both in one round trip.
+ * waiting) and recorded for the gateway's fallback read, both in one round trip: as the BullMQ
+ * job's return value, or in a direct request's state key.
  */
 export class JobOutcomeSink implements OutcomeSink {
   /** Held jobs by job id, and the job of each of their requests. */
@@ -39,16 +42,16 @@ export class JobOutcomeSink implements OutcomeSink {
     private readonly logger: Logger,
   ) {}
 
-  /** Takes on fetched jobs: their requests' outcomes are expected here. */
-  hold(jobs: Job<InferenceJobData>[]): void {
-    for (const job of jobs) {
-      const held: HeldJob = { job, outcomes: new Array<RequestOutcome | undefined>(job.data.requests.length), remaining: job.data.requests.length };
-      this.held.set(job.id!, held);
-      job.data.requests.forEach((request, index) => this.jobOfRequest.set(request.id, { held, index }));
-      if (job.data.tellTaken) {
-        const ids = this.untold.get(job.data.replyTo) ?? [];
-        ids.push(job.id!);
-        this.untold.set(job.data.replyTo, ids);
+  /** Takes on fetched work: its requests' outcomes are expected here. */
+  hold(works: Work[]): void {
+    for (const work of works) {
+      const held: HeldJob = { work, outcomes: new Array<RequestOutcome | undefined>(work.requests.length), remaining: work.requests.length };
+      this.held.set(work.id, held);
+      work.requests.forEach((request, index) => this.jobOfRequest.set(request.id, { held, index }));
+      if (work.tellTaken) {
+        const ids = this.untold.get(work.replyTo) ?? [];
+        ids.push(work.id);
+        this.untold.set(work.replyTo, ids);
       }
     }
   }
@@ -72,9 +75,11 @@ export class JobOutcomeSink implements OutcomeSink {
     this.untold.clear();
   }
 
-  /** Ids of the jobs still waiting for outcomes: their locks must be kept. */
+  /** Ids of the BullMQ jobs still waiting for outcomes: their locks must be kept. */
   heldJobIds(): string[] {
-    return [...this.held.keys()];
+    const ids: string[] = [];
+    for (const { work } of this.held.values()) if (work.job) ids.push(work.id);
+    return ids;
   }
 
   get heldJobs(): number {
@@ -101,25 +106,28 @@ export class JobOutcomeSink implements OutcomeSink {
   }
 
   private settle(held: HeldJob): void {
-    const { job } = held;
-    this.held.delete(job.id!);
-    const result: JobOutcome = { job: job.id!, model: this.options.model, outcomes: held.outcomes as RequestOutcome[] };
-    const work = (async () => {
+    const { work } = held;
+    this.held.delete(work.id);
+    const result: JobOutcome = { job: work.id, model: this.options.model, outcomes: held.outcomes as RequestOutcome[] };
+    const message = JSON.stringify(result);
+    const settling = (async () => {
       const [published, recorded] = await Promise.allSettled([
-        this.publisher.publish(job.data.replyTo, JSON.stringify(result)),
-        job.moveToCompleted(result, this.options.token, false),
+        this.publisher.publish(work.replyTo, message),
+        work.job
+          ? work.job.moveToCompleted(result, this.options.token, false)
+          : this.publisher.set(keys.directState(this.options.prefix, work.id), message, 'PX', work.keepMs ?? 10_000),
       ]);
       for (const r of [published, recorded]) {
-        if (r.status === 'rejected') this.logger.warn({ jobId: job.id, err: String(r.reason) }, 'settling job failed');
+        if (r.status === 'rejected') this.logger.warn({ jobId: work.id, err: String(r.reason) }, 'settling job failed');
       }
       // Failures get their type only: messages may quote the user's input.
       const failed = result.outcomes.filter((o) => !o.ok);
       this.logger.debug(
-        { jobId: job.id, requests: result.outcomes.map((o) => o.id), failed: failed.map((o) => (o.ok ? undefined : o.error.error_type)) },
+        { jobId: work.id, direct: !work.job, requests: result.outcomes.map((o) => o.id), failed: failed.map((o) => (o.ok ? undefined : o.error.error_type)) },
         'job settled',
       );
     })();
-    this.settling.add(work);
-    void work.finally(() => this.settling.delete(work));
+    this.settling.add(settling);
+    void settling.finally(() => this.settling.delete(settling));
   }
 }

@@ -67,6 +67,25 @@ export interface JobOutcome {
 }
 
 /**
+ * A lone request a gateway sends straight to its model's workers instead of as a BullMQ job: an
+ * entry in the model's sorted set of direct requests, which an idle worker pops with the same
+ * blocking call that waits for BullMQ's jobs. It costs about a tenth of a job's Redis commands.
+ */
+export interface DirectRequest {
+  request: QueuedRequest;
+  /** Pub/sub channel of the gateway instance waiting for it. */
+  replyTo: string;
+  /** How long the worker keeps the request's outcome in its state key, for the gateway's fallback read (ms). */
+  keepMs: number;
+}
+
+/**
+ * What a direct request's state key holds: which worker took it (so the gateway can tell a worker
+ * that died holding it), then its outcome, which is also published.
+ */
+export type DirectState = { takenBy: string } | JobOutcome;
+
+/**
  * What a worker publishes to a gateway when a batch holding jobs of that gateway's starts on the
  * model (a busy worker with peers: when it takes them): the requests the gateway held back behind
  * them may be sent now.
@@ -130,4 +149,6 @@ export interface WorkerInfo {
   maxTokens: number;
   /** Tells gateways when it starts running their jobs (`JobsTaken`); a gateway holds requests back only for models whose workers all do. */
   tellsTaken?: boolean;
+  /** Pops direct requests (`DirectRequest`) beside BullMQ's jobs; a gateway sends them only to models whose workers all do. */
+  takesDirect?: boolean;
 }

@@ -15,16 +15,21 @@ export const QUEUE_STREAMS: QueueOptions['streams'] = { events: { maxLen: EVENTS
 const COMPLETED_KEPT = 1000;
 
 /**
- * Options of the jobs a gateway adds. `resultPollMs` is its fallback poll period: a completed job's
- * stored outcomes serve only that poll (for a result message that was lost), which reads a job
- * within two periods of its completion, so a job is kept for five periods and at least ten seconds.
+ * How long stored outcomes are kept, given the gateway's fallback poll period: they serve only that
+ * poll (for a result message that was lost), which reads them within two periods of their
+ * completion, so five periods and at least ten seconds. The same for a job and a direct request.
  */
+export function outcomesKeptMs(resultPollMs: number): number {
+  return Math.max(10, Math.ceil((5 * resultPollMs) / 1000)) * 1000;
+}
+
+/** Options of the jobs a gateway adds; `resultPollMs` is its fallback poll period. */
 export function jobOptions(resultPollMs: number): JobsOptions {
   return {
     // A job holds requests that are not retried after they failed (their clients got the error
     // already); a job whose worker died is recovered by the stalled-job checker instead.
     attempts: 1,
-    removeOnComplete: { age: Math.max(10, Math.ceil((5 * resultPollMs) / 1000)), count: COMPLETED_KEPT },
+    removeOnComplete: { age: outcomesKeptMs(resultPollMs) / 1000, count: COMPLETED_KEPT },
     // Failures stay longer, for the dashboard; they are few and hold no outcomes.
     removeOnFail: { age: 600, count: 10000 },
   };

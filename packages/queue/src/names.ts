@@ -23,6 +23,10 @@ export const keys = {
   results: (prefix: string, gatewayId: string) => `${prefix}:results:${gatewayId}`,
   /** Hash: gateway id → its outstanding requests for the model, for cluster-wide load shedding. */
   depth: (prefix: string, model: string) => `${prefix}:depth:${queueNameFor(model)}`,
+  /** Sorted set of a model's direct requests (DirectRequest JSON) waiting for a worker, scored by arrival. */
+  directRequests: (prefix: string, model: string) => `${prefix}:direct:${queueNameFor(model)}`,
+  /** A direct request's DirectState: the worker that took it, then its outcome; expires. */
+  directState: (prefix: string, requestId: string) => `${prefix}:direct-state:${requestId}`,
   /** Pub/sub channel on which gateways name a model's requests whose clients went away (CancelNotice). */
   cancellations: (prefix: string, model: string) => `${prefix}:cancel:${queueNameFor(model)}`,
 };

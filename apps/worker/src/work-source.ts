@@ -1,0 +1,144 @@
+import type { Worker } from 'bullmq';
+import type { Redis } from 'ioredis';
+import type { Logger } from 'pino';
+import type { DirectRequest, DirectState, InferenceJobData } from '@tserve/contract';
+import { keys } from '@tserve/queue';
+import type { JobSource } from './batcher.js';
+import { workOfDirect, workOfJob, type Work } from './work.js';
+
+/**
+ * Jobs waiting (the wait list, interactive, and the prioritized set, batch class) plus direct
+ * requests waiting. With no job waiting it also drops BullMQ's base wake-up marker: BullMQ re-adds
+ * it each time a job goes active, so that another worker looks for more, and with nothing waiting it
+ * would only wake this worker for a fetch that comes back empty (about ten commands inside Redis).
+ * Atomic, so a job added later leaves a fresh marker: no wake-up is lost. Only the base marker ("0")
+ * goes; markers of delayed jobs stay. Answers both counts.
+ */
+const WAITING_OR_IDLE = `
+local jobs = redis.call('LLEN', KEYS[1]) + redis.call('ZCARD', KEYS[3])
+if jobs == 0 then redis.call('ZREM', KEYS[2], '0') end
+return {jobs, redis.call('ZCARD', KEYS[4])}`;
+
+export interface WorkSourceOptions {
+  prefix: string;
+  model: string;
+  /** This worker's id: its lock token, and the name it leaves on the direct requests it takes. */
+  workerId: string;
+  /** Longest an idle blocking wait lasts before it looks at the queue anyway (s). */
+  idleSeconds: number;
+}
+
+/**
+ * Where the consumer's work comes from: the model's BullMQ queue and its set of direct requests
+ * (see the gateway's direct-requests.ts). An idle worker waits for both in one blocking call, on
+ * the direct set and BullMQ's wake-up marker together, so a direct request costs no fetch of an
+ * empty queue. A direct request taken is marked with this worker's id right away: a gateway that
+ * finds that mark while this worker's announcement is gone sends the request again as a job.
+ */
+export class WorkSource implements JobSource<Work> {
+  private readonly directKey: string;
+  /** Direct requests waiting at the last count: `take` pops that many at most, and does not ask when none did. */
+  private directWaiting = 0;
+
+  constructor(
+    private readonly worker: Worker<InferenceJobData>,
+    /** The worker's command connection. */
+    private readonly connection: Redis,
+    /** A connection of its own for the blocking wait, which holds it for seconds at a time. */
+    private readonly blocking: Redis,
+    /** Pipelined connection on which the taken marks go, ahead of the outcomes that replace them. */
+    private readonly publisher: Redis,
+    private readonly options: WorkSourceOptions,
+    private readonly logger: Logger,
+  ) {
+    this.directKey = keys.directRequests(options.prefix, options.model);
+  }
+
+  async next(): Promise<Work | undefined> {
+    const popped = await this.waitForWork();
+    if (popped?.key === this.directKey) return this.takeDirect([popped.member])[0];
+    // BullMQ's marker (a job may be waiting), or the wait timed out: BullMQ's own loop also fetches
+    // then, which recovers from a marker that was lost.
+    const job = await this.worker.getNextJob(this.options.workerId, { block: false });
+    return job ? workOfJob(job) : undefined;
+  }
+
+  async waiting(): Promise<number> {
+    const w = this.worker.keys;
+    const [jobs, direct] = (await this.connection.eval(WAITING_OR_IDLE, 4, w.wait, w.marker, w.prioritized, this.directKey)) as [number, number];
+    this.directWaiting = direct;
+    return jobs + direct;
+  }
+
+  /** Interactive work waiting now: jobs in the wait list and direct requests. */
+  async interactiveWaiting(): Promise<number> {
+    const [jobs, direct] = await Promise.all([this.connection.llen(this.worker.keys.wait), this.connection.zcard(this.directKey)]);
+    this.directWaiting = direct;
+    return jobs + direct;
+  }
+
+  /** Direct requests first (they are interactive and alone), then jobs, interactive before batch class. */
+  async take(count: number): Promise<Work[]> {
+    const taken: Work[] = [];
+    const direct = Math.min(count, this.directWaiting);
+    if (direct > 0) {
+      const popped = await this.connection.zpopmin(this.directKey, direct);
+      // ZPOPMIN answers member, score, member, score, …
+      taken.push(...this.takeDirect(popped.filter((_, i) => i % 2 === 0)));
+      this.directWaiting = 0;
+    }
+    const jobs = await Promise.all(Array.from({ length: count - taken.length }, () => this.worker.getNextJob(this.options.workerId, { block: false })));
+    for (const job of jobs) if (job) taken.push(workOfJob(job));
+    return taken;
+  }
+
+  /** Ends a blocking wait in progress (it then rejects); for stopping. */
+  interrupt(): void {
+    this.blocking.disconnect();
+  }
+
+  private takeDirect(members: string[]): Work[] {
+    const works: Work[] = [];
+    for (const member of members) {
+      let entry: DirectRequest;
+      try {
+        entry = JSON.parse(member) as DirectRequest;
+      } catch {
+        this.logger.warn('unreadable direct request skipped');
+        continue;
+      }
+      const mark: DirectState = { takenBy: this.options.workerId };
+      // Kept until the request can no longer be waited for; its outcome then replaces it.
+      const ttlMs = Math.max(0, entry.request.deadline - Date.now()) + entry.keepMs;
+      this.publisher
+        .set(keys.directState(this.options.prefix, entry.request.id), JSON.stringify(mark), 'PX', ttlMs)
+        .catch((err: unknown) => this.logger.warn({ requestId: entry.request.id, err: String(err) }, 'marking a direct request taken failed'));
+      works.push(workOfDirect(entry));
+    }
+    return works;
+  }
+
+  /**
+   * One blocking wait on the direct set and BullMQ's marker. Raced against a watchdog, as BullMQ's
+   * own wait is: ioredis re-sends a blocking command interrupted by a reconnect instead of failing
+   * it, and the wait could otherwise hang after a connection reset; a stuck connection is reset.
+   */
+  private async waitForWork(): Promise<{ key: string; member: string } | undefined> {
+    const pop = this.blocking.bzpopmin(this.directKey, this.worker.keys.marker, this.options.idleSeconds);
+    pop.catch(() => {});
+    let watchdog: NodeJS.Timeout | undefined;
+    const stuck = new Promise<'stuck'>((resolve) => {
+      watchdog = setTimeout(() => resolve('stuck'), this.options.idleSeconds * 1000 + 1000);
+    });
+    try {
+      const result = await Promise.race([pop, stuck]);
+      if (result === 'stuck') {
+        this.blocking.disconnect(true);
+        return undefined;
+      }
+      return result ? { key: result[0], member: result[1] } : undefined;
+    } finally {
+      clearTimeout(watchdog);
+    }
+  }
+}

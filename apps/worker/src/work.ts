@@ -1,0 +1,37 @@
+import type { Job } from 'bullmq';
+import { sequenceCount, type DirectRequest, type InferenceJobData, type QueuedRequest } from '@tserve/contract';
+
+/** A unit of work the consumer fetched: a BullMQ job of one or more requests, or one direct request. */
+export interface Work {
+  /** The job's id; a direct request's own id. */
+  id: string;
+  requests: QueuedRequest[];
+  /** Pub/sub channel of the gateway waiting for its requests. */
+  replyTo: string;
+  /** The gateway holds requests back until told this was taken (`JobsTaken`). */
+  tellTaken: boolean;
+  /** Batch-class work, which interactive work may overtake. */
+  bulk: boolean;
+  /** The BullMQ job, whose lock is renewed and which is completed with the outcomes; none for a direct request. */
+  job?: Job<InferenceJobData>;
+  /** How long a direct request's outcome is kept for the gateway's fallback read (ms). */
+  keepMs?: number;
+}
+
+export function workOfJob(job: Job<InferenceJobData>): Work {
+  return {
+    id: job.id!,
+    requests: job.data.requests,
+    replyTo: job.data.replyTo,
+    tellTaken: job.data.tellTaken === true,
+    bulk: (job.opts.priority ?? 0) > 0,
+    job,
+  };
+}
+
+/** Gateways send only interactive requests directly, and always want to hear that one was taken. */
+export function workOfDirect(entry: DirectRequest): Work {
+  return { id: entry.request.id, requests: [entry.request], replyTo: entry.replyTo, tellTaken: true, bulk: false, keepMs: entry.keepMs };
+}
+
+export const sequencesOf = (work: Work) => work.requests.reduce((n, r) => n + sequenceCount(r), 0);

@@ -1,0 +1,193 @@
+/**
+ * Issue 9, direct requests: a request that finds its model idle goes straight to a worker, not as a
+ * BullMQ job, for a fraction of a job's Redis commands. What BullMQ gives a job still holds: a
+ * request that no live worker holds within a poll period (none was free, or the one that took it
+ * died) is taken back and sent as a job, and answered.
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { Queue } from 'bullmq';
+import { Redis } from 'ioredis';
+import { announceWorker, keys, queueNameFor } from '@tserve/queue';
+import type { ReadyBody, WorkerInfo } from '@tserve/contract';
+import { PrivateRedis, TestSystem, freePort, uniquePrefix, waitFor, REDIS_URL } from './helpers/system.ts';
+import { textOfTokens } from './helpers/direct-queue.ts';
+import { CLASSIFIER, SLOW_CLASSIFIER } from './helpers/replicas.ts';
+
+const positive = (body: any) => body[0].find((x: { label: string }) => x.label === 'POSITIVE').score as number;
+
+/** What Redis ran since its stats were reset, the measuring itself left out. */
+async function commandsRun(redis: Redis): Promise<number> {
+  const text = await redis.info('commandstats');
+  let calls = 0;
+  for (const [, name, n] of text.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) if (!['info', 'config|resetstat'].includes(name)) calls += Number(n);
+  return calls;
+}
+
+describe('direct requests', () => {
+  it('a lone request goes straight to a worker, not as a job, for at most 15 Redis commands, with the answer a job gets', async (t) => {
+    // A Redis of its own, so that its command counts are this system's alone.
+    const redis = new PrivateRedis(await freePort());
+    await redis.start();
+    const system = new TestSystem(uniquePrefix('direct'), redis.url);
+    const jobsOnly = new TestSystem(system.prefix, redis.url);
+    const admin = new Redis(redis.url);
+    const queue = new Queue(queueNameFor(CLASSIFIER), { connection: admin, prefix: system.prefix, skipMetasUpdate: true });
+    t.after(async () => {
+      await queue.close();
+      admin.disconnect();
+      await jobsOnly.stop();
+      await system.stop();
+      await redis.stop();
+    });
+    await system.startGateway();
+    const jobsGateway = await jobsOnly.startGateway({ DIRECT_REQUESTS: 'false' });
+    system.startWorker({ model: CLASSIFIER, env: { DTYPE: 'fp32' } });
+    await system.waitForWorkers(CLASSIFIER);
+    await jobsOnly.waitForWorkers(CLASSIFIER);
+
+    const texts = Array.from({ length: 30 }, (_, i) => `a lone request, number ${i}, was ${i % 2 ? 'lovely' : 'dreadful'}`);
+    const asJobs: number[] = [];
+    for (const text of texts.slice(0, 5)) asJobs.push(positive((await jobsOnly.infer(CLASSIFIER, text, { top_k: null })).body));
+    await waitFor('five jobs recorded', async () => (await queue.getCompletedCount()) === 5, 10_000);
+    // Its registry and depth reads would count too.
+    await jobsGateway.stop();
+
+    await admin.config('RESETSTAT');
+    const answers: Array<Awaited<ReturnType<TestSystem['infer']>>> = [];
+    for (const text of texts) answers.push(await system.infer(CLASSIFIER, text, { top_k: null }));
+    const perRequest = (await commandsRun(admin)) / texts.length;
+
+    for (const r of answers) assert.equal(r.status, 200, JSON.stringify(r.body));
+    asJobs.forEach((score, i) =>
+      assert.ok(Math.abs(positive(answers[i].body) - score) < 1e-6, `request ${i}: ${positive(answers[i].body)} direct, ${score} as a job`),
+    );
+    assert.equal(await system.metric('tserve_direct_requests_total', { model: CLASSIFIER }), texts.length);
+    assert.equal(await queue.getCompletedCount(), 5, 'no job for any of them');
+    // A job costs about 45 (BullMQ's three scripts run about 40 commands inside Redis).
+    assert.ok(perRequest <= 15, `${perRequest.toFixed(1)} Redis commands per request`);
+    const stored = JSON.parse((await admin.get(keys.directState(system.prefix, answers[0].headers.get('x-request-id')!)))!);
+    assert.deepEqual(stored.outcomes[0].outputs, answers[0].body, "the outcome is kept for the gateway's fallback read");
+  });
+
+  it('a worker killed holding direct requests: each is sent again as a job and answered by another worker', async (t) => {
+    const system = new TestSystem(uniquePrefix('direct-kill'));
+    const admin = new Redis(REDIS_URL);
+    const queue = new Queue(queueNameFor(SLOW_CLASSIFIER), { connection: admin, prefix: system.prefix, skipMetasUpdate: true });
+    t.after(async () => {
+      await queue.close();
+      admin.disconnect();
+      await system.stop();
+    });
+    await system.startGateway({ RESULT_POLL_MS: 300 });
+    const victim = system.startWorker({ model: SLOW_CLASSIFIER, env: { WORKER_ID: 'victim' } });
+    await system.waitForWorkers(SLOW_CLASSIFIER);
+    /** The state keys of the direct requests the victim holds, once there are `count`. */
+    const victimHolds = (count: number) => async () => {
+      const found = await admin.keys(keys.directState(system.prefix, '*'));
+      const states = found.length ? await admin.mget(found) : [];
+      const held = found.filter((_, i) => states[i] === JSON.stringify({ takenBy: 'victim' }));
+      return held.length === count ? held : undefined;
+    };
+
+    // A long request keeps the victim's model busy; the lone request after it goes direct too, and
+    // the victim takes it while the model still runs the first (it fetches ahead).
+    const long = system.infer(
+      SLOW_CLASSIFIER,
+      Array.from({ length: 24 }, (_, i) => `${textOfTokens(300, 'meal')} ${i}`),
+    );
+    const [longKey] = await waitFor('the victim took the long request', victimHolds(1), 20_000, 5);
+    const short = system.infer(SLOW_CLASSIFIER, 'a short request that waits behind the long one');
+    const held = await waitFor('the victim took the short one too', victimHolds(2), 20_000, 5);
+    const shortId = held
+      .find((key) => key !== longKey)!
+      .split(':')
+      .pop()!;
+    victim.kill('SIGKILL');
+    system.startWorker({ model: SLOW_CLASSIFIER, env: { WORKER_ID: 'rescuer' } });
+
+    const [longAnswer, shortAnswer] = await Promise.all([long, short]);
+    assert.equal(longAnswer.status, 200, JSON.stringify(longAnswer.body));
+    assert.equal(longAnswer.body.length, 24);
+    assert.equal(shortAnswer.status, 200, JSON.stringify(shortAnswer.body));
+    assert.equal(shortAnswer.headers.get('x-request-id'), shortId);
+    const job = await queue.getJob(shortId);
+    assert.equal(job?.processedBy, 'rescuer', 'sent again as a job, which the other worker ran');
+    assert.equal(await system.metric('tserve_direct_requests_requeued_total', { model: SLOW_CLASSIFIER }), 2);
+  });
+
+  it('a direct request whose client left is skipped unrun by the worker that holds it', async (t) => {
+    const system = new TestSystem(uniquePrefix('direct-cancel'));
+    t.after(() => system.stop());
+    await system.startGateway();
+    system.startWorker({ model: SLOW_CLASSIFIER });
+    await system.waitForWorkers(SLOW_CLASSIFIER);
+    const skippedBefore = await system.metric('tserve_requests_skipped_total', { model: SLOW_CLASSIFIER });
+
+    // The worker takes the second request while the model still runs the first (it fetches ahead).
+    const long = system.infer(
+      SLOW_CLASSIFIER,
+      Array.from({ length: 24 }, (_, i) => `${textOfTokens(300, 'meal')} ${i}`),
+    );
+    await waitFor(
+      'the long request sent straight to the worker',
+      async () => (await system.metric('tserve_direct_requests_total', { model: SLOW_CLASSIFIER })) === 1,
+      10_000,
+      5,
+    );
+    const controller = new AbortController();
+    const leaving = fetch(`${system.url}/models/${SLOW_CLASSIFIER}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ inputs: 'nobody will read this answer' }),
+      signal: controller.signal,
+    }).catch(() => 'aborted');
+    await waitFor(
+      'the second sent straight to the worker too',
+      async () => (await system.metric('tserve_direct_requests_total', { model: SLOW_CLASSIFIER })) === 2,
+      10_000,
+      5,
+    );
+    controller.abort();
+    assert.equal(await leaving, 'aborted');
+    assert.equal((await long).status, 200);
+    await waitFor(
+      'the skip counted',
+      async () => (await system.metric('tserve_requests_skipped_total', { model: SLOW_CLASSIFIER })) === skippedBefore + 1,
+      10_000,
+      20,
+    );
+  });
+
+  it('a direct request that no worker pops within a poll period is taken back and queued as a job', async (t) => {
+    const system = new TestSystem(uniquePrefix('direct-unpopped'));
+    const admin = new Redis(REDIS_URL);
+    const queue = new Queue(queueNameFor(CLASSIFIER), { connection: admin, prefix: system.prefix, skipMetasUpdate: true });
+    // Stopping the system removes the ghost's announcement with the rest of its prefix.
+    t.after(async () => {
+      await queue.close();
+      admin.disconnect();
+      await system.stop();
+    });
+    await system.startGateway({ RESULT_POLL_MS: 300 });
+    // A worker that announces itself and never pops: a real one's announcement, under another id.
+    const real = system.startWorker({ model: CLASSIFIER, env: { WORKER_ID: 'real' } });
+    await system.waitForWorkers(CLASSIFIER);
+    const ghost: WorkerInfo = { ...(JSON.parse((await admin.get(keys.worker(system.prefix, 'real')))!) as WorkerInfo), id: 'ghost' };
+    await real.stop();
+    await announceWorker(admin, system.prefix, ghost, 120_000);
+    await waitFor(
+      'only the ghost left',
+      async () => ((await (await fetch(`${system.url}/ready`)).json()) as ReadyBody).models[CLASSIFIER]?.workers === 1,
+      10_000,
+    );
+
+    const answer = system.infer(CLASSIFIER, 'nobody is there to pop this');
+    await waitFor('sent as a direct request', async () => (await admin.zcard(keys.directRequests(system.prefix, CLASSIFIER))) === 1, 10_000, 10);
+    await waitFor('taken back and queued as a job', async () => (await queue.getWaitingCount()) === 1, 10_000, 10);
+    assert.equal(await admin.zcard(keys.directRequests(system.prefix, CLASSIFIER)), 0);
+    system.startWorker({ model: CLASSIFIER });
+    assert.equal((await answer).status, 200);
+    assert.equal(await system.metric('tserve_direct_requests_requeued_total', { model: CLASSIFIER }), 1);
+  });
+});
