@@ -1,6 +1,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { jobOptions } from '@tserve/queue';
+import { jobOptions, outcomesKeptMs } from '@tserve/queue';
 
 describe('job options', () => {
   const kept = (resultPollMs: number) => jobOptions(resultPollMs).removeOnComplete as { age: number; count: number };
@@ -10,6 +10,10 @@ describe('job options', () => {
     assert.equal(kept(20).age, 10);
     assert.equal(kept(3000).age, 15);
     assert.equal(kept(120_000).age, 600);
+  });
+
+  it("keep a direct request's stored outcome as long as a completed job's", () => {
+    for (const pollMs of [20, 1000, 3000, 120_000]) assert.equal(outcomesKeptMs(pollMs), kept(pollMs).age * 1000);
   });
 
   it('keep a bounded number of completed jobs whatever their age, since each holds all its outcomes', () => {

@@ -34,9 +34,9 @@ export type DirectFate =
  * Lone requests sent straight to a model's workers: a request that finds its model's lane idle
  * (nothing of its model in flight from this gateway) is put in the model's sorted set of direct
  * requests, which idle workers block on together with BullMQ's wake-up marker. One request then
- * costs about ten Redis commands (this ZADD, the worker's pop and its length check, its note that it
- * took it, the taken and result messages, the stored outcome) instead of the forty-odd that
- * BullMQ's three scripts run per job. Under load requests coalesce into BullMQ jobs as before, so
+ * costs about 11 Redis commands (this ZADD; the worker's pop, its look for more work, its mark that
+ * it took it, the taken and result messages and the stored outcome) instead of the 49 that a job
+ * costs, most of them inside BullMQ's three scripts. Under load requests coalesce into BullMQ jobs as before, so
  * this path carries at most one request per gateway and model at a time.
  *
  * What BullMQ gives a job, the fallback read gives a direct request: a request not answered within
