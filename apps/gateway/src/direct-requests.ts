@@ -36,8 +36,9 @@ export type DirectFate =
  * requests, which idle workers block on together with BullMQ's wake-up marker. One request then
  * costs about 11 Redis commands (this ZADD; the worker's pop, its look for more work, its mark that
  * it took it, the taken and result messages and the stored outcome) instead of the 49 that a job
- * costs, most of them inside BullMQ's three scripts. Under load requests coalesce into BullMQ jobs as before, so
- * this path carries at most one request per gateway and model at a time.
+ * costs, most of them inside BullMQ's three scripts. Under load requests coalesce into BullMQ jobs
+ * as before: a lane's next request waits for a worker's word that it took the last one, so at most
+ * one direct request per gateway and model waits in the set at a time.
  *
  * What BullMQ gives a job, the fallback read gives a direct request: a request not answered within
  * a poll period is looked up, and if no live worker holds it (none took it in that time, or the one
