@@ -135,21 +135,15 @@ describe('direct requests', () => {
       10_000,
       5,
     );
-    const controller = new AbortController();
-    const leaving = fetch(`${system.url}/models/${SLOW_CLASSIFIER}`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ inputs: 'nobody will read this answer' }),
-      signal: controller.signal,
-    }).catch(() => 'aborted');
+    const leaving = system.leavingRequest(SLOW_CLASSIFIER, 'nobody will read this answer');
     await waitFor(
       'the second sent straight to the worker too',
       async () => (await system.metric('tserve_direct_requests_total', { model: SLOW_CLASSIFIER })) === 2,
       10_000,
       5,
     );
-    controller.abort();
-    assert.equal(await leaving, 'aborted');
+    leaving.leave();
+    assert.equal(await leaving.left, 'aborted');
     assert.equal((await long).status, 200);
     await waitFor(
       'the skip counted',

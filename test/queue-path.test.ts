@@ -148,16 +148,10 @@ describe('queue path', () => {
     try {
       const held = system.infer(MODEL, 'holds the enqueue in flight');
       await waitFor('the first request accepted', async () => (await system.metric('tserve_queue_depth', { model: MODEL })) === 1, 10_000, 20);
-      const controller = new AbortController();
-      const leaving = fetch(`${system.url}/models/${MODEL}`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ inputs: 'the client of this one leaves' }),
-        signal: controller.signal,
-      }).catch(() => 'aborted');
+      const leaving = system.leavingRequest(MODEL, 'the client of this one leaves');
       await waitFor('the second request accepted', async () => (await system.metric('tserve_queue_depth', { model: MODEL })) === 2, 10_000, 20);
-      controller.abort();
-      assert.equal(await leaving, 'aborted');
+      leaving.leave();
+      assert.equal(await leaving.left, 'aborted');
       await waitFor(
         'the gateway withdrew it',
         async () => (await system.metric('tserve_requests_abandoned_total', { model: MODEL, at: 'gateway' })) === before + 1,
@@ -177,19 +171,13 @@ describe('queue path', () => {
   it('skips a queued request whose client left, and counts it', async () => {
     const skippedBefore = await system.metric('tserve_requests_skipped_total', { model: MODEL });
     worker.kill('SIGSTOP');
-    const controller = new AbortController();
     let requestId: string | null = null;
     try {
-      const leaving = fetch(`${system.url}/models/${MODEL}`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ inputs: 'nobody will read this answer' }),
-        signal: controller.signal,
-      }).catch(() => 'aborted');
+      const leaving = system.leavingRequest(MODEL, 'nobody will read this answer');
       await waitFor('the job queued', async () => (await queue.getWaitingCount()) === 1, 10_000, 20);
       requestId = (await queue.getWaiting())[0].id!;
-      controller.abort();
-      assert.equal(await leaving, 'aborted');
+      leaving.leave();
+      assert.equal(await leaving.left, 'aborted');
       await waitFor(
         'the gateway told the workers',
         async () => (await system.metric('tserve_requests_abandoned_total', { model: MODEL, at: 'queue' })) >= 1,

@@ -104,6 +104,18 @@ export class TestSystem {
     return this.post(`/models/${model}`, { inputs, ...(parameters ? { parameters } : {}), ...extra });
   }
 
+  /** A request whose client leaves when told: `left` resolves to 'aborted' once it has. */
+  leavingRequest(model: string, inputs: unknown): { leave: () => void; left: Promise<unknown> } {
+    const controller = new AbortController();
+    const left = fetch(`${this.url}/models/${model}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ inputs }),
+      signal: controller.signal,
+    }).catch(() => 'aborted');
+    return { leave: () => controller.abort(), left };
+  }
+
   /** One sample of the gateway's /metrics whose labels include `labels`; 0 when absent. */
   async metric(name: string, labels: Record<string, string> = {}): Promise<number> {
     const text = await (await fetch(`${this.url}/metrics`)).text();

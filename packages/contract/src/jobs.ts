@@ -69,7 +69,7 @@ export interface JobOutcome {
 /**
  * A lone request a gateway sends straight to its model's workers instead of as a BullMQ job: an
  * entry in the model's sorted set of direct requests, which an idle worker pops with the same
- * blocking call that waits for BullMQ's jobs. It costs about a tenth of a job's Redis commands.
+ * blocking call that waits for BullMQ's jobs. It costs about a quarter of a job's Redis commands.
  */
 export interface DirectRequest {
   request: QueuedRequest;
