@@ -116,6 +116,38 @@ describe('direct requests', () => {
     assert.equal(await system.metric('tserve_direct_requests_requeued_total', { model: SLOW_CLASSIFIER }), 2);
   });
 
+  it('a worker stopped with SIGTERM answers the direct request it holds itself: no gateway sends it again', async (t) => {
+    const system = new TestSystem(uniquePrefix('direct-drain'));
+    const admin = new Redis(REDIS_URL);
+    t.after(async () => {
+      admin.disconnect();
+      await system.stop();
+    });
+    // Polls every 100 ms: a request held longer is looked up several times while its worker drains.
+    await system.startGateway({ RESULT_POLL_MS: 100 });
+    const worker = system.startWorker({ model: SLOW_CLASSIFIER, env: { WORKER_ID: 'draining' } });
+    await system.waitForWorkers(SLOW_CLASSIFIER);
+
+    const long = system.infer(
+      SLOW_CLASSIFIER,
+      Array.from({ length: 32 }, (_, i) => `${textOfTokens(400, 'meal')} ${i}`),
+    );
+    await waitFor(
+      'the worker took it',
+      async () => {
+        const found = await admin.keys(keys.directState(system.prefix, '*'));
+        return found.length === 1 && (await admin.get(found[0])) === JSON.stringify({ takenBy: 'draining' });
+      },
+      20_000,
+      5,
+    );
+    worker.kill('SIGTERM');
+    const answer = await long;
+    assert.equal(answer.status, 200, JSON.stringify(answer.body));
+    assert.equal(await worker.exited, 0, worker.output);
+    assert.equal(await system.metric('tserve_direct_requests_requeued_total', { model: SLOW_CLASSIFIER }), 0);
+  });
+
   it('a direct request whose client left is skipped unrun by the worker that holds it', async (t) => {
     const system = new TestSystem(uniquePrefix('direct-cancel'));
     t.after(() => system.stop());

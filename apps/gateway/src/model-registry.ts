@@ -41,7 +41,7 @@ export class ModelRegistry {
   private readonly known = new Map<string, Task>();
   /** Models whose worker reported it could not load them, and has no live worker since. */
   private failures = new Map<string, LoadFailure>();
-  /** Ids of every announced worker, loading ones included. */
+  /** Ids of every announced worker, loading and draining ones included. */
   private liveWorkers = new Set<string>();
   /** Models announced by loading workers only. */
   private loadingModels = new Map<string, LoadingModel>();
@@ -156,6 +156,8 @@ export class ModelRegistry {
       const byModel = new Map<string, ServedModel>();
       const loading = new Map<string, LoadingModel>();
       for (const w of workers) {
+        // Finishing what it holds: live (isLive), but serving nothing new.
+        if (w.state === 'draining') continue;
         if (w.state === 'loading' || !w.task) {
           const known = loadTimes.get(w.model);
           const left = known === undefined ? UNKNOWN_LOAD_SECONDS : Math.max(1, Math.ceil((known - (Date.now() - w.startedAt)) / 1000));

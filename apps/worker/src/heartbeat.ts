@@ -27,6 +27,16 @@ export class Heartbeat {
     this.timer.unref();
   }
 
+  /**
+   * Announces that this worker is stopping: gateways send it nothing new, but still count it live
+   * for the direct requests it holds (else they would send those again as jobs while it finishes
+   * them). The beats go on until `stop`.
+   */
+  async drain(): Promise<void> {
+    this.info.state = 'draining';
+    await this.beat();
+  }
+
   /** Leaves the registry; bounded, since a worker leaving because Redis is gone must still exit. */
   async stop(timeoutMs = 2000): Promise<void> {
     clearInterval(this.timer);

@@ -176,9 +176,10 @@ async function main(): Promise<void> {
     if (stopping) return;
     stopping = true;
     logger.info({ signal }, 'stopping: finishing the batch in hand');
-    // Leave the registry first so no gateway counts on this worker while it drains.
-    await heartbeat.stop();
+    // Gateways stop counting on this worker at once, and see it live while it finishes what it holds.
+    await heartbeat.drain();
     await consumer.stop();
+    await heartbeat.stop();
     await thread.stop();
     await Promise.allSettled([connection.quit(), publisher.quit(), cancellationChannel.quit()]);
     blocking.disconnect();

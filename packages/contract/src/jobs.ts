@@ -127,8 +127,12 @@ export interface CancelNotice {
 export interface WorkerInfo {
   id: string;
   model: string;
-  /** A worker announces itself while it loads its model, so that the gateway can say so (503 loading, not 404). */
-  state: 'loading' | 'ready';
+  /**
+   * A worker announces itself while it loads its model, so that the gateway can say so (503 loading,
+   * not 404). One that is stopping (`draining`) takes nothing new and finishes what it holds: gateways
+   * route nothing to it, but still count it live for the direct requests it holds.
+   */
+  state: 'loading' | 'ready' | 'draining';
   /** Known once the model's config is read: the task its architecture was trained for. */
   task?: Task;
   /** Every task the model can serve (an embedding model also serves sentence-similarity). */
