@@ -122,14 +122,12 @@ export class ModelRegistry {
 
   /** Whether every live worker of the model says when it takes a job: else a gateway must not wait to hear it. */
   tellsTaken(model: string): boolean {
-    const workers = this.models.get(model)?.workers ?? [];
-    return workers.length > 0 && workers.every((w) => w.tellsTaken === true);
+    return this.everyWorker(model, (w) => w.tellsTaken === true);
   }
 
   /** Whether every live worker of the model pops direct requests: else a gateway sends only jobs. */
   takesDirect(model: string): boolean {
-    const workers = this.models.get(model)?.workers ?? [];
-    return workers.length > 0 && workers.every((w) => w.takesDirect === true);
+    return this.everyWorker(model, (w) => w.takesDirect === true);
   }
 
   /** Whether the worker's announcement was there at the last refresh. */
@@ -144,6 +142,12 @@ export class ModelRegistry {
   /** Fresh: the last refresh succeeded within a few periods. */
   get healthy(): boolean {
     return this.lastError === undefined && Date.now() - this.lastRefreshAt < Math.max(3 * this.refreshMs, 2000);
+  }
+
+  /** True if the model has live workers and all of them can do what `can` asks (a rolling upgrade mixes versions). */
+  private everyWorker(model: string, can: (worker: WorkerInfo) => boolean): boolean {
+    const workers = this.models.get(model)?.workers ?? [];
+    return workers.length > 0 && workers.every(can);
   }
 
   async refresh(): Promise<void> {

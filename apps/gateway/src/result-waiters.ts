@@ -11,7 +11,7 @@ interface JobRef {
 }
 
 /** Sends a direct request that nobody holds as a job instead (see DirectRequests). */
-export type Requeue = (ticket: DirectTicket) => Promise<JobRef>;
+type Requeue = (ticket: DirectTicket) => Promise<JobRef>;
 
 interface Waiter {
   since: number;
@@ -43,11 +43,11 @@ export class ResultWaiters {
     private readonly pollMs: number,
     private readonly logger: Logger,
     /** Told of outcomes nobody waits for any more (the client left, or was answered 504). */
-    private readonly onUnclaimed: (model: string, outcome: RequestOutcome) => void = () => {},
+    private readonly onUnclaimed: (model: string, outcome: RequestOutcome) => void,
     /** Told of jobs a worker took from the queue. */
-    private readonly onTaken: (jobIds: string[]) => void = () => {},
-    /** Where direct requests are looked up, and how one nobody holds is sent again; absent: none are sent. */
-    private readonly direct?: { requests: DirectRequests; requeue: Requeue; onRequeued: (model: string) => void },
+    private readonly onTaken: (jobIds: string[]) => void,
+    /** Where direct requests are looked up, and how one nobody holds is sent again. */
+    private readonly direct: { requests: DirectRequests; requeue: Requeue; onRequeued: (model: string) => void },
   ) {}
 
   async start(): Promise<void> {
@@ -135,30 +135,32 @@ export class ResultWaiters {
     try {
       const cutoff = Date.now() - this.pollMs;
       const jobs = new Map<string, JobRef>();
-      const directs: Array<[string, Waiter]> = [];
+      const directs: Array<[string, Waiter, DirectTicket]> = [];
       for (const [id, waiter] of this.waiters) {
         if (waiter.since > cutoff) continue;
         if (waiter.job) jobs.set(`${waiter.job.queue.name}/${waiter.job.id}`, waiter.job);
-        else if (waiter.direct) directs.push([id, waiter]);
+        else if (waiter.direct) directs.push([id, waiter, waiter.direct]);
       }
-      await Promise.all([...[...jobs.values()].map((job) => this.readJob(job.queue, job.id)), ...directs.map(([id, waiter]) => this.readDirect(id, waiter))]);
+      await Promise.all([
+        ...[...jobs.values()].map((job) => this.readJob(job.queue, job.id)),
+        ...directs.map(([id, waiter, ticket]) => this.readDirect(id, waiter, ticket)),
+      ]);
     } finally {
       this.polling = false;
     }
   }
 
   /** Delivers a direct request's stored outcome, or sends it as a job if nobody holds it. */
-  private async readDirect(requestId: string, waiter: Waiter): Promise<void> {
-    const ticket = waiter.direct!;
+  private async readDirect(requestId: string, waiter: Waiter, ticket: DirectTicket): Promise<void> {
     try {
-      const fate = await this.direct!.requests.fate(ticket);
+      const fate = await this.direct.requests.fate(ticket);
       if ('outcome' in fate) {
         for (const outcome of fate.outcome.outcomes) this.deliver(fate.outcome.model, outcome);
       } else if ('orphaned' in fate && this.waiters.get(requestId) === waiter) {
         // Bound to the job only once it is there: if this fails, the next poll finds the ticket unaccounted for and tries again.
-        waiter.job = await this.direct!.requeue(ticket);
+        waiter.job = await this.direct.requeue(ticket);
         waiter.direct = undefined;
-        this.direct!.onRequeued(ticket.model);
+        this.direct.onRequeued(ticket.model);
         this.logger.warn({ requestId, model: ticket.model }, 'direct request held by no live worker; sent again as a job');
       }
     } catch {

@@ -115,7 +115,7 @@ export class JobOutcomeSink implements OutcomeSink {
         this.publisher.publish(work.replyTo, message),
         work.job
           ? work.job.moveToCompleted(result, this.options.token, false)
-          : this.publisher.set(keys.directState(this.options.prefix, work.id), message, 'PX', work.keepMs ?? 10_000),
+          : this.publisher.set(keys.directState(this.options.prefix, work.id), message, 'PX', work.keepMs),
       ]);
       for (const r of [published, recorded]) {
         if (r.status === 'rejected') this.logger.warn({ jobId: work.id, err: String(r.reason) }, 'settling job failed');

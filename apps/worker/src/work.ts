@@ -2,7 +2,21 @@ import type { Job } from 'bullmq';
 import { sequenceCount, type DirectRequest, type InferenceJobData, type QueuedRequest } from '@tserve/contract';
 
 /** A unit of work the consumer fetched: a BullMQ job of one or more requests, or one direct request. */
-export interface Work {
+export type Work = WorkCommon &
+  (
+    | {
+        /** The BullMQ job, whose lock is renewed and which is completed with the outcomes. */
+        job: Job<InferenceJobData>;
+        keepMs?: undefined;
+      }
+    | {
+        job?: undefined;
+        /** How long the direct request's outcome is kept for the gateway's fallback read (ms). */
+        keepMs: number;
+      }
+  );
+
+interface WorkCommon {
   /** The job's id; a direct request's own id. */
   id: string;
   requests: QueuedRequest[];
@@ -12,10 +26,6 @@ export interface Work {
   tellTaken: boolean;
   /** Batch-class work, which interactive work may overtake. */
   bulk: boolean;
-  /** The BullMQ job, whose lock is renewed and which is completed with the outcomes; none for a direct request. */
-  job?: Job<InferenceJobData>;
-  /** How long a direct request's outcome is kept for the gateway's fallback read (ms). */
-  keepMs?: number;
 }
 
 export function workOfJob(job: Job<InferenceJobData>): Work {
