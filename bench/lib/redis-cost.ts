@@ -17,6 +17,8 @@ export interface RedisCost {
   processUsecPerRequest: number;
   /** Calls per answered request, by command, largest first. */
   byCommand: Record<string, number>;
+  /** Command time (µs) per answered request, by command, in the same order. */
+  usecByCommand: Record<string, number>;
 }
 
 interface CommandStat {
@@ -81,10 +83,12 @@ export function costPerRequest(stats: RedisStats, cpuAtStart: number, answered: 
   let commands = 0;
   let usec = 0;
   const byCommand: Record<string, number> = {};
+  const usecByCommand: Record<string, number> = {};
   for (const [name, s] of [...stats.commands.entries()].sort((a, b) => b[1].calls - a[1].calls)) {
     commands += s.calls;
     usec += s.usec;
     byCommand[name] = Math.round((s.calls / Math.max(1, answered)) * 100) / 100;
+    usecByCommand[name] = Math.round((s.usec / Math.max(1, answered)) * 10) / 10;
   }
   const n = Math.max(1, answered);
   return {
@@ -95,5 +99,6 @@ export function costPerRequest(stats: RedisStats, cpuAtStart: number, answered: 
     usecPerRequest: usec / n,
     processUsecPerRequest: (stats.cpuUsec - cpuAtStart) / n,
     byCommand,
+    usecByCommand,
   };
 }

@@ -63,6 +63,16 @@ export class WorkSource implements JobSource<Work> {
     return job ? workOfJob(job) : undefined;
   }
 
+  /**
+   * A lone direct request the blocking wait popped reached an idle worker: whatever else is waiting
+   * came within the same instant, and asking for it would cost the request a round trip (and a
+   * script) before its model call. It joins the next batch instead, formed while this one runs.
+   * Work taken while the model was busy is gathered after it anyway (see Consumer).
+   */
+  alone(work: Work): boolean {
+    return work.job === undefined && work.requests.length === 1;
+  }
+
   async waiting(): Promise<number> {
     const w = this.worker.keys;
     const [jobs, direct] = (await this.connection.eval(WAITING_OR_IDLE, 4, w.wait, w.marker, w.prioritized, this.directKey)) as [number, number];
