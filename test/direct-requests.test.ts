@@ -1,8 +1,9 @@
 /**
- * Issue 9, direct requests: a request that finds its model idle goes straight to a worker, not as a
- * BullMQ job, for a fraction of a job's Redis commands. What BullMQ gives a job still holds: a
- * request that no live worker holds within a poll period (none was free, or the one that took it
- * died) is taken back and sent as a job, and answered.
+ * Issue 9, direct requests: interactive requests go straight to a worker in direct entries (a lone
+ * request, or those that coalesced behind the last entry), not as BullMQ jobs, for a fraction of a
+ * job's Redis commands. What BullMQ gives a job still holds: an entry that no live worker holds
+ * within a poll period (none was free, or the one that took it died) is taken back and its requests
+ * sent as a job, and answered.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -68,6 +69,56 @@ describe('direct requests', () => {
     assert.ok(perRequest <= 15, `${perRequest.toFixed(1)} Redis commands per request`);
     const stored = JSON.parse((await admin.get(keys.directState(system.prefix, answers[0].headers.get('x-request-id')!)))!);
     assert.deepEqual(stored.outcomes[0].outputs, answers[0].body, "the outcome is kept for the gateway's fallback read");
+  });
+
+  it('requests that coalesce while the worker is busy go in shared direct entries, not jobs, each with its own answer', async (t) => {
+    const system = new TestSystem(uniquePrefix('direct-group'));
+    const admin = new Redis(REDIS_URL);
+    const queue = new Queue(queueNameFor(CLASSIFIER), { connection: admin, prefix: system.prefix, skipMetasUpdate: true });
+    t.after(async () => {
+      await queue.close();
+      admin.disconnect();
+      await system.stop();
+    });
+    await system.startGateway();
+    system.startWorker({ model: CLASSIFIER, env: { DTYPE: 'fp32' } });
+    await system.waitForWorkers(CLASSIFIER);
+
+    // A long request keeps the model busy; the short ones sent meanwhile wait in the gateway for the
+    // worker to take what went before them, then go together.
+    const long = system.infer(
+      CLASSIFIER,
+      Array.from({ length: 32 }, (_, i) => `${textOfTokens(400, 'meal')} ${i}`),
+    );
+    await waitFor(
+      'the long request sent straight to the worker',
+      async () => (await system.metric('tserve_direct_requests_total', { model: CLASSIFIER })) === 1,
+      10_000,
+      5,
+    );
+    const texts = Array.from({ length: 6 }, (_, i) => `short request ${i} was ${i % 2 ? 'lovely' : 'dreadful'}`);
+    const together = await Promise.all(texts.map((text) => system.infer(CLASSIFIER, text, { top_k: null })));
+    assert.equal((await long).status, 200);
+    for (const r of together) assert.equal(r.status, 200, JSON.stringify(r.body));
+    assert.equal(await system.metric('tserve_direct_requests_total', { model: CLASSIFIER }), 1 + texts.length);
+    const counts = await queue.getJobCounts('waiting', 'active', 'completed', 'failed', 'prioritized');
+    assert.deepEqual(counts, { waiting: 0, active: 0, completed: 0, failed: 0, prioritized: 0 }, 'no job for any of them');
+    // An entry's outcomes are stored under its first request's id.
+    const stored = await admin.mget(together.map((r) => keys.directState(system.prefix, r.headers.get('x-request-id')!)));
+    const entries = stored.filter((raw) => raw !== null).map((raw) => (JSON.parse(raw) as { outcomes: unknown[] }).outcomes.length);
+    assert.equal(
+      entries.reduce((a, b) => a + b, 0),
+      texts.length,
+    );
+    assert.ok(entries.length < texts.length, `entries of ${entries.join(', ')} requests`);
+    // Each answer is its own request's: the same as the text alone gets (fp32: batching changes nothing).
+    for (const [i, text] of texts.entries()) {
+      const alone = await system.infer(CLASSIFIER, text, { top_k: null });
+      assert.ok(
+        Math.abs(positive(alone.body) - positive(together[i].body)) < 1e-5,
+        `request ${i}: ${positive(together[i].body)} with others, ${positive(alone.body)} alone`,
+      );
+    }
   });
 
   it('a worker killed holding direct requests: each is sent again as a job and answered by another worker', async (t) => {
@@ -185,7 +236,7 @@ describe('direct requests', () => {
     );
   });
 
-  it('a direct request that no worker pops within a poll period is taken back and queued as a job', async (t) => {
+  it('direct entries that no worker pops within a poll period are taken back and queued as jobs', async (t) => {
     const system = new TestSystem(uniquePrefix('direct-unpopped'));
     const admin = new Redis(REDIS_URL);
     const queue = new Queue(queueNameFor(CLASSIFIER), { connection: admin, prefix: system.prefix, skipMetasUpdate: true });
@@ -208,12 +259,17 @@ describe('direct requests', () => {
       10_000,
     );
 
-    const answer = system.infer(CLASSIFIER, 'nobody is there to pop this');
-    await waitFor('sent as a direct request', async () => (await admin.zcard(keys.directRequests(system.prefix, CLASSIFIER))) === 1, 10_000, 10);
-    await waitFor('taken back and queued as a job', async () => (await queue.getWaitingCount()) === 1, 10_000, 10);
+    // The first goes alone; the two after it wait for a worker to take it, then (a poll period later,
+    // when nobody did) go together as one entry, which nobody pops either.
+    const first = system.infer(CLASSIFIER, 'nobody is there to pop this');
+    await waitFor('sent as a direct entry', async () => (await admin.zcard(keys.directRequests(system.prefix, CLASSIFIER))) === 1, 10_000, 10);
+    const more = [system.infer(CLASSIFIER, 'nor this'), system.infer(CLASSIFIER, 'nor this one')];
+    await waitFor('both entries taken back and queued as jobs', async () => (await queue.getWaitingCount()) === 2, 10_000, 10);
     assert.equal(await admin.zcard(keys.directRequests(system.prefix, CLASSIFIER)), 0);
+    const sizes = (await queue.getWaiting()).map((job) => (job.data as { requests: unknown[] }).requests.length).sort();
+    assert.deepEqual(sizes, [1, 2], 'each entry is sent again as one job');
     system.startWorker({ model: CLASSIFIER });
-    assert.equal((await answer).status, 200);
-    assert.equal(await system.metric('tserve_direct_requests_requeued_total', { model: CLASSIFIER }), 1);
+    for (const answer of await Promise.all([first, ...more])) assert.equal(answer.status, 200, JSON.stringify(answer.body));
+    assert.equal(await system.metric('tserve_direct_requests_requeued_total', { model: CLASSIFIER }), 3);
   });
 });

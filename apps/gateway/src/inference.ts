@@ -76,8 +76,8 @@ export class InferenceService {
     private readonly config: GatewayConfig,
     private readonly registry: ModelRegistry,
     private readonly queues: QueueSet,
-    /** Its receipt is the direct request a lone request went as, if it went as one. */
-    private readonly coalescer: EnqueueCoalescer<DirectTicket | undefined>,
+    /** Its receipt is the direct entries the requests went in, if they went as entries. */
+    private readonly coalescer: EnqueueCoalescer<DirectTicket[] | undefined>,
     private readonly results: ResultWaiters,
     private readonly admission: Admission,
     /** Publishes cancellations; the gateway's fail-fast connection. */
@@ -136,11 +136,12 @@ export class InferenceService {
     call.signal?.addEventListener('abort', abandon, { once: true });
     try {
       try {
-        // Got for direct requests too: the model's Queue then exists from its first request, and its
+        // Got for direct entries too: the model's Queue then exists from its first request, and its
         // settings are written again into a Redis that restarts empty (QueueSet).
         const queue = this.queues.get(call.model);
         const { jobId, receipt } = await sent;
-        if (receipt) this.results.bindDirect(request.id, receipt);
+        const entry = receipt?.find((ticket) => ticket.id === jobId);
+        if (entry) this.results.bindDirect(request.id, entry);
         else this.results.bindJob(request.id, queue, jobId);
       } catch (err) {
         if (!(err instanceof Withdrawn)) {
@@ -162,7 +163,7 @@ export class InferenceService {
    * The client left: a request not yet sent is withdrawn; a queued one is named to the model's
    * workers, which skip it if they have not run it yet. Either way nobody waits for it any more.
    */
-  private abandon({ model, requestId, priority }: InferenceCall, sent: Promise<Sent<DirectTicket | undefined>>): void {
+  private abandon({ model, requestId, priority }: InferenceCall, sent: Promise<Sent<DirectTicket[] | undefined>>): void {
     this.results.cancel(requestId, new ApiError('cancelled', 'the client closed the connection'));
     if (this.coalescer.withdraw(model, requestId, priority)) {
       this.observer.abandoned(model, 'gateway');

@@ -80,20 +80,24 @@ async function main(): Promise<void> {
     (jobIds) => coalescer.taken(jobIds),
     {
       requests: direct,
-      requeue: async ({ model, request }) => {
-        await queues.enqueue(model, 'interactive', results.channel, [{ id: request.id, requests: [request] }]);
-        return { queue: queues.get(model), id: request.id };
+      requeue: async ({ model, id }, requests) => {
+        await queues.enqueue(model, 'interactive', results.channel, [{ id, requests }]);
+        return { queue: queues.get(model), id };
       },
       onRequeued: metrics.directRequeued,
     },
   );
-  const coalescer = new EnqueueCoalescer<DirectTicket | undefined>(
+  const coalescer = new EnqueueCoalescer<DirectTicket[] | undefined>(
     (model, priority, jobs) =>
       breaker.guard(async () => {
-        if (config.DIRECT_REQUESTS && goesDirect(priority, jobs) && registry.takesDirect(model)) {
-          const ticket = await direct.send(model, jobs[0].requests[0], results.channel);
-          metrics.directSent(model);
-          return ticket;
+        const entries = config.DIRECT_REQUESTS ? registry.directEntries(model) : undefined;
+        if (goesDirect(priority, jobs, entries)) {
+          const tickets = await direct.send(model, jobs, results.channel, entries === 'lone');
+          metrics.directSent(
+            model,
+            jobs.reduce((n, job) => n + job.requests.length, 0),
+          );
+          return tickets;
         }
         await queues.enqueue(model, priority, results.channel, jobs);
         return undefined;

@@ -41,10 +41,10 @@ export interface GatewayMetrics extends InferenceObserver {
   track: RequestHandler;
   /** An outcome that arrived after its request stopped waiting; counts the ones the worker skipped. */
   unclaimed: (model: string, outcome: RequestOutcome) => void;
-  /** A lone request sent straight to a worker, not as a job. */
-  directSent: (model: string) => void;
-  /** A direct request that no live worker held within a poll period, sent again as a job. */
-  directRequeued: (model: string) => void;
+  /** Requests sent straight to the workers in a direct entry, not as a job. */
+  directSent: (model: string, requests: number) => void;
+  /** Requests of a direct entry that no live worker held within a poll period, sent again as a job. */
+  directRequeued: (model: string, requests: number) => void;
   /** A request refused with 429, by key name (never its secret). */
   quotaRejected: (key: ApiKey, reason: QuotaReason) => void;
   /** `GET /metrics` in the Prometheus text format. */
@@ -110,13 +110,13 @@ export function createMetrics(snapshot: Snapshot): GatewayMetrics {
   });
   const directSent = new Counter({
     name: 'tserve_direct_requests_total',
-    help: 'Lone requests sent straight to an idle worker of the model instead of as a BullMQ job (DIRECT_REQUESTS)',
+    help: "Requests sent straight to the model's workers in direct entries instead of as BullMQ jobs (DIRECT_REQUESTS)",
     labelNames: ['model'] as const,
     registers,
   });
   const directRequeued = new Counter({
     name: 'tserve_direct_requests_requeued_total',
-    help: 'Direct requests that no live worker held within a poll period (none was free, or the one that took it died), sent again as jobs',
+    help: 'Requests of direct entries that no live worker held within a poll period (none was free, or the one that took it died), sent again as jobs',
     labelNames: ['model'] as const,
     registers,
   });
@@ -194,11 +194,11 @@ export function createMetrics(snapshot: Snapshot): GatewayMetrics {
     unclaimed(model: string, outcome: RequestOutcome) {
       if (!outcome.ok && outcome.error.error_type === 'cancelled') skipped.inc({ model });
     },
-    directSent(model: string) {
-      directSent.inc({ model });
+    directSent(model: string, requests: number) {
+      directSent.inc({ model }, requests);
     },
-    directRequeued(model: string) {
-      directRequeued.inc({ model });
+    directRequeued(model: string, requests: number) {
+      directRequeued.inc({ model }, requests);
     },
     quotaRejected(key: ApiKey, reason: QuotaReason) {
       quotaRejections.inc({ key: key.name, reason });

@@ -125,9 +125,13 @@ export class ModelRegistry {
     return this.everyWorker(model, (w) => w.tellsTaken === true);
   }
 
-  /** Whether every live worker of the model pops direct requests: else a gateway sends only jobs. */
-  takesDirect(model: string): boolean {
-    return this.everyWorker(model, (w) => w.takesDirect === true);
+  /**
+   * Which direct entries every live worker of the model reads: of several requests ('groups'), of
+   * one request only ('lone', workers of the release before), or none (a gateway sends only jobs).
+   */
+  directEntries(model: string): 'groups' | 'lone' | undefined {
+    if (this.everyWorker(model, (w) => w.takesDirect === true && w.takesDirectGroups === true)) return 'groups';
+    return this.everyWorker(model, (w) => w.takesDirect === true) ? 'lone' : undefined;
   }
 
   /** Whether the worker's announcement was there at the last refresh. */

@@ -1,7 +1,7 @@
 import { Job, type Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { ApiError, decodeJobFailure, type JobOutcome, type JobsTaken, type RequestOutcome } from '@tserve/contract';
+import { ApiError, decodeJobFailure, type JobOutcome, type JobsTaken, type QueuedRequest, type RequestOutcome } from '@tserve/contract';
 import type { DirectRequests, DirectTicket } from './direct-requests.js';
 
 /** A BullMQ job that carries a request. */
@@ -10,12 +10,12 @@ interface JobRef {
   id: string;
 }
 
-/** Sends a direct request that nobody holds as a job instead (see DirectRequests). */
-type Requeue = (ticket: DirectTicket) => Promise<JobRef>;
+/** Sends the requests of a direct entry that nobody holds as a job instead (see DirectRequests). */
+type Requeue = (ticket: DirectTicket, requests: QueuedRequest[]) => Promise<JobRef>;
 
 interface Waiter {
   since: number;
-  /** Where the request went once it is in Redis, a job or a direct request: the fallback poll reads it there. */
+  /** Where the request went once it is in Redis, a job or a direct entry: the fallback poll reads it there. */
   job?: JobRef;
   direct?: DirectTicket;
   resolve: (outcome: RequestOutcome) => void;
@@ -46,8 +46,8 @@ export class ResultWaiters {
     private readonly onUnclaimed: (model: string, outcome: RequestOutcome) => void,
     /** Told of jobs a worker took from the queue. */
     private readonly onTaken: (jobIds: string[]) => void,
-    /** Where direct requests are looked up, and how one nobody holds is sent again. */
-    private readonly direct: { requests: DirectRequests; requeue: Requeue; onRequeued: (model: string) => void },
+    /** Where direct entries are looked up, and how one nobody holds is sent again. */
+    private readonly direct: { requests: DirectRequests; requeue: Requeue; onRequeued: (model: string, requests: number) => void },
   ) {}
 
   async start(): Promise<void> {
@@ -82,7 +82,7 @@ export class ResultWaiters {
     if (waiter) waiter.job = { queue, id: jobId };
   }
 
-  /** Names the direct request a waiting request went as, for the fallback poll. */
+  /** Names the direct entry a waiting request went in, for the fallback poll. */
   bindDirect(requestId: string, ticket: DirectTicket): void {
     const waiter = this.waiters.get(requestId);
     if (waiter) waiter.direct = ticket;
@@ -135,36 +135,41 @@ export class ResultWaiters {
     try {
       const cutoff = Date.now() - this.pollMs;
       const jobs = new Map<string, JobRef>();
-      const directs: Array<[string, Waiter, DirectTicket]> = [];
-      for (const [id, waiter] of this.waiters) {
+      const directs = new Set<DirectTicket>();
+      for (const waiter of this.waiters.values()) {
         if (waiter.since > cutoff) continue;
         if (waiter.job) jobs.set(`${waiter.job.queue.name}/${waiter.job.id}`, waiter.job);
-        else if (waiter.direct) directs.push([id, waiter, waiter.direct]);
+        else if (waiter.direct) directs.add(waiter.direct);
       }
-      await Promise.all([
-        ...[...jobs.values()].map((job) => this.readJob(job.queue, job.id)),
-        ...directs.map(([id, waiter, ticket]) => this.readDirect(id, waiter, ticket)),
-      ]);
+      await Promise.all([...[...jobs.values()].map((job) => this.readJob(job.queue, job.id)), ...[...directs].map((ticket) => this.readDirect(ticket))]);
     } finally {
       this.polling = false;
     }
   }
 
-  /** Delivers a direct request's stored outcome, or sends it as a job if nobody holds it. */
-  private async readDirect(requestId: string, waiter: Waiter, ticket: DirectTicket): Promise<void> {
+  /** Delivers a direct entry's stored outcomes, or sends its requests still waiting as a job if nobody holds it. */
+  private async readDirect(ticket: DirectTicket): Promise<void> {
     try {
       const fate = await this.direct.requests.fate(ticket);
       if ('outcome' in fate) {
         for (const outcome of fate.outcome.outcomes) this.deliver(fate.outcome.model, outcome);
-      } else if ('orphaned' in fate && this.waiters.get(requestId) === waiter) {
+      } else if ('orphaned' in fate) {
+        // Those whose clients left or were answered 504 meanwhile are not sent again.
+        const waiting = ticket.requests.filter((r) => this.waiters.get(r.id)?.direct === ticket);
+        if (waiting.length === 0) return;
         // Bound to the job only once it is there: if this fails, the next poll finds the ticket unaccounted for and tries again.
-        waiter.job = await this.direct.requeue(ticket);
-        waiter.direct = undefined;
-        this.direct.onRequeued(ticket.model);
-        this.logger.warn({ requestId, model: ticket.model }, 'direct request held by no live worker; sent again as a job');
+        const job = await this.direct.requeue(ticket, waiting);
+        for (const request of waiting) {
+          const waiter = this.waiters.get(request.id);
+          if (waiter?.direct !== ticket) continue;
+          waiter.job = job;
+          waiter.direct = undefined;
+        }
+        this.direct.onRequeued(ticket.model, waiting.length);
+        this.logger.warn({ entry: ticket.id, requests: waiting.length, model: ticket.model }, 'direct entry held by no live worker; sent again as a job');
       }
     } catch {
-      // Redis unreachable: looked at again at the next poll; the request waits until its deadline.
+      // Redis unreachable: looked at again at the next poll; the requests wait until their deadline.
     }
   }
 

@@ -49,6 +49,7 @@ async function main(): Promise<void> {
     maxTokens: 0,
     tellsTaken: true,
     takesDirect: true,
+    takesDirectGroups: true,
   };
   const heartbeat = new Heartbeat(publisher, config.QUEUE_PREFIX, info, config.HEARTBEAT_MS, config.WORKER_TTL_MS, logger);
   await heartbeat.start();

@@ -1,14 +1,14 @@
 import type { Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import type { DirectRequest, DirectState, InferenceJobData } from '@tserve/contract';
+import type { DirectEntry, DirectState, InferenceJobData, LoneDirectEntry } from '@tserve/contract';
 import { keys } from '@tserve/queue';
 import type { JobSource } from './batcher.js';
 import { workOfDirect, workOfJob, type Work } from './work.js';
 
 /**
  * Jobs waiting (the wait list, interactive, and the prioritized set, batch class) plus direct
- * requests waiting. With no job waiting it also drops BullMQ's base wake-up marker: BullMQ re-adds
+ * entries waiting. With no job waiting it also drops BullMQ's base wake-up marker: BullMQ re-adds
  * it each time a job goes active, so that another worker looks for more, and with nothing waiting it
  * would only wake this worker for a fetch that comes back empty (about ten commands inside Redis).
  * Atomic, so a job added later leaves a fresh marker: no wake-up is lost. Only the base marker ("0")
@@ -22,22 +22,22 @@ return {jobs, redis.call('ZCARD', KEYS[4])}`;
 export interface WorkSourceOptions {
   prefix: string;
   model: string;
-  /** This worker's id: its lock token, and the name it leaves on the direct requests it takes. */
+  /** This worker's id: its lock token, and the name it leaves on the direct entries it takes. */
   workerId: string;
   /** Longest an idle blocking wait lasts before it looks at the queue anyway (s). */
   idleSeconds: number;
 }
 
 /**
- * Where the consumer's work comes from: the model's BullMQ queue and its set of direct requests
+ * Where the consumer's work comes from: the model's BullMQ queue and its set of direct entries
  * (see the gateway's direct-requests.ts). An idle worker waits for both in one blocking call, on
- * the direct set and BullMQ's wake-up marker together, so a direct request costs no fetch of an
- * empty queue. A direct request taken is marked with this worker's id right away: a gateway that
- * finds that mark while this worker's announcement is gone sends the request again as a job.
+ * the direct set and BullMQ's wake-up marker together, so a direct entry costs no fetch of an
+ * empty queue. A direct entry taken is marked with this worker's id right away: a gateway that
+ * finds that mark while this worker's announcement is gone sends the requests again as a job.
  */
 export class WorkSource implements JobSource<Work> {
   private readonly directKey: string;
-  /** Direct requests waiting at the last count: `take` pops that many at most, and does not ask when none did. */
+  /** Direct entries waiting at the last count: `take` pops that many at most, and does not ask when none did. */
   private directWaiting = 0;
 
   constructor(
@@ -80,14 +80,14 @@ export class WorkSource implements JobSource<Work> {
     return jobs + direct;
   }
 
-  /** Interactive work waiting now: jobs in the wait list and direct requests. */
+  /** Interactive work waiting now: jobs in the wait list and direct entries. */
   async interactiveWaiting(): Promise<number> {
     const [jobs, direct] = await Promise.all([this.connection.llen(this.worker.keys.wait), this.connection.zcard(this.directKey)]);
     this.directWaiting = direct;
     return jobs + direct;
   }
 
-  /** Direct requests first (they are interactive and alone), then jobs, interactive before batch class. */
+  /** Direct entries first (they are interactive), then jobs, interactive before batch class. */
   async take(count: number): Promise<Work[]> {
     const taken: Work[] = [];
     const direct = Math.min(count, this.directWaiting);
@@ -110,20 +110,22 @@ export class WorkSource implements JobSource<Work> {
   private takeDirect(members: string[]): Work[] {
     const works: Work[] = [];
     for (const member of members) {
-      let entry: DirectRequest;
+      let entry: DirectEntry | LoneDirectEntry;
+      let work: Work;
       try {
-        entry = JSON.parse(member) as DirectRequest;
+        entry = JSON.parse(member) as DirectEntry | LoneDirectEntry;
+        work = workOfDirect(entry);
       } catch {
-        this.logger.warn('unreadable direct request skipped');
+        this.logger.warn('unreadable direct entry skipped');
         continue;
       }
       const mark: DirectState = { takenBy: this.options.workerId };
-      // Kept until the request can no longer be waited for; its outcome then replaces it.
-      const ttlMs = Math.max(0, entry.request.deadline - Date.now()) + entry.keepMs;
+      // Kept until its requests can no longer be waited for; its outcomes then replace it.
+      const ttlMs = Math.max(0, ...work.requests.map((r) => r.deadline - Date.now())) + entry.keepMs;
       this.publisher
-        .set(keys.directState(this.options.prefix, entry.request.id), JSON.stringify(mark), 'PX', ttlMs)
-        .catch((err: unknown) => this.logger.warn({ requestId: entry.request.id, err: String(err) }, 'marking a direct request taken failed'));
-      works.push(workOfDirect(entry));
+        .set(keys.directState(this.options.prefix, work.id), JSON.stringify(mark), 'PX', ttlMs)
+        .catch((err: unknown) => this.logger.warn({ entry: work.id, err: String(err) }, 'marking a direct entry taken failed'));
+      works.push(work);
     }
     return works;
   }

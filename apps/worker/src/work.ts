@@ -1,7 +1,7 @@
 import type { Job } from 'bullmq';
-import { sequenceCount, type DirectRequest, type InferenceJobData, type QueuedRequest } from '@tserve/contract';
+import { sequenceCount, type DirectEntry, type InferenceJobData, type LoneDirectEntry, type QueuedRequest } from '@tserve/contract';
 
-/** A unit of work the consumer fetched: a BullMQ job of one or more requests, or one direct request. */
+/** A unit of work the consumer fetched: a BullMQ job or a direct entry, each of one or more requests. */
 export type Work = WorkCommon &
   (
     | {
@@ -11,13 +11,13 @@ export type Work = WorkCommon &
       }
     | {
         job?: undefined;
-        /** How long the direct request's outcome is kept for the gateway's fallback read (ms). */
+        /** How long the direct entry's outcomes are kept for the gateway's fallback read (ms). */
         keepMs: number;
       }
   );
 
 interface WorkCommon {
-  /** The job's id; a direct request's own id. */
+  /** The job's id, or the direct entry's. */
   id: string;
   requests: QueuedRequest[];
   /** Pub/sub channel of the gateway waiting for its requests. */
@@ -39,9 +39,10 @@ export function workOfJob(job: Job<InferenceJobData>): Work {
   };
 }
 
-/** Gateways send only interactive requests directly, and always want to hear that one was taken. */
-export function workOfDirect(entry: DirectRequest): Work {
-  return { id: entry.request.id, requests: [entry.request], replyTo: entry.replyTo, tellTaken: true, bulk: false, keepMs: entry.keepMs };
+/** Gateways send only interactive requests directly, and always want to hear that an entry was taken. */
+export function workOfDirect(entry: DirectEntry | LoneDirectEntry): Work {
+  const { id, requests } = 'request' in entry ? { id: entry.request.id, requests: [entry.request] } : entry;
+  return { id, requests, replyTo: entry.replyTo, tellTaken: true, bulk: false, keepMs: entry.keepMs };
 }
 
 export const sequencesOf = (work: Work) => work.requests.reduce((n, r) => n + sequenceCount(r), 0);
