@@ -7,7 +7,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
-import { EVENTS_KEPT, queueNameFor } from '@tserve/queue';
+import { EVENTS_KEPT, keys, queueNameFor } from '@tserve/queue';
 import type { ReadyBody } from '@tserve/contract';
 import { PrivateRedis, TestSystem, freePort, uniquePrefix, waitFor, REDIS_URL } from './helpers/system.ts';
 import { textOfTokens } from './helpers/direct-queue.ts';
@@ -31,93 +31,105 @@ async function load<T>(total: number, concurrency: number, send: (i: number) => 
 }
 
 describe('faults', () => {
-  it('a worker killed with SIGKILL mid-batch loses no accepted request', async (t) => {
-    const system = new TestSystem(uniquePrefix('kill'));
-    t.after(() => system.stop());
-    await system.startGateway();
-    const workerEnv = { DTYPE: 'fp32', JOB_LOCK_MS: 1500, STALLED_INTERVAL_MS: 500, BATCH_MAX_WAIT_MS: 5 };
-    const victim = system.startWorker({ model: MODEL, env: { ...workerEnv, WORKER_ID: 'victim' } });
-    system.startWorker({ model: MODEL, env: workerEnv });
-    await system.waitForWorkers(MODEL, 2);
+  // Both ways requests reach a worker: BullMQ jobs (recovered by BullMQ's stalled-job check) and
+  // direct entries (taken back by the gateway once the worker's announcement lapses, sent as jobs).
+  for (const path of ['jobs', 'direct entries'] as const) {
+    it(`a worker killed with SIGKILL mid-batch loses no accepted request (${path})`, async (t) => {
+      const system = new TestSystem(uniquePrefix('kill'));
+      t.after(() => system.stop());
+      await system.startGateway({ DIRECT_REQUESTS: path === 'jobs' ? 'false' : 'true' });
+      const workerEnv = { DTYPE: 'fp32', JOB_LOCK_MS: 1500, STALLED_INTERVAL_MS: 500, BATCH_MAX_WAIT_MS: 5 };
+      const victim = system.startWorker({ model: MODEL, env: { ...workerEnv, WORKER_ID: 'victim' } });
+      system.startWorker({ model: MODEL, env: workerEnv });
+      await system.waitForWorkers(MODEL, 2);
 
-    // Long-ish inputs keep batches busy, so the kill lands while the victim holds jobs.
-    const texts = Array.from({ length: 24 }, (_, i) => `${textOfTokens(150, 'meal')} number ${i}`);
-    const expected = new Map<string, number>();
-    for (const t of texts) {
-      const r = await system.infer(MODEL, t, { top_k: null });
-      assert.equal(r.status, 200);
-      expected.set(t, r.body[0].find((x: any) => x.label === 'POSITIVE').score);
-    }
+      // Long-ish inputs keep batches busy, so the kill lands while the victim holds work.
+      const texts = Array.from({ length: 24 }, (_, i) => `${textOfTokens(150, 'meal')} number ${i}`);
+      const expected = new Map<string, number>();
+      for (const t of texts) {
+        const r = await system.infer(MODEL, t, { top_k: null });
+        assert.equal(r.status, 200);
+        expected.set(t, r.body[0].find((x: any) => x.label === 'POSITIVE').score);
+      }
 
-    const redis = new Redis(REDIS_URL);
-    const queue = new Queue(queueNameFor(MODEL), { connection: redis, prefix: system.prefix });
-    t.after(async () => {
-      await queue.close();
-      redis.disconnect();
-    });
-    let heldAtDeath: string[] = [];
-    let killing = false;
-    let killed: Promise<void> | undefined;
-    const results = await load(
-      192,
-      24,
-      async (i) => {
-        const r = await system.infer(MODEL, texts[i % texts.length], { top_k: null });
-        return { ...r, text: texts[i % texts.length] };
-      },
-      (done) => {
-        if (done === 40 && !killing) {
-          killing = true;
-          killed = (async () => {
-            // Frozen first, so that what it holds now can never be answered by it: then killed.
-            await waitFor(
-              'the victim to hold jobs',
-              async () => {
-                victim.kill('SIGSTOP');
-                heldAtDeath = (await queue.getActive()).filter((j) => j.processedBy === 'victim').map((j) => j.id!);
-                if (heldAtDeath.length === 0) victim.kill('SIGCONT');
-                return heldAtDeath.length > 0;
-              },
-              10_000,
-              1,
-            );
-            victim.kill('SIGKILL');
-            // The supervisor's part: a replacement comes up and joins in.
-            system.startWorker({ model: MODEL, env: workerEnv });
-          })();
-        }
-      },
-    );
-    await killed;
-    assert.ok(heldAtDeath.length > 0, 'the worker was killed while it held jobs');
-    assert.equal(await victim.exited, null, 'the victim died of its signal');
-    const failed = results.filter((r) => r.status !== 200);
-    assert.deepEqual(
-      failed.map((r) => `${r.status} ${JSON.stringify(r.body)}`),
-      [],
-      'every accepted request answered',
-    );
-    for (const r of results) {
-      const score = r.body[0].find((x: any) => x.label === 'POSITIVE').score;
-      assert.ok(Math.abs(score - expected.get(r.text)!) < 1e-5, `correct answer after recovery: ${score} vs ${expected.get(r.text)}`);
-    }
-    // Each job the victim held when it died ran again elsewhere once its lock expired (BullMQ's
-    // stalled-job check), every request in it included.
-    for (const id of heldAtDeath) {
-      const job = await waitFor(
-        `job ${id} recovered`,
-        async () => {
-          const j = await queue.getJob(id);
-          return j?.finishedOn && j.processedBy !== 'victim' ? j : undefined;
+      const redis = new Redis(REDIS_URL);
+      const queue = new Queue(queueNameFor(MODEL), { connection: redis, prefix: system.prefix });
+      t.after(async () => {
+        await queue.close();
+        redis.disconnect();
+      });
+      /** Ids of the jobs, or the direct entries (marked taken by it, no outcome yet), the victim holds. */
+      const victimHolds = async (): Promise<string[]> => {
+        if (path === 'jobs') return (await queue.getActive()).filter((j) => j.processedBy === 'victim').map((j) => j.id!);
+        const found = await redis.keys(keys.directState(system.prefix, '*'));
+        const states = found.length ? await redis.mget(found) : [];
+        return found.filter((_, i) => states[i] === JSON.stringify({ takenBy: 'victim' })).map((key) => key.split(':').pop()!);
+      };
+      let heldAtDeath: string[] = [];
+      let killing = false;
+      let killed: Promise<void> | undefined;
+      const results = await load(
+        192,
+        24,
+        async (i) => {
+          const r = await system.infer(MODEL, texts[i % texts.length], { top_k: null });
+          return { ...r, text: texts[i % texts.length] };
         },
-        30_000,
+        (done) => {
+          if (done === 40 && !killing) {
+            killing = true;
+            killed = (async () => {
+              // Frozen first, so that what it holds now can never be answered by it: then killed.
+              await waitFor(
+                'the victim to hold work',
+                async () => {
+                  victim.kill('SIGSTOP');
+                  heldAtDeath = await victimHolds();
+                  if (heldAtDeath.length === 0) victim.kill('SIGCONT');
+                  return heldAtDeath.length > 0;
+                },
+                10_000,
+                1,
+              );
+              victim.kill('SIGKILL');
+              // The supervisor's part: a replacement comes up and joins in.
+              system.startWorker({ model: MODEL, env: workerEnv });
+            })();
+          }
+        },
       );
-      assert.ok(
-        job.returnvalue.outcomes.every((o: { ok: boolean }) => o.ok),
-        JSON.stringify(job.returnvalue),
+      await killed;
+      assert.ok(heldAtDeath.length > 0, 'the worker was killed while it held work');
+      assert.equal(await victim.exited, null, 'the victim died of its signal');
+      const failed = results.filter((r) => r.status !== 200);
+      assert.deepEqual(
+        failed.map((r) => `${r.status} ${JSON.stringify(r.body)}`),
+        [],
+        'every accepted request answered',
       );
-    }
-  });
+      for (const r of results) {
+        const score = r.body[0].find((x: any) => x.label === 'POSITIVE').score;
+        assert.ok(Math.abs(score - expected.get(r.text)!) < 1e-5, `correct answer after recovery: ${score} vs ${expected.get(r.text)}`);
+      }
+      // Each job the victim held when it died ran again elsewhere once its lock expired (BullMQ's
+      // stalled-job check); each direct entry was sent again as a job of the same id. Every request
+      // in them is included.
+      for (const id of heldAtDeath) {
+        const job = await waitFor(
+          `${path === 'jobs' ? 'job' : 'entry'} ${id} recovered`,
+          async () => {
+            const j = await queue.getJob(id);
+            return j?.finishedOn && j.processedBy !== 'victim' ? j : undefined;
+          },
+          30_000,
+        );
+        assert.ok(
+          job.returnvalue.outcomes.every((o: { ok: boolean }) => o.ok),
+          JSON.stringify(job.returnvalue),
+        );
+      }
+    });
+  }
 
   it('Redis restarted under load: 503 quickly while down, recovery by itself after', async (t) => {
     const redis = new PrivateRedis(await freePort());

@@ -109,7 +109,7 @@ const gatewayShape = {
   RESULT_POLL_MS: int(1000, 20, 'fallback poll of job state for pending requests'),
   DIRECT_REQUESTS: bool(
     true,
-    'send a request that finds its model idle straight to a worker (about 11 Redis commands) instead of as a BullMQ job (about 49); off: every request is a job on the dashboard',
+    'send interactive requests straight to the workers, one sorted-set entry per would-be job (a lone request costs about 6 Redis commands instead of the 49 of a job); off: every request is a BullMQ job, shown on the dashboard',
   ),
   BREAKER_ERROR_PERCENT: int(50, 1, 'Redis error rate that opens the circuit breaker'),
   BREAKER_VOLUME: int(10, 1, 'calls in the window before the breaker may open'),
