@@ -1,8 +1,9 @@
 /**
  * What a request costs the one Redis a cluster shares when several gateways split the load: the
  * same closed-loop concurrency against 1, 2, 4 … gateways (one worker), and per answered request
- * the Redis commands, the redis-server CPU and the jobs. A gateway coalesces only its own requests,
- * so more gateways mean smaller jobs; this measures by how much.
+ * the Redis commands, the redis-server CPU, the share sent in direct entries and the requests per
+ * job of the rest. A gateway coalesces only its own requests, so more gateways mean smaller jobs and
+ * entries; this measures by how much.
  * Usage: npm run bench:gateways [-- --gateways 1,2,4 --concurrency 64 --seconds 10 --model <id>]
  */
 import { parseArgs } from 'node:util';
@@ -28,6 +29,14 @@ const model = values.model;
 
 const system = new BenchSystem({ modelDir: MODEL_DIR, logLevel: 'error' });
 const body = JSON.stringify({ inputs: 'the acting was fine but the story went nowhere' });
+
+/** Requests the gateways sent in direct entries so far (their tserve_direct_requests_total). */
+async function directSent(urls: string[]): Promise<number> {
+  const texts = await Promise.all(urls.map(async (url) => (await fetch(`${url}/metrics`)).text()));
+  let sum = 0;
+  for (const text of texts) for (const [, n] of text.matchAll(/^tserve_direct_requests_total\{[^}]*\} (\d+)/gm)) sum += Number(n);
+  return sum;
+}
 
 /** The same load split evenly over the gateways, all at once. */
 const load = (urls: string[], durationSeconds: number) =>
@@ -58,12 +67,13 @@ try {
     const active = urls.slice(0, n);
     await load(active, 2);
     await resetRedisStats(system.redisUrl);
-    const [cpuAtStart, jobsAtStart] = await Promise.all([readRedisCpu(system.redisUrl), admin.get(jobCounter)]);
+    const [cpuAtStart, jobsAtStart, directAtStart] = await Promise.all([readRedisCpu(system.redisUrl), admin.get(jobCounter), directSent(active)]);
     const results = await load(active, seconds);
-    const [stats, jobsAtEnd] = await Promise.all([readRedisStats(system.redisUrl), admin.get(jobCounter)]);
+    const [stats, jobsAtEnd, directAtEnd] = await Promise.all([readRedisStats(system.redisUrl), admin.get(jobCounter), directSent(active)]);
     const answered = results.reduce((sum, r) => sum + Math.round(r.rps * r.seconds), 0);
     const cost = costPerRequest(stats, cpuAtStart, answered);
     const jobs = Number(jobsAtEnd) - Number(jobsAtStart);
+    const direct = Math.min(answered, directAtEnd - directAtStart);
     const p50 = results.reduce((m, r) => Math.max(m, r.latency.p50), 0);
     rows.push(
       [
@@ -73,13 +83,14 @@ try {
         p50.toFixed(1).padStart(9),
         cost.commandsPerRequest.toFixed(1).padStart(9),
         cost.processUsecPerRequest.toFixed(0).padStart(8),
-        (answered / Math.max(1, jobs)).toFixed(1).padStart(12),
+        `${Math.round((100 * direct) / Math.max(1, answered))}%`.padStart(6),
+        (jobs ? ((answered - direct) / jobs).toFixed(1) : '-').padStart(12),
       ].join('  '),
     );
   }
   admin.disconnect();
   console.log(`${model}, ${concurrency} connections in all, split evenly over the gateways; one worker; ${seconds} s per row`);
-  console.log('gateways  conn each  req/s  worst p50  redis cmd  redis µs  requests/job   (per answered request)');
+  console.log('gateways  conn each  req/s  worst p50  redis cmd  redis µs  direct  requests/job   (per answered request; requests/job of those sent as jobs)');
   for (const row of rows) console.log(row);
 } finally {
   await system.stop();
