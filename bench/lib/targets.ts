@@ -13,6 +13,10 @@ const MIXED_SHARE = 0.9;
 const SHED_P99_MS = 10;
 /** RSS rule: end of soak ≤ 1.2 × start, start sampled after the soak's warm-up (heap already grown to the load). */
 const RSS_GROWTH = 1.2;
+/** Redis per answered request (INFO commandstats): commands at c=1, and commands and command time at the top concurrency. */
+const REDIS_COMMANDS_ALONE = 15;
+const REDIS_COMMANDS_LOADED = 5;
+const REDIS_USEC_LOADED = 25;
 
 const skip = (id: string, name: string, why: string): TargetResult => ({ id, name, pass: null, detail: `not measured: ${why}` });
 const short = (model: string) => model.split('/').pop()!;
@@ -120,6 +124,23 @@ export function evaluateTargets(r: Omit<BenchResults, 'targets'>, lengths: numbe
         start !== undefined && end !== undefined
           ? `${start} -> ${end} MiB (${round(end / start, 3)}x; max ${s.rss.max} MiB, ${s.rss.afterDrain} MiB 2 s after)`
           : 'gateway pid unknown (pass --gateway-pid with --url)',
+    });
+  }
+  for (const m of r.models) {
+    const sweep = (c: number) => r.points.find((p) => p.model === m.model && p.kind === 'sweep' && p.tokens === shortest && p.concurrency === c);
+    const alone = sweep(1)?.load.redis;
+    const loaded = sweep(top)?.load.redis;
+    const name = `(e) ${short(m.model)}: Redis per request, ${shortest} tok: c=1 <= ${REDIS_COMMANDS_ALONE} commands; c=${top} <= ${REDIS_COMMANDS_LOADED} commands and <= ${REDIS_USEC_LOADED} µs`;
+    if (!alone || !loaded) {
+      out.push(skip('e', name, 'no c=1 or top point with Redis figures (a Redis the bench did not start is not measured)'));
+      continue;
+    }
+    out.push({
+      id: 'e',
+      name,
+      pass:
+        alone.commandsPerRequest <= REDIS_COMMANDS_ALONE && loaded.commandsPerRequest <= REDIS_COMMANDS_LOADED && loaded.usecPerRequest <= REDIS_USEC_LOADED,
+      detail: `c=1 ${round(alone.commandsPerRequest, 1)} commands; c=${top} ${round(loaded.commandsPerRequest, 2)} commands, ${round(loaded.usecPerRequest, 1)} µs (INFO commandstats; redis-server CPU ${round(loaded.processUsecPerRequest, 0)} µs)`,
     });
   }
   return out;
