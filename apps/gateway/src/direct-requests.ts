@@ -24,7 +24,7 @@ export function goesDirect(priority: Priority, jobs: Array<{ requests: unknown[]
   return entries === 'groups' || (jobs.length === 1 && jobs[0].requests.length === 1);
 }
 
-/** What the fallback read found of a direct request not answered within a poll period. */
+/** What the fallback read found of a direct entry not answered within a poll period. */
 export type DirectFate =
   | { outcome: JobOutcome }
   /** A live worker holds it: the answer is coming. */
