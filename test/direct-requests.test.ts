@@ -5,7 +5,7 @@
  * within a poll period (none was free, or the one that took it died) is taken back and its requests
  * sent as a job, and answered.
  */
-import { describe, it } from 'node:test';
+import { describe, it, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
@@ -16,6 +16,30 @@ import { textOfTokens } from './helpers/direct-queue.ts';
 import { CLASSIFIER, SLOW_CLASSIFIER } from './helpers/replicas.ts';
 
 const positive = (body: any) => body[0].find((x: { label: string }) => x.label === 'POSITIVE').score as number;
+
+/** A request of `count` inputs of `tokens` tokens each, which keeps a worker's model busy for a while. */
+const longRequest = (system: TestSystem, model: string, count: number, tokens: number) =>
+  system.infer(
+    model,
+    Array.from({ length: count }, (_, i) => `${textOfTokens(tokens, 'meal')} ${i}`),
+  );
+
+/** A system of its own, a Redis connection and the model's queue, all closed after the test. */
+function setUp(t: TestContext, name: string, model: string) {
+  const system = new TestSystem(uniquePrefix(name));
+  const admin = new Redis(REDIS_URL);
+  const queue = new Queue(queueNameFor(model), { connection: admin, prefix: system.prefix, skipMetasUpdate: true });
+  t.after(async () => {
+    await queue.close();
+    admin.disconnect();
+    await system.stop();
+  });
+  return { system, admin, queue };
+}
+
+/** Waits until the gateway has sent `n` requests straight to the model's workers. */
+const sentDirect = (system: TestSystem, model: string, n: number, what: string) =>
+  waitFor(what, async () => (await system.metric('tserve_direct_requests_total', { model })) === n, 10_000, 5);
 
 /** What Redis ran since its stats were reset, the measuring itself left out. */
 async function commandsRun(redis: Redis): Promise<number> {
@@ -72,30 +96,15 @@ describe('direct requests', () => {
   });
 
   it('requests that coalesce while the worker is busy go in shared direct entries, not jobs, each with its own answer', async (t) => {
-    const system = new TestSystem(uniquePrefix('direct-group'));
-    const admin = new Redis(REDIS_URL);
-    const queue = new Queue(queueNameFor(CLASSIFIER), { connection: admin, prefix: system.prefix, skipMetasUpdate: true });
-    t.after(async () => {
-      await queue.close();
-      admin.disconnect();
-      await system.stop();
-    });
+    const { system, admin, queue } = setUp(t, 'direct-group', CLASSIFIER);
     await system.startGateway();
     system.startWorker({ model: CLASSIFIER, env: { DTYPE: 'fp32' } });
     await system.waitForWorkers(CLASSIFIER);
 
     // A long request keeps the model busy; the short ones sent meanwhile wait in the gateway for the
     // worker to take what went before them, then go together.
-    const long = system.infer(
-      CLASSIFIER,
-      Array.from({ length: 32 }, (_, i) => `${textOfTokens(400, 'meal')} ${i}`),
-    );
-    await waitFor(
-      'the long request sent straight to the worker',
-      async () => (await system.metric('tserve_direct_requests_total', { model: CLASSIFIER })) === 1,
-      10_000,
-      5,
-    );
+    const long = longRequest(system, CLASSIFIER, 32, 400);
+    await sentDirect(system, CLASSIFIER, 1, 'the long request sent straight to the worker');
     const texts = Array.from({ length: 6 }, (_, i) => `short request ${i} was ${i % 2 ? 'lovely' : 'dreadful'}`);
     const together = await Promise.all(texts.map((text) => system.infer(CLASSIFIER, text, { top_k: null })));
     assert.equal((await long).status, 200);
@@ -122,14 +131,7 @@ describe('direct requests', () => {
   });
 
   it('a worker killed holding direct requests: each is sent again as a job and answered by another worker', async (t) => {
-    const system = new TestSystem(uniquePrefix('direct-kill'));
-    const admin = new Redis(REDIS_URL);
-    const queue = new Queue(queueNameFor(SLOW_CLASSIFIER), { connection: admin, prefix: system.prefix, skipMetasUpdate: true });
-    t.after(async () => {
-      await queue.close();
-      admin.disconnect();
-      await system.stop();
-    });
+    const { system, admin, queue } = setUp(t, 'direct-kill', SLOW_CLASSIFIER);
     await system.startGateway({ RESULT_POLL_MS: 300 });
     const victim = system.startWorker({ model: SLOW_CLASSIFIER, env: { WORKER_ID: 'victim' } });
     await system.waitForWorkers(SLOW_CLASSIFIER);
@@ -143,10 +145,7 @@ describe('direct requests', () => {
 
     // A long request keeps the victim's model busy; the lone request after it goes direct too, and
     // the victim takes it while the model still runs the first (it fetches ahead).
-    const long = system.infer(
-      SLOW_CLASSIFIER,
-      Array.from({ length: 24 }, (_, i) => `${textOfTokens(300, 'meal')} ${i}`),
-    );
+    const long = longRequest(system, SLOW_CLASSIFIER, 24, 300);
     const [longKey] = await waitFor('the victim took the long request', victimHolds(1), 20_000, 5);
     const short = system.infer(SLOW_CLASSIFIER, 'a short request that waits behind the long one');
     const held = await waitFor('the victim took the short one too', victimHolds(2), 20_000, 5);
@@ -179,10 +178,7 @@ describe('direct requests', () => {
     const worker = system.startWorker({ model: SLOW_CLASSIFIER, env: { WORKER_ID: 'draining' } });
     await system.waitForWorkers(SLOW_CLASSIFIER);
 
-    const long = system.infer(
-      SLOW_CLASSIFIER,
-      Array.from({ length: 32 }, (_, i) => `${textOfTokens(400, 'meal')} ${i}`),
-    );
+    const long = longRequest(system, SLOW_CLASSIFIER, 32, 400);
     await waitFor(
       'the worker took it',
       async () => {
@@ -208,23 +204,10 @@ describe('direct requests', () => {
     const skippedBefore = await system.metric('tserve_requests_skipped_total', { model: SLOW_CLASSIFIER });
 
     // The worker takes the second request while the model still runs the first (it fetches ahead).
-    const long = system.infer(
-      SLOW_CLASSIFIER,
-      Array.from({ length: 24 }, (_, i) => `${textOfTokens(300, 'meal')} ${i}`),
-    );
-    await waitFor(
-      'the long request sent straight to the worker',
-      async () => (await system.metric('tserve_direct_requests_total', { model: SLOW_CLASSIFIER })) === 1,
-      10_000,
-      5,
-    );
+    const long = longRequest(system, SLOW_CLASSIFIER, 24, 300);
+    await sentDirect(system, SLOW_CLASSIFIER, 1, 'the long request sent straight to the worker');
     const leaving = system.leavingRequest(SLOW_CLASSIFIER, 'nobody will read this answer');
-    await waitFor(
-      'the second sent straight to the worker too',
-      async () => (await system.metric('tserve_direct_requests_total', { model: SLOW_CLASSIFIER })) === 2,
-      10_000,
-      5,
-    );
+    await sentDirect(system, SLOW_CLASSIFIER, 2, 'the second sent straight to the worker too');
     leaving.leave();
     assert.equal(await leaving.left, 'aborted');
     assert.equal((await long).status, 200);
@@ -237,15 +220,8 @@ describe('direct requests', () => {
   });
 
   it('direct entries that no worker pops within a poll period are taken back and queued as jobs', async (t) => {
-    const system = new TestSystem(uniquePrefix('direct-unpopped'));
-    const admin = new Redis(REDIS_URL);
-    const queue = new Queue(queueNameFor(CLASSIFIER), { connection: admin, prefix: system.prefix, skipMetasUpdate: true });
     // Stopping the system removes the ghost's announcement with the rest of its prefix.
-    t.after(async () => {
-      await queue.close();
-      admin.disconnect();
-      await system.stop();
-    });
+    const { system, admin, queue } = setUp(t, 'direct-unpopped', CLASSIFIER);
     await system.startGateway({ RESULT_POLL_MS: 300 });
     // A worker that announces itself and never pops: a real one's announcement, under another id.
     const real = system.startWorker({ model: CLASSIFIER, env: { WORKER_ID: 'real' } });
