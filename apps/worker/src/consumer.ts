@@ -16,7 +16,7 @@ export interface ConsumerOptions {
 }
 
 /**
- * Pulls batches of work (BullMQ jobs and direct requests, from the source) and hands their requests
+ * Pulls batches of work (BullMQ jobs and direct entries, from the source) and hands their requests
  * to the runner, whose outcomes go to the sink; the sink settles each job. Jobs are fetched by hand
  * (not with a processor function) so a batch is gathered in few round trips, and the next batch is
  * fetched and tokenized while the model thread runs the current one. Locks are renewed here in one
@@ -97,7 +97,7 @@ export class Consumer {
 
   /**
    * Interactive work waiting now, prepared as a batch of its own, when `jobs` hold batch-class work.
-   * The source takes direct requests first, and BullMQ fetches from the wait list (interactive)
+   * The source takes direct entries first, and BullMQ fetches from the wait list (interactive)
    * before the prioritized set, so the work taken here is interactive.
    */
   private async interactiveAhead(jobs: Work[]): Promise<PreparedBatch | undefined> {

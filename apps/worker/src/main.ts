@@ -126,7 +126,7 @@ async function main(): Promise<void> {
     connection,
     blocking,
     publisher,
-    // A job's marker or a direct request wakes an idle worker at once, so how long it waits only sets
+    // A job's marker or a direct entry wakes an idle worker at once, so how long it waits only sets
     // how often it asks an empty queue anyway.
     { prefix: config.QUEUE_PREFIX, model: config.MODEL, workerId, idleSeconds: 5 },
     logger,

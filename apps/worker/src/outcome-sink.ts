@@ -24,7 +24,7 @@ export interface JobOutcomeSinkOptions {
  * Where the outcomes of the work this worker holds go. They are gathered by job; a job is settled
  * once all its requests have outcomes: published to the gateway waiting for it (clients are
  * waiting) and recorded for the gateway's fallback read, both in one round trip: as the BullMQ
- * job's return value, or in a direct request's state key.
+ * job's return value, or in a direct entry's state key.
  */
 export class JobOutcomeSink implements OutcomeSink {
   /** Held jobs by job id, and the job of each of their requests. */
