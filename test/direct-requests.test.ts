@@ -41,11 +41,11 @@ function setUp(t: TestContext, name: string, model: string) {
 const sentDirect = (system: TestSystem, model: string, n: number, what: string) =>
   waitFor(what, async () => (await system.metric('tserve_direct_requests_total', { model })) === n, 10_000, 5);
 
-/** What Redis ran since its stats were reset, the measuring itself left out. */
-async function commandsRun(redis: Redis): Promise<number> {
+/** The calls of each command Redis ran since its stats were reset, the measuring itself left out. */
+async function commandsRun(redis: Redis): Promise<Map<string, number>> {
   const text = await redis.info('commandstats');
-  let calls = 0;
-  for (const [, name, n] of text.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) if (!['info', 'config|resetstat'].includes(name)) calls += Number(n);
+  const calls = new Map<string, number>();
+  for (const [, name, n] of text.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) if (!['info', 'config|resetstat'].includes(name)) calls.set(name, Number(n));
   return calls;
 }
 
@@ -81,7 +81,8 @@ describe('direct requests', () => {
     await admin.config('RESETSTAT');
     const answers: Array<Awaited<ReturnType<TestSystem['infer']>>> = [];
     for (const text of texts) answers.push(await system.infer(CLASSIFIER, text, { top_k: null }));
-    const perRequest = (await commandsRun(admin)) / texts.length;
+    const run = await commandsRun(admin);
+    const perRequest = [...run.values()].reduce((a, b) => a + b, 0) / texts.length;
 
     for (const r of answers) assert.equal(r.status, 200, JSON.stringify(r.body));
     asJobs.forEach((score, i) =>
@@ -91,6 +92,8 @@ describe('direct requests', () => {
     assert.equal(await queue.getCompletedCount(), 5, 'no job for any of them');
     // A job costs about 45 (BullMQ's three scripts run about 40 commands inside Redis).
     assert.ok(perRequest <= 15, `${perRequest.toFixed(1)} Redis commands per request`);
+    // LLEN runs only inside the worker's look for more work: a lone request that wakes an idle worker skips it.
+    assert.equal(run.get('llen') ?? 0, 0, 'the worker looked for more work beside a lone request');
     const stored = JSON.parse((await admin.get(keys.directState(system.prefix, answers[0].headers.get('x-request-id')!)))!);
     assert.deepEqual(stored.outcomes[0].outputs, answers[0].body, "the outcome is kept for the gateway's fallback read");
   });
