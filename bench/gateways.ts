@@ -12,7 +12,7 @@ import { queueNameFor } from '@tserve/queue';
 import { BenchSystem } from './lib/system.ts';
 import { runLoad } from './lib/load.ts';
 import { costPerRequest, readRedisCpu, readRedisStats, resetRedisStats } from './lib/redis-cost.ts';
-import { MODEL_DIR } from '../test/helpers/processes.ts';
+import { MODEL_DIR, readMetric } from '../test/helpers/processes.ts';
 
 const { values } = parseArgs({
   options: {
@@ -32,10 +32,8 @@ const body = JSON.stringify({ inputs: 'the acting was fine but the story went no
 
 /** Requests the gateways sent in direct entries so far (their tserve_direct_requests_total). */
 async function directSent(urls: string[]): Promise<number> {
-  const texts = await Promise.all(urls.map(async (url) => (await fetch(`${url}/metrics`)).text()));
-  let sum = 0;
-  for (const text of texts) for (const [, n] of text.matchAll(/^tserve_direct_requests_total\{[^}]*\} (\d+)/gm)) sum += Number(n);
-  return sum;
+  const counts = await Promise.all(urls.map((url) => readMetric(url, 'tserve_direct_requests_total', { model })));
+  return counts.reduce((a, b) => a + b, 0);
 }
 
 /** The same load split evenly over the gateways, all at once. */

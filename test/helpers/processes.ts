@@ -31,6 +31,17 @@ export async function freePort(): Promise<number> {
   return port;
 }
 
+/** One sample of a gateway's /metrics whose labels include `labels`; 0 when absent. */
+export async function readMetric(url: string, name: string, labels: Record<string, string> = {}): Promise<number> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const wanted = Object.entries(labels).map(([k, v]) => `${k}="${v}"`);
+  for (const line of text.split('\n')) {
+    if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue;
+    if (wanted.every((w) => line.includes(w))) return Number(line.slice(line.lastIndexOf(' ') + 1));
+  }
+  return 0;
+}
+
 /** Polls `probe` until it gives a truthy value; a probe that throws counts as "not yet". */
 export async function waitFor<T>(what: string, probe: () => Promise<T | undefined | false>, timeoutMs = 30_000, everyMs = 100): Promise<T> {
   const until = Date.now() + timeoutMs;

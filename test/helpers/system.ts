@@ -8,7 +8,7 @@ import path from 'node:path';
 import { Redis } from 'ioredis';
 import { keys, queueNameFor } from '@tserve/queue';
 import type { ReadyBody } from '@tserve/contract';
-import { cleanPrefix, freePort, MODEL_DIR, startNode, waitFor, type Env, type Proc } from './processes.ts';
+import { cleanPrefix, freePort, MODEL_DIR, readMetric, startNode, waitFor, type Env, type Proc } from './processes.ts';
 
 export { cleanPrefix, freePort, MODEL_DIR, PrivateRedis, Proc, redisAnswers, ROOT, sleep, waitFor } from './processes.ts';
 
@@ -117,14 +117,8 @@ export class TestSystem {
   }
 
   /** One sample of the gateway's /metrics whose labels include `labels`; 0 when absent. */
-  async metric(name: string, labels: Record<string, string> = {}): Promise<number> {
-    const text = await (await fetch(`${this.url}/metrics`)).text();
-    const wanted = Object.entries(labels).map(([k, v]) => `${k}="${v}"`);
-    for (const line of text.split('\n')) {
-      if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue;
-      if (wanted.every((w) => line.includes(w))) return Number(line.slice(line.lastIndexOf(' ') + 1));
-    }
-    return 0;
+  metric(name: string, labels: Record<string, string> = {}): Promise<number> {
+    return readMetric(this.url, name, labels);
   }
 
   /** What a finished job holds: a worker's JobOutcome for every request it carried. */
