@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import type { DirectEntry, DirectState, InferenceJobData, LoneDirectEntry } from '@tserve/contract';
 import { keys } from '@tserve/queue';
 import type { JobSource } from './batcher.js';
-import { workOfDirect, workOfJob, type Work } from './work.js';
+import { workOfDirect, workOfJob, type DirectWork, type Work } from './work.js';
 
 /**
  * Jobs waiting (the wait list, interactive, and the prioritized set, batch class) plus direct
@@ -110,18 +110,16 @@ export class WorkSource implements JobSource<Work> {
   private takeDirect(members: string[]): Work[] {
     const works: Work[] = [];
     for (const member of members) {
-      let entry: DirectEntry | LoneDirectEntry;
-      let work: Work;
+      let work: DirectWork;
       try {
-        entry = JSON.parse(member) as DirectEntry | LoneDirectEntry;
-        work = workOfDirect(entry);
+        work = workOfDirect(JSON.parse(member) as DirectEntry | LoneDirectEntry);
       } catch {
         this.logger.warn('unreadable direct entry skipped');
         continue;
       }
       const mark: DirectState = { takenBy: this.options.workerId };
       // Kept until its requests can no longer be waited for; its outcomes then replace it.
-      const ttlMs = Math.max(0, ...work.requests.map((r) => r.deadline - Date.now())) + entry.keepMs;
+      const ttlMs = Math.max(0, ...work.requests.map((r) => r.deadline - Date.now())) + work.keepMs;
       this.publisher
         .set(keys.directState(this.options.prefix, work.id), JSON.stringify(mark), 'PX', ttlMs)
         .catch((err: unknown) => this.logger.warn({ entry: work.id, err: String(err) }, 'marking a direct entry taken failed'));

@@ -39,8 +39,11 @@ export function workOfJob(job: Job<InferenceJobData>): Work {
   };
 }
 
+/** The work of a direct entry: no BullMQ job, and how long its outcomes are kept. */
+export type DirectWork = Extract<Work, { keepMs: number }>;
+
 /** Gateways send only interactive requests directly, and always want to hear that an entry was taken. */
-export function workOfDirect(entry: DirectEntry | LoneDirectEntry): Work {
+export function workOfDirect(entry: DirectEntry | LoneDirectEntry): DirectWork {
   const { id, requests } = 'request' in entry ? { id: entry.request.id, requests: [entry.request] } : entry;
   return { id, requests, replyTo: entry.replyTo, tellTaken: true, bulk: false, keepMs: entry.keepMs };
 }
