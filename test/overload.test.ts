@@ -53,6 +53,20 @@ describe('overload', () => {
       // The accepted ones waited for the frozen worker until their deadline.
       for (const r of accepted) assert.equal(r.status, 504, JSON.stringify(r.body));
       assert.ok((await queue.getWaitingCount()) <= 4, 'shed requests were never enqueued');
+      // A refusal is logged once, on its request's line, with what refused it.
+      const ids = shed.map((r) => r.headers.get('x-request-id')!);
+      const linesOf = (id: string) => system.gateway!.output.split('\n').filter((l) => l.includes(id));
+      await waitFor("the shed requests' log lines", async () => ids.every((id) => linesOf(id).length > 0), 5000);
+      for (const id of ids) {
+        const lines = linesOf(id);
+        assert.equal(lines.length, 1, lines.join('\n'));
+        const entry = JSON.parse(lines[0]);
+        assert.equal(entry.status, 503);
+        assert.equal(entry.error_type, 'overloaded');
+        assert.match(entry.error, /requests waiting/);
+      }
+      const refusals = system.gateway!.output.split('\n').filter((l) => l.includes('requests waiting; retry shortly'));
+      assert.equal(refusals.length, shed.length, `one line per refusal:\n${refusals.join('\n')}`);
     } finally {
       worker.kill('SIGCONT');
     }

@@ -21,6 +21,17 @@ describe('job failure text', () => {
   });
 });
 
+describe('ApiError', () => {
+  it('captures no stack (it is an answer, made for every refused request) and leaves the stack limit as it was', () => {
+    const limit = Error.stackTraceLimit;
+    const error = new ApiError('overloaded', 'model m has 64 requests waiting; retry shortly', 1);
+    assert.equal(error.stack?.split('\n').length, 1, error.stack);
+    assert.equal(Error.stackTraceLimit, limit);
+    assert.ok(error instanceof Error && error.status === 503 && error.retryAfterSeconds === 1);
+    assert.ok((new Error('a fault').stack?.split('\n').length ?? 0) > 1, 'other errors keep their stacks');
+  });
+});
+
 describe('score functions (function_to_apply)', () => {
   it('picks a sigmoid for multi-label and single-logit models, a softmax otherwise, as the HF pipelines do', () => {
     assert.equal(defaultScoreFunction({ id2label: { 0: 'NEGATIVE', 1: 'POSITIVE' } }), 'softmax');

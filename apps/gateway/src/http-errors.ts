@@ -1,13 +1,20 @@
 import type { ErrorRequestHandler, Response } from 'express';
 import type { Logger } from 'pino';
 import { ApiError } from '@tserve/contract';
+import { requestIdOf } from './request-id.js';
 
 /** How a protocol writes an error: its status and body. The native shape is `{"error", "error_type"}`. */
 export type ErrorFormat = (error: ApiError) => { status: number; body: unknown };
 
 const nativeErrors: ErrorFormat = (error) => ({ status: error.status, body: error.toBody() });
 
+/** The error a response answered, for its request's log line. */
+export function answeredError(res: Response): ApiError | undefined {
+  return res.locals.answeredError as ApiError | undefined;
+}
+
 export function sendError(res: Response, error: ApiError, format: ErrorFormat = nativeErrors): void {
+  res.locals.answeredError = error;
   if (error.retryAfterSeconds !== undefined) res.setHeader('Retry-After', String(error.retryAfterSeconds));
   const { status, body } = format(error);
   res.status(status).json(body);
@@ -35,18 +42,19 @@ function fromBodyParser(err: BodyParserError): ApiError | undefined {
 }
 
 /**
- * Last middleware (of the app, or of a protocol's router with that protocol's `format`): every
- * error becomes an answer in the protocol's error shape; nothing leaks a stack trace.
+ * Last middleware (of the app, a protocol's router with that protocol's `format`, or a route):
+ * every error becomes an answer in the protocol's error shape; nothing leaks a stack trace. An
+ * error the server meant to answer is logged once, on its request's line (request-log.ts): a 503
+ * storm under overload writes one line per refusal, not two.
  */
 export function errorHandler(logger: Logger, format: ErrorFormat = nativeErrors): ErrorRequestHandler {
   return (err, _req, res, _next) => {
     const api = err instanceof ApiError ? err : fromBodyParser(err as BodyParserError);
     if (api) {
-      if (api.status >= 500) logger.warn({ status: api.status, error_type: api.type }, api.message);
       sendError(res, api, format);
       return;
     }
-    logger.error({ err: err instanceof Error ? { message: err.message, stack: err.stack } : String(err) }, 'unhandled error');
+    logger.error({ reqId: requestIdOf(res), err: err instanceof Error ? { message: err.message, stack: err.stack } : String(err) }, 'unhandled error');
     sendError(res, new ApiError('internal', 'internal server error'), format);
   };
 }

@@ -4,6 +4,7 @@ import { routeOf } from './metrics.js';
 import { DASHBOARD_PATH } from './dashboard.js';
 import { requestIdOf } from './request-id.js';
 import { admittedOf } from './admission.js';
+import { answeredError } from './http-errors.js';
 
 /** Polled by probes, scrapers and the dashboard's own page: at info they would drown the requests that matter. */
 const QUIET_ROUTES = new Set(['/health', '/ready', '/metrics', DASHBOARD_PATH]);
@@ -33,6 +34,7 @@ export function requestLog(logger: Logger): RequestHandler {
     const startedAt = performance.now();
     res.once('close', () => {
       const key = admittedOf(res).key;
+      const error = answeredError(res);
       logger[level(req, res)](
         {
           reqId: requestIdOf(res),
@@ -42,6 +44,8 @@ export function requestLog(logger: Logger): RequestHandler {
           status: res.statusCode,
           duration_ms: Number((performance.now() - startedAt).toFixed(3)),
           ...(res.writableFinished ? {} : { aborted: true }),
+          // The server's own words for a 5xx; a 4xx's message may quote the client's input.
+          ...(error ? { error_type: error.type, ...(error.status >= 500 ? { error: error.message } : {}) } : {}),
           // The key's name, never the key: logs are read by more people than hold keys.
           ...(key ? { key: key.name } : {}),
         },
