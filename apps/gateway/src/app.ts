@@ -42,14 +42,17 @@ export function createApp(parts: AppParts): Express {
   app.use(metrics.track);
   app.use(assignRequestId);
   app.use(requestLog(parts.logger));
-  app.use(healthRoutes(parts.snapshot, parts.config.DEFAULT_MODEL));
-  app.use(metrics.routes());
+  // Routes go on the app itself, not in a router each: an error (every 503 of shedding among them)
+  // leaves a router through setImmediate before the handler below answers it, and under load that
+  // turn of the event loop waits behind all the I/O ready by then.
+  healthRoutes(app, parts.snapshot, parts.config.DEFAULT_MODEL);
+  app.get('/metrics', metrics.scrape);
   app.use(DASHBOARD_PATH, dashboard(parts));
-  app.use(inferenceRoutes(parts.config, parts.service, admission));
+  inferenceRoutes(app, parts.config, parts.service, admission);
   // The same queue and workers, in the protocols users already have clients for.
-  app.use(openAiRoutes(parts.config, parts.service, parts.registry, admission, parts.logger));
-  app.use(teiRoutes(parts.config, parts.service, parts.registry, admission, parts.logger));
-  app.use(kserveRoutes(parts.config, parts.service, parts.registry, parts.snapshot, admission, parts.logger));
+  openAiRoutes(app, parts.config, parts.service, parts.registry, admission, parts.logger);
+  teiRoutes(app, parts.config, parts.service, parts.registry, admission, parts.logger);
+  kserveRoutes(app, parts.config, parts.service, parts.registry, parts.snapshot, admission, parts.logger);
   app.use((req, _res, next) => next(new ApiError('not_found', `no route for ${req.method} ${req.path}; see ${ROUTES}`)));
   app.use(errorHandler(parts.logger));
   return app;

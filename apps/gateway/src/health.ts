@@ -1,4 +1,4 @@
-import express, { type Router } from 'express';
+import type { IRouter } from 'express';
 import type { ReadyBody, ReadyModel } from '@tserve/contract';
 import type { GatewaySnapshot, ModelStatus, Snapshot } from './snapshot.js';
 
@@ -35,8 +35,7 @@ function notReadyReasons(snap: GatewaySnapshot, defaultModel?: string): string[]
  * every model it has seen (and DEFAULT_MODEL) has a live worker, none still loading. 503 says which
  * of these is missing.
  */
-export function healthRoutes(snapshot: Snapshot, defaultModel?: string): Router {
-  const router = express.Router();
+export function healthRoutes(router: IRouter, snapshot: Snapshot, defaultModel?: string): void {
   router.get('/health', (_req, res) => {
     res.json({ status: 'ok' });
   });
@@ -52,5 +51,4 @@ export function healthRoutes(snapshot: Snapshot, defaultModel?: string): Router 
     if (reasons.length) res.setHeader('Retry-After', '2');
     res.status(reasons.length ? 503 : 200).json(body);
   });
-  return router;
 }

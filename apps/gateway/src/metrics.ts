@@ -1,4 +1,4 @@
-import express, { type Request, type RequestHandler, type Response, type Router } from 'express';
+import type { Request, RequestHandler, Response } from 'express';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { JobTiming, RequestOutcome } from '@tserve/contract';
 import type { AbandonedAt, InferenceObserver } from './inference.js';
@@ -47,8 +47,8 @@ export interface GatewayMetrics extends InferenceObserver {
   directRequeued: (model: string, requests: number) => void;
   /** A request refused with 429, by key name (never its secret). */
   quotaRejected: (key: ApiKey, reason: QuotaReason) => void;
-  /** `GET /metrics` in the Prometheus text format. */
-  routes(): Router;
+  /** Answers `GET /metrics`, in the Prometheus text format. */
+  scrape: RequestHandler;
 }
 
 /**
@@ -203,15 +203,11 @@ export function createMetrics(snapshot: Snapshot): GatewayMetrics {
     quotaRejected(key: ApiKey, reason: QuotaReason) {
       quotaRejections.inc({ key: key.name, reason });
     },
-    routes() {
-      const router = express.Router();
-      router.get('/metrics', async (_req, res) => {
-        const body = await series.metrics();
-        res.setHeader('content-type', series.contentType);
-        res.setHeader('cache-control', 'no-store');
-        res.send(body);
-      });
-      return router;
+    async scrape(_req, res) {
+      const body = await series.metrics();
+      res.setHeader('content-type', series.contentType);
+      res.setHeader('cache-control', 'no-store');
+      res.send(body);
     },
   };
 }

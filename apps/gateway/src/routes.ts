@@ -1,4 +1,4 @@
-import express, { type Request, type Response, type Router } from 'express';
+import type { IRouter, Request, Response } from 'express';
 import { ApiError, describeIssues, inferenceRequestSchema, TASKS, type Task } from '@tserve/contract';
 import type { GatewayConfig } from '@tserve/config';
 import type { InferenceResult, InferenceService } from './inference.js';
@@ -57,8 +57,7 @@ function modelAndTask(req: Request): { model: string; task?: Task } {
   return { model: match[1], task: match[2] as Task };
 }
 
-export function inferenceRoutes(config: GatewayConfig, service: InferenceService, admission: Admission): Router {
-  const router = express.Router();
+export function inferenceRoutes(router: IRouter, config: GatewayConfig, service: InferenceService, admission: Admission): void {
   /** Runs a parsed request with what its headers and admission add, and answers it. */
   const answer = async (req: Request, res: Response, model: string, call: ParsedBody, api: 'inference-api' | 'pipeline', task?: Task) => {
     const result = await runModelCall(service, req, res, {
@@ -106,6 +105,4 @@ export function inferenceRoutes(config: GatewayConfig, service: InferenceService
       await answer(req, res, model, call, 'inference-api', task);
     },
   );
-
-  return router;
 }

@@ -1,4 +1,4 @@
-import express, { type Request, type Router } from 'express';
+import type { IRouter, Request } from 'express';
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import { ApiError, applyScoreFunction, describeIssues, type Priority } from '@tserve/contract';
@@ -112,14 +112,14 @@ function controls(params: Record<string, unknown> | undefined): { timeoutMs?: nu
 }
 
 export function kserveRoutes(
+  router: IRouter,
   config: GatewayConfig,
   service: InferenceService,
   registry: ModelRegistry,
   snapshot: Snapshot,
   admission: Admission,
   logger: Logger,
-): Router {
-  const router = express.Router();
+): void {
   const served = (name: string): ServedModel => {
     const m = registry.get(name);
     if (!m)
@@ -239,5 +239,4 @@ export function kserveRoutes(
   });
 
   router.use('/v2', errorHandler(logger, kserveErrors));
-  return router;
 }

@@ -1,4 +1,4 @@
-import express, { type Router } from 'express';
+import type { IRouter } from 'express';
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import { ApiError, describeIssues, type ErrorType } from '@tserve/contract';
@@ -56,8 +56,14 @@ function modelObject(m: ServedModel) {
   return { id: m.id, object: 'model', created: Math.floor(Math.min(...m.workers.map((w) => w.startedAt)) / 1000), owned_by: 'tserve' };
 }
 
-export function openAiRoutes(config: GatewayConfig, service: InferenceService, registry: ModelRegistry, admission: Admission, logger: Logger): Router {
-  const router = express.Router();
+export function openAiRoutes(
+  router: IRouter,
+  config: GatewayConfig,
+  service: InferenceService,
+  registry: ModelRegistry,
+  admission: Admission,
+  logger: Logger,
+): void {
   // The model is named in the body: it is checked (and shed) once the body is read.
   router.post(
     '/v1/embeddings',
@@ -107,5 +113,4 @@ export function openAiRoutes(config: GatewayConfig, service: InferenceService, r
     next(new ApiError('not_found', `no route for ${req.method} /v1${req.path}; this server offers POST /v1/embeddings and GET /v1/models`)),
   );
   router.use('/v1', errorHandler(logger, openAiErrors));
-  return router;
 }

@@ -1,4 +1,4 @@
-import express, { type Request, type Router } from 'express';
+import type { IRouter, Request } from 'express';
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import { ApiError, describeIssues, type ErrorType } from '@tserve/contract';
@@ -148,8 +148,14 @@ function modelType(m: ServedModel): Record<string, unknown> {
   return { embedding: { pooling: 'mean' } };
 }
 
-export function teiRoutes(config: GatewayConfig, service: InferenceService, registry: ModelRegistry, admission: Admission, logger: Logger): Router {
-  const router = express.Router();
+export function teiRoutes(
+  router: IRouter,
+  config: GatewayConfig,
+  service: InferenceService,
+  registry: ModelRegistry,
+  admission: Admission,
+  logger: Logger,
+): void {
   const json = jsonBody(config);
 
   /** The model a request names (body `model`, header `x-model`), or the only served one of its kind. */
@@ -275,5 +281,4 @@ export function teiRoutes(config: GatewayConfig, service: InferenceService, regi
   });
 
   for (const path of ['/embed', '/predict', '/rerank', '/tokenize', '/info']) router.use(path, errorHandler(logger, teiErrors));
-  return router;
 }
