@@ -19,7 +19,10 @@ import { runSoak } from './lib/soak.ts';
 import { BenchSystem } from './lib/system.ts';
 import { evaluateTargets } from './lib/targets.ts';
 import { craftText, loadTokenizer } from './lib/texts.ts';
-import type { BenchResults, GatewayCost, MixedRun, ModelResults, ServerPoint, SoakRun } from './lib/types.ts';
+import type { BenchResults, GatewayCost, MixedRun, ModelResults, PathFloor, ServerPoint, SoakRun } from './lib/types.ts';
+import { measurePathFloor } from './lib/path-floor.ts';
+import { runLoad } from './lib/load.ts';
+import { round } from './lib/stats.ts';
 
 /** Server settings read from the environment that change what is measured; recorded with the results. */
 const RECORDED_SETTINGS = [
@@ -75,10 +78,22 @@ async function shutdown(code: number): Promise<never> {
 process.on('SIGINT', () => void shutdown(130));
 process.on('SIGTERM', () => void shutdown(143));
 
+/** The c=1 point's load against the path's stand-ins, before the server starts: they have the machine to themselves. */
+async function measureFloor(redisUrl: string): Promise<PathFloor> {
+  const floor = await measurePathFloor(redisUrl, async (url) => {
+    const load = await runLoad({ url, path: '/', body: 'x', connections: 1, warmupSeconds: options.warmupSeconds, durationSeconds: options.durationSeconds });
+    return load.latency;
+  });
+  log(`path floor at c=1, no work: HTTP alone p50 ${round(floor.http.p50)} ms; + Redis and a worker thread p50 ${round(floor.relayed.p50)} ms`);
+  return floor;
+}
+
 async function main(): Promise<void> {
+  let pathFloor: PathFloor | undefined;
   if (system) {
     log('starting redis, gateway and workers');
     await system.startRedis();
+    if (options.concurrencies.includes(1) && !options.skip.has('sweep')) pathFloor = await measureFloor(system.redisUrl);
     await system.startGateway();
     for (const model of options.models) await system.startWorker(model);
   } else {
@@ -135,6 +150,7 @@ async function main(): Promise<void> {
     mixed,
     soak,
     gatewayCost,
+    pathFloor,
   };
   const results: BenchResults = { ...partial, targets: evaluateTargets(partial, options.lengths, options.concurrencies) };
 

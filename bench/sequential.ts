@@ -1,12 +1,16 @@
 /**
  * The plainest overhead figure: N sequential `POST /` calls with a raw text body (the classic
- * pipeline-web-server contract) against the same model called in-process, in one run.
+ * pipeline-web-server contract) against the same model called in-process, in one run, and against
+ * the path's floor on this machine (lib/path-floor.ts): the same hops with no work behind them.
  * Usage: npm run bench:sequential [-- --calls 200 --model <id> --text "..."]
  */
 import { parseArgs } from 'node:util';
 import { BenchSystem } from './lib/system.ts';
 import { loadInProcess, measureSingles } from './lib/inprocess.ts';
-import { summarize, type Summary } from './lib/stats.ts';
+import type { Summary } from './lib/stats.ts';
+import { timeSequentialCalls } from './lib/sequential-calls.ts';
+import { measurePathFloor } from './lib/path-floor.ts';
+import type { PathFloor } from './lib/types.ts';
 import { MODEL_DIR } from '../test/helpers/processes.ts';
 
 const { values } = parseArgs({
@@ -21,23 +25,14 @@ const { model, text } = values as { model: string; text: string };
 
 const system = new BenchSystem({ modelDir: MODEL_DIR, logLevel: 'error' });
 let server: Summary;
+let floor: PathFloor;
 try {
   await system.startRedis();
+  // Before the server starts: the floor's processes have the machine to themselves.
+  floor = await measurePathFloor(system.redisUrl, (url) => timeSequentialCalls(url, text, calls));
   await system.startGateway({ DEFAULT_MODEL: model });
   await system.startWorker(model);
-  const post = async () => {
-    const res = await fetch(`${system.url}/`, { method: 'POST', body: text });
-    if (!res.ok) throw new Error(`POST / answered ${res.status}: ${await res.text()}`);
-    await res.arrayBuffer();
-  };
-  for (let i = 0; i < 30; i++) await post();
-  const times: number[] = [];
-  for (let i = 0; i < calls; i++) {
-    const started = performance.now();
-    await post();
-    times.push(performance.now() - started);
-  }
-  server = summarize(times);
+  server = await timeSequentialCalls(`${system.url}/`, text, calls);
 } finally {
   await system.stop();
 }
@@ -51,4 +46,9 @@ console.log(`${calls} sequential calls, ${model}, "${text}"`);
 console.log(`                          p50      p90      p99   (ms)`);
 console.log(`POST / (gateway)     ${f(server.p50)} ${f(server.p90)} ${f(server.p99)}`);
 console.log(`pipe(text) in-process${f(inProcess.p50)} ${f(inProcess.p90)} ${f(inProcess.p99)}`);
-console.log(`overhead p50: +${(server.p50 - inProcess.p50).toFixed(2)} ms (${(server.p50 / inProcess.p50).toFixed(2)}x)`);
+console.log(`path floor, no work:`);
+console.log(`  HTTP alone         ${f(floor.http.p50)} ${f(floor.http.p90)} ${f(floor.http.p99)}`);
+console.log(`  + Redis and thread ${f(floor.relayed.p50)} ${f(floor.relayed.p90)} ${f(floor.relayed.p99)}`);
+const overhead = server.p50 - inProcess.p50;
+console.log(`overhead p50: +${overhead.toFixed(2)} ms (${(server.p50 / inProcess.p50).toFixed(2)}x):`);
+console.log(`  the path's hops +${floor.relayed.p50.toFixed(2)} ms, the server's own work +${(overhead - floor.relayed.p50).toFixed(2)} ms`);

@@ -92,6 +92,14 @@ export interface ModelResults {
   answerCheck?: { text: string; sameLabel: boolean; maxScoreDiff: number };
 }
 
+/** Latency of stand-ins for the request path, with no work behind them (lib/path-floor.ts). */
+export interface PathFloor {
+  /** The HTTP round trip alone. */
+  http: Summary;
+  /** HTTP, through Redis to a second process and its worker thread, and back. */
+  relayed: Summary;
+}
+
 export interface TargetResult {
   id: string;
   name: string;
@@ -117,5 +125,7 @@ export interface BenchResults {
   mixed: MixedRun[];
   soak?: SoakRun;
   gatewayCost?: GatewayCost;
+  /** The same c=1 load against stand-ins with the path's hops and no work (lib/path-floor.ts). */
+  pathFloor?: PathFloor;
   targets: TargetResult[];
 }
