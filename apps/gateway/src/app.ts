@@ -50,9 +50,9 @@ export function createApp(parts: AppParts): Express {
   app.use(DASHBOARD_PATH, dashboard(parts));
   inferenceRoutes(app, parts.config, parts.service, admission);
   // The same queue and workers, in the protocols users already have clients for.
-  openAiRoutes(app, parts.config, parts.service, parts.registry, admission, parts.logger);
-  teiRoutes(app, parts.config, parts.service, parts.registry, admission, parts.logger);
-  kserveRoutes(app, parts.config, parts.service, parts.registry, parts.snapshot, admission, parts.logger);
+  openAiRoutes(app, parts);
+  teiRoutes(app, parts);
+  kserveRoutes(app, parts);
   app.use((req, _res, next) => next(new ApiError('not_found', `no route for ${req.method} ${req.path}; see ${ROUTES}`)));
   app.use(errorHandler(parts.logger));
   return app;

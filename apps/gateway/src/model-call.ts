@@ -2,8 +2,10 @@ import express, { type Request, type RequestHandler, type Response } from 'expre
 import { isUtf8 } from 'node:buffer';
 import { ApiError, type Operation, type Priority } from '@tserve/contract';
 import type { GatewayConfig } from '@tserve/config';
+import type { Logger } from 'pino';
 import type { InferenceCall, InferenceResult, InferenceService } from './inference.js';
-import { admittedOf } from './admission.js';
+import { admittedOf, type Admission } from './admission.js';
+import type { ModelRegistry } from './model-registry.js';
 import { requestIdOf } from './request-id.js';
 import { effectivePriority } from './api-keys.js';
 
@@ -11,6 +13,15 @@ import { effectivePriority } from './api-keys.js';
  * What every route that runs a model shares, whatever protocol it speaks: the JSON body parser,
  * the request's id, deadline, priority and client-gone signal, and the timing headers.
  */
+
+/** What a protocol's routes use of the gateway (the app's parts). */
+export interface ProtocolParts {
+  config: GatewayConfig;
+  service: InferenceService;
+  registry: ModelRegistry;
+  admission: Admission;
+  logger: Logger;
+}
 
 const rejectInvalidUtf8 = (_req: unknown, _res: unknown, buf: Buffer) => {
   if (!isUtf8(buf)) throw Object.assign(new Error('invalid UTF-8'), { type: 'invalid.utf8', status: 400 });

@@ -1,14 +1,10 @@
 import type { IRouter, Request } from 'express';
-import type { Logger } from 'pino';
 import { z } from 'zod';
 import { ApiError, applyScoreFunction, describeIssues, type Priority } from '@tserve/contract';
-import type { GatewayConfig } from '@tserve/config';
-import type { InferenceService } from '../inference.js';
-import type { ModelRegistry, ServedModel } from '../model-registry.js';
+import type { ServedModel } from '../model-registry.js';
 import type { Snapshot } from '../snapshot.js';
-import type { Admission } from '../admission.js';
 import { errorHandler, type ErrorFormat } from '../http-errors.js';
-import { jsonBody, runModelCall, wildcardPath } from '../model-call.js';
+import { jsonBody, runModelCall, wildcardPath, type ProtocolParts } from '../model-call.js';
 
 /**
  * The KServe v2 / Open Inference Protocol over HTTP (what Triton speaks): health, server and model
@@ -111,15 +107,7 @@ function controls(params: Record<string, unknown> | undefined): { timeoutMs?: nu
   return out;
 }
 
-export function kserveRoutes(
-  router: IRouter,
-  config: GatewayConfig,
-  service: InferenceService,
-  registry: ModelRegistry,
-  snapshot: Snapshot,
-  admission: Admission,
-  logger: Logger,
-): void {
+export function kserveRoutes(router: IRouter, { config, service, registry, snapshot, admission, logger }: ProtocolParts & { snapshot: Snapshot }): void {
   const served = (name: string): ServedModel => {
     const m = registry.get(name);
     if (!m)

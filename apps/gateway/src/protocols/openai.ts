@@ -1,13 +1,9 @@
 import type { IRouter } from 'express';
-import type { Logger } from 'pino';
 import { z } from 'zod';
 import { ApiError, describeIssues, type ErrorType } from '@tserve/contract';
-import type { GatewayConfig } from '@tserve/config';
-import type { InferenceService } from '../inference.js';
-import type { ModelRegistry, ServedModel } from '../model-registry.js';
-import type { Admission } from '../admission.js';
+import type { ServedModel } from '../model-registry.js';
 import { errorHandler, type ErrorFormat } from '../http-errors.js';
-import { jsonBody, runModelCall, wildcardPath } from '../model-call.js';
+import { jsonBody, runModelCall, wildcardPath, type ProtocolParts } from '../model-call.js';
 import { shorten } from './embedding-dimensions.js';
 
 /**
@@ -56,14 +52,7 @@ function modelObject(m: ServedModel) {
   return { id: m.id, object: 'model', created: Math.floor(Math.min(...m.workers.map((w) => w.startedAt)) / 1000), owned_by: 'tserve' };
 }
 
-export function openAiRoutes(
-  router: IRouter,
-  config: GatewayConfig,
-  service: InferenceService,
-  registry: ModelRegistry,
-  admission: Admission,
-  logger: Logger,
-): void {
+export function openAiRoutes(router: IRouter, { config, service, registry, admission, logger }: ProtocolParts): void {
   // The model is named in the body: it is checked (and shed) once the body is read.
   router.post(
     '/v1/embeddings',

@@ -1,13 +1,9 @@
 import type { IRouter, Request } from 'express';
-import type { Logger } from 'pino';
 import { z } from 'zod';
 import { ApiError, describeIssues, type ErrorType } from '@tserve/contract';
-import type { GatewayConfig } from '@tserve/config';
-import type { InferenceService } from '../inference.js';
-import type { ModelRegistry, ServedModel } from '../model-registry.js';
-import type { Admission } from '../admission.js';
+import type { ServedModel } from '../model-registry.js';
 import { errorHandler, type ErrorFormat } from '../http-errors.js';
-import { jsonBody, runModelCall } from '../model-call.js';
+import { jsonBody, runModelCall, type ProtocolParts } from '../model-call.js';
 import { shorten } from './embedding-dimensions.js';
 
 /**
@@ -148,14 +144,7 @@ function modelType(m: ServedModel): Record<string, unknown> {
   return { embedding: { pooling: 'mean' } };
 }
 
-export function teiRoutes(
-  router: IRouter,
-  config: GatewayConfig,
-  service: InferenceService,
-  registry: ModelRegistry,
-  admission: Admission,
-  logger: Logger,
-): void {
+export function teiRoutes(router: IRouter, { config, service, registry, admission, logger }: ProtocolParts): void {
   const json = jsonBody(config);
 
   /** The model a request names (body `model`, header `x-model`), or the only served one of its kind. */
