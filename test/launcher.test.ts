@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
 import type { ReadyBody } from '@tserve/contract';
-import { MODEL_DIR, Proc, REDIS_URL, ROOT, TestSystem, freePort, uniquePrefix, waitFor } from './helpers/system.ts';
+import { MODEL_DIR, Proc, REDIS_URL, ROOT, TestSystem, cleanPrefix, freePort, uniquePrefix, waitFor } from './helpers/system.ts';
 import { CLASSIFIER, NER } from './helpers/replicas.ts';
 
 const alive = (pid: number) => {
@@ -124,7 +124,7 @@ describe('npm start (launcher)', () => {
   });
 
   it('restarts a gateway that crashed, and stops everything with exit 1 when the gateway cannot start', async () => {
-    const start = (port: number, prefix = uniquePrefix('supervise')) =>
+    const start = (port: number, prefix: string) =>
       new Proc(
         'launcher',
         spawn(process.execPath, [path.join(ROOT, 'apps/launcher/dist/main.js')], {
@@ -142,8 +142,13 @@ describe('npm start (launcher)', () => {
         }),
       );
     const port = await freePort();
-    const launcher = start(port);
-    cleanups.push(async () => void (await launcher.stop('SIGKILL')));
+    const prefix = uniquePrefix('supervise');
+    const launcher = start(port, prefix);
+    // Launchers on the shared Redis leave their systems' keys (workers, load times): removed once they stop.
+    cleanups.push(
+      async () => void (await launcher.stop('SIGKILL')),
+      () => cleanPrefix(REDIS_URL, prefix),
+    );
     const url = `http://127.0.0.1:${port}`;
     await waitFor('the system to be ready', async () => (await fetch(`${url}/ready`)).status === 200, 60_000, 250);
     const gatewayPid = async () => {
@@ -176,6 +181,7 @@ describe('npm start (launcher)', () => {
     // A second launcher on the same port: its gateway cannot listen, so nothing of it may stay up.
     const blockedPrefix = uniquePrefix('blocked');
     const blocked = start(port, blockedPrefix);
+    cleanups.push(() => cleanPrefix(REDIS_URL, blockedPrefix));
     const code = await blocked.exited;
     assert.equal(code, 1, blocked.output);
     assert.match(blocked.output, new RegExp(`port ${port} on 0\\.0\\.0\\.0 is already in use`));
