@@ -42,7 +42,7 @@ function fromBodyParser(err: BodyParserError): ApiError | undefined {
 }
 
 /**
- * Last middleware (of the app, or of a protocol's router with that protocol's `format`): every
+ * Last middleware (of the app, or mounted on a protocol's paths with that protocol's `format`): every
  * error becomes an answer in the protocol's error shape; nothing leaks a stack trace. An error the
  * server meant to answer is logged once, on its request's line (request-log.ts): a 503 storm under
  * overload writes one line per refusal, not two.
