@@ -1,7 +1,8 @@
 /**
  * The plainest overhead figure: N sequential `POST /` calls with a raw text body (the classic
  * pipeline-web-server contract) against the same model called in-process, in one run, and against
- * the path's floor on this machine (lib/path-floor.ts): the same hops with no work behind them.
+ * the path's floors on this machine (lib/path-floor.ts): the same hops with no work behind them, and
+ * the least server of the same parts running the model.
  * Usage: npm run bench:sequential [-- --calls 200 --model <id> --text "..."]
  */
 import { parseArgs } from 'node:util';
@@ -9,7 +10,7 @@ import { BenchSystem } from './lib/system.ts';
 import { loadInProcess, measureSingles } from './lib/inprocess.ts';
 import type { Summary } from './lib/stats.ts';
 import { timeSequentialCalls } from './lib/sequential-calls.ts';
-import { measurePathFloor } from './lib/path-floor.ts';
+import { measureLeastServer, measurePathFloor } from './lib/path-floor.ts';
 import type { PathFloor } from './lib/types.ts';
 import { MODEL_DIR } from '../test/helpers/processes.ts';
 
@@ -24,12 +25,16 @@ const calls = Number(values.calls);
 const { model, text } = values as { model: string; text: string };
 
 const system = new BenchSystem({ modelDir: MODEL_DIR, logLevel: 'error' });
+const local = await loadInProcess(model, MODEL_DIR);
+const time = (url: string) => timeSequentialCalls(url, text, calls);
 let server: Summary;
 let floor: PathFloor;
+let least: Summary;
 try {
   await system.startRedis();
-  // Before the server starts: the floor's processes have the machine to themselves.
-  floor = await measurePathFloor(system.redisUrl, (url) => timeSequentialCalls(url, text, calls));
+  // Before the server starts: the floors' processes have the machine to themselves.
+  floor = await measurePathFloor(system.redisUrl, time);
+  least = await measureLeastServer(system.redisUrl, time, { model, modelDir: MODEL_DIR, dtype: local.dtype, device: local.device, text });
   await system.startGateway({ DEFAULT_MODEL: model });
   await system.startWorker(model);
   server = await timeSequentialCalls(`${system.url}/`, text, calls);
@@ -37,7 +42,6 @@ try {
   await system.stop();
 }
 // Measured after the server stopped: both use every core.
-const local = await loadInProcess(model, MODEL_DIR);
 const inProcess = await measureSingles(local, text, calls);
 await local.dispose();
 
@@ -49,6 +53,10 @@ console.log(`pipe(text) in-process${f(inProcess.p50)} ${f(inProcess.p90)} ${f(in
 console.log(`path floor, no work:`);
 console.log(`  HTTP alone         ${f(floor.http.p50)} ${f(floor.http.p90)} ${f(floor.http.p99)}`);
 console.log(`  + Redis and thread ${f(floor.relayed.p50)} ${f(floor.relayed.p90)} ${f(floor.relayed.p99)}`);
+console.log(`least server, the same parts running the model:`);
+console.log(`                     ${f(least.p50)} ${f(least.p90)} ${f(least.p99)}`);
 const overhead = server.p50 - inProcess.p50;
 console.log(`overhead p50: +${overhead.toFixed(2)} ms (${(server.p50 / inProcess.p50).toFixed(2)}x):`);
-console.log(`  the path's hops +${floor.relayed.p50.toFixed(2)} ms, the server's own work +${(overhead - floor.relayed.p50).toFixed(2)} ms`);
+console.log(
+  `  the path's hops at the model's pace +${(least.p50 - inProcess.p50).toFixed(2)} ms, the server's own work +${(server.p50 - least.p50).toFixed(2)} ms`,
+);

@@ -20,7 +20,8 @@ export interface InProcessModel {
   dispose(): Promise<void>;
 }
 
-export async function loadInProcess(model: string, modelDir: string): Promise<InProcessModel> {
+/** `sessionOptions`: ONNX Runtime's, where a caller must run the model as the workers do rather than as transformers.js does by default. */
+export async function loadInProcess(model: string, modelDir: string, sessionOptions?: Record<string, unknown>): Promise<InProcessModel> {
   env.allowRemoteModels = false;
   env.allowLocalModels = true;
   env.localModelPath = modelDir;
@@ -33,7 +34,11 @@ export async function loadInProcess(model: string, modelDir: string): Promise<In
     fs.existsSync(onnx) ? fs.readdirSync(onnx) : undefined,
     process.env.DTYPE_FORCE === 'true',
   );
-  const pipe = (await pipeline('text-classification', model, { dtype, device })) as unknown as Pipe & { dispose(): Promise<void> };
+  const pipe = (await pipeline('text-classification', model, {
+    dtype,
+    device,
+    ...(sessionOptions ? { session_options: sessionOptions } : {}),
+  })) as unknown as Pipe & { dispose(): Promise<void> };
   return { model, pipe, device, dtype, dispose: () => pipe.dispose() };
 }
 

@@ -2,7 +2,8 @@ import { withCpu } from './cpu.ts';
 import { inferBody, inferPath, measureQuietly, quiesce, type BenchContext } from './context.ts';
 import { loadInProcess, measureBatched, measureMixedCycle, measureSingles, type InProcessModel } from './inprocess.ts';
 import { runLoad, type LoadResult } from './load.ts';
-import { round } from './stats.ts';
+import { measureLeastServer } from './path-floor.ts';
+import { round, type Summary } from './stats.ts';
 import { craftText, loadTokenizer } from './texts.ts';
 import type { InputText, MixedRun, ModelResults, ServerPoint } from './types.ts';
 
@@ -62,6 +63,12 @@ export async function runModelPhase(ctx: BenchContext, model: string): Promise<M
       results.singles.push({ tokens, latency: value, cpu });
       log(`${short(model)} in-process ${tokens} tok: pipe(text) p50 ${round(value.p50)} ms p99 ${round(value.p99)} ms (other cpu ${cpu.other}%)`);
     }
+    if (!options.skip.has('sweep') && options.concurrencies.includes(1) && ctx.system) {
+      results.leastServer = await measureLeastServerOf(ctx, ctx.system.redisUrl, inproc, texts[Math.min(...options.lengths)].text);
+      log(
+        `${short(model)} least server of the same parts running the model, c=1: p50 ${round(results.leastServer.p50)} ms p99 ${round(results.leastServer.p99)} ms`,
+      );
+    }
 
     if (!options.skip.has('sweep')) {
       for (const tokens of options.lengths) {
@@ -94,6 +101,17 @@ export async function runModelPhase(ctx: BenchContext, model: string): Promise<M
   } finally {
     await inproc.dispose();
   }
+}
+
+/** The c=1 point's load against the least server running the model (lib/path-floor.ts), the server idle meanwhile. */
+async function measureLeastServerOf(ctx: BenchContext, redisUrl: string, inproc: InProcessModel, text: string): Promise<Summary> {
+  const { options } = ctx;
+  const floorModel = { model: inproc.model, modelDir: options.modelDir, dtype: inproc.dtype, device: inproc.device, text };
+  const time = async (url: string) =>
+    (await runLoad({ url, path: '/', body: inferBody(text), connections: 1, warmupSeconds: options.warmupSeconds, durationSeconds: options.durationSeconds }))
+      .latency;
+  await quiesce(ctx, inproc.model);
+  return measureLeastServer(redisUrl, time, floorModel);
 }
 
 /** One answer through the whole system against the same call in-process (q8 shifts with batch mates; fp16 within its precision). */

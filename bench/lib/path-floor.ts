@@ -2,12 +2,16 @@
  * The floor of the request path on this machine: what the least server built of the same parts
  * costs a sequential client, so that what the real server adds can be told from what the machine
  * charges for each hop between processes and threads (it varies several-fold between machines of
- * one kind). Two stand-ins, each its own process as the real ones are:
+ * one kind). Stand-ins, each its own process as the real ones are:
  * - `http`: an HTTP server that answers at once;
  * - `relay` and `echo`: an HTTP server that passes each call through Redis (LPUSH) to a second
  *   process, which pops it (BRPOP), sends it to its worker thread and back, and publishes it to
  *   the first, which answers: the hops of a lone request, without the work.
- * Run as a script, this file is one of those processes: `<role> <redis url> <key> <port>`.
+ * - the least server: `relay` and `echo` again, the thread running the model on the request's text
+ *   (`pipe(text)`, as in-process) before it answers. A model call leaves the other processes idle
+ *   for milliseconds, and on some machines a wake after that costs several times one a moment
+ *   later; the hops with no work behind them then understate what any server of these parts pays.
+ * Run as a script, this file is one of those processes: `<role> <redis url> <key> <port> [model JSON]`.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
@@ -22,15 +26,46 @@ import type { PathFloor } from './types.ts';
 
 const SELF = fileURLToPath(import.meta.url);
 
+/** The model a least server's thread runs: the bench's in-process model, with its dtype and device. */
+export interface FloorModel {
+  model: string;
+  modelDir: string;
+  dtype: string;
+  device: string;
+  text: string;
+}
+
+/**
+ * The stand-in's thread: echoes each message, after running the model on the text when it has one.
+ * Plain JavaScript, evaluated: worker threads do not inherit the TypeScript loader.
+ */
+const ECHO_THREAD = `
+const { parentPort, workerData } = require('node:worker_threads');
+(async () => {
+  const floor = workerData.model;
+  let pipe;
+  if (floor) {
+    const { pipeline, env } = await import(workerData.transformers);
+    env.allowRemoteModels = false;
+    env.localModelPath = floor.modelDir;
+    pipe = await pipeline('text-classification', floor.model, { dtype: floor.dtype, device: floor.device });
+    for (let i = 0; i < 20; i++) await pipe(floor.text);
+  }
+  parentPort.on('message', async (m) => {
+    if (pipe) await pipe(floor.text);
+    parentPort.postMessage(m);
+  });
+  parentPort.postMessage('ready');
+})();`;
+
 type Role = 'http' | 'relay' | 'echo';
 
-/** `echo`: pops each call, passes it through a worker thread, publishes it back. */
-async function echo(redisUrl: string, key: string): Promise<void> {
+/** `echo`: pops each call, passes it through a worker thread (which may run the model), publishes it back. */
+async function echo(redisUrl: string, key: string, model?: FloorModel): Promise<void> {
   const blocking = new Redis(redisUrl);
   const publisher = new Redis(redisUrl);
-  const thread = new Worker(`const { parentPort } = require('node:worker_threads'); parentPort.on('message', (m) => parentPort.postMessage(m));`, {
-    eval: true,
-  });
+  const thread = new Worker(ECHO_THREAD, { eval: true, workerData: { model, transformers: import.meta.resolve('@huggingface/transformers') } });
+  await once(thread, 'message');
   await publisher.ping();
   console.log('ready');
   for (;;) {
@@ -70,12 +105,37 @@ async function serve(role: 'http' | 'relay', redisUrl: string, key: string, port
   console.log('ready');
 }
 
-function start(role: Role, redisUrl: string, key: string, port: number): Promise<ChildProcess> {
-  const child = spawn(process.execPath, ['--import', 'tsx', SELF, role, redisUrl, key, String(port)], { stdio: ['ignore', 'pipe', 'inherit'] });
+/** Starts `script` as a process of its own (`--import tsx`), resolved once it prints its first line. */
+export function startStandIn(script: string, args: string[]): Promise<ChildProcess> {
+  const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
   return new Promise((resolve, reject) => {
-    child.once('exit', (code) => reject(new Error(`path floor: ${role} exited (${code})`)));
+    child.once('exit', (code) => reject(new Error(`${script} ${args[0]} exited (${code})`)));
     createInterface({ input: child.stdout }).once('line', () => resolve(child));
   });
+}
+
+export function stopStandIns(children: ChildProcess[]): void {
+  for (const child of children) {
+    child.removeAllListeners('exit');
+    child.kill('SIGKILL');
+  }
+}
+
+const start = (role: Role, redisUrl: string, key: string, port: number, model?: FloorModel) =>
+  startStandIn(SELF, [role, redisUrl, key, String(port), ...(model ? [JSON.stringify(model)] : [])]);
+
+/** The relay's call, timed by `time` against a relay and an echo (running `model`, if given). */
+async function timeRelay(
+  redisUrl: string,
+  key: string,
+  time: (url: string) => Promise<Summary>,
+  children: ChildProcess[],
+  model?: FloorModel,
+): Promise<Summary> {
+  const port = await freePort();
+  children.push(await start('echo', redisUrl, key, 0, model));
+  children.push(await start('relay', redisUrl, key, port));
+  return time(`http://127.0.0.1:${port}/`);
 }
 
 /**
@@ -89,21 +149,29 @@ export async function measurePathFloor(redisUrl: string, time: (url: string) => 
     const httpPort = await freePort();
     children.push(await start('http', redisUrl, key, httpPort));
     const plain = await time(`http://127.0.0.1:${httpPort}/`);
-    const relayPort = await freePort();
-    children.push(await start('echo', redisUrl, key, 0));
-    children.push(await start('relay', redisUrl, key, relayPort));
-    const relayed = await time(`http://127.0.0.1:${relayPort}/`);
+    const relayed = await timeRelay(redisUrl, key, time, children);
     return { http: plain, relayed };
   } finally {
-    for (const child of children) {
-      child.removeAllListeners('exit');
-      child.kill('SIGKILL');
-    }
+    stopStandIns(children);
+  }
+}
+
+/**
+ * The least server of the same parts running the model: the relay, its thread calling `pipe(text)`
+ * for each request. No validation, batching, bookkeeping or JSON of the server's own: what it
+ * measures beyond in-process is what this machine charges any server built this way.
+ */
+export async function measureLeastServer(redisUrl: string, time: (url: string) => Promise<Summary>, model: FloorModel): Promise<Summary> {
+  const children: ChildProcess[] = [];
+  try {
+    return await timeRelay(redisUrl, `least-server-${process.pid}`, time, children, model);
+  } finally {
+    stopStandIns(children);
   }
 }
 
 if (process.argv[1] === SELF) {
-  const [role, redisUrl, key, port] = process.argv.slice(2) as [Role, string, string, string];
-  if (role === 'echo') await echo(redisUrl, key);
+  const [role, redisUrl, key, port, model] = process.argv.slice(2) as [Role, string, string, string, string | undefined];
+  if (role === 'echo') await echo(redisUrl, key, model ? (JSON.parse(model) as FloorModel) : undefined);
   else await serve(role, redisUrl, key, Number(port));
 }

@@ -2,7 +2,10 @@ import { rssMiB } from './cpu.ts';
 import { inferBody, inferPath, quiesce, type BenchContext } from './context.ts';
 import { runLoad } from './load.ts';
 import { readRedisMiB } from './redis-cost.ts';
-import { round, summarize } from './stats.ts';
+import { loadWorkerConfig } from '@tserve/config';
+import { sessionOptions } from '../../apps/worker/src/model.ts';
+import { measureShedFloor } from './shed-floor.ts';
+import { round, summarize, type Summary } from './stats.ts';
 import type { RssSample, SoakRun } from './types.ts';
 
 /**
@@ -70,6 +73,8 @@ export async function runSoak(ctx: BenchContext, model: string, text: string, to
     recoveredStatus = 0;
   }
 
+  const shedFloor = ctx.system ? await measureShedFloorOf(ctx, ctx.system.workerNice, model, text, targetRate, connections) : undefined;
+
   const status = load.status;
   const count = (s: string) => status[s] ?? 0;
   const ok = Object.entries(status)
@@ -95,11 +100,35 @@ export async function runSoak(ctx: BenchContext, model: string, text: string, to
     rss: { start: samples[0]?.mib, end: end ?? samples.at(-1)?.mib, max: rssValues.length ? Math.max(...rssValues) : undefined, afterDrain, samples },
     redisMiB: redisUrl ? { start: await redisStart, end: redisEnd } : undefined,
     recoveredStatus,
+    shedFloor,
   };
   log(
     `soak: sent ${round(load.sentPerSec, 1)}/s; 200 ${ok}, 503 ${run.counts.shed}, 504 ${run.counts.timeout}, other ${other}, socket errors ${load.socketErrors}; ` +
       `accepted p99 ${round(run.acceptedLatency.p99)} ms, shed p99 ${round(run.shedLatency.p99)} ms; RSS ${run.rss.start} -> ${run.rss.end} MiB` +
-      (run.redisMiB ? `; Redis ${run.redisMiB.start} -> ${run.redisMiB.end} MiB` : ''),
+      (run.redisMiB ? `; Redis ${run.redisMiB.start} -> ${run.redisMiB.end} MiB` : '') +
+      (shedFloor ? `; the least server that sheds, beside the model: 503 p99 ${round(shedFloor.p99)} ms` : ''),
   );
   return run;
+}
+
+/** The soak's load against the least server that sheds, beside the model run flat out as a saturated worker (lib/shed-floor.ts). */
+async function measureShedFloorOf(ctx: BenchContext, nice: number, model: string, text: string, rate: number, connections: number): Promise<Summary> {
+  const { options } = ctx;
+  await quiesce(ctx, model);
+  // The worker's own settings, from the environment the bench passes on to it.
+  const worker = loadWorkerConfig({ ...process.env, MODEL: model });
+  const burn = { model, modelDir: options.modelDir, text, batch: worker.BATCH_MAX_SIZE, nice, sessionOptions: sessionOptions(worker) };
+  return measureShedFloor(burn, async (url) => {
+    const load = await runLoad({
+      url,
+      path: inferPath(model),
+      body: inferBody(text),
+      connections,
+      rate,
+      instances: STAGGERED_INSTANCES,
+      warmupSeconds: options.soakWarmupSeconds,
+      durationSeconds: options.soakSeconds,
+    });
+    return load.latencyByStatus['503'] ?? summarize([]);
+  });
 }

@@ -83,13 +83,14 @@ export class BenchSystem {
     await this.startGateway(extra);
   }
 
+  /** The niceness the bench's workers run at. */
+  get workerNice(): number {
+    return Number(process.env.WORKER_NICE ?? 10);
+  }
+
   async startWorker(model: string, extra: Env = {}): Promise<void> {
     // As `npm start` runs them: on one host with the gateway, the model yields (WORKER_NICE) unless told otherwise.
-    const worker = startProgram(
-      `worker ${model}`,
-      'apps/worker/dist/main.js',
-      this.env({ WORKER_NICE: process.env.WORKER_NICE ?? 10, MODEL: model, ...extra }),
-    );
+    const worker = startProgram(`worker ${model}`, 'apps/worker/dist/main.js', this.env({ WORKER_NICE: this.workerNice, MODEL: model, ...extra }));
     this.workers.set(model, worker);
     await this.waitForWorkers(model, 1, worker);
   }

@@ -37,15 +37,18 @@ export function evaluateTargets(r: Omit<BenchResults, 'targets'>, lengths: numbe
     const gw = point.load.latency.p50;
     const limit = single.latency.p50 + SINGLE_OVERHEAD_MS;
     const overhead = gw - single.latency.p50;
-    // What the machine charges for the hops alone tells a slow machine from slow code.
-    const floor = r.pathFloor
-      ? `; path floor ${round(r.pathFloor.relayed.p50)} ms (HTTP alone ${round(r.pathFloor.http.p50)}), the server's own work +${round(overhead - r.pathFloor.relayed.p50)} ms`
-      : '';
+    // What the machine charges for the hops, alone and at the model's pace, tells a slow machine from slow code.
+    const floor = r.pathFloor ? `; path floor, no work, ${round(r.pathFloor.relayed.p50)} ms (HTTP alone ${round(r.pathFloor.http.p50)})` : '';
+    const least = m.leastServer
+      ? `; least server of the same parts running this model ${round(m.leastServer.p50)} ms (+${round(m.leastServer.p50 - single.latency.p50)} ms${m.leastServer.p50 > limit ? ', itself over the limit' : ''}), the server's own work beyond it +${round(gw - m.leastServer.p50)} ms`
+      : r.pathFloor
+        ? `, the server's own work beyond it +${round(overhead - r.pathFloor.relayed.p50)} ms`
+        : '';
     out.push({
       id: 'a',
       name,
       pass: gw <= limit,
-      detail: `gateway p50 ${round(gw)} ms vs in-process p50 ${round(single.latency.p50)} ms (+${round(overhead)} ms; limit ${round(limit)} ms)${floor}`,
+      detail: `gateway p50 ${round(gw)} ms vs in-process p50 ${round(single.latency.p50)} ms (+${round(overhead)} ms; limit ${round(limit)} ms)${floor}${least}`,
     });
   }
 
@@ -53,8 +56,8 @@ export function evaluateTargets(r: Omit<BenchResults, 'targets'>, lengths: numbe
     for (const tokens of lengths) {
       const name = `(b) ${short(m.model)}: c=${top}, ${tokens} tok, >= ${BATCHING_GAIN}x BATCH_MAX_SIZE=1 and >= ${INPROCESS_SHARE * 100}% of in-process batched`;
       const point = r.points.find((p) => p.model === m.model && p.kind === 'sweep' && p.tokens === tokens && p.concurrency === top);
-      if (!point) {
-        out.push(skip('b', name, `no c=${top} point`));
+      if (!point || top === 1) {
+        out.push(skip('b', name, top === 1 ? 'the sweep has no concurrency above 1' : `no c=${top} point`));
         continue;
       }
       const batch1 = r.points.find((p) => p.model === m.model && p.kind === 'batch1' && p.tokens === tokens);
@@ -117,7 +120,10 @@ export function evaluateTargets(r: Omit<BenchResults, 'targets'>, lengths: numbe
       pass: s.counts.shed > 0 ? s.shedLatency.p99 < SHED_P99_MS : null,
       detail:
         s.counts.shed > 0
-          ? `p99 ${round(s.shedLatency.p99)} ms over ${s.counts.shed} shed (p50 ${round(s.shedLatency.p50)} ms)`
+          ? `p99 ${round(s.shedLatency.p99)} ms over ${s.counts.shed} shed (p50 ${round(s.shedLatency.p50)} ms)` +
+            (s.shedFloor
+              ? `; the least server that sheds, beside the model flat out, under the same load: p99 ${round(s.shedFloor.p99)} ms (p50 ${round(s.shedFloor.p50)} ms)`
+              : '')
           : 'nothing was shed: the offered load did not exceed the queue bound',
     });
     const { start, end } = s.rss;
@@ -136,8 +142,10 @@ export function evaluateTargets(r: Omit<BenchResults, 'targets'>, lengths: numbe
     const alone = sweep(1)?.load.redis;
     const loaded = sweep(top)?.load.redis;
     const name = `(e) ${short(m.model)}: Redis per request, ${shortest} tok: c=1 <= ${REDIS_COMMANDS_ALONE} commands; c=${top} <= ${REDIS_COMMANDS_LOADED} commands and <= ${REDIS_USEC_LOADED} µs`;
-    if (!alone || !loaded) {
-      out.push(skip('e', name, 'no c=1 or top point with Redis figures (a Redis the bench did not start is not measured)'));
+    if (!alone || !loaded || top === 1) {
+      const why =
+        top === 1 ? 'the sweep has no concurrency above 1' : 'no c=1 or top point with Redis figures (a Redis the bench did not start is not measured)';
+      out.push(skip('e', name, why));
       continue;
     }
     out.push({

@@ -68,6 +68,8 @@ export interface SoakRun {
   redisMiB?: { start?: number; end?: number };
   /** A request right after the soak: the gateway still answers normally. */
   recoveredStatus?: number;
+  /** The same load's 503s from the least server that sheds, beside the model run flat out (lib/shed-floor.ts). */
+  shedFloor?: Summary;
 }
 
 export interface GatewayCost {
@@ -90,6 +92,8 @@ export interface ModelResults {
   batched: InProcessBatched[];
   /** The server's answer against in-process for the same text: same label, and how far the scores are. */
   answerCheck?: { text: string; sameLabel: boolean; maxScoreDiff: number };
+  /** The c=1 load, shortest text, against the least server of the same parts running this model (lib/path-floor.ts). */
+  leastServer?: Summary;
 }
 
 /** Latency of stand-ins for the request path, with no work behind them (lib/path-floor.ts). */

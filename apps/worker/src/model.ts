@@ -135,6 +135,14 @@ export async function describeModel(config: WorkerConfig): Promise<LoadedModel> 
   }
 }
 
+/** ONNX Runtime's options for a worker's session (the bench runs the model as the workers do with them). */
+export function sessionOptions(config: Pick<WorkerConfig, 'INTRA_OP_THREADS' | 'INTRA_OP_SPINNING'>): Record<string, unknown> {
+  return {
+    ...(config.INTRA_OP_THREADS > 0 ? { intraOpNumThreads: config.INTRA_OP_THREADS } : {}),
+    extra: { session: { intra_op: { allow_spinning: config.INTRA_OP_SPINNING ? '1' : '0' } } },
+  };
+}
+
 /** The ONNX Runtime session, for the model thread. */
 export async function loadSession(config: WorkerConfig, task: Task): Promise<PreTrainedModel> {
   configureLoading(config);
@@ -142,10 +150,7 @@ export async function loadSession(config: WorkerConfig, task: Task): Promise<Pre
     return await AUTO_CLASS[task].from_pretrained(config.MODEL, {
       dtype: config.DTYPE,
       device: config.DEVICE,
-      session_options: {
-        ...(config.INTRA_OP_THREADS > 0 ? { intraOpNumThreads: config.INTRA_OP_THREADS } : {}),
-        extra: { session: { intra_op: { allow_spinning: config.INTRA_OP_SPINNING ? '1' : '0' } } },
-      },
+      session_options: sessionOptions(config),
     });
   } catch (err) {
     throw loadError(config, err);

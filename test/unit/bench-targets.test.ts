@@ -1,0 +1,78 @@
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { evaluateTargets } from '../../bench/lib/targets.ts';
+import type { LoadResult } from '../../bench/lib/load.ts';
+import type { Summary } from '../../bench/lib/stats.ts';
+import type { BenchResults, ModelResults, ServerPoint, SoakRun } from '../../bench/lib/types.ts';
+
+const MODEL = 'replica/m';
+
+const summary = (p50: number, p99 = p50 * 2): Summary => ({ count: 100, mean: p50, p50, p90: p99, p99, max: p99 });
+
+function point(concurrency: number, p50: number, rps: number): ServerPoint {
+  const load = {
+    rps,
+    latency: summary(p50),
+    server: { batchMean: concurrency === 1 ? 1 : 16 },
+    redis: { commandsPerRequest: concurrency === 1 ? 6 : 0.6, usecPerRequest: 10, processUsecPerRequest: 30 },
+  } as unknown as LoadResult;
+  return { model: MODEL, tokens: 16, concurrency, kind: 'sweep', load };
+}
+
+function results(points: ServerPoint[], extra: Partial<ModelResults> = {}, soak?: SoakRun): Omit<BenchResults, 'targets'> {
+  const model: ModelResults = {
+    model: MODEL,
+    texts: {},
+    singles: [{ tokens: 16, latency: summary(2), cpu: { other: 0 } } as unknown as ModelResults['singles'][number]],
+    batched: [{ tokens: 16, batchSize: 16, calls: 10, seqPerSec: 1000, callP50Ms: 16, cpu: { other: 0 } } as unknown as ModelResults['batched'][number]],
+    ...extra,
+  };
+  return { meta: {} as BenchResults['meta'], models: [model], points, mixed: [], soak };
+}
+
+const byId = (targets: ReturnType<typeof evaluateTargets>, id: string) => targets.filter((t) => t.id === id);
+
+describe('bench targets', () => {
+  it('(a) tells the least server of the same parts from the server’s own work, and says when the floor alone is over the limit', () => {
+    const r = results([point(1, 5, 200)], { leastServer: summary(4) });
+    const [a] = byId(evaluateTargets(r, [16], [1]), 'a');
+    assert.equal(a.pass, false);
+    assert.match(a.detail, /least server of the same parts running this model 4 ms \(\+2 ms, itself over the limit\), the server's own work beyond it \+1 ms/);
+  });
+
+  it('(a) passes on its own figures, whatever the floor', () => {
+    const r = results([point(1, 3, 300)], { leastServer: summary(2.5) });
+    const [a] = byId(evaluateTargets(r, [16], [1]), 'a');
+    assert.equal(a.pass, true);
+    assert.doesNotMatch(a.detail, /itself over the limit/);
+  });
+
+  it('judges (b) and the loaded half of (e) only with a concurrency above 1 in the sweep', () => {
+    const alone = evaluateTargets(results([point(1, 5, 200)]), [16], [1]);
+    for (const id of ['b', 'e']) {
+      const [t] = byId(alone, id);
+      assert.equal(t.pass, null, `${id} is skipped`);
+      assert.match(t.detail, /no concurrency above 1/);
+    }
+    const loaded = evaluateTargets(results([point(1, 5, 200), point(64, 20, 700)]), [16], [1, 64]);
+    assert.deepEqual(
+      ['b', 'e'].map((id) => byId(loaded, id)[0].pass),
+      [false, true],
+    );
+  });
+
+  it('(d) quotes the least server that sheds beside the target', () => {
+    const soak = {
+      counts: { ok: 10, shed: 10, timeout: 0, other: 0, socketErrors: 0 },
+      acceptedLatency: summary(100),
+      shedLatency: summary(20, 40),
+      shedFloor: summary(1, 8),
+      rss: { start: 100, end: 110, samples: [] },
+      timeoutMs: 5000,
+      warmupSeconds: 5,
+    } as unknown as SoakRun;
+    const shed = byId(evaluateTargets(results([], {}, soak), [16], [1]), 'd').find((t) => t.name.includes('shed'))!;
+    assert.equal(shed.pass, false);
+    assert.match(shed.detail, /p99 40 ms over 10 shed .*the least server that sheds, beside the model flat out, under the same load: p99 8 ms/);
+  });
+});
