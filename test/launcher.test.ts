@@ -52,6 +52,37 @@ async function childrenOf(pid: number): Promise<number[]> {
   return pids;
 }
 
+/** A process's environment, from /proc. */
+async function environOf(pid: number): Promise<string[]> {
+  const { readFile } = await import('node:fs/promises');
+  return (await readFile(`/proc/${pid}/environ`, 'utf8')).split('\0');
+}
+
+/** The launcher's children that run `app` (gateway, worker), by their command lines. */
+async function childrenRunning(launcherPid: number, app: string): Promise<number[]> {
+  const { readFile } = await import('node:fs/promises');
+  const pids: number[] = [];
+  for (const pid of await childrenOf(launcherPid)) {
+    if ((await readFile(`/proc/${pid}/cmdline`, 'utf8')).includes(`${app}/dist/main.js`)) pids.push(pid);
+  }
+  return pids;
+}
+
+/**
+ * Kills a launcher and what it started. Killed alone, its gateway, workers and Redis would outlive
+ * it, holding its output pipes open: a failed assertion would then hang the suite, not fail it.
+ */
+async function killLauncher(launcher: Proc): Promise<void> {
+  for (const pid of await childrenOf(launcher.pid)) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // already gone
+    }
+  }
+  await launcher.stop('SIGKILL');
+}
+
 describe('npm start (launcher)', () => {
   const cleanups: Array<() => Promise<void>> = [];
   after(async () => {
@@ -77,7 +108,7 @@ describe('npm start (launcher)', () => {
         stdio: ['ignore', 'pipe', 'pipe'],
       }),
     );
-    cleanups.push(async () => void (await launcher.stop('SIGKILL')));
+    cleanups.push(() => killLauncher(launcher));
     const url = `http://127.0.0.1:${port}`;
     await waitFor('the system to be ready', async () => (await fetch(`${url}/ready`)).status === 200, 60_000, 250).catch((err) => {
       throw new Error(`${err}\n${launcher.output}`);
@@ -118,6 +149,14 @@ describe('npm start (launcher)', () => {
 
     const children = await childrenOf(launcher.pid);
     assert.equal(children.length, 1 + 4 + 1, `gateway, four workers and redis-server: ${children.join(',')}`);
+    // Co-located workers yield to the gateway; four of them on one host must not spin against each other.
+    const workers = await childrenRunning(launcher.pid, 'worker');
+    assert.equal(workers.length, 4);
+    for (const worker of workers) {
+      const env = await environOf(worker);
+      assert.ok(env.includes('WORKER_NICE=10'), `worker ${worker} runs at niceness 10`);
+      assert.ok(!env.some((e) => e.startsWith('INTRA_OP_SPINNING=')), `worker ${worker} keeps the default, no spinning`);
+    }
     launcher.kill('SIGINT');
     assert.equal(await launcher.exited, 0, launcher.output);
     await waitFor('every child to exit', async () => children.every((pid) => !alive(pid)), 15_000);
@@ -146,17 +185,16 @@ describe('npm start (launcher)', () => {
     const launcher = start(port, prefix);
     // Launchers on the shared Redis leave their systems' keys (workers, load times): removed once they stop.
     cleanups.push(
-      async () => void (await launcher.stop('SIGKILL')),
+      () => killLauncher(launcher),
       () => cleanPrefix(REDIS_URL, prefix),
     );
     const url = `http://127.0.0.1:${port}`;
     await waitFor('the system to be ready', async () => (await fetch(`${url}/ready`)).status === 200, 60_000, 250);
-    const gatewayPid = async () => {
-      for (const pid of await childrenOf(launcher.pid)) {
-        if ((await import('node:fs')).readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('gateway/dist/main.js')) return pid;
-      }
-      return undefined;
-    };
+    // A lone worker's threads spin between the steps of a model call, niced below the gateway.
+    const [worker] = await childrenRunning(launcher.pid, 'worker');
+    const workerEnv = await environOf(worker);
+    assert.ok(workerEnv.includes('WORKER_NICE=10') && workerEnv.includes('INTRA_OP_SPINNING=true'), workerEnv.filter((e) => /NICE|SPIN/.test(e)).join(' '));
+    const gatewayPid = async (): Promise<number | undefined> => (await childrenRunning(launcher.pid, 'gateway'))[0];
     const crashed = (await gatewayPid())!;
     process.kill(crashed, 'SIGKILL');
     await waitFor(

@@ -73,7 +73,7 @@ export async function runSoak(ctx: BenchContext, model: string, text: string, to
     recoveredStatus = 0;
   }
 
-  const shedFloor = ctx.system ? await measureShedFloorOf(ctx, ctx.system.workerNice, model, text, targetRate, connections) : undefined;
+  const shedFloor = ctx.system ? await measureShedFloorOf(ctx, ctx.system.workerSettings, model, text, targetRate, connections) : undefined;
 
   const status = load.status;
   const count = (s: string) => status[s] ?? 0;
@@ -112,12 +112,18 @@ export async function runSoak(ctx: BenchContext, model: string, text: string, to
 }
 
 /** The soak's load against the least server that sheds, beside the model run flat out as a saturated worker (lib/shed-floor.ts). */
-async function measureShedFloorOf(ctx: BenchContext, nice: number, model: string, text: string, rate: number, connections: number): Promise<Summary> {
+async function measureShedFloorOf(
+  ctx: BenchContext,
+  workerSettings: Record<string, string | undefined>,
+  model: string,
+  text: string,
+  rate: number,
+  connections: number,
+): Promise<Summary> {
   const { options } = ctx;
   await quiesce(ctx, model);
-  // The worker's own settings, from the environment the bench passes on to it.
-  const worker = loadWorkerConfig({ ...process.env, MODEL: model });
-  const burn = { model, modelDir: options.modelDir, text, batch: worker.BATCH_MAX_SIZE, nice, sessionOptions: sessionOptions(worker) };
+  const worker = loadWorkerConfig({ ...workerSettings, MODEL: model });
+  const burn = { model, modelDir: options.modelDir, text, batch: worker.BATCH_MAX_SIZE, nice: worker.WORKER_NICE, sessionOptions: sessionOptions(worker) };
   return measureShedFloor(burn, async (url) => {
     const load = await runLoad({
       url,

@@ -1,4 +1,5 @@
 import type { ReadyBody } from '@tserve/contract';
+import { colocatedWorkerSettings } from '../../apps/launcher/src/colocated.ts';
 import { cleanPrefix, freePort, PrivateRedis, Proc, redisAnswers, startNode, waitFor, type Env } from '../../test/helpers/processes.ts';
 
 /**
@@ -36,6 +37,12 @@ export class BenchSystem {
   /** Gateways beside the first, for measuring several sharing one Redis (`addGateway`). */
   readonly moreGateways: Array<{ proc: Proc; url: string }> = [];
   readonly prefix = `bench-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
+
+  /**
+   * As `npm start MODEL=<model>` runs a worker, unless the environment says otherwise: the bench
+   * starts one per model, but only the model being measured works meanwhile.
+   */
+  private readonly colocated = colocatedWorkerSettings(1);
 
   constructor(private readonly options: SystemOptions) {}
 
@@ -83,14 +90,15 @@ export class BenchSystem {
     await this.startGateway(extra);
   }
 
-  /** The niceness the bench's workers run at. */
-  get workerNice(): number {
-    return Number(process.env.WORKER_NICE ?? 10);
+  /** The settings the bench's workers run with: its environment over `npm start`'s. */
+  get workerSettings(): Record<string, string | undefined> {
+    return { ...this.colocated, ...process.env };
   }
 
   async startWorker(model: string, extra: Env = {}): Promise<void> {
-    // As `npm start` runs them: on one host with the gateway, the model yields (WORKER_NICE) unless told otherwise.
-    const worker = startProgram(`worker ${model}`, 'apps/worker/dist/main.js', this.env({ WORKER_NICE: this.workerNice, MODEL: model, ...extra }));
+    // The environment reaches the worker anyway (startProgram); these fill in what it leaves unset.
+    const unset = Object.fromEntries(Object.entries(this.colocated).filter(([name]) => process.env[name] === undefined));
+    const worker = startProgram(`worker ${model}`, 'apps/worker/dist/main.js', this.env({ ...unset, MODEL: model, ...extra }));
     this.workers.set(model, worker);
     await this.waitForWorkers(model, 1, worker);
   }

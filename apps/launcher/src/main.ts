@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 import { fileURLToPath } from 'node:url';
 import { ConfigError, formatHelp, loadGatewayConfig, loadLauncherConfig } from '@tserve/config';
+import { colocatedWorkerSettings } from './colocated.js';
 import { ensureRedis, RedisUnavailable } from './redis.js';
 import { Supervisor } from './supervisor.js';
 
@@ -38,10 +39,10 @@ async function main(): Promise<void> {
     env: { ...env, DEFAULT_MODEL: process.env.DEFAULT_MODEL ?? config.models[0] },
     essential: true,
   });
+  const workerEnv = { ...colocatedWorkerSettings(config.models.length * config.WORKERS), ...env };
   for (const model of config.models) {
     for (let i = 0; i < config.WORKERS; i++) {
-      // Everything runs on this host: the model yields to the gateway, so 503s and /health stay fast under load.
-      supervisor.start({ name: `worker ${model} #${i + 1}`, script: script('worker'), env: { WORKER_NICE: '10', ...env, MODEL: model }, essential: false });
+      supervisor.start({ name: `worker ${model} #${i + 1}`, script: script('worker'), env: { ...workerEnv, MODEL: model }, essential: false });
     }
   }
   log(`started gateway and ${config.WORKERS} worker(s) for ${config.models.join(', ')}; Ctrl-C stops everything`);

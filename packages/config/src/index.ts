@@ -24,13 +24,14 @@ function setting<S extends z.ZodType>(schema: S, description: string, shown?: st
 }
 
 const int = (fallback: number, min: number, help: string) => setting(z.coerce.number().int().min(min).default(fallback), help);
-const bool = (fallback: boolean, help: string) =>
+const bool = (fallback: boolean, help: string, shown?: string) =>
   setting(
     z
       .enum(['1', '0', 'true', 'false', 'yes', 'no', 'on', 'off'])
       .default(fallback ? 'true' : 'false')
       .transform((v) => ['1', 'true', 'yes', 'on'].includes(v)),
     help,
+    shown,
   );
 const optionalString = (help: string, shown = '(off)') =>
   setting(
@@ -83,7 +84,8 @@ const workerShape = {
   INTRA_OP_THREADS: int(0, 0, 'ONNX Runtime threads per model call (0: one per core)'),
   INTRA_OP_SPINNING: bool(
     false,
-    'let ONNX Runtime threads spin between calls (lower latency on a dedicated machine; steals cores from Redis and the gateway on a shared one)',
+    "let ONNX Runtime's threads spin while they wait for work: a shorter model call, but a spinning thread holds a core others on the host may need (with WORKER_NICE it gives way to the gateway and Redis, not to another worker's threads)",
+    'false (npm start, one worker: true)',
   ),
   WORKER_NICE: setting(
     z.coerce.number().int().min(-20).max(19).default(0),
