@@ -9,6 +9,8 @@ import type { BenchResults, TargetResult } from './types.ts';
 const SINGLE_OVERHEAD_MS = 1.5;
 const BATCHING_GAIN = 2;
 const INPROCESS_SHARE = 0.8;
+/** Issue 9 asks more of DistilBERT: its longer model call leaves the path a smaller share of the time. */
+const INPROCESS_SHARE_BY_MODEL: Record<string, number> = { 'distilbert-base-uncased-finetuned-sst-2-english': 0.9 };
 const MIXED_SHARE = 0.9;
 const SHED_P99_MS = 10;
 /** RSS rule: end of soak ≤ 1.2 × start, start sampled after the soak's warm-up (heap already grown to the load). */
@@ -20,6 +22,7 @@ const REDIS_USEC_LOADED = 25;
 
 const skip = (id: string, name: string, why: string): TargetResult => ({ id, name, pass: null, detail: `not measured: ${why}` });
 const short = (model: string) => model.split('/').pop()!;
+const inprocessShare = (model: string) => INPROCESS_SHARE_BY_MODEL[short(model)] ?? INPROCESS_SHARE;
 
 export function evaluateTargets(r: Omit<BenchResults, 'targets'>, lengths: number[], concurrencies: number[]): TargetResult[] {
   const out: TargetResult[] = [];
@@ -54,7 +57,8 @@ export function evaluateTargets(r: Omit<BenchResults, 'targets'>, lengths: numbe
 
   for (const m of r.models) {
     for (const tokens of lengths) {
-      const name = `(b) ${short(m.model)}: c=${top}, ${tokens} tok, >= ${BATCHING_GAIN}x BATCH_MAX_SIZE=1 and >= ${INPROCESS_SHARE * 100}% of in-process batched`;
+      const minShare = inprocessShare(m.model);
+      const name = `(b) ${short(m.model)}: c=${top}, ${tokens} tok, >= ${BATCHING_GAIN}x BATCH_MAX_SIZE=1 and >= ${minShare * 100}% of in-process batched`;
       const point = r.points.find((p) => p.model === m.model && p.kind === 'sweep' && p.tokens === tokens && p.concurrency === top);
       if (!point || top === 1) {
         out.push(skip('b', name, top === 1 ? 'the sweep has no concurrency above 1' : `no c=${top} point`));
@@ -73,7 +77,7 @@ export function evaluateTargets(r: Omit<BenchResults, 'targets'>, lengths: numbe
       } else parts.push('BATCH_MAX_SIZE=1 not measured');
       if (inproc) {
         const share = point.load.rps / inproc.seqPerSec;
-        shareOk = share >= INPROCESS_SHARE;
+        shareOk = share >= minShare;
         parts.push(`${round(share * 100, 1)}% of in-process pipe(list of ${size}) ${round(inproc.seqPerSec, 1)} seq/s`);
         // What batching can give at all on this CPU: in-process, the same batch size against one at a time.
         const alone = m.batched.find((b) => b.tokens === tokens && b.batchSize === 1);

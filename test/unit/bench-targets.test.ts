@@ -61,6 +61,22 @@ describe('bench targets', () => {
     );
   });
 
+  it('(b) asks 90% of in-process of DistilBERT and 80% of other models, as issue 9 does', () => {
+    const judge = (model: string) => {
+      const r = results([point(1, 5, 200), point(64, 20, 850)]);
+      r.models[0].model = model;
+      for (const p of r.points) p.model = model;
+      return byId(evaluateTargets(r, [16], [1, 64]), 'b')[0];
+    };
+    const other = judge('replica/m');
+    assert.match(other.name, />= 80% of in-process/);
+    assert.equal(other.pass, null, '85% passes the share; the batching gain was not measured');
+    const distilbert = judge('Xenova/distilbert-base-uncased-finetuned-sst-2-english');
+    assert.match(distilbert.name, />= 90% of in-process/);
+    assert.equal(distilbert.pass, false);
+    assert.match(distilbert.detail, /85% of in-process pipe\(list of 16\)/);
+  });
+
   it('(d) quotes the least server that sheds beside the target', () => {
     const soak = {
       counts: { ok: 10, shed: 10, timeout: 0, other: 0, socketErrors: 0 },
