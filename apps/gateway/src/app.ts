@@ -48,12 +48,13 @@ export function createApp(parts: AppParts): Express {
   healthRoutes(app, parts.snapshot, parts.config.DEFAULT_MODEL);
   app.get('/metrics', metrics.scrape);
   app.use(DASHBOARD_PATH, dashboard(parts));
-  inferenceRoutes(app, parts.config, parts.service, admission);
+  const answerErrors = errorHandler(parts.logger);
+  inferenceRoutes(app, parts.config, parts.service, admission, answerErrors);
   // The same queue and workers, in the protocols users already have clients for.
   openAiRoutes(app, parts);
   teiRoutes(app, parts);
   kserveRoutes(app, parts);
   app.use((req, _res, next) => next(new ApiError('not_found', `no route for ${req.method} ${req.path}; see ${ROUTES}`)));
-  app.use(errorHandler(parts.logger));
+  app.use(answerErrors);
   return app;
 }
