@@ -1,7 +1,7 @@
 import type { Worker } from 'bullmq';
 import type { Logger } from 'pino';
 import { ApiError, type InferenceJobData } from '@tserve/contract';
-import { gatherBatch, topUp, type BatchLimits } from './batcher.js';
+import { gatherBatch, type BatchLimits } from './batcher.js';
 import type { BatchRunner, PreparedBatch } from './runner.js';
 import type { JobOutcomeSink } from './outcome-sink.js';
 import type { WorkSource } from './work-source.js';
@@ -76,13 +76,12 @@ export class Consumer {
       const batch = this.runner.prepare(jobs.flatMap((j) => j.requests));
       const waitedForModel = modelBusy;
       await running;
-      // This batch waited for the model anyway: interactive work that arrived meanwhile goes ahead of
-      // a batch holding bulk (batch-class) work, and otherwise what arrived joins it, delaying no one.
-      let ahead: PreparedBatch | undefined;
-      if (waitedForModel && !this.stopping) {
-        ahead = await this.interactiveAhead(jobs);
-        if (!ahead) await this.topUp(batch);
-      }
+      // The batch starts as gathered: work that arrived while it waited forms the next batch, gathered
+      // while this one runs. Topping it up first kept the model idle for a Redis round trip each
+      // batch: at c=64 on a 2-core machine, the model thread idled 8.3% of the time with the top-up
+      // and 1.5% without (medians of nine runs each). Only interactive work, which must not wait
+      // behind bulk (batch-class) work, is looked for first.
+      const ahead = waitedForModel && !this.stopping ? await this.interactiveAhead(jobs) : undefined;
       this.sink.tellTaken();
       modelBusy = true;
       running = (async () => {
@@ -112,21 +111,6 @@ export class Consumer {
     } catch (err) {
       this.logger.warn({ err: String(err) }, 'fetching interactive jobs failed; running the batch in hand');
       return undefined;
-    }
-  }
-
-  private async topUp(batch: PreparedBatch): Promise<void> {
-    try {
-      const typical = Math.max(1, Math.round(batch.sequences.length / Math.max(1, this.sink.heldJobs)));
-      const more = await topUp(this.source, this.options.limits.maxSize - batch.sequences.length, typical);
-      if (more.length === 0) return;
-      this.sink.hold(more);
-      this.runner.prepare(
-        more.flatMap((j) => j.requests),
-        batch,
-      );
-    } catch (err) {
-      this.logger.warn({ err: String(err) }, 'fetching more jobs failed; running the batch as it is');
     }
   }
 

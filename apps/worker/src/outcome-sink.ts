@@ -82,10 +82,6 @@ export class JobOutcomeSink implements OutcomeSink {
     return ids;
   }
 
-  get heldJobs(): number {
-    return this.held.size;
-  }
-
   /** A request's outcome; its job is settled with the last one. Requests not held here are ignored. */
   record(request: QueuedRequest, outcome: RequestOutcome): void {
     const place = this.jobOfRequest.get(request.id);

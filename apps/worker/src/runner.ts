@@ -79,8 +79,8 @@ export class BatchRunner {
    * Tokenizes and checks a batch on this thread; the consumer does it while the model thread still
    * runs the previous batch. Expired, abandoned and invalid requests are finished here, unrun.
    */
-  prepare(requests: QueuedRequest[], into?: PreparedBatch): PreparedBatch {
-    const batch = into ?? { sequences: [], report: { callSizes: [], expired: 0, abandoned: 0 } };
+  prepare(requests: QueuedRequest[]): PreparedBatch {
+    const batch: PreparedBatch = { sequences: [], report: { callSizes: [], expired: 0, abandoned: 0 } };
     for (const request of requests) {
       if (this.dropIfDead(request, batch.report)) continue;
       try {
