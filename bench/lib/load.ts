@@ -51,6 +51,12 @@ interface SecondStats {
 interface ServerTiming {
   /** Mean of x-batch-size over successful responses: sequences in the model call that ran each. */
   batchMean: number;
+  /**
+   * Share of the window the worker's model calls took, from the answers: the sum of x-inference-time
+   * / x-batch-size over them counts each call's time once. Exact when each request ran in one call
+   * (the sweep's equal-length inputs); a model waiting for work (or for Redis) shows as less than 1.
+   */
+  modelBusy: number;
   queueMs: Summary;
   inferenceMs: Summary;
   gatewayTotalMs: Summary;
@@ -102,6 +108,8 @@ class Recorder {
   readonly status: Record<string, number> = {};
   readonly latency: Record<string, number[]> = {};
   readonly batch: number[] = [];
+  /** Sum of x-inference-time / x-batch-size, ms. */
+  modelMs = 0;
   readonly queue: number[] = [];
   readonly inference: number[] = [];
   readonly total: number[] = [];
@@ -130,6 +138,7 @@ class Recorder {
     if (status < 200 || status >= 300) return;
     const { 'x-batch-size': batch, 'x-queue-time': queue, 'x-inference-time': inference, 'x-total-time': total } = headers;
     if (batch !== undefined) this.batch.push(batch);
+    if (batch && inference !== undefined) this.modelMs += inference / batch;
     if (queue !== undefined) this.queue.push(queue);
     if (inference !== undefined) this.inference.push(inference);
     if (total !== undefined) {
@@ -239,6 +248,7 @@ export async function runLoad(spec: LoadSpec): Promise<LoadResult> {
     latencyByStatus: Object.fromEntries(Object.entries(recorder.latency).map(([s, v]) => [s, summarize(v)])),
     server: {
       batchMean: mean(recorder.batch),
+      modelBusy: recorder.modelMs / (seconds * 1000),
       queueMs: summarize(recorder.queue),
       inferenceMs: summarize(recorder.inference),
       gatewayTotalMs: summarize(recorder.total),

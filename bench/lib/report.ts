@@ -84,6 +84,7 @@ export function formatReport(r: BenchResults): string {
   if (sweep.length) {
     out.push('Concurrency sweep (closed loop). Latency: client-side, 200 responses, ms. batch: mean x-batch-size.');
     out.push('queue/infer/gw: medians of x-queue-time, x-inference-time, x-total-time; http: client latency - x-total-time (median).');
+    out.push('busy: % of the point the model computed (the sum of x-inference-time / x-batch-size over the answers); below 100 it waited for work.');
     out.push(`cpu: % of one core used by gateway/worker/redis/bench(load generator)/other processes during the point; ! other > ${DISTURBED_PCT}%.`);
     out.push("redis: per answered request, the commands Redis ran (INFO commandstats, inside BullMQ's scripts too) and the redis-server CPU µs.");
     if (r.meta.target !== 'started by the bench') out.push('(with --url the server\'s own processes are not known and count as "other")');
@@ -103,6 +104,7 @@ export function formatReport(r: BenchResults): string {
           'batch',
           'queue',
           'infer',
+          'busy',
           'gw',
           'http',
           'in-proc seq/s',
@@ -127,6 +129,7 @@ export function formatReport(r: BenchResults): string {
             round(p.load.server.batchMean, 1),
             ms(p.load.server.queueMs.p50),
             ms(p.load.server.inferenceMs.p50),
+            Math.round(p.load.server.modelBusy * 100),
             ms(p.load.server.gatewayTotalMs.p50),
             ms(p.load.server.clientOverheadMs.p50),
             inproc ? `${round(inproc.seqPerSec, 1)} @${size}` : undefined,

@@ -83,6 +83,8 @@ export function evaluateTargets(r: Omit<BenchResults, 'targets'>, lengths: numbe
         const alone = m.batched.find((b) => b.tokens === tokens && b.batchSize === 1);
         if (alone) parts.push(`in-process batching gain at this size ${round(inproc.seqPerSec / alone.seqPerSec, 2)}x`);
       } else parts.push('in-process batched not measured');
+      // Tells a model that waited for work (the queue path) from one slowed by sharing the cores.
+      parts.push(`the model computed ${Math.round(point.load.server.modelBusy * 100)}% of the time`);
       // One failed half fails the target even when the other half was not measured.
       const pass = gainOk === false || shareOk === false ? false : gainOk && shareOk ? true : null;
       out.push({ id: 'b', name, pass, detail: parts.join('; ') });

@@ -13,7 +13,7 @@ function point(concurrency: number, p50: number, rps: number): ServerPoint {
   const load = {
     rps,
     latency: summary(p50),
-    server: { batchMean: concurrency === 1 ? 1 : 16 },
+    server: { batchMean: concurrency === 1 ? 1 : 16, modelBusy: 0.934 },
     redis: { commandsPerRequest: concurrency === 1 ? 6 : 0.6, usecPerRequest: 10, processUsecPerRequest: 30 },
   } as unknown as LoadResult;
   return { model: MODEL, tokens: 16, concurrency, kind: 'sweep', load };
@@ -75,6 +75,7 @@ describe('bench targets', () => {
     assert.match(distilbert.name, />= 90% of in-process/);
     assert.equal(distilbert.pass, false);
     assert.match(distilbert.detail, /85% of in-process pipe\(list of 16\)/);
+    assert.match(distilbert.detail, /the model computed 93% of the time/, 'says whether the model waited for work');
   });
 
   it('(d) quotes the least server that sheds beside the target', () => {
