@@ -39,6 +39,7 @@ function value(samples: Sample[], name: string, labels: Record<string, string> =
 describe('metrics, timing headers and request logs', () => {
   const system = new TestSystem(uniquePrefix('metrics'));
   let worker: ReturnType<TestSystem['startWorker']>;
+  let workerStartedAt = 0;
 
   const scrape = async () => {
     const res = await fetch(`${system.url}/metrics`);
@@ -50,6 +51,7 @@ describe('metrics, timing headers and request logs', () => {
   before(async () => {
     await system.startGateway({ LOG_LEVEL: 'info' });
     // A long announcement TTL: the worker is paused below, and must stay listed meanwhile.
+    workerStartedAt = performance.now();
     worker = system.startWorker({ model: MODEL, env: { WORKER_TTL_MS: 20_000 } });
     await system.waitForWorkers(MODEL);
   });
@@ -141,6 +143,32 @@ describe('metrics, timing headers and request logs', () => {
       Math.abs(value(samples, 'tserve_inference_duration_seconds_sum', model) * 1000 - inferenceMs) < 0.01,
       'inference seconds are the x-inference-time values',
     );
+  });
+
+  it("reports how long each worker's model has computed, from its heartbeats", async () => {
+    const busySeconds = async () => {
+      const samples = (await scrape()).filter((s) => s.name === 'tserve_model_busy_seconds_total' && s.labels.model === MODEL);
+      assert.equal(samples.length, 1, 'one series for the one worker');
+      assert.ok(samples[0].labels.worker, 'labelled with the worker id');
+      return samples[0].value;
+    };
+    // The warm-up call and the requests above count from the first heartbeat after them.
+    const before = await waitFor('the model busy time in a heartbeat', async () => {
+      const seconds = await busySeconds();
+      return seconds > 0 && seconds;
+    });
+    const res = await system.infer(
+      MODEL,
+      Array.from({ length: 16 }, (_, i) => `busy input ${i}`),
+    );
+    assert.equal(res.status, 200);
+    okResponses.push(res);
+    await waitFor('the new model call in a heartbeat', async () => (await busySeconds()) > before);
+    // One model thread: its busy time cannot outgrow the time since its worker started (it would, by
+    // a thousand, in the wrong unit).
+    const busy = await busySeconds();
+    const alive = (performance.now() - workerStartedAt) / 1000;
+    assert.ok(busy < alive, `busy ${busy} s within the ${alive} s the worker has run`);
   });
 
   it('shows waiting jobs as queue depth while the worker is paused', async () => {

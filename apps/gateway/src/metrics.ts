@@ -159,6 +159,18 @@ export function createMetrics(snapshot: Snapshot): GatewayMetrics {
       }
     },
   });
+  new Counter({
+    name: 'tserve_model_busy_seconds_total',
+    help: "Seconds each live worker's model has spent in calls since the worker started, as of its last heartbeat; its rate below 1 means the model waited for work",
+    labelNames: ['model', 'worker'] as const,
+    registers,
+    collect() {
+      this.reset();
+      for (const model of snapshot().models) {
+        for (const w of model.workers) if (w.modelBusyMs !== undefined) this.inc({ model: model.id, worker: w.id }, w.modelBusyMs / 1000);
+      }
+    },
+  });
   new Gauge({
     name: 'tserve_breaker_state',
     help: 'Circuit breaker state: 1 for the current state, 0 for the others',

@@ -40,6 +40,8 @@ interface InnerTokenizer {
  * [batch, classes] or [batch, length, width].
  */
 export class Engine {
+  /** Milliseconds spent in model calls (`forward`), warm-up included. */
+  busyMs = 0;
   private readonly padId: number;
   private readonly inner: InnerTokenizer;
   /** Special tokens the template adds around one text, and around a pair. */
@@ -120,7 +122,12 @@ export class Engine {
         if (e.typeIds) types[r * width + i] = BigInt(e.typeIds[i]);
       }
     });
-    return this.thread.forward(rows, width, inputIds, attention, types);
+    const started = performance.now();
+    try {
+      return await this.thread.forward(rows, width, inputIds, attention, types);
+    } finally {
+      this.busyMs += performance.now() - started;
+    }
   }
 }
 

@@ -11,6 +11,7 @@ export class Heartbeat {
   private timer?: NodeJS.Timeout;
   private failing = false;
   private peerCount = 0;
+  private modelBusyMs?: () => number;
 
   constructor(
     private readonly redis: Redis,
@@ -43,6 +44,11 @@ export class Heartbeat {
     await Promise.race([withdrawWorker(this.redis, this.prefix, this.info).catch(() => {}), new Promise((r) => setTimeout(r, timeoutMs).unref())]);
   }
 
+  /** From now on each beat also carries the model's busy time (`WorkerInfo.modelBusyMs`). */
+  reportModelBusy(busyMs: () => number): void {
+    this.modelBusyMs = busyMs;
+  }
+
   /** Other ready workers serving this worker's model, at the last beat. */
   get peers(): number {
     return this.peerCount;
@@ -50,6 +56,7 @@ export class Heartbeat {
 
   /** Announces at once (after the announcement changed, e.g. loading → ready). */
   async beat(): Promise<void> {
+    if (this.modelBusyMs) this.info.modelBusyMs = Math.round(this.modelBusyMs() * 1000) / 1000;
     try {
       const ready = await announceWorker(this.redis, this.prefix, this.info, this.ttlMs);
       this.peerCount = Math.max(0, ready - (this.info.state === 'ready' ? 1 : 0));

@@ -82,6 +82,7 @@ async function main(): Promise<void> {
     process.exit(1);
   }).catch(reportFailure);
   const engine = new Engine(loaded, thread);
+  heartbeat.reportModelBusy(() => engine.busyMs);
   // The first call of a session allocates its buffers; pay that before taking any job.
   const warmText = loaded.tokenizer.mask_token ? `warm ${loaded.tokenizer.mask_token} up` : 'warm up';
   await engine.forward([engine.encode(warmText, true)]).catch(reportFailure);

@@ -168,4 +168,10 @@ export interface WorkerInfo {
   takesDirect?: boolean;
   /** Reads direct entries of several requests (`DirectEntry`); workers before it read only `LoneDirectEntry`. */
   takesDirectGroups?: boolean;
+  /**
+   * Milliseconds the model has spent in calls since the worker started, as of this announcement: its
+   * rate is the share of time the model computed (below 1, it waited for work). Absent from older
+   * workers.
+   */
+  modelBusyMs?: number;
 }
