@@ -1,6 +1,5 @@
 #!/usr/bin/env node
 import { randomUUID } from 'node:crypto';
-import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import { pino, type Logger } from 'pino';
@@ -16,6 +15,7 @@ import { DirectRequests, goesDirect, type DirectTicket } from './direct-requests
 import { KeyStore, parseKeyFile } from './api-keys.js';
 import { Quotas } from './quotas.js';
 import { createApp, ROUTES } from './app.js';
+import { expressServer } from './http-server.js';
 import { createMetrics } from './metrics.js';
 import { Admission } from './admission.js';
 import { QueueDepth } from './overload.js';
@@ -128,14 +128,11 @@ async function main(): Promise<void> {
 
   // Slow-drip clients may not pin connections: a request must arrive whole within these bounds
   // (Node checks them every connectionsCheckingInterval, so that is kept well below them).
-  const server = http.createServer(
-    {
-      headersTimeout: Math.min(config.HTTP_HEADERS_TIMEOUT_MS, config.HTTP_REQUEST_TIMEOUT_MS),
-      requestTimeout: config.HTTP_REQUEST_TIMEOUT_MS,
-      connectionsCheckingInterval: Math.max(100, Math.min(1000, config.HTTP_HEADERS_TIMEOUT_MS / 4)),
-    },
-    app,
-  );
+  const server = expressServer(app, {
+    headersTimeout: Math.min(config.HTTP_HEADERS_TIMEOUT_MS, config.HTTP_REQUEST_TIMEOUT_MS),
+    requestTimeout: config.HTTP_REQUEST_TIMEOUT_MS,
+    connectionsCheckingInterval: Math.max(100, Math.min(1000, config.HTTP_HEADERS_TIMEOUT_MS / 4)),
+  });
   server.keepAliveTimeout = 65_000;
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
