@@ -92,4 +92,27 @@ describe('bench targets', () => {
     assert.equal(shed.pass, false);
     assert.match(shed.detail, /p99 40 ms over 10 shed .*the least server that sheds, beside the model flat out, under the same load: p99 8 ms/);
   });
+
+  it('(d) judges RSS by the peaks of each half of the soak, so the sawtooth of full collections is not growth', () => {
+    // A full run's samples: V8's old generation filling and emptying, the floor settling.
+    const sawtooth = [140, 135, 135, 149, 166, 148, 147, 160, 183, 194, 158, 158, 171, 194, 200, 162, 162, 162, 172, 189];
+    const growing = [140, 141, 143, 146, 150, 153, 156, 160, 163, 167, 170, 174, 178, 181, 185, 189, 192, 196, 200, 204];
+    const rssTarget = (mib: number[]) => {
+      const soak = {
+        counts: { ok: 10, shed: 0, timeout: 0, other: 0, socketErrors: 0 },
+        acceptedLatency: summary(100),
+        shedLatency: summary(0),
+        rss: { start: mib[0], end: mib.at(-1), samples: mib.map((m, second) => ({ second, mib: m })) },
+        timeoutMs: 5000,
+        warmupSeconds: 10,
+      } as unknown as SoakRun;
+      return byId(evaluateTargets(results([], {}, soak), [16], [1]), 'd').find((t) => t.name.includes('RSS'))!;
+    };
+    assert.ok(sawtooth.at(-1)! / sawtooth[0] > 1.2, 'its last sample is over 1.2x its first');
+    const flat = rssTarget(sawtooth);
+    assert.equal(flat.pass, true, flat.detail);
+    assert.match(flat.detail, /highest 194 then 200 MiB \(1\.031x\); 140 at the start, 189 at the end/);
+    assert.equal(rssTarget(growing).pass, false, 'a heap that keeps growing fails');
+    assert.equal(rssTarget([150]).pass, null, 'one sample judges nothing');
+  });
 });
