@@ -1,13 +1,15 @@
 /**
  * Issue 8: no client can take the gateway down. Against a live system under steady load, a bounded
  * mix of hostile clients: 1 ms and random deadlines, disconnects mid-body and mid-wait, slow-drip
- * headers and bodies, malformed JSON and UTF-8, huge headers, unknown routes and methods. After it
+ * headers and bodies, malformed JSON and UTF-8, huge headers, unknown routes and methods, and a
+ * flood of connections (against a gateway of its own with a small MAX_CONNECTIONS). After the mix
  * the gateway is the same process, answers, serves a normal request, never leaked a stack trace,
  * logged no unhandled rejection, and its memory is back near where it began.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import http from 'node:http';
 import net from 'node:net';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
@@ -52,6 +54,30 @@ function raw(
       }
       if (options.destroyAfterWrite) finish(false);
     });
+  });
+}
+
+/** A request on `agent`'s connection; resolves with the status and body. */
+function viaAgent(agent: http.Agent, port: number, pathname: string, body?: string): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(
+      {
+        host: '127.0.0.1',
+        port,
+        path: pathname,
+        method: body === undefined ? 'GET' : 'POST',
+        agent,
+        headers: body === undefined ? {} : { 'content-type': 'application/json' },
+      },
+      (res) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (d: string) => (text += d));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
+      },
+    );
+    req.on('error', reject);
+    req.end(body);
   });
 }
 
@@ -173,6 +199,41 @@ describe('hostile clients', () => {
     await waitFor('gateway memory back near its start', async () => rssMiB(pid) < rssBefore * 1.5 + 30, 20_000, 500).catch(() => {
       throw new Error(`gateway RSS ${rssMiB(pid).toFixed(0)} MiB after, ${rssBefore.toFixed(0)} MiB before`);
     });
+  });
+
+  it('holds at most MAX_CONNECTIONS, closes the others as they arrive, and serves the connections it holds throughout', async () => {
+    const CAP = 20;
+    // A gateway of its own on this system's queues and worker, whose timeouts let the flood's idle connections stay.
+    const capped = new TestSystem(system.prefix);
+    const valid = JSON.stringify({ inputs: 'a client that connected before the flood' });
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    const flood: net.Socket[] = [];
+    const endFlood = () => flood.splice(0).forEach((socket) => socket.destroy());
+    try {
+      const cappedGateway = await capped.startGateway({ MAX_CONNECTIONS: CAP, HTTP_HEADERS_TIMEOUT_MS: 60_000, HTTP_REQUEST_TIMEOUT_MS: 60_000 });
+      assert.equal((await viaAgent(agent, capped.port, `/models/${MODEL}`, valid)).status, 200);
+      let closed = 0;
+      for (let i = 0; i < CAP + 10; i++) {
+        const socket = net.connect(capped.port, '127.0.0.1');
+        socket.on('error', () => {});
+        socket.on('close', () => closed++);
+        flood.push(socket);
+        await new Promise((connected) => socket.once('connect', connected).once('close', connected));
+      }
+      // At most CAP are held, the client's among them: at least the last ten were closed on arrival.
+      await waitFor('connections beyond MAX_CONNECTIONS closed', async () => closed >= 10, 10_000);
+      assert.equal((await viaAgent(agent, capped.port, `/models/${MODEL}`, valid)).status, 200, 'a held connection is served during the flood');
+      const dropped = Number(/^tserve_connections_dropped_total (\d+)/m.exec((await viaAgent(agent, capped.port, '/metrics')).body)?.[1]);
+      assert.ok(dropped >= closed, `the metric counts the ${closed} connections closed on arrival: ${dropped}`);
+
+      endFlood();
+      await waitFor('a new connection served once the flood is gone', async () => (await fetch(`${capped.url}/health`)).ok, 10_000);
+      assert.ok(cappedGateway.running);
+    } finally {
+      endFlood();
+      agent.destroy();
+      await capped.gateway?.stop();
+    }
   });
 
   it('exits non-zero naming the port when the port is taken', async () => {

@@ -134,6 +134,8 @@ async function main(): Promise<void> {
     connectionsCheckingInterval: Math.max(100, Math.min(1000, config.HTTP_HEADERS_TIMEOUT_MS / 4)),
   });
   server.keepAliveTimeout = 65_000;
+  server.maxConnections = config.MAX_CONNECTIONS;
+  server.on('drop', metrics.connectionDropped);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(config.PORT, config.HOST, () => {

@@ -47,6 +47,8 @@ export interface GatewayMetrics extends InferenceObserver {
   directRequeued: (model: string, requests: number) => void;
   /** A request refused with 429, by key name (never its secret). */
   quotaRejected: (key: ApiKey, reason: QuotaReason) => void;
+  /** A client connection closed on arrival: the gateway already held MAX_CONNECTIONS. */
+  connectionDropped: () => void;
   /** Answers `GET /metrics`, in the Prometheus text format. */
   scrape: RequestHandler;
 }
@@ -124,6 +126,11 @@ export function createMetrics(snapshot: Snapshot): GatewayMetrics {
     name: 'tserve_quota_rejections_total',
     help: 'Requests refused with 429, by API key name and the limit hit (rate or concurrency)',
     labelNames: ['key', 'reason'] as const,
+    registers,
+  });
+  const droppedConnections = new Counter({
+    name: 'tserve_connections_dropped_total',
+    help: 'Client connections closed on arrival because the gateway already held MAX_CONNECTIONS',
     registers,
   });
   new Gauge({
@@ -214,6 +221,9 @@ export function createMetrics(snapshot: Snapshot): GatewayMetrics {
     },
     quotaRejected(key: ApiKey, reason: QuotaReason) {
       quotaRejections.inc({ key: key.name, reason });
+    },
+    connectionDropped() {
+      droppedConnections.inc();
     },
     async scrape(_req, res) {
       const body = await series.metrics();

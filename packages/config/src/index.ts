@@ -122,6 +122,11 @@ const gatewayShape = {
   SHUTDOWN_GRACE_MS: int(10000, 0, 'time to answer in-flight requests on SIGTERM'),
   HTTP_HEADERS_TIMEOUT_MS: int(10_000, 100, 'a client must send its request headers within this (408 after)'),
   HTTP_REQUEST_TIMEOUT_MS: int(30_000, 100, 'a client must send its whole request, body included, within this (408 after, and disconnected)'),
+  MAX_CONNECTIONS: int(
+    10_000,
+    1,
+    'client connections the gateway holds open; one more is closed at once, so that a flood of connections cannot take the memory and file descriptors that the requests in hand need',
+  ),
   DASHBOARD_USER: optionalString('basic auth user for /admin/queues (with DASHBOARD_PASSWORD)'),
   DASHBOARD_PASSWORD: optionalString('basic auth password for /admin/queues'),
   DASHBOARD_TOKEN: optionalString('bearer token for /admin/queues'),
