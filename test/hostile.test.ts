@@ -13,7 +13,7 @@ import http from 'node:http';
 import net from 'node:net';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
-import { MODEL_DIR, Proc, ROOT, TestSystem, uniquePrefix, waitFor } from './helpers/system.ts';
+import { metricValue, MODEL_DIR, Proc, ROOT, TestSystem, uniquePrefix, waitFor } from './helpers/system.ts';
 import { CLASSIFIER as MODEL } from './helpers/replicas.ts';
 
 const HEADERS_TIMEOUT_MS = 1000;
@@ -223,7 +223,7 @@ describe('hostile clients', () => {
       // At most CAP are held, the client's among them: at least the last ten were closed on arrival.
       await waitFor('connections beyond MAX_CONNECTIONS closed', async () => closed >= 10, 10_000);
       assert.equal((await viaAgent(agent, capped.port, `/models/${MODEL}`, valid)).status, 200, 'a held connection is served during the flood');
-      const dropped = Number(/^tserve_connections_dropped_total (\d+)/m.exec((await viaAgent(agent, capped.port, '/metrics')).body)?.[1]);
+      const dropped = metricValue((await viaAgent(agent, capped.port, '/metrics')).body, 'tserve_connections_dropped_total');
       assert.ok(dropped >= closed, `the metric counts the ${closed} connections closed on arrival: ${dropped}`);
 
       endFlood();

@@ -33,7 +33,11 @@ export async function freePort(): Promise<number> {
 
 /** One sample of a gateway's /metrics whose labels include `labels`; 0 when absent. */
 export async function readMetric(url: string, name: string, labels: Record<string, string> = {}): Promise<number> {
-  const text = await (await fetch(`${url}/metrics`)).text();
+  return metricValue(await (await fetch(`${url}/metrics`)).text(), name, labels);
+}
+
+/** One sample of a Prometheus text exposition whose labels include `labels`; 0 when absent. */
+export function metricValue(text: string, name: string, labels: Record<string, string> = {}): number {
   const wanted = Object.entries(labels).map(([k, v]) => `${k}="${v}"`);
   for (const line of text.split('\n')) {
     if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue;
