@@ -1,4 +1,6 @@
 #!/usr/bin/env node
+// First: it sets a V8 flag before any other module allocates.
+import './heap-flags.js';
 import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
