@@ -267,6 +267,12 @@ export function formatReport(r: BenchResults): string {
       ),
       '(RSS in MiB; "after": 2 s after the load stopped; "then": status of one request after the soak)',
     );
+    if (s.gatewayGc) {
+      const gc = s.gatewayGc;
+      out.push(
+        `Gateway young-generation collections in the window: ${gc.collections}, ${round(gc.meanPauseMs, 2)} ms each on average, ${round(gc.pausedShare * 100, 1)}% of the time.`,
+      );
+    }
     if (s.redisMiB) out.push(`Redis used_memory: ${s.redisMiB.start} MiB when the measured window started, ${s.redisMiB.end} MiB at its end.`);
     out.push(
       `Load shape: autocannon overallRate, one request per connection per second, ${STAGGERED_INSTANCES} instances whose one-second windows open ${round(1000 / STAGGERED_INSTANCES, 1)} ms apart.`,

@@ -5,6 +5,7 @@ import { readRedisMiB } from './redis-cost.ts';
 import { loadWorkerConfig } from '@tserve/config';
 import { sessionOptions } from '../../apps/worker/src/model.ts';
 import { measureShedFloor } from './shed-floor.ts';
+import { gcOverWindow, readGatewayGc, type GcReading } from './gateway-gc.ts';
 import { round, summarize, type Summary } from './stats.ts';
 import type { RssSample, SoakRun } from './types.ts';
 
@@ -36,6 +37,7 @@ export async function runSoak(ctx: BenchContext, model: string, text: string, to
   const redisUrl = ctx.system?.redisUrl;
   const redisMiB = (url: string) => readRedisMiB(url).catch(() => undefined);
   let redisStart: Promise<number | undefined> | undefined;
+  let gcStart: Promise<GcReading | undefined> | undefined;
   log(
     `soak: ${targetRate} req/s offered (${options.soakFactor}x ${round(capacityRps, 1)}) on ${connections} connections for ${options.soakWarmupSeconds}+${options.soakSeconds} s`,
   );
@@ -56,10 +58,12 @@ export async function runSoak(ctx: BenchContext, model: string, text: string, to
     onSecond: (second) => {
       samples.push({ second, mib: rssMiB(gatewayPid) });
       if (redisUrl) redisStart ??= redisMiB(redisUrl);
+      gcStart ??= readGatewayGc(ctx.url());
     },
     timeline: true,
   });
   const end = rssMiB(gatewayPid);
+  const [gcFirst, gcLast] = [await gcStart, await readGatewayGc(ctx.url())];
   const redisEnd = redisUrl ? await redisMiB(redisUrl) : undefined;
   await new Promise((r) => setTimeout(r, 2000));
   const afterDrain = rssMiB(gatewayPid);
@@ -99,6 +103,7 @@ export async function runSoak(ctx: BenchContext, model: string, text: string, to
     shedLatency: load.latencyByStatus['503'] ?? summarize([]),
     rss: { start: samples[0]?.mib, end: end ?? samples.at(-1)?.mib, max: rssValues.length ? Math.max(...rssValues) : undefined, afterDrain, samples },
     redisMiB: redisUrl ? { start: await redisStart, end: redisEnd } : undefined,
+    gatewayGc: gcFirst && gcLast ? gcOverWindow(gcFirst, gcLast, options.soakSeconds) : undefined,
     recoveredStatus,
     shedFloor,
   };

@@ -1,4 +1,5 @@
 import type { CpuUsage } from './cpu.ts';
+import type { GatewayGc } from './gateway-gc.ts';
 import type { BatchedResult } from './inprocess.ts';
 import type { LoadResult } from './load.ts';
 import type { Summary } from './stats.ts';
@@ -66,6 +67,8 @@ export interface SoakRun {
   rss: { start?: number; end?: number; max?: number; afterDrain?: number; samples: RssSample[] };
   /** Redis used_memory in MiB when the measured window starts and ends (a Redis the bench started). */
   redisMiB?: { start?: number; end?: number };
+  /** The gateway's young-generation collections in the measured window (lib/gateway-gc.ts). */
+  gatewayGc?: GatewayGc;
   /** A request right after the soak: the gateway still answers normally. */
   recoveredStatus?: number;
   /** The same load's 503s from the least server that sheds, beside the model run flat out (lib/shed-floor.ts). */
