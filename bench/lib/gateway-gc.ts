@@ -24,6 +24,7 @@ export async function readGatewayGc(url: string): Promise<GcReading | undefined>
   try {
     const res = await fetch(`${url}/metrics`);
     const text = await res.text();
+    if (!res.ok) return undefined;
     const labels = { kind: 'minor' };
     return { count: metricValue(text, 'nodejs_gc_duration_seconds_count', labels), seconds: metricValue(text, 'nodejs_gc_duration_seconds_sum', labels) };
   } catch {

@@ -27,15 +27,21 @@ describe("bench: the gateway's young-generation collections", () => {
       assert.deepEqual(reading, { count: 205, seconds: 0.6063796619959174 });
     } finally {
       server.close();
+      server.closeAllConnections();
     }
   });
 
-  it('reads nothing from a gateway that does not answer', async () => {
-    const server = http.createServer();
+  it('reads nothing from a gateway that refuses /metrics or does not answer', async () => {
+    const server = http.createServer((_req, res) => res.writeHead(401).end(METRICS));
     server.listen(0, '127.0.0.1');
     await once(server, 'listening');
     const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-    server.close();
+    try {
+      assert.equal(await readGatewayGc(url), undefined);
+    } finally {
+      server.close();
+      server.closeAllConnections();
+    }
     await once(server, 'close');
     assert.equal(await readGatewayGc(url), undefined);
   });
