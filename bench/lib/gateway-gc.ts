@@ -2,7 +2,7 @@
  * The gateway's young-generation collections over a measured window, from the histogram its
  * `/metrics` exports (prom-client's `nodejs_gc_duration_seconds{kind="minor"}`). Each collection
  * stops the event loop, and every answer that falls due meanwhile waits it out. The share of the
- * window spent in them does not depend on what else the machine runs, unlike the latency it adds.
+ * window spent in them moves far less with what else the machine runs than the latency they add.
  */
 import { metricValue } from '../../test/helpers/processes.ts';
 
