@@ -3,14 +3,16 @@ import { inferBody, inferPath, measureQuietly, quiesce, type BenchContext } from
 import { loadInProcess, measureBatched, measureMixedCycle, measureSingles, type InProcessModel } from './inprocess.ts';
 import { runLoad, type LoadResult } from './load.ts';
 import { measureLeastServer } from './path-floor.ts';
-import { round, type Summary } from './stats.ts';
+import { measurePaired } from './paired.ts';
+import { median, round, type Summary } from './stats.ts';
 import { craftText, loadTokenizer } from './texts.ts';
-import type { InputText, MixedRun, ModelResults, ServerPoint } from './types.ts';
+import type { InputText, MixedRun, ModelResults, PairedComparison, ServerPoint } from './types.ts';
 
 /**
  * Everything measured for one model, alternating strictly between the server and the in-process
  * model (never both at once, since they share the cores): in-process single calls, the server's
- * concurrency sweep, in-process batches of the sizes the server formed, BATCH_MAX_SIZE=1, mixed lengths.
+ * concurrency sweep, in-process batches of the sizes the server formed, BATCH_MAX_SIZE=1, targets
+ * (a) and (b)'s two sides back to back, mixed lengths.
  */
 
 export interface ModelPhaseResult {
@@ -95,6 +97,7 @@ export async function runModelPhase(ctx: BenchContext, model: string): Promise<M
     }
 
     await measureBatchSizes(ctx, inproc, results, points);
+    if (!options.skip.has('pairs')) results.paired = await measurePairs(ctx, inproc, results, points);
 
     const mixed = options.skip.has('mixed') ? undefined : await runMixed(ctx, inproc, model, texts, points);
     return { results, points, mixed };
@@ -161,6 +164,33 @@ async function measureBatchSizes(ctx: BenchContext, inproc: InProcessModel, resu
       );
     }
   }
+}
+
+/** Targets (a) and (b)'s comparisons, each side measured right after the other (lib/paired.ts): c=1 at the shortest length, the top concurrency at each. */
+async function measurePairs(ctx: BenchContext, inproc: InProcessModel, results: ModelResults, points: ServerPoint[]): Promise<PairedComparison[]> {
+  const { options } = ctx;
+  const top = Math.max(...options.concurrencies);
+  const shortest = Math.min(...options.lengths);
+  const wanted = [
+    ...(options.concurrencies.includes(1) ? [{ tokens: shortest, concurrency: 1 }] : []),
+    ...(top > 1 ? options.lengths.map((tokens) => ({ tokens, concurrency: top })) : []),
+  ];
+  const compared: PairedComparison[] = [];
+  for (const { tokens, concurrency } of wanted) {
+    const point = points.find((p) => p.kind === 'sweep' && p.tokens === tokens && p.concurrency === concurrency);
+    if (!point) continue;
+    // The pipe(list) compared is as large as the batches the server formed at this point.
+    const batchSize = Math.max(1, Math.round(point.load.server.batchMean));
+    const pair = await measurePaired(ctx, inproc, results.texts[tokens].text, tokens, concurrency, batchSize);
+    compared.push(pair);
+    const rounds = pair.rounds.map((r) => `${round(r.server, 1)}/${round(r.inProcess, 1)}`).join(', ');
+    ctx.log(
+      concurrency === 1
+        ? `${short(results.model)} ${tokens} tok c=1 back to back (server/in-process p50 ms): ${rounds}; median +${round(median(pair.rounds.map((r) => r.server - r.inProcess)))} ms`
+        : `${short(results.model)} ${tokens} tok c=${concurrency} back to back (server req/s / in-process pipe(list of ${batchSize}) seq/s): ${rounds}; median ${round(median(pair.rounds.map((r) => r.server / r.inProcess)) * 100, 1)}%`,
+    );
+  }
+  return compared;
 }
 
 async function runMixed(ctx: BenchContext, inproc: InProcessModel, model: string, texts: Record<string, InputText>, points: ServerPoint[]): Promise<MixedRun> {

@@ -14,6 +14,9 @@ export interface BenchOptions {
   singleCalls: number;
   /** Seconds of back-to-back pipe(list) calls per in-process batched throughput figure. */
   batchedSeconds: number;
+  /** Back-to-back rounds of each target's in-process and server figures (lib/paired.ts), and the seconds of each side. */
+  pairRounds: number;
+  pairSeconds: number;
   soakSeconds: number;
   soakWarmupSeconds: number;
   soakFactor: number;
@@ -33,7 +36,7 @@ export interface BenchOptions {
   logLevel: string;
 }
 
-const PHASES = ['sweep', 'batch1', 'mixed', 'soak'] as const;
+const PHASES = ['sweep', 'batch1', 'pairs', 'mixed', 'soak'] as const;
 type Phase = (typeof PHASES)[number];
 
 const DEFAULT_MODELS = ['replica/MiniLM-L6-H384-uncased-sst2', 'replica/distilbert-base-uncased-finetuned-sst-2-english'];
@@ -53,6 +56,9 @@ Options:
   --warmup S               discarded seconds before each point (default 2; quick 0.5)
   --single-calls N         one-at-a-time in-process calls for p50/p99 (default 200; quick 60)
   --batched-seconds S      seconds per in-process batched throughput figure (default 2; quick 0.75)
+  --pair-rounds N          rounds of in-process and server figures measured back to back for targets
+                           (a) and (b), judged by their median (default 3; quick 2)
+  --pair-seconds S         measured seconds of each side of a round (default 4; quick 1.5)
   --soak-seconds S         measured seconds of the overload soak (default 60; quick 10)
   --soak-warmup S          seconds of soak load before the start RSS sample (default 10; quick 5)
   --soak-factor X          offered load as a multiple of measured capacity (default 2)
@@ -111,6 +117,8 @@ export function parseOptions(argv: string[]): BenchOptions | 'help' {
       warmup: { type: 'string' },
       'single-calls': { type: 'string' },
       'batched-seconds': { type: 'string' },
+      'pair-rounds': { type: 'string' },
+      'pair-seconds': { type: 'string' },
       'soak-seconds': { type: 'string' },
       'soak-warmup': { type: 'string' },
       'soak-factor': { type: 'string' },
@@ -143,6 +151,8 @@ export function parseOptions(argv: string[]): BenchOptions | 'help' {
     warmupSeconds: num(values.warmup, quick ? 0.5 : 2, 'warmup'),
     singleCalls: Math.max(10, Math.round(num(values['single-calls'], quick ? 60 : 200, 'single-calls'))),
     batchedSeconds: num(values['batched-seconds'], quick ? 0.75 : 2, 'batched-seconds'),
+    pairRounds: Math.max(1, Math.round(num(values['pair-rounds'], quick ? 2 : 3, 'pair-rounds'))),
+    pairSeconds: num(values['pair-seconds'], quick ? 1.5 : 4, 'pair-seconds'),
     soakSeconds: num(values['soak-seconds'], quick ? 10 : 60, 'soak-seconds'),
     soakWarmupSeconds: num(values['soak-warmup'], quick ? 5 : 10, 'soak-warmup'),
     soakFactor: num(values['soak-factor'], 2, 'soak-factor'),

@@ -97,6 +97,24 @@ export interface ModelResults {
   answerCheck?: { text: string; sameLabel: boolean; maxScoreDiff: number };
   /** The c=1 load, shortest text, against the least server of the same parts running this model (lib/path-floor.ts). */
   leastServer?: Summary;
+  /** Targets (a) and (b)'s two sides, measured back to back in rounds (lib/paired.ts). */
+  paired?: PairedComparison[];
+}
+
+/** One round of a target's comparison: its in-process figure and the server's, measured one right after the other. */
+export interface PairedRound {
+  /** At c=1, pipe(text) p50 in ms; above, pipe(list of batchSize) in sequences/s. */
+  inProcess: number;
+  /** At c=1, the server's p50 in ms; above, its requests/s. */
+  server: number;
+}
+
+export interface PairedComparison {
+  tokens: number;
+  concurrency: number;
+  /** The pipe(list) size compared above c=1: the mean batch the server formed at this point of the sweep. */
+  batchSize: number;
+  rounds: PairedRound[];
 }
 
 /** Latency of stand-ins for the request path, with no work behind them (lib/path-floor.ts). */

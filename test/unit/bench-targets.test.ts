@@ -2,8 +2,8 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { evaluateTargets } from '../../bench/lib/targets.ts';
 import type { LoadResult } from '../../bench/lib/load.ts';
-import type { Summary } from '../../bench/lib/stats.ts';
-import type { BenchResults, ModelResults, ServerPoint, SoakRun } from '../../bench/lib/types.ts';
+import { median, type Summary } from '../../bench/lib/stats.ts';
+import type { BenchResults, ModelResults, PairedComparison, ServerPoint, SoakRun } from '../../bench/lib/types.ts';
 
 const MODEL = 'replica/m';
 
@@ -76,6 +76,53 @@ describe('bench targets', () => {
     assert.equal(distilbert.pass, false);
     assert.match(distilbert.detail, /85% of in-process pipe\(list of 16\)/);
     assert.match(distilbert.detail, /the model computed 93% of the time/, 'says whether the model waited for work');
+  });
+
+  it('(a) and (b) are judged by the median of the rounds measured back to back, not by figures minutes apart', () => {
+    // The sweep alone: c=1 at in-process + 3 ms (fails (a)), c=64 at 90% of in-process (passes (b)'s share).
+    const sweep = () => results([point(1, 5, 200), point(64, 20, 900)]);
+    const paired: PairedComparison[] = [
+      // One round caught the machine in a slow spell: the median leaves it out.
+      {
+        tokens: 16,
+        concurrency: 1,
+        batchSize: 1,
+        rounds: [
+          { server: 3, inProcess: 2 },
+          { server: 9, inProcess: 3 },
+          { server: 3.2, inProcess: 2 },
+        ],
+      },
+      {
+        tokens: 16,
+        concurrency: 64,
+        batchSize: 16,
+        rounds: [
+          { server: 700, inProcess: 1000 },
+          { server: 950, inProcess: 1000 },
+          { server: 600, inProcess: 800 },
+        ],
+      },
+    ];
+    const alone = evaluateTargets(sweep(), [16], [1, 64]);
+    assert.equal(byId(alone, 'a')[0].pass, false);
+    assert.match(byId(alone, 'b')[0].detail, /^900 req\/s; BATCH_MAX_SIZE=1 not measured; 90% of in-process pipe\(list of 16\)/);
+
+    const r = sweep();
+    r.models[0].paired = paired;
+    const judged = evaluateTargets(r, [16], [1, 64]);
+    const [a] = byId(judged, 'a');
+    assert.equal(a.pass, true, a.detail);
+    assert.match(a.detail, /^back to back, median of 3 rounds \+1\.2 ms \(gateway\/in-process p50 ms: 3\/2, 9\/3, 3\.2\/2\); in the sweep gateway p50 5 ms/);
+    const [b] = byId(judged, 'b');
+    assert.equal(b.pass, false, 'a median share of 75% fails, whatever the sweep said');
+    assert.match(b.detail, /75% of in-process pipe\(list of 16\), median of 3 rounds back to back \(70%, 95%, 75%\); in the sweep 90% of/);
+  });
+
+  it('takes the median of an even number of rounds as the mean of the middle two', () => {
+    assert.equal(median([4, 1, 3, 2]), 2.5);
+    assert.equal(median([5, 1, 3]), 3);
+    assert.ok(Number.isNaN(median([])));
   });
 
   it('(d) quotes the least server that sheds beside the target', () => {
