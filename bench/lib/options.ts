@@ -58,7 +58,8 @@ Options:
   --batched-seconds S      seconds per in-process batched throughput figure (default 2; quick 0.75)
   --pair-rounds N          rounds of in-process and server figures measured back to back for targets
                            (a) and (b), judged by their median (default 3; quick 2)
-  --pair-seconds S         measured seconds of each side of a round (default 4; quick 1.5)
+  --pair-seconds S         measured seconds of the server, and of in-process pipe(list), in each round
+                           (default 4; quick 1.5)
   --soak-seconds S         measured seconds of the overload soak (default 60; quick 10)
   --soak-warmup S          seconds of soak load before the start RSS sample (default 10; quick 5)
   --soak-factor X          offered load as a multiple of measured capacity (default 2)
