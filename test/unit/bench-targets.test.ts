@@ -30,6 +30,13 @@ function results(points: ServerPoint[], extra: Partial<ModelResults> = {}, soak?
   return { meta: {} as BenchResults['meta'], models: [model], points, mixed: [], soak };
 }
 
+const comparison = (concurrency: number, batchSize: number, rounds: Array<[number, number]>): PairedComparison => ({
+  tokens: 16,
+  concurrency,
+  batchSize,
+  rounds: rounds.map(([server, inProcess]) => ({ server, inProcess })),
+});
+
 const byId = (targets: ReturnType<typeof evaluateTargets>, id: string) => targets.filter((t) => t.id === id);
 
 describe('bench targets', () => {
@@ -81,28 +88,18 @@ describe('bench targets', () => {
   it('(a) and (b) are judged by the median of the rounds measured back to back, not by figures minutes apart', () => {
     // The sweep alone: c=1 at in-process + 3 ms (fails (a)), c=64 at 90% of in-process (passes (b)'s share).
     const sweep = () => results([point(1, 5, 200), point(64, 20, 900)]);
-    const paired: PairedComparison[] = [
-      // One round caught the machine in a slow spell: the median leaves it out.
-      {
-        tokens: 16,
-        concurrency: 1,
-        batchSize: 1,
-        rounds: [
-          { server: 3, inProcess: 2 },
-          { server: 9, inProcess: 3 },
-          { server: 3.2, inProcess: 2 },
-        ],
-      },
-      {
-        tokens: 16,
-        concurrency: 64,
-        batchSize: 16,
-        rounds: [
-          { server: 700, inProcess: 1000 },
-          { server: 950, inProcess: 1000 },
-          { server: 600, inProcess: 800 },
-        ],
-      },
+    // [server, in-process] per round. One round caught the machine in a slow spell: the median leaves it out.
+    const paired = [
+      comparison(1, 1, [
+        [3, 2],
+        [9, 3],
+        [3.2, 2],
+      ]),
+      comparison(64, 16, [
+        [700, 1000],
+        [950, 1000],
+        [600, 800],
+      ]),
     ];
     const alone = evaluateTargets(sweep(), [16], [1, 64]);
     assert.equal(byId(alone, 'a')[0].pass, false);
