@@ -45,7 +45,8 @@ const laneKey = (model: string, priority: Priority) => `${priority}\n${model}`;
  * together: sent earlier, they would wait in Redis for that worker's next batch all the same, and
  * under load a job carries many requests, so the Redis cost of a job (tens of commands inside
  * BullMQ's scripts) is shared by all of them. Workers say when a batch holding a job starts
- * (`taken`); if that word is lost, `graceMs` later the waiting requests go out regardless.
+ * (`taken`); if that word is lost, the job's outcome says it instead, and failing both, `graceMs`
+ * later the waiting requests go out regardless.
  */
 export class EnqueueCoalescer<R = void> {
   private readonly lanes = new Map<string, Lane<R>>();

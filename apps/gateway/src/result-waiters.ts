@@ -44,7 +44,7 @@ export class ResultWaiters {
     private readonly logger: Logger,
     /** Told of outcomes nobody waits for any more (the client left, or was answered 504). */
     private readonly onUnclaimed: (model: string, outcome: RequestOutcome) => void,
-    /** Told of jobs a worker took from the queue. */
+    /** Told of jobs a worker took from the queue, by its word or by their outcomes. */
     private readonly onTaken: (jobIds: string[]) => void,
     /** Where direct entries are looked up, and how one nobody holds is sent again. */
     private readonly direct: { requests: DirectRequests; requeue: Requeue; onRequeued: (model: string, requests: number) => void },
@@ -125,8 +125,19 @@ export class ResultWaiters {
       return;
     }
     if (Array.isArray(parsed?.taken)) this.onTaken(parsed.taken);
-    else if (Array.isArray(parsed?.outcomes)) for (const outcome of parsed.outcomes) this.deliver(parsed.model ?? '', outcome);
+    else if (Array.isArray(parsed?.outcomes)) this.deliverJob(parsed.job, parsed.model ?? '', parsed.outcomes);
     else this.logger.warn('unreadable result message');
+  }
+
+  /**
+   * Delivers a finished job's outcomes, and tells the coalescer it was taken: the worker's word
+   * that it took the job travels apart from the outcome and may be lost alone (a subscriber
+   * reconnecting between the two), and until the coalescer hears it, what arrives for the model
+   * waits `RESULT_POLL_MS` behind a job already answered.
+   */
+  private deliverJob(jobId: string | undefined, model: string, outcomes: RequestOutcome[]): void {
+    for (const outcome of outcomes) this.deliver(model, outcome);
+    if (typeof jobId === 'string') this.onTaken([jobId]);
   }
 
   private async poll(): Promise<void> {
@@ -152,7 +163,7 @@ export class ResultWaiters {
     try {
       const fate = await this.direct.requests.fate(ticket);
       if ('outcome' in fate) {
-        for (const outcome of fate.outcome.outcomes) this.deliver(fate.outcome.model, outcome);
+        this.deliverJob(ticket.id, fate.outcome.model, fate.outcome.outcomes);
       } else if ('orphaned' in fate) {
         // Those whose clients left or were answered 504 meanwhile are not sent again.
         const waiting = ticket.requests.filter((r) => this.waiters.get(r.id)?.direct === ticket);
@@ -180,12 +191,15 @@ export class ResultWaiters {
       if (!job?.finishedOn) return;
       const model = (job.returnvalue as JobOutcome | null)?.model ?? queue.name;
       if (job.returnvalue) {
-        for (const outcome of (job.returnvalue as JobOutcome).outcomes) this.deliver(model, outcome);
+        this.deliverJob(jobId, model, (job.returnvalue as JobOutcome).outcomes);
       } else if (job.failedReason) {
         const error = decodeJobFailure(job.failedReason);
-        for (const request of (job.data as { requests?: Array<{ id: string }> }).requests ?? []) {
-          if (this.waiters.has(request.id)) this.deliver(model, { id: request.id, ok: false, error });
-        }
+        const requests = (job.data as { requests?: Array<{ id: string }> }).requests ?? [];
+        this.deliverJob(
+          jobId,
+          model,
+          requests.filter((request) => this.waiters.has(request.id)).map((request) => ({ id: request.id, ok: false, error })),
+        );
       }
     } catch {
       // Redis unreachable: the request keeps waiting until its deadline.
