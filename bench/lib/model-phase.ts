@@ -4,7 +4,8 @@ import { loadInProcess, measureBatched, measureMixedCycle, measureSingles, type 
 import { runLoad, type LoadResult } from './load.ts';
 import { measureLeastServer } from './path-floor.ts';
 import { measurePaired } from './paired.ts';
-import { median, round, type Summary } from './stats.ts';
+import { round, type Summary } from './stats.ts';
+import { pairedMedian } from './targets.ts';
 import { craftText, loadTokenizer } from './texts.ts';
 import type { InputText, MixedRun, ModelResults, PairedComparison, ServerPoint } from './types.ts';
 
@@ -186,8 +187,8 @@ async function measurePairs(ctx: BenchContext, inproc: InProcessModel, results: 
     const rounds = pair.rounds.map((r) => `${round(r.server, 1)}/${round(r.inProcess, 1)}`).join(', ');
     ctx.log(
       concurrency === 1
-        ? `${short(results.model)} ${tokens} tok c=1 back to back (server/in-process p50 ms): ${rounds}; median +${round(median(pair.rounds.map((r) => r.server - r.inProcess)))} ms`
-        : `${short(results.model)} ${tokens} tok c=${concurrency} back to back (server req/s / in-process pipe(list of ${batchSize}) seq/s): ${rounds}; median ${round(median(pair.rounds.map((r) => r.server / r.inProcess)) * 100, 1)}%`,
+        ? `${short(results.model)} ${tokens} tok c=1 back to back (server/in-process p50 ms): ${rounds}; median +${round(pairedMedian(pair))} ms`
+        : `${short(results.model)} ${tokens} tok c=${concurrency} back to back (server req/s / in-process pipe(list of ${batchSize}) seq/s): ${rounds}; median ${round(pairedMedian(pair) * 100, 1)}%`,
     );
   }
   return compared;

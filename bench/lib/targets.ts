@@ -1,5 +1,5 @@
 import { median, round } from './stats.ts';
-import type { BenchResults, RssSample, TargetResult } from './types.ts';
+import type { BenchResults, PairedComparison, RssSample, TargetResult } from './types.ts';
 
 /**
  * The performance targets, each judged on figures from the same run. A target whose inputs were
@@ -29,6 +29,14 @@ const skip = (id: string, name: string, why: string): TargetResult => ({ id, nam
 const short = (model: string) => model.split('/').pop()!;
 const inprocessShare = (model: string) => INPROCESS_SHARE_BY_MODEL[short(model)] ?? INPROCESS_SHARE;
 
+/**
+ * What a target reads from its back-to-back rounds (lib/paired.ts): at c=1 the median of how much
+ * the server's p50 exceeds in-process's, above it the median share of in-process throughput.
+ */
+export function pairedMedian(comparison: PairedComparison): number {
+  return median(comparison.rounds.map((x) => (comparison.concurrency === 1 ? x.server - x.inProcess : x.server / x.inProcess)));
+}
+
 export function evaluateTargets(r: Omit<BenchResults, 'targets'>, lengths: number[], concurrencies: number[]): TargetResult[] {
   const out: TargetResult[] = [];
   const shortest = Math.min(...lengths);
@@ -56,7 +64,7 @@ export function evaluateTargets(r: Omit<BenchResults, 'targets'>, lengths: numbe
     // Judged by the rounds measured back to back where there are some: the sweep's figures are minutes apart.
     const paired = m.paired?.find((c) => c.concurrency === 1 && c.tokens === shortest && c.rounds.length > 0);
     if (paired) {
-      const judged = median(paired.rounds.map((x) => x.server - x.inProcess));
+      const judged = pairedMedian(paired);
       const rounds = paired.rounds.map((x) => `${round(x.server)}/${round(x.inProcess)}`).join(', ');
       out.push({
         id: 'a',
@@ -89,7 +97,7 @@ export function evaluateTargets(r: Omit<BenchResults, 'targets'>, lengths: numbe
       } else parts.push('BATCH_MAX_SIZE=1 not measured');
       const paired = m.paired?.find((c) => c.concurrency === top && c.tokens === tokens && c.rounds.length > 0);
       if (paired) {
-        const share = median(paired.rounds.map((x) => x.server / x.inProcess));
+        const share = pairedMedian(paired);
         shareOk = share >= minShare;
         const rounds = paired.rounds.map((x) => `${round((x.server / x.inProcess) * 100, 0)}%`).join(', ');
         parts.push(
