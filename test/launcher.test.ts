@@ -154,7 +154,7 @@ describe('npm start (launcher)', () => {
     assert.equal(workers.length, 4);
     for (const worker of workers) {
       const env = await environOf(worker);
-      assert.ok(env.includes('WORKER_NICE=10'), `worker ${worker} runs at niceness 10`);
+      assert.ok(env.includes('WORKER_NICE=19'), `worker ${worker} runs at niceness 19`);
       assert.ok(!env.some((e) => e.startsWith('INTRA_OP_SPINNING=')), `worker ${worker} keeps the default, no spinning`);
     }
     launcher.kill('SIGINT');
@@ -193,7 +193,7 @@ describe('npm start (launcher)', () => {
     // A lone worker's threads spin between the steps of a model call, niced below the gateway.
     const [worker] = await childrenRunning(launcher.pid, 'worker');
     const workerEnv = await environOf(worker);
-    assert.ok(workerEnv.includes('WORKER_NICE=10') && workerEnv.includes('INTRA_OP_SPINNING=true'), workerEnv.filter((e) => /NICE|SPIN/.test(e)).join(' '));
+    assert.ok(workerEnv.includes('WORKER_NICE=19') && workerEnv.includes('INTRA_OP_SPINNING=true'), workerEnv.filter((e) => /NICE|SPIN/.test(e)).join(' '));
     const gatewayPid = async (): Promise<number | undefined> => (await childrenRunning(launcher.pid, 'gateway'))[0];
     const crashed = (await gatewayPid())!;
     process.kill(crashed, 'SIGKILL');

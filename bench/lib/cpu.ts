@@ -79,6 +79,11 @@ export function rssMiB(pid: number | undefined): number | undefined {
   }
 }
 
+/** The RSS readings of a series of samples that came back (a process gone or unreadable reads undefined). */
+export function readMiB(samples: { mib: number | undefined }[]): number[] {
+  return samples.map((x) => x.mib).filter((v): v is number => v !== undefined);
+}
+
 /** A figure taken while processes outside the bench used more than this (% of one core) is "disturbed". */
 export const DISTURBED_PCT = 30;
 

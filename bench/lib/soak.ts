@@ -1,4 +1,4 @@
-import { rssMiB } from './cpu.ts';
+import { readMiB, rssMiB } from './cpu.ts';
 import { inferBody, inferPath, quiesce, type BenchContext } from './context.ts';
 import { runLoad } from './load.ts';
 import { readRedisMiB } from './redis-cost.ts';
@@ -87,7 +87,7 @@ export async function runSoak(ctx: BenchContext, model: string, text: string, to
   const other = Object.entries(status)
     .filter(([s]) => !s.startsWith('2') && s !== '503' && s !== '504')
     .reduce((a, [, n]) => a + n, 0);
-  const rssValues = samples.map((s) => s.mib).filter((v): v is number => v !== undefined);
+  const rssValues = readMiB(samples);
   const run: SoakRun = {
     model,
     tokens,

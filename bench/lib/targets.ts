@@ -1,3 +1,4 @@
+import { readMiB } from './cpu.ts';
 import { median, round } from './stats.ts';
 import type { BenchResults, PairedComparison, RssSample, TargetResult } from './types.ts';
 
@@ -195,7 +196,7 @@ export function evaluateTargets(r: Omit<BenchResults, 'targets'>, lengths: numbe
 
 /** The highest RSS sample of each half of the soak's measured window; undefined without two samples. */
 function rssPeaksByHalf(samples: RssSample[]): { first: number; second: number } | undefined {
-  const mib = samples.map((x) => x.mib).filter((v): v is number => v !== undefined);
+  const mib = readMiB(samples);
   if (mib.length < 2) return undefined;
   const half = Math.floor(mib.length / 2);
   return { first: Math.max(...mib.slice(0, half)), second: Math.max(...mib.slice(half)) };

@@ -89,8 +89,8 @@ const workerShape = {
   ),
   WORKER_NICE: setting(
     z.coerce.number().int().min(-20).max(19).default(0),
-    'niceness of the model threads; a worker beside a gateway on one host should yield, so that 503s and /health stay fast while the model saturates the cores',
-    '0 (npm start: 10)',
+    'niceness of the worker process, its model threads included; a worker beside a gateway on one host should yield, so that 503s and /health stay fast while the model saturates the cores',
+    '0 (npm start: 19)',
   ),
 };
 
