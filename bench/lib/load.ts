@@ -46,6 +46,8 @@ interface SecondStats {
   p50: number;
   p99: number;
   max: number;
+  /** p99 of each status's answers in this second: a soak's shed tail, second by second, shows a slow spell apart from a steady tail. */
+  p99ByStatus: Record<string, number>;
 }
 
 interface ServerTiming {
@@ -103,7 +105,7 @@ class Recorder {
   measuring = false;
   windowStart = 0;
   sent = 0;
-  readonly perSecond: Array<{ sent: number; status: Record<string, number>; latency: number[] }> = [];
+  readonly perSecond: Array<{ sent: number; status: Record<string, number>; latency: Record<string, number[]> }> = [];
   socketErrors = 0;
   readonly status: Record<string, number> = {};
   readonly latency: Record<string, number[]> = {};
@@ -118,7 +120,7 @@ class Recorder {
 
   private bucket() {
     const i = Math.floor((performance.now() - this.windowStart) / 1000);
-    return (this.perSecond[i] ??= { sent: 0, status: {}, latency: [] });
+    return (this.perSecond[i] ??= { sent: 0, status: {}, latency: {} });
   }
 
   request(): void {
@@ -132,7 +134,7 @@ class Recorder {
     const key = String(status);
     const b = this.bucket();
     b.status[key] = (b.status[key] ?? 0) + 1;
-    b.latency.push(ms);
+    (b.latency[key] ??= []).push(ms);
     this.status[key] = (this.status[key] ?? 0) + 1;
     (this.latency[key] ??= []).push(ms);
     if (status < 200 || status >= 300) return;
@@ -259,8 +261,10 @@ export async function runLoad(spec: LoadSpec): Promise<LoadResult> {
     redis,
     timeline: spec.timeline
       ? Array.from(recorder.perSecond.slice(0, Math.ceil(seconds)), (b, second) => {
-          const l = summarize(b?.latency ?? []);
-          return { second, sent: b?.sent ?? 0, status: b?.status ?? {}, p50: l.p50, p99: l.p99, max: l.max };
+          const byStatus = Object.entries(b?.latency ?? {});
+          const l = summarize(byStatus.flatMap(([, v]) => v));
+          const p99ByStatus = Object.fromEntries(byStatus.map(([s, v]) => [s, summarize(v).p99]));
+          return { second, sent: b?.sent ?? 0, status: b?.status ?? {}, p50: l.p50, p99: l.p99, max: l.max, p99ByStatus };
         })
       : undefined,
   };

@@ -37,6 +37,12 @@ function cpuCell(p: ServerPoint): string | undefined {
 /** Marks a figure taken while processes outside the bench used a noticeable share of the CPU. */
 const flag = (cpu: CpuUsage | undefined) => (cpu && cpu.other > DISTURBED_PCT ? ' !' : '');
 
+/** The largest of the figures present; undefined when none is (a slice without a refusal). */
+function maxOf(values: Array<number | undefined>): number | undefined {
+  const present = values.filter((v): v is number => v !== undefined);
+  return present.length ? Math.max(...present) : undefined;
+}
+
 /** The soak in slices of a few seconds: flat rows mean no drift; a climbing column is a leak or a backlog. */
 function soakTimeline(s: NonNullable<BenchResults['soak']>): string[] {
   const timeline = s.load.timeline ?? [];
@@ -56,12 +62,13 @@ function soakTimeline(s: NonNullable<BenchResults['soak']>): string[] {
       sum((t) => t.status['504'] ?? 0),
       ms(Math.max(...slice.map((t) => t.p99))),
       ms(Math.max(...slice.map((t) => t.max))),
+      ms(maxOf(slice.map((t) => t.p99ByStatus['503']))),
       rss,
     ]);
   }
   return [
-    'Soak over time (per second averages; latency over all statuses):',
-    table(['seconds', 'sent/s', '200/s', '503/s', '504', 'p99 max', 'max', 'RSS MiB at end'], rows, 0),
+    'Soak over time (per second averages; p99 max and max over all statuses, 503 p99 max over the refusals: the worst second of each):',
+    table(['seconds', 'sent/s', '200/s', '503/s', '504', 'p99 max', 'max', '503 p99 max', 'RSS MiB at end'], rows, 0),
   ];
 }
 
