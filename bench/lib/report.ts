@@ -3,6 +3,7 @@ import path from 'node:path';
 import { round } from './stats.ts';
 import { DISTURBED_PCT, type CpuUsage } from './cpu.ts';
 import { STAGGERED_INSTANCES } from './soak.ts';
+import type { GcWindow } from './gateway-gc.ts';
 import type { BenchResults, ServerPoint } from './types.ts';
 
 /** The human-readable summary on stdout, and the JSON files under the results folder. */
@@ -275,9 +276,11 @@ export function formatReport(r: BenchResults): string {
       '(RSS in MiB; "after": 2 s after the load stopped; "then": status of one request after the soak)',
     );
     if (s.gatewayGc) {
-      const gc = s.gatewayGc;
+      const pauses = (what: string, gc: GcWindow) =>
+        `${what} ${gc.collections}, ${round(gc.meanPauseMs, 2)} ms each on average, ${round(gc.pausedShare * 100, 2)}% of the time`;
+      const { minor, major, incremental } = s.gatewayGc;
       out.push(
-        `Gateway young-generation collections in the window: ${gc.collections}, ${round(gc.meanPauseMs, 2)} ms each on average, ${round(gc.pausedShare * 100, 1)}% of the time.`,
+        `Gateway collections in the window: ${pauses('young-generation', minor)}; ${pauses('full (final pause)', major)}; ${pauses('incremental marking steps', incremental)}.`,
       );
     }
     if (s.redisMiB) out.push(`Redis used_memory: ${s.redisMiB.start} MiB when the measured window started, ${s.redisMiB.end} MiB at its end.`);

@@ -67,7 +67,7 @@ export interface SoakRun {
   rss: { start?: number; end?: number; max?: number; afterDrain?: number; samples: RssSample[] };
   /** Redis used_memory in MiB when the measured window starts and ends (a Redis the bench started). */
   redisMiB?: { start?: number; end?: number };
-  /** The gateway's young-generation collections in the measured window (lib/gateway-gc.ts). */
+  /** The gateway's collections in the measured window, by kind (lib/gateway-gc.ts). */
   gatewayGc?: GatewayGc;
   /** A request right after the soak: the gateway still answers normally. */
   recoveredStatus?: number;
