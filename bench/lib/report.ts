@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { round } from './stats.ts';
+import { maxOf, round } from './stats.ts';
 import { DISTURBED_PCT, type CpuUsage } from './cpu.ts';
 import { STAGGERED_INSTANCES } from './soak.ts';
 import type { GcWindow } from './gateway-gc.ts';
@@ -37,12 +37,6 @@ function cpuCell(p: ServerPoint): string | undefined {
 
 /** Marks a figure taken while processes outside the bench used a noticeable share of the CPU. */
 const flag = (cpu: CpuUsage | undefined) => (cpu && cpu.other > DISTURBED_PCT ? ' !' : '');
-
-/** The largest of the figures present; undefined when none is (a slice without a refusal). */
-function maxOf(values: Array<number | undefined>): number | undefined {
-  const present = values.filter((v): v is number => v !== undefined);
-  return present.length ? Math.max(...present) : undefined;
-}
 
 /** The soak in slices of a few seconds: flat rows mean no drift; a climbing column is a leak or a backlog. */
 function soakTimeline(s: NonNullable<BenchResults['soak']>): string[] {

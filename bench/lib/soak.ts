@@ -1,4 +1,4 @@
-import { readMiB, rssMiB } from './cpu.ts';
+import { rssMiB } from './cpu.ts';
 import { inferBody, inferPath, quiesce, type BenchContext } from './context.ts';
 import { runLoad } from './load.ts';
 import { readRedisMiB } from './redis-cost.ts';
@@ -6,7 +6,7 @@ import { loadWorkerConfig } from '@tserve/config';
 import { sessionOptions } from '../../apps/worker/src/model.ts';
 import { measureShedFloor } from './shed-floor.ts';
 import { gcOverWindow, readGatewayGc, type GcReading } from './gateway-gc.ts';
-import { round, summarize, type Summary } from './stats.ts';
+import { maxOf, round, summarize, type Summary } from './stats.ts';
 import type { RssSample, SoakRun } from './types.ts';
 
 /**
@@ -87,7 +87,6 @@ export async function runSoak(ctx: BenchContext, model: string, text: string, to
   const other = Object.entries(status)
     .filter(([s]) => !s.startsWith('2') && s !== '503' && s !== '504')
     .reduce((a, [, n]) => a + n, 0);
-  const rssValues = readMiB(samples);
   const run: SoakRun = {
     model,
     tokens,
@@ -101,7 +100,7 @@ export async function runSoak(ctx: BenchContext, model: string, text: string, to
     counts: { ok, shed: count('503'), timeout: count('504'), other, socketErrors: load.socketErrors },
     acceptedLatency: load.latency,
     shedLatency: load.latencyByStatus['503'] ?? summarize([]),
-    rss: { start: samples[0]?.mib, end: end ?? samples.at(-1)?.mib, max: rssValues.length ? Math.max(...rssValues) : undefined, afterDrain, samples },
+    rss: { start: samples[0]?.mib, end: end ?? samples.at(-1)?.mib, max: maxOf(samples.map((x) => x.mib)), afterDrain, samples },
     redisMiB: redisUrl ? { start: await redisStart, end: redisEnd } : undefined,
     gatewayGc: gcFirst && gcLast ? gcOverWindow(gcFirst, gcLast, options.soakSeconds) : undefined,
     recoveredStatus,

@@ -36,6 +36,12 @@ export function median(values: number[]): number {
   return sorted.length % 2 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
 }
 
+/** The largest of the figures present; undefined when none is (a soak slice without a refusal, a process never read). */
+export function maxOf(values: Array<number | undefined>): number | undefined {
+  const present = values.filter((v): v is number => v !== undefined);
+  return present.length ? Math.max(...present) : undefined;
+}
+
 export const mean = (values: number[]) => (values.length ? values.reduce((a, b) => a + b, 0) / values.length : NaN);
 
 export const round = (v: number, digits = 2) => (Number.isFinite(v) ? Math.round(v * 10 ** digits) / 10 ** digits : v);

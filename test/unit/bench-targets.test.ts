@@ -2,7 +2,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { evaluateTargets } from '../../bench/lib/targets.ts';
 import type { LoadResult } from '../../bench/lib/load.ts';
-import { median, type Summary } from '../../bench/lib/stats.ts';
+import { maxOf, median, type Summary } from '../../bench/lib/stats.ts';
 import type { BenchResults, ModelResults, PairedComparison, ServerPoint, SoakRun } from '../../bench/lib/types.ts';
 
 const MODEL = 'replica/m';
@@ -120,6 +120,12 @@ describe('bench targets', () => {
     assert.equal(median([4, 1, 3, 2]), 2.5);
     assert.equal(median([5, 1, 3]), 3);
     assert.ok(Number.isNaN(median([])));
+  });
+
+  it('takes the largest figure present, and none when no figure is', () => {
+    assert.equal(maxOf([3, undefined, 7, 5]), 7);
+    assert.equal(maxOf([undefined, undefined]), undefined);
+    assert.equal(maxOf([]), undefined);
   });
 
   it('(d) quotes the least server that sheds beside the target', () => {
