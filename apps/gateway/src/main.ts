@@ -6,7 +6,7 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import { pino, type Logger } from 'pino';
 import { ConfigError, formatHelp, loadGatewayConfig, type GatewayConfig } from '@tserve/config';
-import { createRedis, exchangeDepths, keys, outcomesKeptMs } from '@tserve/queue';
+import { createRedis, exchangeDepths, keys, outcomesKeptMs, whenReady } from '@tserve/queue';
 import { QueueSet } from './queues.js';
 import { ModelRegistry } from './model-registry.js';
 import { ResultWaiters } from './result-waiters.js';
@@ -125,6 +125,10 @@ async function main(): Promise<void> {
   const app = createApp({ config, logger, service, registry, queues, snapshot, metrics, admission });
 
   await results.start();
+  // The first refresh would otherwise fail on a connection still coming up, and until the next one
+  // every request would be refused as if Redis were down. Bounded: a Redis that is down at start-up
+  // is reported by /ready, and the gateway starts anyway.
+  await whenReady(redis, config.REDIS_COMMAND_TIMEOUT_MS);
   await registry.start();
   await depth.start(() => registry.served().map((m) => m.id), config.REGISTRY_REFRESH_MS);
 

@@ -4,7 +4,7 @@ import { Worker } from 'bullmq';
 import { pino } from 'pino';
 import { ConfigError, formatHelp, loadWorkerConfig } from '@tserve/config';
 import { defaultScoreFunction, type InferenceJobData, type WorkerInfo } from '@tserve/contract';
-import { clearLoadFailure, createRedis, keys, queueNameFor, recordLoadTime, reportLoadFailure } from '@tserve/queue';
+import { clearLoadFailure, createRedis, keys, queueNameFor, recordLoadTime, reportLoadFailure, whenReady } from '@tserve/queue';
 import { chooseRuntime, describeModel, ModelLoadError } from './model.js';
 import { isGpu } from './device.js';
 import { ModelThread } from './model-thread.js';
@@ -196,10 +196,7 @@ async function main(): Promise<void> {
 async function leaveFailureReport(url: string, prefix: string, model: string, reason: string): Promise<void> {
   const redis = createRedis(url, 'gateway', 1000);
   try {
-    await new Promise<void>((resolve) => {
-      redis.once('ready', () => resolve());
-      setTimeout(resolve, 1000).unref();
-    });
+    await whenReady(redis, 1000);
     await reportLoadFailure(redis, prefix, { model, reason, at: Date.now() });
   } catch {
     // Redis unreachable too: the message on stderr is all there is.

@@ -32,6 +32,24 @@ export function createRedis(url: string, role: RedisRole, commandTimeoutMs = 200
   return redis;
 }
 
+/**
+ * Resolves once `redis` is ready, or after `timeoutMs` if it is not (Redis down at start-up). A
+ * gateway connection has no offline queue: until it is ready, every command fails at once.
+ */
+export function whenReady(redis: Redis, timeoutMs: number): Promise<void> {
+  if (redis.status === 'ready') return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      redis.off('ready', done);
+      resolve();
+    };
+    const timer = setTimeout(done, timeoutMs);
+    timer.unref();
+    redis.once('ready', done);
+  });
+}
+
 /** One PING with no retries: does anything answer at `url` right now? */
 export async function redisAnswers(url: string, timeoutMs = 1500): Promise<boolean> {
   const client = new Redis(url, {
