@@ -211,7 +211,10 @@ describe('hostile clients', () => {
     const endFlood = () => flood.splice(0).forEach((socket) => socket.destroy());
     try {
       const cappedGateway = await capped.startGateway({ MAX_CONNECTIONS: CAP, HTTP_HEADERS_TIMEOUT_MS: 60_000, HTTP_REQUEST_TIMEOUT_MS: 60_000 });
-      assert.equal((await viaAgent(agent, capped.port, `/models/${MODEL}`, valid)).status, 200);
+      // /health says the process answers; it serves once it has seen the worker (/ready).
+      await capped.waitForWorkers(MODEL);
+      const first = await viaAgent(agent, capped.port, `/models/${MODEL}`, valid);
+      assert.equal(first.status, 200, first.body);
       let closed = 0;
       for (let i = 0; i < CAP + 10; i++) {
         const socket = net.connect(capped.port, '127.0.0.1');
