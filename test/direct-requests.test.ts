@@ -238,17 +238,21 @@ describe('direct requests', () => {
       10_000,
     );
 
-    // The first goes alone; the two after it wait for a worker to take it, then (a poll period later,
-    // when nobody did) go together as one entry, which nobody pops either.
+    // The first goes alone, and so does the second (nothing was outstanding as the first went, so
+    // nothing waits behind it); the two after the second wait for a worker to take it, then (a poll
+    // period later, when nobody did) go together as one entry, which nobody pops either.
+    const entries = () => admin.zcard(keys.directRequests(system.prefix, CLASSIFIER));
     const first = system.infer(CLASSIFIER, 'nobody is there to pop this');
-    await waitFor('sent as a direct entry', async () => (await admin.zcard(keys.directRequests(system.prefix, CLASSIFIER))) === 1, 10_000, 10);
-    const more = [system.infer(CLASSIFIER, 'nor this'), system.infer(CLASSIFIER, 'nor this one')];
-    await waitFor('both entries taken back and queued as jobs', async () => (await queue.getWaitingCount()) === 2, 10_000, 10);
-    assert.equal(await admin.zcard(keys.directRequests(system.prefix, CLASSIFIER)), 0);
+    await waitFor('sent as a direct entry', async () => (await entries()) === 1, 10_000, 10);
+    const second = system.infer(CLASSIFIER, 'nor this');
+    await waitFor('the second sent as its own entry', async () => (await entries()) === 2, 10_000, 10);
+    const more = [system.infer(CLASSIFIER, 'nor this one'), system.infer(CLASSIFIER, 'nor this last one')];
+    await waitFor('every entry taken back and queued as a job', async () => (await queue.getWaitingCount()) === 3, 10_000, 10);
+    assert.equal(await entries(), 0);
     const sizes = (await queue.getWaiting()).map((job) => (job.data as { requests: unknown[] }).requests.length).sort();
-    assert.deepEqual(sizes, [1, 2], 'each entry is sent again as one job');
+    assert.deepEqual(sizes, [1, 1, 2], 'each entry is sent again as one job');
     system.startWorker({ model: CLASSIFIER });
-    for (const answer of await Promise.all([first, ...more])) assert.equal(answer.status, 200, JSON.stringify(answer.body));
-    assert.equal(await system.metric('tserve_direct_requests_requeued_total', { model: CLASSIFIER }), 3);
+    for (const answer of await Promise.all([first, second, ...more])) assert.equal(answer.status, 200, JSON.stringify(answer.body));
+    assert.equal(await system.metric('tserve_direct_requests_requeued_total', { model: CLASSIFIER }), 4);
   });
 });

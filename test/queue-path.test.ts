@@ -12,7 +12,7 @@ import assert from 'node:assert/strict';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { EVENTS_KEPT, announceWorker, keys, queueNameFor, withdrawWorker } from '@tserve/queue';
-import type { WorkerInfo } from '@tserve/contract';
+import type { InferenceJobData, WorkerInfo } from '@tserve/contract';
 import pino from 'pino';
 import { Heartbeat } from '../apps/worker/src/heartbeat.ts';
 import { PrivateRedis, TestSystem, freePort, uniquePrefix, waitFor, type Proc } from './helpers/system.ts';
@@ -77,7 +77,7 @@ describe('queue path', () => {
     await waitFor('two jobs recorded', async () => (await queue.getCompletedCount()) - jobsBefore === 2, 10_000);
   });
 
-  it('holds requests back while its last job waits for a worker, and sends them as one job once a worker takes it', async () => {
+  it('holds requests back while a job that asked to hear it was taken waits for a worker, and sends them as one job once a worker takes it', async () => {
     const texts = Array.from({ length: 6 }, (_, i) => `queued behind a busy worker, number ${i}`);
     const jobsBefore = await queue.getCompletedCount();
     worker.kill('SIGSTOP');
@@ -85,16 +85,33 @@ describe('queue path', () => {
     try {
       const first = system.infer(MODEL, texts[0]);
       await waitFor('the first job queued', async () => (await queue.getWaitingCount()) === 1, 10_000, 20);
-      const rest = texts.slice(1).map((text) => system.infer(MODEL, text));
+      // Nothing else was outstanding when the first went out, so it asked no worker to say it took it,
+      // and nothing is held behind it: the second goes at once, finds the first outstanding, and asks.
+      const second = system.infer(MODEL, texts[1]);
+      await waitFor('the second job queued', async () => (await queue.getWaitingCount()) === 2, 10_000, 20);
+      const rest = texts.slice(2).map((text) => system.infer(MODEL, text));
       await waitFor('all six accepted', async () => (await system.metric('tserve_queue_depth', { model: MODEL })) === 6, 10_000, 20);
-      assert.equal(await queue.getWaitingCount(), 1, 'the five wait in the gateway, not as jobs of their own');
+      const queued = new Map(
+        (await queue.getWaiting()).map((job) => {
+          const data = job.data as InferenceJobData;
+          return [JSON.stringify(data.requests.map((r) => r.inputs)), data.tellTaken];
+        }),
+      );
+      assert.deepEqual(
+        queued,
+        new Map([
+          [JSON.stringify([[texts[0]]]), false],
+          [JSON.stringify([[texts[1]]]), true],
+        ]),
+        'the four wait in the gateway, not as jobs of their own',
+      );
       worker.kill('SIGCONT');
-      answers = await Promise.all([first, ...rest]);
+      answers = await Promise.all([first, second, ...rest]);
     } finally {
       worker.kill('SIGCONT');
     }
     for (const r of answers) assert.equal(r.status, 200, JSON.stringify(r.body));
-    await waitFor('two jobs recorded', async () => (await queue.getCompletedCount()) - jobsBefore === 2, 10_000);
+    await waitFor('three jobs recorded', async () => (await queue.getCompletedCount()) - jobsBefore === 3, 10_000);
   });
 
   it('a worker counts the other ready workers of its model (with some, a busy worker tells gateways at fetch)', async () => {

@@ -19,9 +19,26 @@ function heldEnqueue() {
   return { calls, enqueue };
 }
 
-/** A coalescer over `enqueue`: batches of 32, workers that say when they take a job, a long grace. */
-function coalescerOver(enqueue: Enqueue<void>, options: { maxSequences?: (model: string) => number; workersTellTaken?: boolean; graceMs?: number } = {}) {
-  return new EnqueueCoalescer(enqueue, options.maxSequences ?? (() => 32), () => options.workersTellTaken ?? true, options.graceMs ?? 60_000);
+/**
+ * A coalescer over `enqueue`: batches of 32, workers that say when they take a job, other requests
+ * outstanding at every send (so each job asks for that word), a long grace.
+ */
+function coalescerOver(
+  enqueue: Enqueue<void>,
+  options: {
+    maxSequences?: (model: string) => number;
+    workersTellTaken?: boolean;
+    othersOutstanding?: (model: string, sending: number) => boolean;
+    graceMs?: number;
+  } = {},
+) {
+  return new EnqueueCoalescer(
+    enqueue,
+    options.maxSequences ?? (() => 32),
+    () => options.workersTellTaken ?? true,
+    options.othersOutstanding ?? (() => true),
+    options.graceMs ?? 60_000,
+  );
 }
 
 describe('splitIntoJobs', () => {
@@ -141,5 +158,39 @@ describe('EnqueueCoalescer', () => {
     await new Promise((r) => setImmediate(r));
     void coalescer.submit('m', request('r2'));
     assert.equal(calls.length, 2, 'sent at once, as before');
+    assert.deepEqual(
+      calls.map((c) => c.jobs[0].tellTaken),
+      [false, false],
+      'and no word asked for',
+    );
+  });
+
+  it("asks for the worker's word only with other requests outstanding; what arrives behind a job sent without it goes at once", async () => {
+    const { calls, enqueue } = heldEnqueue();
+    // As the gateway counts: each submitted request is outstanding until answered (none is here).
+    let outstanding = 0;
+    const coalescer = coalescerOver(enqueue, { othersOutstanding: (_model, sending) => outstanding > sending });
+    const submit = (id: string) => {
+      outstanding++;
+      return coalescer.submit('m', request(id));
+    };
+    void submit('r1');
+    calls[0].release();
+    await new Promise((r) => setImmediate(r));
+    void submit('r2');
+    assert.equal(calls.length, 2, 'r1 asked for no word, so nothing is held behind it');
+    assert.deepEqual(
+      calls.map((c) => c.jobs.map((j) => [j.id, j.tellTaken])),
+      [[['r1', false]], [['r2', true]]],
+      'r1 went out alone; r2 found r1 outstanding',
+    );
+    calls[1].release();
+    await new Promise((r) => setImmediate(r));
+    void submit('r3');
+    assert.equal(calls.length, 2, 'r3 waits for the word that r2 was taken');
+    coalescer.taken(['r1']);
+    assert.equal(calls.length, 2, "a word for a job that asked for none (an older worker's) frees nothing");
+    coalescer.taken(['r2']);
+    assert.equal(calls.length, 3);
   });
 });

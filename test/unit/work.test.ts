@@ -11,11 +11,21 @@ describe('workOfDirect', () => {
     assert.deepEqual(
       { id: work.id, requests: work.requests.map((r) => r.id), replyTo: work.replyTo, tellTaken: work.tellTaken, bulk: work.bulk, keepMs: work.keepMs },
       { id: 'a', requests: ['a', 'b'], replyTo: 'gw', tellTaken: true, bulk: false, keepMs: 10_000 },
+      'an entry that does not say (an older gateway) wants to hear it was taken',
     );
+  });
+
+  it('tells that an entry was taken only if it asks', () => {
+    const entry = (tellTaken: boolean) => ({ id: 'a', requests: [request('a')], replyTo: 'gw', keepMs: 10_000, tellTaken });
+    assert.equal(workOfDirect(entry(false)).tellTaken, false);
+    assert.equal(workOfDirect(entry(true)).tellTaken, true);
   });
 
   it("reads the one-request entry of the release before, under its request's id", () => {
     const work = workOfDirect({ request: request('x'), replyTo: 'gw', keepMs: 5000 });
-    assert.deepEqual({ id: work.id, requests: work.requests.map((r) => r.id), keepMs: work.keepMs }, { id: 'x', requests: ['x'], keepMs: 5000 });
+    assert.deepEqual(
+      { id: work.id, requests: work.requests.map((r) => r.id), keepMs: work.keepMs, tellTaken: work.tellTaken },
+      { id: 'x', requests: ['x'], keepMs: 5000, tellTaken: true },
+    );
   });
 });

@@ -4,6 +4,8 @@ import { sequenceCount, type Priority, type QueuedRequest } from '@tserve/contra
 export interface CoalescedJob {
   id: string;
   requests: QueuedRequest[];
+  /** The worker that takes it is asked to say so: requests that arrive meanwhile are held back behind it. */
+  tellTaken: boolean;
 }
 
 /** Sends jobs for a model and class to Redis; several at once go in one round trip. Its receipt reaches each request's submitter. */
@@ -47,6 +49,12 @@ const laneKey = (model: string, priority: Priority) => `${priority}\n${model}`;
  * BullMQ's scripts) is shared by all of them. Workers say when a batch holding a job starts
  * (`taken`); if that word is lost, the job's outcome says it instead, and failing both, `graceMs`
  * later the waiting requests go out regardless.
+ *
+ * The word is asked for only when the gateway has other requests for the model outstanding as a job
+ * goes out: only then is one likely to arrive while the job waits. A lone client's requests each find
+ * the model idle, and the word would only wake Redis and this gateway while the model runs (c=1 was
+ * faster without it); a request that does arrive behind a job sent without it goes out at once, as
+ * its own job, and asks for the word itself.
  */
 export class EnqueueCoalescer<R = void> {
   private readonly lanes = new Map<string, Lane<R>>();
@@ -59,6 +67,8 @@ export class EnqueueCoalescer<R = void> {
     private readonly maxSequences: (model: string) => number,
     /** Whether the model's workers say when they take a job: only then are requests held back for it. */
     private readonly workersTellTaken: (model: string) => boolean,
+    /** Whether this gateway has requests for the model accepted and not yet answered beyond the `sending` going out now. */
+    private readonly othersOutstanding: (model: string, sending: number) => boolean,
     private readonly graceMs: number,
   ) {}
 
@@ -137,16 +147,19 @@ export class EnqueueCoalescer<R = void> {
     lane.graceTimer = undefined;
     const entries = lane.waiting.splice(0);
     const jobs = splitIntoJobs(entries, this.maxSequences(lane.model)).map((job) => ({ id: job[0].request.id, entries: job }));
+    const tellTaken = this.workersTellTaken(lane.model) && this.othersOutstanding(lane.model, entries.length);
     // Marked untaken before they are sent: a worker's word that it took one may overtake the enqueue's reply.
-    for (const { id } of jobs) {
-      lane.untaken.add(id);
-      this.laneOfJob.set(id, key);
+    if (tellTaken) {
+      for (const { id } of jobs) {
+        lane.untaken.add(id);
+        this.laneOfJob.set(id, key);
+      }
     }
     try {
       const receipt = await this.enqueue(
         lane.model,
         lane.priority,
-        jobs.map((job) => ({ id: job.id, requests: job.entries.map((e) => e.request) })),
+        jobs.map((job) => ({ id: job.id, requests: job.entries.map((e) => e.request), tellTaken })),
       );
       for (const job of jobs) for (const e of job.entries) e.resolve({ jobId: job.id, receipt });
     } catch (err) {

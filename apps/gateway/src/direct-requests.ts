@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { DirectEntry, DirectState, JobOutcome, LoneDirectEntry, Priority, QueuedRequest } from '@tserve/contract';
 import { keys } from '@tserve/queue';
+import type { CoalescedJob } from './coalescer.js';
 
 /** A direct entry this gateway sent and still waits for. */
 export interface DirectTicket {
@@ -39,9 +40,10 @@ export type DirectFate =
  * request that finds the lane idle, or the requests that coalesced behind the lane's last entry) is
  * put in the model's sorted set of direct entries instead, which idle workers block on together
  * with BullMQ's wake-up marker. An entry costs a few plain commands (this ZADD; the worker's pop, its
- * mark that it took it, the taken and result messages and the stored outcomes) where a job costs
- * BullMQ's three scripts, about 40 commands inside Redis. A lane's next entry waits for a worker's
- * word that it took the last one, so at most one entry per gateway and model waits in the set.
+ * mark that it took it, the result message and the stored outcomes, and the word that it took it
+ * where the entry asked for that) where a job costs BullMQ's three scripts, about 40 commands inside
+ * Redis. A lane's next entry waits for a worker's word that it took the last one, where that one
+ * asked for it (see the coalescer), so at most two entries per gateway and model wait in the set.
  *
  * What BullMQ gives a job, the fallback read gives an entry: one not answered within a poll period
  * is looked up, and if no live worker holds it (none took it in that time, or the one that did
@@ -61,11 +63,11 @@ export class DirectRequests {
   ) {}
 
   /** Sends each job's requests as an entry, in one command; `lone` writes the one-request form older workers read. */
-  async send(model: string, jobs: Array<{ id: string; requests: QueuedRequest[] }>, replyTo: string, lone: boolean): Promise<DirectTicket[]> {
-    const tickets = jobs.map(({ id, requests }): DirectTicket => {
+  async send(model: string, jobs: CoalescedJob[], replyTo: string, lone: boolean): Promise<DirectTicket[]> {
+    const tickets = jobs.map(({ id, requests, tellTaken }): DirectTicket => {
       const entry: DirectEntry | LoneDirectEntry = lone
         ? { request: requests[0], replyTo, keepMs: this.keepMs }
-        : { id, requests, replyTo, keepMs: this.keepMs };
+        : { id, requests, replyTo, keepMs: this.keepMs, tellTaken };
       return { model, id, requests, member: JSON.stringify(entry), unaccounted: 0 };
     });
     await this.redis.zadd(keys.directRequests(this.prefix, model), ...tickets.flatMap((t) => [t.requests[0].enqueuedAt, t.member]));

@@ -83,7 +83,8 @@ async function main(): Promise<void> {
     {
       requests: direct,
       requeue: async ({ model, id }, requests) => {
-        await queues.enqueue(model, 'interactive', results.channel, [{ id, requests }]);
+        // Asks for the word: the coalescer may still hold requests behind this id (a word it does not expect, it ignores).
+        await queues.enqueue(model, 'interactive', results.channel, [{ id, requests, tellTaken: true }]);
         return { queue: queues.get(model), id };
       },
       onRequeued: metrics.directRequeued,
@@ -106,6 +107,7 @@ async function main(): Promise<void> {
       }),
     (model) => registry.batchSize(model),
     (model) => registry.tellsTaken(model),
+    (model, sending) => depth.own(model) > sending,
     // A worker's word that it took a job is lost only as a result message is: the same period covers both.
     config.RESULT_POLL_MS,
   );

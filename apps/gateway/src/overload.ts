@@ -60,7 +60,12 @@ export class QueueDepth {
 
   /** The model's depth over all gateways. */
   of(model: string): number {
-    return (this.outstanding.get(model) ?? 0) + (this.peers.get(model) ?? 0);
+    return this.own(model) + (this.peers.get(model) ?? 0);
+  }
+
+  /** This gateway's requests for the model, accepted and not yet answered. */
+  own(model: string): number {
+    return this.outstanding.get(model) ?? 0;
   }
 
   /** A request for the model was accepted: it counts towards the depth until the returned `leave` is called. */

@@ -53,7 +53,7 @@ export class QueueSet {
     const opts = (id: string) => (priority === 'batch' ? { jobId: id, priority: BATCH_JOB_PRIORITY } : { jobId: id });
     const entries = jobs.map((job) => ({
       name: JOB_NAME,
-      data: { requests: job.requests, replyTo, tellTaken: true } satisfies InferenceJobData,
+      data: { requests: job.requests, replyTo, tellTaken: job.tellTaken } satisfies InferenceJobData,
       opts: opts(job.id),
     }));
     if (entries.length === 1) await queue.add(entries[0].name, entries[0].data, entries[0].opts);

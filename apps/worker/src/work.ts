@@ -42,10 +42,10 @@ export function workOfJob(job: Job<InferenceJobData>): Work {
 /** The work of a direct entry: no BullMQ job, and how long its outcomes are kept. */
 export type DirectWork = Extract<Work, { keepMs: number }>;
 
-/** Gateways send only interactive requests directly, and always want to hear that an entry was taken. */
+/** Gateways send only interactive requests directly; the lone form's gateways always wanted to hear that an entry was taken. */
 export function workOfDirect(entry: DirectEntry | LoneDirectEntry): DirectWork {
-  const { id, requests } = 'request' in entry ? { id: entry.request.id, requests: [entry.request] } : entry;
-  return { id, requests, replyTo: entry.replyTo, tellTaken: true, bulk: false, keepMs: entry.keepMs };
+  const { id, requests, tellTaken } = 'request' in entry ? { id: entry.request.id, requests: [entry.request], tellTaken: true } : entry;
+  return { id, requests, replyTo: entry.replyTo, tellTaken: tellTaken !== false, bulk: false, keepMs: entry.keepMs };
 }
 
 export const sequencesOf = (work: Work) => work.requests.reduce((n, r) => n + sequenceCount(r), 0);

@@ -31,7 +31,7 @@ export interface InferenceJobData {
   requests: QueuedRequest[];
   /** Pub/sub channel of the gateway instance waiting for these requests. */
   replyTo: string;
-  /** The gateway holds requests back until told this job was taken (`JobsTaken`); older gateways do not. */
+  /** The gateway holds requests back until told this job was taken (`JobsTaken`); it asks only with other requests outstanding, older gateways never. */
   tellTaken?: boolean;
 }
 
@@ -81,6 +81,8 @@ export interface DirectEntry {
   replyTo: string;
   /** How long the worker keeps the outcomes in the entry's state key, for the gateway's fallback read (ms). */
   keepMs: number;
+  /** The gateway holds requests back until told this entry was taken (`JobsTaken`); absent, it does (older gateways always did). */
+  tellTaken?: boolean;
 }
 
 /** The entry gateways sent before entries held several requests: one request. Workers still read it. */
