@@ -95,6 +95,12 @@ describe('metrics, timing headers and request logs', () => {
     assert.equal(unknownModel.status, 404);
     const unknownRoute = await fetch(`${system.url}/no/such/route`);
     assert.equal(unknownRoute.status, 404);
+    // Protocols answer their errors in their own shapes, from handlers mounted under their prefix.
+    const json = { method: 'POST', headers: { 'content-type': 'application/json' } };
+    const openAiError = await fetch(`${system.url}/v1/embeddings`, { ...json, body: JSON.stringify({ model: MODEL, input: [1, 2] }) });
+    assert.equal(openAiError.status, 400);
+    const kserveError = await fetch(`${system.url}/v2/models/${MODEL}/infer`, { ...json, body: '{}' });
+    assert.equal(kserveError.status, 400);
 
     const samples = await scrape();
     const post = { method: 'POST', route: '/models/*id' };
@@ -102,6 +108,8 @@ describe('metrics, timing headers and request logs', () => {
     assert.equal(value(samples, 'tserve_http_requests_total', { ...post, status: '400' }), 1);
     assert.equal(value(samples, 'tserve_http_requests_total', { ...post, status: '404' }), 1);
     assert.equal(value(samples, 'tserve_http_requests_total', { method: 'GET', route: 'unmatched', status: '404' }), 1);
+    assert.equal(value(samples, 'tserve_http_requests_total', { method: 'POST', route: '/v1/embeddings', status: '400' }), 1);
+    assert.equal(value(samples, 'tserve_http_requests_total', { method: 'POST', route: '/v2/models/*path', status: '400' }), 1);
     assert.ok(value(samples, 'tserve_http_requests_total', { method: 'GET', route: '/ready', status: '200' }) >= 1);
     // Neither model ids nor unknown paths become label values.
     const routes = new Set(samples.filter((s) => s.name === 'tserve_http_requests_total').map((s) => s.labels.route));
