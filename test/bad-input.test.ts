@@ -4,6 +4,7 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { gzipSync } from 'node:zlib';
 import { TestSystem, uniquePrefix } from './helpers/system.ts';
 import { textOfTokens } from './helpers/direct-queue.ts';
 import { CLASSIFIER, FILL_MASK } from './helpers/replicas.ts';
@@ -30,8 +31,8 @@ describe('bad input', () => {
     assert.doesNotMatch(r.body.error, /\n\s+at |node_modules|\.ts:\d+|\.js:\d+/, 'no stack trace');
   }
 
-  const raw = (body: string | Uint8Array, contentType = 'application/json') =>
-    fetch(`${system.url}/models/${CLASSIFIER}`, { method: 'POST', headers: { 'content-type': contentType }, body }).then(async (r) => ({
+  const raw = (body: string | Uint8Array, contentType = 'application/json', headers: Record<string, string> = {}) =>
+    fetch(`${system.url}/models/${CLASSIFIER}`, { method: 'POST', headers: { 'content-type': contentType, ...headers }, body }).then(async (r) => ({
       status: r.status,
       headers: r.headers,
       body: await r.json().catch(() => r.statusText),
@@ -73,6 +74,25 @@ describe('bad input', () => {
     assert.equal(r.status, 400);
     assert.match(((await r.json()) as any).error, /UTF-8/);
   });
+  it('a compressed body → the same answer as plain', async () => {
+    const r = await raw(gzipSync('{"inputs": "compressed"}'), 'application/json', { 'content-encoding': 'gzip' });
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    assert.deepEqual(r.body, await raw('{"inputs": "compressed"}').then((plain) => plain.body));
+  });
+  for (const [encoding, what, body] of [
+    ['gzip', 'not gzip', 'not gzip at all'],
+    ['gzip', 'cut short', gzipSync('{"inputs": "cut short"}').subarray(0, 12)],
+    ['deflate', 'not deflate', 'not deflate'],
+    ['br', 'not brotli', 'not brotli'],
+  ] as const) {
+    it(`a body that does not decompress as its content-encoding (${encoding}: ${what}) → 400`, () =>
+      expectError(
+        raw(body, 'application/json', { 'content-encoding': encoding }),
+        400,
+        'validation',
+        new RegExp(`could not be decompressed \\(content-encoding ${encoding}\\)`),
+      ));
+  }
   it('POST / with an empty body → 400', async () => {
     const r = await fetch(`${system.url}/`, { method: 'POST', body: '' });
     assert.equal(r.status, 400);

@@ -1,4 +1,4 @@
-import type { ErrorRequestHandler, Response } from 'express';
+import type { ErrorRequestHandler, Request, Response } from 'express';
 import type { Logger } from 'pino';
 import { ApiError } from '@tserve/contract';
 import { requestIdOf } from './request-id.js';
@@ -20,10 +20,10 @@ export function sendError(res: Response, error: ApiError, format: ErrorFormat = 
   res.status(status).json(body);
 }
 
-type BodyParserError = { type?: string; message?: string; limit?: number };
+type BodyParserError = { type?: string; message?: string; limit?: number; status?: number; errno?: unknown };
 
 /** body-parser's failures, turned into errors that say what to fix. */
-function fromBodyParser(err: BodyParserError): ApiError | undefined {
+function fromBodyParser(err: BodyParserError, req: Request): ApiError | undefined {
   switch (err.type) {
     case 'entity.parse.failed':
       return new ApiError('validation', `malformed JSON body: ${err.message ?? 'could not parse'}`);
@@ -37,6 +37,10 @@ function fromBodyParser(err: BodyParserError): ApiError | undefined {
     case 'invalid.utf8':
       return new ApiError('validation', 'request body is not valid UTF-8');
     default:
+      // A body that does not decompress: body-parser passes zlib's own error on, with status 400 and no type.
+      if (err.status === 400 && typeof err.errno === 'number') {
+        return new ApiError('validation', `request body could not be decompressed (content-encoding ${req.get('content-encoding')}): ${err.message}`);
+      }
       return undefined;
   }
 }
@@ -48,8 +52,8 @@ function fromBodyParser(err: BodyParserError): ApiError | undefined {
  * overload writes one line per refusal, not two.
  */
 export function errorHandler(logger: Logger, format: ErrorFormat = nativeErrors): ErrorRequestHandler {
-  return (err, _req, res, _next) => {
-    const api = err instanceof ApiError ? err : fromBodyParser(err as BodyParserError);
+  return (err, req, res, _next) => {
+    const api = err instanceof ApiError ? err : fromBodyParser(err as BodyParserError, req);
     if (api) {
       sendError(res, api, format);
       return;
