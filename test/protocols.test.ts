@@ -246,6 +246,7 @@ describe('protocols', () => {
       assert.deepEqual((await get('/v2/health/ready')).body, { ready: true });
       const server = await get('/v2');
       assert.equal(server.body.name, 'tserve');
+      assert.deepEqual(server.body.extensions, ['binary_tensor_data']);
       const meta = await get(`/v2/models/${CLASSIFIER}`);
       assert.equal(meta.status, 200);
       assert.deepEqual(meta.body.inputs, [{ name: 'text', datatype: 'BYTES', shape: [-1] }]);
@@ -289,6 +290,58 @@ describe('protocols', () => {
       embedded.body.outputs[0].data.forEach((v: number, i: number) => assert.ok(Math.abs(v - own1[i]) < 1e-6));
     });
 
+    it("Triton's HTTP client's own request: no content type, the texts as binary BYTES, the outputs asked for as binary", async () => {
+      // Built as tritonclient.http builds it (_get_inference_request, serialize_byte_tensor): with no
+      // outputs named it sets binary_data_output; Inference-Header-Content-Length is the JSON's length.
+      const texts = ['I love this', 'Zoë hates this 😀'];
+      const elements = texts.flatMap((t) => {
+        const bytes = Buffer.from(t);
+        const length = Buffer.alloc(4);
+        length.writeUInt32LE(bytes.length);
+        return [length, bytes];
+      });
+      const tensor = Buffer.concat(elements);
+      const header = Buffer.from(
+        JSON.stringify({
+          id: '7',
+          inputs: [{ name: 'text', shape: [2], datatype: 'BYTES', parameters: { binary_data_size: tensor.length } }],
+          parameters: { binary_data_output: true },
+        }),
+      );
+      const res = await fetch(`${system.url}/v2/models/${CLASSIFIER}/infer`, {
+        method: 'POST',
+        headers: { 'inference-header-content-length': String(header.length) },
+        body: Buffer.concat([header, tensor]),
+      });
+      const body = Buffer.from(await res.arrayBuffer());
+      assert.equal(res.status, 200, body.toString());
+      assert.equal(res.headers.get('content-type'), 'application/octet-stream');
+      const headerLength = Number(res.headers.get('inference-header-content-length'));
+      const answer = JSON.parse(body.subarray(0, headerLength).toString());
+      assert.equal(answer.id, '7');
+      assert.deepEqual(answer.outputs, [{ name: 'probabilities', datatype: 'FP32', shape: [2, 2], parameters: { binary_data_size: 16 } }]);
+      const binary = body.subarray(headerLength);
+      const probabilities = Array.from({ length: 4 }, (_, i) => binary.readFloatLE(i * 4));
+
+      // The same texts as JSON, outputs as JSON: the same numbers, to FP32's precision.
+      const json = await system.post(`/v2/models/${CLASSIFIER}/infer`, { inputs: [{ name: 'text', shape: [2], datatype: 'BYTES', data: texts }] });
+      assert.equal(json.status, 200, JSON.stringify(json.body));
+      json.body.outputs[0].data.forEach((v: number, i: number) => assert.equal(probabilities[i], Math.fround(v)));
+
+      // An output's own binary_data outranks the request's binary_data_output.
+      const mixed = await fetch(`${system.url}/v2/models/${CLASSIFIER}/infer`, {
+        method: 'POST',
+        body: JSON.stringify({
+          inputs: [{ name: 'text', shape: [2], datatype: 'BYTES', data: texts }],
+          outputs: [{ name: 'probabilities', parameters: { binary_data: false } }],
+          parameters: { binary_data_output: true },
+        }),
+      });
+      assert.equal(mixed.status, 200);
+      assert.equal(mixed.headers.get('inference-header-content-length'), null);
+      assert.deepEqual(((await mixed.json()) as { outputs: unknown }).outputs, json.body.outputs);
+    });
+
     it('bad requests get a 4xx with {"error": "..."} (written from the spec\'s required API)', async () => {
       const url = `/v2/models/${CLASSIFIER}/infer`;
       const tensor = { name: 'text', shape: [1], datatype: 'BYTES', data: ['x'] };
@@ -304,6 +357,17 @@ describe('protocols', () => {
         [`/v2/models/no/such/infer`, { inputs: [tensor] }, 404, /not served/],
         [`/v2/models/${CLASSIFIER}/versions/7/infer`, { inputs: [tensor] }, 404, /version 7/],
       ];
+      const nineBytes = JSON.stringify({ inputs: [{ ...tensor, data: undefined, parameters: { binary_data_size: 9 } }] });
+      const binaryCases: Array<[string, string, RegExp]> = [
+        ['{"inputs": []}', '99', /Inference-Header-Content-Length/],
+        [`${nineBytes}abc`, String(nineBytes.length), /binary_data_size is 9 bytes but 3 follow/],
+      ];
+      for (const [body, headerLength, message] of binaryCases) {
+        const res = await fetch(`${system.url}${url}`, { method: 'POST', headers: { 'inference-header-content-length': headerLength }, body });
+        const answer = (await res.json()) as { error: string };
+        assert.equal(res.status, 400, JSON.stringify(answer));
+        assert.match(answer.error, message);
+      }
       for (const [path, body, status, message] of cases) {
         const res = await system.post(path, body);
         assert.equal(res.status, status, `${JSON.stringify(body)}: ${JSON.stringify(res.body)}`);

@@ -31,6 +31,11 @@ export function jsonBody(config: GatewayConfig): RequestHandler {
   return express.json({ limit: config.MAX_BODY_BYTES, strict: false, verify: rejectInvalidUtf8 });
 }
 
+/** The body as bytes, whatever its content type: for a protocol that reads it itself. */
+export function rawBody(config: GatewayConfig): RequestHandler {
+  return express.raw({ limit: config.MAX_BODY_BYTES, type: () => true });
+}
+
 export function textBody(config: GatewayConfig): RequestHandler {
   return express.text({ limit: config.MAX_BODY_BYTES, type: () => true, verify: rejectInvalidUtf8 });
 }

@@ -4,13 +4,16 @@ import { ApiError, applyScoreFunction, describeIssues, type Priority } from '@ts
 import type { ServedModel } from '../model-registry.js';
 import type { Snapshot } from '../snapshot.js';
 import { errorHandler, type ErrorFormat } from '../http-errors.js';
-import { jsonBody, runModelCall, wildcardPath, type ProtocolParts } from '../model-call.js';
+import { rawBody, runModelCall, wildcardPath, type ProtocolParts } from '../model-call.js';
+import { HEADER_LENGTH, readInferBody, writeInferResponse, type OutputTensor } from './kserve-binary.js';
 
 /**
  * The KServe v2 / Open Inference Protocol over HTTP (what Triton speaks): health, server and model
  * metadata, and inference on a BYTES tensor of texts, answered with FP32 tensors: a classifier's
  * probabilities or logits in label order, an embedding model's embeddings. Model names hold a
- * slash (`replica/x`), sent as is or as %2F.
+ * slash (`replica/x`), sent as is or as %2F. Tensors may travel as JSON or, as Triton's own client
+ * sends and asks for them by default, as binary data (kserve-binary.ts); like Triton, the request's
+ * content type is not read.
  */
 
 /** The protocol's error body: `{"error": "..."}`. */
@@ -54,14 +57,7 @@ function outputsOf(m: ServedModel): string[] {
   return kindOf(m) === 'classifier' ? ['probabilities', 'logits'] : ['embeddings'];
 }
 
-interface Tensor {
-  name: string;
-  datatype: 'FP32';
-  shape: number[];
-  data: number[];
-}
-
-const tensor = (name: string, rows: number[][]): Tensor => ({ name, datatype: 'FP32', shape: [rows.length, rows[0]?.length ?? 0], data: rows.flat() });
+const tensor = (name: string, rows: number[][]): OutputTensor => ({ name, datatype: 'FP32', shape: [rows.length, rows[0]?.length ?? 0], data: rows.flat() });
 
 /** A classifier call's parameters for one output: every label's score, raw for the logits. */
 const classifierParameters = (output: string) => ({ top_k: null, ...(output === 'logits' ? { function_to_apply: 'none' } : {}) });
@@ -127,7 +123,7 @@ export function kserveRoutes(router: IRouter, { config, service, registry, snaps
   };
 
   router.get('/v2', (_req, res) => {
-    res.json({ name: 'tserve', version: '0.1.0', extensions: [] });
+    res.json({ name: 'tserve', version: '0.1.0', extensions: ['binary_tensor_data'] });
   });
   router.get('/v2/health/live', (_req, res) => {
     res.json({ live: true });
@@ -165,11 +161,11 @@ export function kserveRoutes(router: IRouter, { config, service, registry, snaps
     const { name, action } = parsePath(req);
     return action === 'infer' ? name : undefined;
   };
-  router.post('/v2/models/*path', admission.beforeBody(modelOfInfer), jsonBody(config), async (req, res) => {
+  router.post('/v2/models/*path', admission.beforeBody(modelOfInfer), rawBody(config), async (req, res) => {
     const { name, version, action } = parsePath(req);
     if (action !== 'infer') throw new ApiError('not_found', `no route for POST ${req.path}; inference is POST /v2/models/<name>/infer`);
     checkVersion(version);
-    const parsed = inferRequest.safeParse(req.body);
+    const parsed = inferRequest.safeParse(readInferBody(Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0), req.get(HEADER_LENGTH)));
     if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
     const body = parsed.data;
     const m = served(name);
@@ -178,7 +174,6 @@ export function kserveRoutes(router: IRouter, { config, service, registry, snaps
 
     const [input] = body.inputs;
     if (input.datatype !== 'BYTES') throw new ApiError('validation', `input ${input.name}: datatype must be BYTES (the texts), not ${input.datatype}`);
-    if (input.parameters?.binary_data_size !== undefined) throw new ApiError('validation', 'binary tensor data is not supported; send the texts in "data"');
     const texts = flatten(input.data);
     const [rows, ...rest] = input.shape;
     if (input.shape.length === 0 || input.shape.length > 2 || rest.some((d) => d !== 1)) {
@@ -206,7 +201,7 @@ export function kserveRoutes(router: IRouter, { config, service, registry, snaps
         timeoutMs,
         priority,
       });
-    let tensors: Tensor[];
+    let tensors: OutputTensor[];
     if (kind === 'embedding') {
       tensors = [tensor('embeddings', (await call('embeddings', 0, {})).outputs as number[][])];
     } else if (wanted.length > 1 && m.scoreFunction) {
@@ -223,7 +218,15 @@ export function kserveRoutes(router: IRouter, { config, service, registry, snaps
         }),
       );
     }
-    res.json({ model_name: m.id, model_version: VERSION, ...(body.id !== undefined ? { id: body.id } : {}), outputs: tensors });
+    // An output's own binary_data decides, else the request's binary_data_output (Triton's client sets it when it names no outputs).
+    const binary = (output: string) => (body.outputs?.find((o) => o.name === output)?.parameters?.binary_data ?? body.parameters?.binary_data_output) === true;
+    const answer = writeInferResponse(
+      { model_name: m.id, model_version: VERSION, ...(body.id !== undefined ? { id: body.id } : {}), outputs: tensors },
+      binary,
+    );
+    if (answer.headerLength !== undefined) res.set(HEADER_LENGTH, String(answer.headerLength)).type('application/octet-stream');
+    else res.type('application/json');
+    res.send(answer.body);
   });
 
   router.use('/v2', errorHandler(logger, kserveErrors));
