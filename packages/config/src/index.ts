@@ -81,7 +81,11 @@ const workerShape = {
   JOB_LOCK_MS: int(5000, 500, "job lock; a dead worker's jobs return to the queue after it"),
   STALLED_INTERVAL_MS: int(5000, 100, 'how often workers look for jobs of dead workers'),
   WORKER_ID: optionalString('name in heartbeats and logs', 'host-pid'),
-  INTRA_OP_THREADS: int(0, 0, 'ONNX Runtime threads per model call (0: one per core)'),
+  INTRA_OP_THREADS: int(
+    0,
+    0,
+    "ONNX Runtime threads per model call (0: ONNX Runtime's default, a thread per physical core as it counts them, which on some VMs is fewer than the OS shows: set the number where it matters)",
+  ),
   INTRA_OP_SPINNING: bool(
     false,
     "let ONNX Runtime's threads spin while they wait for work: a shorter model call, but a spinning thread holds a core others on the host may need (with WORKER_NICE it gives way to the gateway and Redis, not to another worker's threads)",
