@@ -1,7 +1,16 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Priority, QueuedRequest } from '@tserve/contract';
-import { EnqueueCoalescer, Withdrawn, splitIntoJobs, type CoalescedJob, type Enqueue } from '../../apps/gateway/src/coalescer.ts';
+import { textLength } from '@tserve/contract';
+import {
+  EnqueueCoalescer,
+  MOST_CHARS_PER_ENQUEUE,
+  Withdrawn,
+  oneEnqueue,
+  splitIntoJobs,
+  type CoalescedJob,
+  type Enqueue,
+} from '../../apps/gateway/src/coalescer.ts';
 
 const request = (id: string, inputs = 1): QueuedRequest => ({
   id,
@@ -52,7 +61,52 @@ describe('splitIntoJobs', () => {
   });
 });
 
+describe('oneEnqueue', () => {
+  const ofChars = (...lengths: number[]) => lengths.map((n) => ({ request: { inputs: ['x'.repeat(n)] } }));
+  it('takes entries in order while their text fits, and always the first', () => {
+    assert.equal(oneEnqueue(ofChars(3, 3, 3), 7), 2);
+    assert.equal(oneEnqueue(ofChars(3, 3, 3), 9), 3);
+    assert.equal(oneEnqueue(ofChars(20, 1), 7), 1, 'a request larger than the bound goes alone');
+    assert.equal(oneEnqueue([], 7), 0);
+  });
+  it('counts every string of pair and question inputs', () => {
+    assert.equal(textLength({ inputs: [{ text: 'abc', text_pair: 'de' }, { question: 'q', context: 'ctx' }, 'zz'] }), 11);
+  });
+});
+
 describe('EnqueueCoalescer', () => {
+  it('splits what waits into enqueues of at most MOST_CHARS_PER_ENQUEUE characters, sent one after another', async () => {
+    const { calls, enqueue } = heldEnqueue();
+    const coalescer = coalescerOver(enqueue, { workersTellTaken: false });
+    const big = (id: string): QueuedRequest => ({ ...request(id), inputs: ['x'.repeat(MOST_CHARS_PER_ENQUEUE / 2)] });
+    const sent = [coalescer.submit('m', request('r0')), ...['b1', 'b2', 'b3', 'b4', 'b5'].map((id) => coalescer.submit('m', big(id)))];
+    assert.equal(calls.length, 1);
+    calls[0].release();
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.deepEqual(
+      calls[1].jobs.flatMap((job) => job.requests.map((r) => r.id)),
+      ['b1', 'b2'],
+      'two halves fill one enqueue',
+    );
+    calls[1].release();
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.deepEqual(
+      calls[2].jobs.flatMap((job) => job.requests.map((r) => r.id)),
+      ['b3', 'b4'],
+    );
+    calls[2].release();
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.deepEqual(
+      calls[3].jobs.flatMap((job) => job.requests.map((r) => r.id)),
+      ['b5'],
+    );
+    calls[3].release();
+    assert.deepEqual(
+      (await Promise.all(sent)).map((s) => s.jobId),
+      ['r0', 'b1', 'b1', 'b3', 'b3', 'b5'],
+    );
+  });
+
   it('sends a lone request at once, and those arriving before a worker takes its job together after it', async () => {
     const { calls, enqueue } = heldEnqueue();
     const coalescer = coalescerOver(enqueue);

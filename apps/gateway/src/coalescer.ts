@@ -1,4 +1,11 @@
-import { sequenceCount, type Priority, type QueuedRequest } from '@tserve/contract';
+import { sequenceCount, textLength, type Priority, type QueuedRequest } from '@tserve/contract';
+
+/**
+ * Most characters of text one enqueue sends (at most three bytes each in UTF-8), whatever waits: a
+ * burst of requests near MAX_BODY_BYTES would otherwise go as one Redis command of a gigabyte, past
+ * what a string in Node or a command in Redis may hold. What is left goes in the next enqueue.
+ */
+export const MOST_CHARS_PER_ENQUEUE = 4_000_000;
 
 /** One job to enqueue: requests for one model, in arrival order. Its id is its first request's. */
 export interface CoalescedJob {
@@ -145,7 +152,7 @@ export class EnqueueCoalescer<R = void> {
     lane.sending = true;
     clearTimeout(lane.graceTimer);
     lane.graceTimer = undefined;
-    const entries = lane.waiting.splice(0);
+    const entries = lane.waiting.splice(0, oneEnqueue(lane.waiting, MOST_CHARS_PER_ENQUEUE));
     const jobs = splitIntoJobs(entries, this.maxSequences(lane.model)).map((job) => ({ id: job[0].request.id, entries: job }));
     const tellTaken = this.workersTellTaken(lane.model) && this.othersOutstanding(lane.model, entries.length);
     // Marked untaken before they are sent: a worker's word that it took one may overtake the enqueue's reply.
@@ -172,6 +179,16 @@ export class EnqueueCoalescer<R = void> {
     lane.sending = false;
     this.pump(key, lane);
   }
+}
+
+/** How many of the entries, from the first, one enqueue sends: those within `maxChars` of text, and always the first. */
+export function oneEnqueue(entries: Array<{ request: Pick<QueuedRequest, 'inputs'> }>, maxChars: number): number {
+  let chars = 0;
+  for (let i = 0; i < entries.length; i++) {
+    chars += textLength(entries[i].request);
+    if (chars > maxChars && i > 0) return i;
+  }
+  return entries.length;
 }
 
 /** Groups entries in order into jobs of at most `max` sequences; a request larger than that goes alone. */

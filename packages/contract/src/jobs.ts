@@ -22,6 +22,19 @@ export function sequenceCount(request: Pick<QueuedRequest, 'inputs' | 'sequences
   return request.sequences ?? request.inputs.length;
 }
 
+/** Characters of text a queued request carries (every string in its inputs): what it weighs in a Redis command. */
+export function textLength(request: Pick<QueuedRequest, 'inputs'>): number {
+  return charsIn(request.inputs);
+}
+
+function charsIn(value: unknown): number {
+  if (typeof value === 'string') return value.length;
+  if (typeof value !== 'object' || value === null) return 0;
+  let n = 0;
+  for (const v of Array.isArray(value) ? value : Object.values(value)) n += charsIn(v);
+  return n;
+}
+
 /**
  * What the gateway enqueues: the requests for one model that arrived while its previous enqueue was
  * in flight, coalesced so that a burst costs one job's Redis commands instead of one per request.
