@@ -26,7 +26,7 @@ const rssMiB = (pid: number) => Number(/VmRSS:\s+(\d+) kB/.exec(fs.readFileSync(
 /** Writes raw bytes on a fresh connection; resolves with what came back once the server closed it (or `after` ms). */
 function raw(
   port: number,
-  chunks: Array<string | Buffer | { waitMs: number }>,
+  chunks: Array<string | Buffer | { waitMs: number } | { until: Promise<unknown> }>,
   options: { destroyAfterWrite?: boolean; maxMs?: number } = {},
 ): Promise<{ text: string; closedAfterMs: number; closedByServer: boolean }> {
   return new Promise((resolve) => {
@@ -50,6 +50,7 @@ function raw(
       for (const chunk of chunks) {
         if (done || socket.destroyed) return;
         if (typeof chunk === 'object' && 'waitMs' in chunk) await new Promise((r) => setTimeout(r, chunk.waitMs));
+        else if (typeof chunk === 'object' && 'until' in chunk) await chunk.until;
         else socket.write(chunk);
       }
       if (options.destroyAfterWrite) finish(false);
@@ -236,6 +237,36 @@ describe('hostile clients', () => {
       endFlood();
       agent.destroy();
       await capped.gateway?.stop();
+    }
+  });
+
+  it('holds at most MAX_BODIES_BYTES of request bodies: one more gets 503 before a byte of it is read, and enters once they are answered', async () => {
+    // A gateway of its own, with room for two bodies of about 20 KB.
+    const held = new TestSystem(system.prefix);
+    const body = JSON.stringify({ inputs: 'a '.repeat(10_000) });
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    try {
+      await held.startGateway({ MAX_BODIES_BYTES: 2 * body.length + 100, HTTP_REQUEST_TIMEOUT_MS: 60_000 });
+      await held.waitForWorkers(MODEL);
+      // Two clients send all of their bodies but the last byte, and hold it.
+      // connection: close, so that each ends once it is answered.
+      const whole = request(`/models/${MODEL}`, body, { connection: 'close' });
+      const slow = [0, 1].map(() => raw(held.port, [whole.slice(0, -1), { until: released }, whole.slice(-1)], { maxMs: 60_000 }));
+      const third = () => fetch(`${held.url}/models/${MODEL}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+      const bodyBytes = async () => metricValue(await (await fetch(`${held.url}/metrics`)).text(), 'tserve_request_body_bytes_held');
+      await waitFor('both bodies held', async () => (await bodyBytes()) === 2 * body.length, 10_000, 50);
+      const refused = await third();
+      assert.equal(refused.status, 503);
+      assert.equal(refused.headers.get('retry-after'), '1');
+      assert.match(((await refused.json()) as { error: string }).error, /request bodies, its most \(MAX_BODIES_BYTES\)/);
+      release();
+      for (const answer of await Promise.all(slow)) assert.match(answer.text, /^HTTP\/1\.1 200 /, answer.text.slice(0, 300));
+      await waitFor('nothing held once they are answered', async () => (await bodyBytes()) === 0, 10_000, 50);
+      assert.equal((await third()).status, 200);
+    } finally {
+      release();
+      await held.gateway?.stop();
     }
   });
 

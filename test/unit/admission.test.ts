@@ -1,7 +1,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { ApiError } from '@tserve/contract';
-import { QueueDepth, depthLimit, depthRefusal, sizeRefusal, type OverloadLimits } from '../../apps/gateway/src/overload.ts';
+import { BodyBudget, QueueDepth, depthLimit, depthRefusal, sizeRefusal, type OverloadLimits } from '../../apps/gateway/src/overload.ts';
 import { Admission } from '../../apps/gateway/src/admission.ts';
 import type { BreakerState, RedisBreaker } from '../../apps/gateway/src/breaker.ts';
 
@@ -58,6 +58,25 @@ describe('overload limits', () => {
   });
 });
 
+describe('body budget', () => {
+  it('reserves bytes while they fit, releases each reservation once, and always lets a lone body in', () => {
+    const budget = new BodyBudget(100);
+    const a = budget.reserve(60)!;
+    assert.ok(a);
+    assert.equal(budget.reserve(41), undefined, '60 + 41 is over 100');
+    const b = budget.reserve(40)!;
+    assert.ok(b, '60 + 40 fits');
+    a();
+    a();
+    assert.equal(budget.reserve(61), undefined, 'a second release of the same reservation frees nothing');
+    assert.ok(budget.reserve(60));
+    const lone = new BodyBudget(10).reserve(500);
+    assert.ok(lone, 'a body larger than the budget enters when nothing else is held');
+    assert.equal(budget.refusal().status, 503);
+    assert.match(budget.refusal().message, /holds 0.0 MB of request bodies, its most \(MAX_BODIES_BYTES\)/);
+  });
+});
+
 describe('queue depth', () => {
   it('counts each admitted request until it leaves, once', () => {
     const { depth } = depthWithPeers();
@@ -90,7 +109,11 @@ describe('queue depth', () => {
 describe('admission after the body', () => {
   const admission = (breaker = fakeBreaker(), served = (_: string) => true) => {
     const { depth } = depthWithPeers();
-    return { depth, breaker, admission: new Admission({ limits, depth, breaker, isServed: served, requestTimeoutMs: 1000 }) };
+    return {
+      depth,
+      breaker,
+      admission: new Admission({ limits, depth, bodies: { budget: new BodyBudget(1000), maxBytes: 100 }, breaker, isServed: served, requestTimeoutMs: 1000 }),
+    };
   };
   const refusedWith = (check: () => void) => {
     try {

@@ -3,7 +3,7 @@ import { ApiError, PRIORITIES, type Priority } from '@tserve/contract';
 import { effectivePriority, keyAllows, type ApiKey, type KeyStore } from './api-keys.js';
 import { QuotaExceeded, type QuotaReason, type QuotaState, type Quotas } from './quotas.js';
 import type { RedisBreaker } from './breaker.js';
-import { depthRefusal, sizeRefusal, type OverloadLimits, type QueueDepth } from './overload.js';
+import { depthRefusal, sizeRefusal, type BodyBudget, type OverloadLimits, type QueueDepth } from './overload.js';
 import { requestIdOf } from './request-id.js';
 
 /**
@@ -25,6 +25,8 @@ export interface AdmissionParts {
   quotas?: Quotas;
   limits: OverloadLimits;
   depth: QueueDepth;
+  /** The request bodies this gateway may hold at once, and the largest one (MAX_BODY_BYTES). */
+  bodies: { budget: BodyBudget; maxBytes: number };
   breaker: RedisBreaker;
   /** Whether a worker serves the model now: only a served model's queue can be full. */
   isServed: (model: string) => boolean;
@@ -63,8 +65,8 @@ export class Admission {
 
   /**
    * Decided before the body is read, in order of cost: who is calling (401), may they call this
-   * model (403), is the model overloaded (503, batch class first), is the caller over its quota
-   * (429). A refused request costs no body parsing and enqueues nothing: under overload, parsing a
+   * model (403), is the model overloaded (503, batch class first), does the gateway have room for
+   * the body (503), is the caller over its quota (429). A refused request costs no body parsing and enqueues nothing: under overload, parsing a
    * body only to shed it is the work the server can least afford. `modelOf` names the model if the
    * path or headers do (it may throw to refuse the request); undefined if only the body will tell.
    */
@@ -86,6 +88,7 @@ export class Admission {
       const priority = effectivePriority(key?.priority ?? 'interactive', askedPriority(req));
       const overloaded = model === undefined ? undefined : this.queueFull(model, priority);
       if (overloaded) throw overloaded;
+      this.holdBody(req, res);
       if (key && quotas) {
         try {
           const { state, release } = await quotas.admit(key, requestIdOf(res), Date.now() + requestTimeoutMs);
@@ -121,6 +124,15 @@ export class Admission {
   /** Why an enqueue failed, as the client is told: the breaker if it is open now, else Redis not answering. */
   enqueueFailure(): ApiError {
     return this.parts.breaker.refusal() ?? new ApiError('unavailable', 'the queue is unavailable (Redis is not answering); retry shortly', 2);
+  }
+
+  /** Reserves the body's declared size until the answer (a chunked body may reach MAX_BODY_BYTES; a larger declared one gets 413 from the parser). */
+  private holdBody(req: Request, res: Response): void {
+    const { budget, maxBytes } = this.parts.bodies;
+    const declared = Number(req.get('content-length'));
+    const release = budget.reserve(Number.isInteger(declared) && declared >= 0 ? Math.min(declared, maxBytes) : maxBytes);
+    if (!release) throw budget.refusal();
+    res.once('close', release);
   }
 
   private queueFull(model: string, priority: Priority): ApiError | undefined {

@@ -20,7 +20,7 @@ import { createApp, ROUTES } from './app.js';
 import { expressServer } from './http-server.js';
 import { createMetrics } from './metrics.js';
 import { Admission } from './admission.js';
-import { QueueDepth } from './overload.js';
+import { BodyBudget, QueueDepth } from './overload.js';
 import { createSnapshot } from './snapshot.js';
 
 if (process.argv.includes('--help') || process.argv.includes('-h')) {
@@ -71,7 +71,8 @@ async function main(): Promise<void> {
   const depth = new QueueDepth((mine) => exchangeDepths(redis, config.QUEUE_PREFIX, gatewayId, mine, depthStaleMs));
   const breaker = createRedisBreaker(config, logger);
   const snapshot = createSnapshot(registry, depth, breaker);
-  const metrics = createMetrics(snapshot);
+  const bodies = new BodyBudget(config.MAX_BODIES_BYTES);
+  const metrics = createMetrics(snapshot, () => bodies.held);
   const direct = new DirectRequests(redis, config.QUEUE_PREFIX, outcomesKeptMs(config.RESULT_POLL_MS), (workerId) => registry.isLive(workerId));
   const results = new ResultWaiters(
     subscriber,
@@ -118,6 +119,7 @@ async function main(): Promise<void> {
     quotas,
     limits: { maxQueueDepth: config.MAX_QUEUE_DEPTH, batchQueueShare: config.BATCH_QUEUE_SHARE, maxInputsPerRequest: config.MAX_INPUTS_PER_REQUEST },
     depth,
+    bodies: { budget: bodies, maxBytes: config.MAX_BODY_BYTES },
     breaker,
     isServed: (model) => registry.get(model) !== undefined,
     requestTimeoutMs: config.REQUEST_TIMEOUT_MS,

@@ -62,7 +62,7 @@ export interface GatewayMetrics extends InferenceObserver {
  * depth, live workers and the breaker are read from the snapshot when scraped, so they cost nothing
  * between scrapes.
  */
-export function createMetrics(snapshot: Snapshot): GatewayMetrics {
+export function createMetrics(snapshot: Snapshot, bodyBytesHeld: () => number): GatewayMetrics {
   const series = new Registry();
   collectDefaultMetrics({ register: series });
   const registers = [series];
@@ -145,6 +145,14 @@ export function createMetrics(snapshot: Snapshot): GatewayMetrics {
       // Reset first: a model no longer served must drop out, not keep its last value.
       this.reset();
       for (const model of snapshot().models) if (model.state === 'served') this.set({ model: model.id }, model.depth);
+    },
+  });
+  new Gauge({
+    name: 'tserve_request_body_bytes_held',
+    help: 'Bytes of request bodies this gateway holds now, at their declared sizes (at most MAX_BODIES_BYTES)',
+    registers,
+    collect() {
+      this.set(bodyBytesHeld());
     },
   });
   new Gauge({

@@ -41,6 +41,43 @@ export function sizeRefusal(limits: OverloadLimits, inputs: number, sequences: n
   return new ApiError('payload_too_large', `${what} in one request; at most ${max} are accepted (MAX_INPUTS_PER_REQUEST)`);
 }
 
+/**
+ * Bytes of request bodies this gateway holds, reserved at the size a request declares before a byte
+ * of it is read and released when it is answered. The queue depth bounds requests, not bytes: at
+ * MAX_BODY_BYTES each, a few thousand bodies in flight would outgrow the gateway's heap.
+ */
+export class BodyBudget {
+  private heldBytes = 0;
+
+  constructor(private readonly maxBytes: number) {}
+
+  /** The bytes reserved now. */
+  get held(): number {
+    return this.heldBytes;
+  }
+
+  /** Reserves `bytes`, returning their release (safe to call twice); undefined if they do not fit. A lone body always fits. */
+  reserve(bytes: number): (() => void) | undefined {
+    if (this.heldBytes > 0 && this.heldBytes + bytes > this.maxBytes) return undefined;
+    this.heldBytes += bytes;
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.heldBytes -= bytes;
+    };
+  }
+
+  /** The 503 for a body that does not fit. */
+  refusal(): ApiError {
+    return new ApiError(
+      'overloaded',
+      `this gateway holds ${(this.heldBytes / 1e6).toFixed(1)} MB of request bodies, its most (MAX_BODIES_BYTES); retry shortly`,
+      1,
+    );
+  }
+}
+
 /** Reports this gateway's counts per model and answers with the other gateways' sum per model. */
 export type ExchangeDepths = (mine: Map<string, number>) => Promise<Map<string, number>>;
 

@@ -110,6 +110,11 @@ const gatewayShape = {
   API_KEYS: optionalString('the same JSON inline; with neither set, no key is needed'),
   MAX_INPUTS_PER_REQUEST: int(64, 1, 'most list items in one request (413 above)'),
   MAX_BODY_BYTES: int(1_000_000, 1, 'largest request body (413 above)'),
+  MAX_BODIES_BYTES: int(
+    256_000_000,
+    1,
+    'request bodies one gateway holds at once, each counted at its declared size (MAX_BODY_BYTES if chunked) from admission to answer; one more gets 503, so that many large bodies cannot exhaust its memory',
+  ),
   REGISTRY_REFRESH_MS: int(250, 20, 'how often live workers and queue depths are read'),
   // Covers pub/sub messages missed in a reconnect.
   RESULT_POLL_MS: int(1000, 20, 'fallback poll of job state for pending requests'),
