@@ -66,9 +66,10 @@ export class Admission {
   /**
    * Decided before the body is read, in order of cost: who is calling (401), may they call this
    * model (403), is the model overloaded (503, batch class first), does the gateway have room for
-   * the body (503), is the caller over its quota (429). A refused request costs no body parsing and enqueues nothing: under overload, parsing a
-   * body only to shed it is the work the server can least afford. `modelOf` names the model if the
-   * path or headers do (it may throw to refuse the request); undefined if only the body will tell.
+   * the body (503), is the caller over its quota (429). A refused request costs no body parsing and
+   * enqueues nothing: under overload, parsing a body only to shed it is the work the server can
+   * least afford. `modelOf` names the model if the path or headers do (it may throw to refuse the
+   * request); undefined if only the body will tell.
    */
   beforeBody(modelOf: (req: Request) => string | undefined): RequestHandler {
     const { keys, quotas, requestTimeoutMs, onQuotaRejected } = this.parts;
