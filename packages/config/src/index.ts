@@ -113,7 +113,7 @@ const gatewayShape = {
   MAX_BODIES_BYTES: int(
     256_000_000,
     1,
-    'request bodies one gateway holds at once, each counted at its declared size (MAX_BODY_BYTES if chunked) from admission to answer; one more gets 503, so that many large bodies cannot exhaust its memory',
+    'bytes of request bodies one gateway holds at once, each counted at its declared size (MAX_BODY_BYTES if chunked) from admission to answer; one more gets 503, so that many large bodies cannot exhaust its memory',
   ),
   REGISTRY_REFRESH_MS: int(250, 20, 'how often live workers and queue depths are read'),
   // Covers pub/sub messages missed in a reconnect.
