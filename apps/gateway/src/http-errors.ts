@@ -20,13 +20,19 @@ export function sendError(res: Response, error: ApiError, format: ErrorFormat = 
   res.status(status).json(body);
 }
 
+/** A body that is not JSON: what body-parser reports, and what a route that parses its own body says too. */
+export const malformedJson = (detail: string) => new ApiError('validation', `malformed JSON body: ${detail}`);
+
+/** A body that is not UTF-8 text, likewise. */
+export const invalidUtf8 = () => new ApiError('validation', 'request body is not valid UTF-8');
+
 type BodyParserError = { type?: string; message?: string; limit?: number; status?: number; errno?: unknown };
 
 /** body-parser's failures, turned into errors that say what to fix. */
 function fromBodyParser(err: BodyParserError, req: Request): ApiError | undefined {
   switch (err.type) {
     case 'entity.parse.failed':
-      return new ApiError('validation', `malformed JSON body: ${err.message ?? 'could not parse'}`);
+      return malformedJson(err.message ?? 'could not parse');
     case 'entity.too.large':
       return new ApiError('payload_too_large', `request body is larger than ${err.limit} bytes (MAX_BODY_BYTES)`);
     case 'encoding.unsupported':
@@ -35,7 +41,7 @@ function fromBodyParser(err: BodyParserError, req: Request): ApiError | undefine
     case 'request.aborted':
       return new ApiError('validation', 'request body was aborted by the client');
     case 'invalid.utf8':
-      return new ApiError('validation', 'request body is not valid UTF-8');
+      return invalidUtf8();
     default:
       // A body that does not decompress: body-parser passes zlib's own error on, with status 400 and no type.
       if (err.status === 400 && typeof err.errno === 'number') {

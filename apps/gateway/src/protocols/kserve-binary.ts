@@ -1,5 +1,6 @@
 import { isUtf8 } from 'node:buffer';
 import { ApiError } from '@tserve/contract';
+import { invalidUtf8, malformedJson } from '../http-errors.js';
 
 /**
  * Triton's binary tensor data extension to the v2 protocol, which Triton's own HTTP client uses by
@@ -13,11 +14,11 @@ export const HEADER_LENGTH = 'inference-header-content-length';
 
 function parseJson(bytes: Buffer): unknown {
   if (bytes.length === 0) throw new ApiError('validation', 'the request body is empty; send the inference request as JSON');
-  if (!isUtf8(bytes)) throw new ApiError('validation', 'request body is not valid UTF-8');
+  if (!isUtf8(bytes)) throw invalidUtf8();
   try {
     return JSON.parse(bytes.toString('utf8'));
   } catch (err) {
-    throw new ApiError('validation', `malformed JSON body: ${(err as Error).message}`);
+    throw malformedJson((err as Error).message);
   }
 }
 
