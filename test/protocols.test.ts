@@ -9,6 +9,7 @@ import OpenAI from 'openai';
 import { AutoModelForSequenceClassification, AutoTokenizer, env } from '@huggingface/transformers';
 import { MODEL_DIR, TestSystem, reference, uniquePrefix } from './helpers/system.ts';
 import { CLASSIFIER, EMBEDDER, RERANKER } from './helpers/replicas.ts';
+import { binaryRequest, bytesTensor } from './helpers/triton.ts';
 
 const REF = reference() as Record<string, any>;
 const TOL = 1e-4;
@@ -291,27 +292,21 @@ describe('protocols', () => {
     });
 
     it("Triton's HTTP client's own request: no content type, the texts as binary BYTES, the outputs asked for as binary", async () => {
-      // Built as tritonclient.http builds it (_get_inference_request, serialize_byte_tensor): with no
-      // outputs named it sets binary_data_output; Inference-Header-Content-Length is the JSON's length.
+      // Built as tritonclient.http builds it: with no outputs named it sets binary_data_output.
       const texts = ['I love this', 'Zoë hates this 😀'];
-      const elements = texts.flatMap((t) => {
-        const bytes = Buffer.from(t);
-        const length = Buffer.alloc(4);
-        length.writeUInt32LE(bytes.length);
-        return [length, bytes];
-      });
-      const tensor = Buffer.concat(elements);
-      const header = Buffer.from(
-        JSON.stringify({
+      const tensor = bytesTensor(texts);
+      const [request, requestHeaderLength] = binaryRequest(
+        {
           id: '7',
           inputs: [{ name: 'text', shape: [2], datatype: 'BYTES', parameters: { binary_data_size: tensor.length } }],
           parameters: { binary_data_output: true },
-        }),
+        },
+        tensor,
       );
       const res = await fetch(`${system.url}/v2/models/${CLASSIFIER}/infer`, {
         method: 'POST',
-        headers: { 'inference-header-content-length': String(header.length) },
-        body: Buffer.concat([header, tensor]),
+        headers: { 'inference-header-content-length': requestHeaderLength },
+        body: request,
       });
       const body = Buffer.from(await res.arrayBuffer());
       assert.equal(res.status, 200, body.toString());

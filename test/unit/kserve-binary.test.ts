@@ -2,24 +2,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { ApiError } from '@tserve/contract';
 import { readInferBody, writeInferResponse } from '../../apps/gateway/src/protocols/kserve-binary.ts';
-
-/** A BYTES tensor as Triton's client serializes it (tritonclient.utils.serialize_byte_tensor): length, then bytes, per element. */
-function bytesTensor(elements: Array<string | Buffer>): Buffer {
-  return Buffer.concat(
-    elements.flatMap((e) => {
-      const bytes = typeof e === 'string' ? Buffer.from(e) : e;
-      const length = Buffer.alloc(4);
-      length.writeUInt32LE(bytes.length);
-      return [length, bytes];
-    }),
-  );
-}
-
-/** A request as Triton's HTTP client builds it: the JSON header, then each binary input's bytes; and the header's length. */
-function binaryRequest(request: object, ...tensors: Buffer[]): [Buffer, string] {
-  const json = Buffer.from(JSON.stringify(request));
-  return [Buffer.concat([json, ...tensors]), String(json.length)];
-}
+import { binaryRequest, bytesTensor } from '../helpers/triton.ts';
 
 const rejects = (fn: () => unknown, message: RegExp) =>
   assert.throws(fn, (err: unknown) => err instanceof ApiError && err.status === 400 && message.test(err.message));
