@@ -293,3 +293,28 @@ describe('hostile clients', () => {
     assert.ok(!LEAK.test(second.output), second.output);
   });
 });
+
+describe('a request of the longest inputs', () => {
+  // Tokenizing is synchronous on the worker's main thread, which also sends the heartbeat: a
+  // worker that tokenized such a request in one go fell silent for seconds, so the gateway counted
+  // it gone and sent the request again as a job (found with sixteen 1 MB requests at once).
+  const system = new TestSystem(uniquePrefix('longest'));
+
+  before(async () => {
+    await system.startGateway({ MAX_BODY_BYTES: 4_000_000, RESULT_POLL_MS: 200, REQUEST_TIMEOUT_MS: 120_000 });
+    system.startWorker({ model: MODEL, env: { HEARTBEAT_MS: 100, WORKER_TTL_MS: 1000 } });
+    await system.waitForWorkers(MODEL);
+  });
+  after(() => system.stop());
+
+  it('is answered once, by the worker that took it, which stays live while it tokenizes', async () => {
+    // 64 inputs of 20,000 characters: about 2 s of tokenizing on a 2-core machine, each input tens of ms.
+    const inputs = Array.from({ length: 64 }, (_, i) => `${i} ${'中文字'.repeat(6_667)}`);
+    const res = await system.infer(MODEL, inputs);
+    assert.equal(res.status, 200, JSON.stringify(res.body).slice(0, 300));
+    assert.equal((res.body as unknown[]).length, 64);
+    assert.match(res.headers.get('x-warnings') ?? '', /truncated/);
+    assert.equal(await system.metric('tserve_direct_requests_requeued_total'), 0, system.logs());
+    assert.doesNotMatch(system.logs(), /sent again as a job|Missing lock/);
+  });
+});

@@ -11,12 +11,15 @@ import type { TaskHead } from '../../apps/worker/src/tasks/index.ts';
  * holding the word "poison", and a clock that advances by 10 ms per model call. The default head
  * answers a sequence with its text and row.
  */
-function harness(options: { abandoned?: string[]; head?: TaskHead; maxSize?: number } = {}) {
+function harness(options: { abandoned?: string[]; head?: TaskHead; maxSize?: number; onEncode?: (text: string) => void } = {}) {
   let now = 1_000_000;
   const calls: string[][] = [];
   const engine = {
     loaded: { maxLength: 512 },
-    encode: (text: string): Encoded => ({ text, ids: text.split(' ').map((_, i) => i) }),
+    encode: (text: string): Encoded => {
+      options.onEncode?.(text);
+      return { text, ids: text.split(' ').map((_, i) => i) };
+    },
     forward: async (batch: Encoded[]) => {
       calls.push(batch.map((e) => e.text));
       now += 10;
@@ -173,10 +176,36 @@ describe('BatchRunner', () => {
 
   it('fails only the unanswered requests of a batch that broke outside its isolation', async () => {
     const { runner, finished, request } = harness();
-    const batch = runner.prepare([request('done', ['x']), request('left', ['y'])]);
+    const batch = await runner.prepare([request('done', ['x']), request('left', ['y'])]);
     await runner.execute({ ...batch, sequences: batch.sequences.slice(0, 1) });
     runner.failUnanswered(batch, new ApiError('internal', 'broke'));
     assert.ok(finished.get('done')!.ok);
     assert.equal(errorType(finished.get('left')), 'internal');
+  });
+
+  it('lets the event loop run between inputs while a long batch is tokenized', async () => {
+    // Each input takes 60 ms to tokenize, past the 50 ms slice: timers (the heartbeat, lock
+    // renewals) must get their turn before the batch is done, not after.
+    let turns = 0;
+    const seenAt: number[] = [];
+    const { runner, request } = harness({
+      onEncode: () => {
+        seenAt.push(turns);
+        const until = performance.now() + 60;
+        while (performance.now() < until);
+      },
+    });
+    const ticker = setInterval(() => turns++, 0);
+    try {
+      await runner.prepare([request('a', ['one', 'two', 'three']), request('b', ['four'])]);
+    } finally {
+      clearInterval(ticker);
+    }
+    assert.equal(seenAt.length, 4);
+    assert.ok(seenAt[3] > seenAt[0], `timers ran ${seenAt.join(', ')} times before each input`);
+    assert.ok(
+      seenAt.every((n, i) => i === 0 || n > seenAt[i - 1]),
+      `a turn of the loop between each input and the next: ${seenAt.join(', ')}`,
+    );
   });
 });

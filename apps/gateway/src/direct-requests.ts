@@ -32,8 +32,11 @@ export type DirectFate =
   | { held: true }
   /** Still unaccounted for once: looked at again at the next read. */
   | { unknown: true }
-  /** Nobody holds it (no worker took it in a whole period, or the one that did is gone): send it as a job. */
-  | { orphaned: true };
+  /** Nobody holds it: send it as a job. */
+  | { orphaned: OrphanReason };
+
+/** Why nobody holds an entry: no worker took it in a whole poll period (busy ones, under load), the one that did is gone, or it is nowhere. */
+type OrphanReason = 'not taken' | 'holder gone' | 'lost';
 
 /**
  * Interactive requests sent straight to a model's workers: what a lane sends as one job (a lone
@@ -85,12 +88,12 @@ export class DirectRequests {
    * KEDA see it. One popped by a worker that has not said so yet is given one more period.
    */
   async fate(ticket: DirectTicket): Promise<DirectFate> {
-    if (await this.retract(ticket)) return { orphaned: true };
+    if (await this.retract(ticket)) return { orphaned: 'not taken' };
     const raw = await this.redis.get(keys.directState(this.prefix, ticket.id));
     const state = raw === null ? undefined : (JSON.parse(raw) as DirectState);
     if (state && 'outcomes' in state) return { outcome: state };
-    if (state) return this.isLive(state.takenBy) ? { held: true } : { orphaned: true };
+    if (state) return this.isLive(state.takenBy) ? { held: true } : { orphaned: 'holder gone' };
     // Nowhere: popped by a worker that died before saying so, or lost with a Redis that restarted empty.
-    return ++ticket.unaccounted > 1 ? { orphaned: true } : { unknown: true };
+    return ++ticket.unaccounted > 1 ? { orphaned: 'lost' } : { unknown: true };
   }
 }

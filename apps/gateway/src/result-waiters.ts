@@ -177,7 +177,11 @@ export class ResultWaiters {
           waiter.direct = undefined;
         }
         this.direct.onRequeued(ticket.model, waiting.length);
-        this.logger.warn({ entry: ticket.id, requests: waiting.length, model: ticket.model }, 'direct entry held by no live worker; sent again as a job');
+        const line = { entry: ticket.id, requests: waiting.length, model: ticket.model };
+        // Busy workers leave an entry untaken for a period under load, as designed; the others are faults.
+        if (fate.orphaned === 'not taken') this.logger.info(line, 'direct entry not taken by a worker within a poll period; sent as a job');
+        else if (fate.orphaned === 'holder gone') this.logger.warn(line, 'direct entry held by a worker that is gone; sent again as a job');
+        else this.logger.warn(line, 'direct entry found nowhere (its worker died as it took it, or Redis restarted empty); sent again as a job');
       }
     } catch {
       // Redis unreachable: looked at again at the next poll; the requests wait until their deadline.

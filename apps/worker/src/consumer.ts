@@ -73,7 +73,7 @@ export class Consumer {
       // keep it waiting: then they hear now.
       if (modelBusy && this.options.hasPeers()) this.sink.tellTaken();
       // Tokenized here while the model thread may still run the previous batch.
-      const batch = this.runner.prepare(jobs.flatMap((j) => j.requests));
+      const batch = await this.runner.prepare(jobs.flatMap((j) => j.requests));
       const waitedForModel = modelBusy;
       await running;
       // The batch starts as gathered: work that arrived while it waited forms the next batch, gathered
@@ -107,7 +107,7 @@ export class Consumer {
       const urgent = await this.source.take(Math.min(waiting, this.options.limits.maxSize));
       if (urgent.length === 0) return undefined;
       this.sink.hold(urgent);
-      return this.runner.prepare(urgent.flatMap((j) => j.requests));
+      return await this.runner.prepare(urgent.flatMap((j) => j.requests));
     } catch (err) {
       this.logger.warn({ err: String(err) }, 'fetching interactive jobs failed; running the batch in hand');
       return undefined;

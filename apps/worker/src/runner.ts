@@ -1,3 +1,4 @@
+import { setTimeout as turnOfTheLoop } from 'node:timers/promises';
 import { ApiError, type QueuedRequest, type RequestOutcome, type TaskInput, type TaskParameters } from '@tserve/contract';
 import type { Engine, Encoded, BatchOutput } from './engine.js';
 import type { TaskHead, TaskHeads } from './tasks/index.js';
@@ -49,6 +50,9 @@ interface Pending {
 
 type Result = { ok: true; value: unknown } | { ok: false; error: ApiError };
 
+/** Longest stretch of tokenizing before the thread lets its timers and I/O run. */
+const PREPARE_SLICE_MS = 50;
+
 const firstLine = (message: string) =>
   message
     .split('\n')[0]
@@ -72,16 +76,28 @@ export class BatchRunner {
   ) {}
 
   async run(requests: QueuedRequest[]): Promise<BatchReport> {
-    return this.execute(this.prepare(requests));
+    return this.execute(await this.prepare(requests));
   }
 
   /**
    * Tokenizes and checks a batch on this thread; the consumer does it while the model thread still
    * runs the previous batch. Expired, abandoned and invalid requests are finished here, unrun.
+   * Tokenizing is synchronous and long inputs take long (a megabyte of text, about a second): the
+   * thread gives the event loop a turn between inputs every PREPARE_SLICE_MS, or a batch of them
+   * would starve the heartbeat and the lock renewals, and gateways and BullMQ would count this
+   * worker dead and send its work again.
    */
-  prepare(requests: QueuedRequest[]): PreparedBatch {
+  async prepare(requests: QueuedRequest[]): Promise<PreparedBatch> {
     const batch: PreparedBatch = { sequences: [], report: { callSizes: [], expired: 0, abandoned: 0 } };
+    let sliceStart = performance.now();
+    const yieldIfDue = async () => {
+      if (performance.now() - sliceStart < PREPARE_SLICE_MS) return;
+      // A timeout, not an immediate: an immediate's turn can come before the timers' phase.
+      await turnOfTheLoop(0);
+      sliceStart = performance.now();
+    };
     for (const request of requests) {
+      await yieldIfDue();
       if (this.dropIfDead(request, batch.report)) continue;
       try {
         const pending: Pending = {
@@ -107,7 +123,11 @@ export class BatchRunner {
           });
           continue;
         }
-        const encoded = request.inputs.map((input, i) => this.prepareInput(input, i, request.inputs.length, pending));
+        const encoded: Encoded[][] = [];
+        for (const [i, input] of request.inputs.entries()) {
+          if (i > 0) await yieldIfDue();
+          encoded.push(this.prepareInput(input, i, request.inputs.length, pending));
+        }
         pending.parts = encoded.map((sequences) => new Array<unknown>(sequences.length));
         pending.remaining = encoded.reduce((n, sequences) => n + sequences.length, 0);
         pending.tokens = encoded.reduce((n, sequences) => n + sequences.reduce((m, e) => m + e.ids.length, 0), 0);
