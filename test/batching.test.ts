@@ -188,6 +188,11 @@ describe('failures inside a batch', () => {
     assert.equal(res.status, 200, JSON.stringify(res.body));
     const warnings = JSON.parse(res.headers.get('x-warnings') ?? '[]');
     assert.match(warnings[0], /truncated from 600 to 512 tokens/);
+    // 750 KB of the same words is read only as far as the cut: the same answer, a lower bound.
+    const long = await system.infer(MODEL, textOfTokens(150_000, 'word'));
+    assert.equal(long.status, 200, JSON.stringify(long.body));
+    assert.deepEqual(long.body, res.body);
+    assert.match(JSON.parse(long.headers.get('x-warnings') ?? '[]')[0], /truncated from at least \d+ to 512 tokens/);
     const refused = await system.infer(MODEL, textOfTokens(600, 'word'), { truncation: false });
     assert.equal(refused.status, 400, JSON.stringify(refused.body));
     assert.match(refused.body.error, /600 tokens long but this model accepts at most 512/);

@@ -1,6 +1,6 @@
 import type { LoadedModel } from './model.js';
 import type { BatchOutput, ModelThread } from './model-thread.js';
-import { pairLengths, type PairTruncation } from './truncation.js';
+import { pairLengths, splitsAtWhitespace, tokensForCut, type PairTruncation } from './truncation.js';
 
 export type { BatchOutput } from './model-thread.js';
 export type { PairTruncation } from './truncation.js';
@@ -12,8 +12,8 @@ export interface Encoded {
   ids: number[];
   /** Segment of each token (token_type_ids); all 0 when absent. */
   typeIds?: number[];
-  /** Token count before truncation, when a text was cut. */
-  truncatedFrom?: number;
+  /** Token count before truncation, when a text was cut; `atLeast` when only the part of a long text the cut keeps was read. */
+  truncatedFrom?: { tokens: number; atLeast: boolean };
   /** What a task head needs to read this sequence's output back (a question-answering span's window). */
   note?: unknown;
 }
@@ -29,6 +29,8 @@ interface InnerTokenizer {
   encode_text(text: string): string[];
   post_processor?: ((first: string[], second: string[] | null, addSpecial: boolean) => { tokens: string[]; token_type_ids?: number[] }) | null;
   added_tokens_map: Map<string, { id: number }>;
+  /** tokenizer.json. */
+  tokenizer?: { pre_tokenizer?: Parameters<typeof splitsAtWhitespace>[0] };
   model: { tokens_to_ids: Map<string, number>; unk_token_id?: number; vocab?: string[] };
 }
 
@@ -46,6 +48,8 @@ export class Engine {
   private readonly inner: InnerTokenizer;
   /** Special tokens the template adds around one text, and around a pair. */
   private readonly specials: { single: number; pair: number };
+  /** Whether a long text that will be cut can be tokenized only as far as the cut (see tokensForCut). */
+  private readonly readsOnlyWhatACutKeeps: boolean;
 
   constructor(
     readonly loaded: LoadedModel,
@@ -54,6 +58,7 @@ export class Engine {
     this.padId = loaded.tokenizer.pad_token_id ?? 0;
     this.inner = (loaded.tokenizer as unknown as { _tokenizer: InnerTokenizer })._tokenizer;
     this.specials = { single: this.build([]).ids.length, pair: this.build([], []).ids.length };
+    this.readsOnlyWhatACutKeeps = splitsAtWhitespace(this.inner.tokenizer?.pre_tokenizer);
   }
 
   /** Tokens of a text without special tokens. */
@@ -88,11 +93,12 @@ export class Engine {
 
   encode(text: string, truncation: boolean | TextTruncation): Encoded {
     const { truncate, direction = 'right' } = typeof truncation === 'boolean' ? { truncate: truncation } : truncation;
-    const tokens = this.pieces(text);
     const budget = this.loaded.maxLength - this.specials.single;
+    const { tokens, whole } =
+      truncate && this.readsOnlyWhatACutKeeps ? tokensForCut(text, budget, direction, (part) => this.pieces(part)) : { tokens: this.pieces(text), whole: true };
     if (!truncate || tokens.length <= budget) return { text, ...this.build(tokens) };
     const kept = direction === 'left' ? tokens.slice(tokens.length - budget) : tokens.slice(0, budget);
-    return { text, ...this.build(kept), truncatedFrom: tokens.length + this.specials.single };
+    return { text, ...this.build(kept), truncatedFrom: { tokens: tokens.length + this.specials.single, atLeast: !whole } };
   }
 
   /**
@@ -106,7 +112,11 @@ export class Engine {
     const lengths = truncation ? pairLengths(a.length, b.length, budget, truncation) : undefined;
     if (!lengths || (lengths[0] === a.length && lengths[1] === b.length)) return { text: first, ...this.build(a, b) };
     const keep = (tokens: string[], n: number) => (direction === 'left' ? tokens.slice(tokens.length - n) : tokens.slice(0, n));
-    return { text: first, ...this.build(keep(a, lengths[0]), keep(b, lengths[1])), truncatedFrom: a.length + b.length + this.specials.pair };
+    return {
+      text: first,
+      ...this.build(keep(a, lengths[0]), keep(b, lengths[1])),
+      truncatedFrom: { tokens: a.length + b.length + this.specials.pair, atLeast: false },
+    };
   }
 
   async forward(batch: Encoded[]): Promise<BatchOutput> {

@@ -202,7 +202,7 @@ export class BatchRunner {
       for (const encoded of sequences) {
         if (encoded.truncatedFrom !== undefined) {
           pending.warnings.push(
-            `${count > 1 ? `inputs[${index}]` : 'input'} was truncated from ${encoded.truncatedFrom} to ${encoded.ids.length} tokens, the most this model accepts`,
+            `${count > 1 ? `inputs[${index}]` : 'input'} was truncated from ${encoded.truncatedFrom.atLeast ? 'at least ' : ''}${encoded.truncatedFrom.tokens} to ${encoded.ids.length} tokens, the most this model accepts`,
           );
         }
         head.check?.(encoded, parameters);

@@ -28,3 +28,70 @@ export function windows(length: number, size: number, overlap: number): number[]
   while (starts[starts.length - 1] + size < length) starts.push(starts[starts.length - 1] + step);
   return starts;
 }
+
+/** The pre-tokenizer types (tokenizer.json) that always end a token where whitespace begins. */
+export function splitsAtWhitespace(config: { type?: string; use_regex?: boolean; split?: boolean; pretokenizers?: unknown[] } | null | undefined): boolean {
+  switch (config?.type) {
+    case 'BertPreTokenizer':
+    case 'Whitespace':
+    case 'WhitespaceSplit':
+      return true;
+    case 'ByteLevel':
+      return config.use_regex !== false;
+    case 'Metaspace':
+      return config.split !== false;
+    case 'Sequence':
+      return (config.pretokenizers ?? []).some((p) => splitsAtWhitespace(p as Parameters<typeof splitsAtWhitespace>[0]));
+    default:
+      return false;
+  }
+}
+
+/** Characters per kept token in the first part read: English runs at four or five. */
+const FIRST_CHARS_PER_TOKEN = 8;
+/** Tokens read past those kept, so that whatever the cut changes at its edge (a normalizer's join) is not kept. */
+const CUT_MARGIN = 16;
+
+const isSpace = (code: number) => code === 32 || code === 9 || code === 10 || code === 13;
+
+/**
+ * The tokens a cut keeps from a long text (its first `keep`, or its last for a left cut),
+ * tokenizing only as much of the text as that takes: tokenizing runs at about a microsecond a
+ * character, and a megabyte of text cut to 512 tokens would be read whole for a few thousand
+ * characters' worth. The part read ends (or, cut left, begins) where whitespace begins, which for a
+ * tokenizer that `splitsAtWhitespace` is where a token ends, so the part's tokens are the whole
+ * text's; it grows fourfold until it holds `keep` and a margin, or is half the text. Answers the
+ * part's tokens (`whole` false: the text holds at least as many) or the whole text's.
+ */
+export function tokensForCut(
+  text: string,
+  keep: number,
+  direction: 'right' | 'left',
+  tokenize: (text: string) => string[],
+): { tokens: string[]; whole: boolean } {
+  for (let chars = keep * FIRST_CHARS_PER_TOKEN; chars * 2 < text.length; chars *= 4) {
+    const part = direction === 'right' ? headEndingAtSpace(text, chars) : tailStartingAtSpace(text, text.length - chars);
+    if (part === undefined) break;
+    const tokens = tokenize(part);
+    if (tokens.length >= keep + CUT_MARGIN) return { tokens, whole: false };
+  }
+  return { tokens: tokenize(text), whole: true };
+}
+
+/** The text up to the first run of whitespace at or after `from`; undefined if there is none. */
+function headEndingAtSpace(text: string, from: number): string | undefined {
+  let i = from;
+  while (i < text.length && !isSpace(text.charCodeAt(i))) i++;
+  if (i === text.length) return undefined;
+  while (i > 0 && isSpace(text.charCodeAt(i - 1))) i--;
+  return text.slice(0, i);
+}
+
+/** The text from the start of the last run of whitespace at or before `from`; undefined if there is none. */
+function tailStartingAtSpace(text: string, from: number): string | undefined {
+  let i = from;
+  while (i >= 0 && !isSpace(text.charCodeAt(i))) i--;
+  if (i < 0) return undefined;
+  while (i > 0 && isSpace(text.charCodeAt(i - 1))) i--;
+  return text.slice(i);
+}
