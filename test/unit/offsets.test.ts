@@ -35,10 +35,35 @@ describe('alignTokens', () => {
     ]);
     assert.equal(sliceCodePoints(text, spans[7]), '😀');
     assert.equal(sliceCodePoints(text, [4, 11]), 'Müllerx');
+    assert.equal(sliceCodePoints(text, [0, 3]), 'Zoë');
+    assert.equal(sliceCodePoints(text, [16, 18]), '😀!');
+    assert.equal(sliceCodePoints(text, [17, 18]), '!');
+    assert.equal(sliceCodePoints(text, [5, 5]), '');
+    assert.equal(sliceCodePoints(text, [17, 99]), '!');
   });
 
   it('gives null, not a wrong span, for a token that is no piece of the next word', () => {
     assert.deepEqual(alignTokens('hello world', ['hello', 'planet', 'world'], bertLike), [[0, 5], null, [6, 11]]);
+  });
+
+  it('reads only the part of a long text its tokens cover, and aligns as over the whole', () => {
+    let normalized = 0;
+    const counting: TokenizerParts = { ...bertLike, normalizer: { normalize: (text) => ((normalized += text.length), bertLike.normalizer!.normalize(text)) } };
+    const text = Array.from({ length: 200_000 }, (_, i) => `Wörd${i}`).join(' ');
+    const words = text.split(' ').slice(0, 510);
+    const tokens = words.map((w) => w.toLowerCase().replace('ö', 'o'));
+    const spans = alignTokens(text, tokens, counting);
+    assert.ok(normalized < 50_000, `normalized ${normalized} characters of ${text.length}`);
+    let at = 0;
+    assert.deepEqual(
+      spans,
+      words.map((w) => [at, (at += w.length + 1) - 1]),
+    );
+    // Tokens to the very end of a text with no whitespace after them: the whole is read.
+    assert.deepEqual(alignTokens('a b', ['a', 'b'], bertLike), [
+      [0, 1],
+      [2, 3],
+    ]);
   });
 
   it('stops where the tokens stop (a truncated input)', () => {

@@ -79,7 +79,7 @@ export function tokensForCut(
 }
 
 /** The text up to the first run of whitespace at or after `from`; undefined if there is none. */
-function headEndingAtSpace(text: string, from: number): string | undefined {
+export function headEndingAtSpace(text: string, from: number): string | undefined {
   let i = from;
   while (i < text.length && !isSpace(text.charCodeAt(i))) i++;
   if (i === text.length) return undefined;
