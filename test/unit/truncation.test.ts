@@ -3,6 +3,9 @@ import assert from 'node:assert/strict';
 import path from 'node:path';
 import { AutoTokenizer } from '@huggingface/transformers';
 import { splitsAtWhitespace, tokensForCut } from '../../apps/worker/src/truncation.ts';
+import { Engine } from '../../apps/worker/src/engine.ts';
+import type { LoadedModel } from '../../apps/worker/src/model.ts';
+import type { ModelThread } from '../../apps/worker/src/model-thread.ts';
 import { MODEL_DIR } from '../helpers/processes.ts';
 import { CLASSIFIER } from '../helpers/replicas.ts';
 
@@ -78,5 +81,74 @@ describe('splitsAtWhitespace (tokenizers whose tokens end where whitespace begin
     assert.equal(splitsAtWhitespace({ type: 'Sequence', pretokenizers: [{ type: 'Split' }, { type: 'ByteLevel', use_regex: false }] }), false);
     assert.equal(splitsAtWhitespace({ type: 'Split' }), false);
     assert.equal(splitsAtWhitespace(null), false);
+  });
+});
+
+describe('Engine: cut texts and pairs read in part give the sequences of texts read whole', () => {
+  /** Two engines on one tokenizer: one reads only what a cut keeps, the other (its pre-tokenizer hidden) reads every text whole. */
+  async function engines() {
+    const tokenizer = await AutoTokenizer.from_pretrained(path.join(MODEL_DIR, CLASSIFIER));
+    const inner = (tokenizer as unknown as { _tokenizer: { tokenizer: object } })._tokenizer;
+    const wholeInner = Object.create(inner, { tokenizer: { value: { ...inner.tokenizer, pre_tokenizer: null } } }) as object;
+    const wholeTokenizer = Object.create(tokenizer, { _tokenizer: { value: wholeInner } }) as typeof tokenizer;
+    const loaded = (t: typeof tokenizer) => ({ tokenizer: t, maxLength: 512 }) as unknown as LoadedModel;
+    let pieces = 0;
+    const parts = new Engine(loaded(tokenizer), undefined as unknown as ModelThread);
+    const counted = parts.pieces.bind(parts);
+    parts.pieces = (text) => ((pieces += text.length), counted(text));
+    return { parts, whole: new Engine(loaded(wholeTokenizer), undefined as unknown as ModelThread), charsRead: () => pieces };
+  }
+
+  const words = (n: number, word: string) => Array.from({ length: n }, (_, i) => `${word}${i % 10}`).join(' ');
+  const texts = {
+    short: 'a short text of a few words',
+    long: words(1500, 'long'),
+    longer: words(2000, 'longer'),
+    sameAsLong: words(1500, 'other'),
+    noSpaces: '中文字'.repeat(1000),
+  };
+
+  it('single texts, either direction', async () => {
+    const { parts, whole, charsRead } = await engines();
+    for (const text of Object.values(texts)) {
+      for (const direction of ['right', 'left'] as const) {
+        const got = parts.encode(text, { truncate: true, direction });
+        const want = whole.encode(text, { truncate: true, direction });
+        assert.deepEqual(got.ids, want.ids);
+        assert.ok(
+          got.truncatedFrom?.atLeast ? got.truncatedFrom.tokens <= want.truncatedFrom!.tokens : got.truncatedFrom?.tokens === want.truncatedFrom?.tokens,
+        );
+      }
+    }
+    const before = charsRead();
+    parts.encode(texts.longer, true);
+    assert.ok(charsRead() - before < texts.longer.length / 3, `read ${charsRead() - before} characters of ${texts.longer.length}`);
+  });
+
+  it('pairs, for every strategy and direction, and reads a first text shared by pairs once', async () => {
+    const { parts, whole, charsRead } = await engines();
+    for (const first of Object.values(texts)) {
+      for (const second of Object.values(texts)) {
+        for (const strategy of ['longest_first', 'only_first', 'only_second', false] as const) {
+          for (const direction of ['right', 'left'] as const) {
+            const got = parts.encodePair(first, second, strategy, direction);
+            const want = whole.encodePair(first, second, strategy, direction);
+            const what = `${first.slice(0, 8)} | ${second.slice(0, 8)} ${strategy} ${direction}`;
+            assert.deepEqual([got.ids, got.typeIds], [want.ids, want.typeIds], what);
+            assert.ok(
+              got.truncatedFrom?.atLeast ? got.truncatedFrom.tokens <= want.truncatedFrom!.tokens : got.truncatedFrom?.tokens === want.truncatedFrom?.tokens,
+              what,
+            );
+          }
+        }
+      }
+    }
+    // Zero-shot: one input, a hypothesis per label; the input, with no whitespace to cut at, read once.
+    const before = charsRead();
+    for (let label = 0; label < 20; label++) parts.encodePair(texts.noSpaces, `This example is label ${label}.`, 'only_first');
+    assert.ok(
+      charsRead() - before < 2 * texts.noSpaces.length,
+      `read ${charsRead() - before} characters for 20 pairs of a ${texts.noSpaces.length}-character input`,
+    );
   });
 });

@@ -50,6 +50,8 @@ export class Engine {
   private readonly specials: { single: number; pair: number };
   /** Whether a long text that will be cut can be tokenized only as far as the cut (see tokensForCut). */
   private readonly readsOnlyWhatACutKeeps: boolean;
+  /** The first text of the last pair and its tokens, read once for all the pairs that share it. */
+  private lastFirst?: { text: string; cut?: { direction: 'right' | 'left' }; read: { tokens: string[]; whole: boolean } };
 
   constructor(
     readonly loaded: LoadedModel,
@@ -94,8 +96,7 @@ export class Engine {
   encode(text: string, truncation: boolean | TextTruncation): Encoded {
     const { truncate, direction = 'right' } = typeof truncation === 'boolean' ? { truncate: truncation } : truncation;
     const budget = this.loaded.maxLength - this.specials.single;
-    const { tokens, whole } =
-      truncate && this.readsOnlyWhatACutKeeps ? tokensForCut(text, budget, direction, (part) => this.pieces(part)) : { tokens: this.pieces(text), whole: true };
+    const { tokens, whole } = this.read(text, truncate ? { keep: budget, direction } : undefined);
     if (!truncate || tokens.length <= budget) return { text, ...this.build(tokens) };
     const kept = direction === 'left' ? tokens.slice(tokens.length - budget) : tokens.slice(0, budget);
     return { text, ...this.build(kept), truncatedFrom: { tokens: tokens.length + this.specials.single, atLeast: !whole } };
@@ -106,17 +107,38 @@ export class Engine {
    * length, and is then refused. A left cut keeps each text's last tokens.
    */
   encodePair(first: string, second: string, truncation: PairTruncation | false, direction: 'right' | 'left' = 'right'): Encoded {
-    const a = this.pieces(first);
-    const b = this.pieces(second);
     const budget = this.loaded.maxLength - this.specials.pair;
-    const lengths = truncation ? pairLengths(a.length, b.length, budget, truncation) : undefined;
-    if (!lengths || (lengths[0] === a.length && lengths[1] === b.length)) return { text: first, ...this.build(a, b) };
+    const cut = truncation ? { keep: budget, direction } : undefined;
+    // A zero-shot input, or a rerank query, is the first text of one pair per label or text.
+    if (this.lastFirst?.text !== first || this.lastFirst.cut?.direction !== cut?.direction) this.lastFirst = { text: first, cut, read: this.read(first, cut) };
+    let a = this.lastFirst.read;
+    let b = this.read(second, cut);
+    // A text read only in part has at least the tokens read. Where the cut turns on more than that,
+    // it is read whole: which text is longer, when longest_first gives it the odd token; or the
+    // true length, for an impossible cut, refused with it.
+    if (truncation && !(a.whole && b.whole)) {
+      const [lengthA, lengthB] = [a.tokens.length, b.tokens.length];
+      const impossible = pairLengths(lengthA, lengthB, budget, truncation) === undefined;
+      const orderUnknown = truncation === 'longest_first' && ((!a.whole && (!b.whole || lengthB >= lengthA)) || (!b.whole && lengthA > lengthB));
+      if (impossible || orderUnknown) {
+        if (!a.whole) a = this.lastFirst.read = this.read(first, undefined);
+        if (!b.whole) b = this.read(second, undefined);
+      }
+    }
+    const lengths = truncation ? pairLengths(a.tokens.length, b.tokens.length, budget, truncation) : undefined;
+    if (!lengths || (lengths[0] === a.tokens.length && lengths[1] === b.tokens.length)) return { text: first, ...this.build(a.tokens, b.tokens) };
     const keep = (tokens: string[], n: number) => (direction === 'left' ? tokens.slice(tokens.length - n) : tokens.slice(0, n));
     return {
       text: first,
-      ...this.build(keep(a, lengths[0]), keep(b, lengths[1])),
-      truncatedFrom: { tokens: a.length + b.length + this.specials.pair, atLeast: false },
+      ...this.build(keep(a.tokens, lengths[0]), keep(b.tokens, lengths[1])),
+      truncatedFrom: { tokens: a.tokens.length + b.tokens.length + this.specials.pair, atLeast: !(a.whole && b.whole) },
     };
+  }
+
+  /** A text's tokens: whole, or where a cut will keep `keep` of them, as far as that takes (tokensForCut). */
+  private read(text: string, cut: { keep: number; direction: 'right' | 'left' } | undefined): { tokens: string[]; whole: boolean } {
+    if (!cut || !this.readsOnlyWhatACutKeeps) return { tokens: this.pieces(text), whole: true };
+    return tokensForCut(text, cut.keep, cut.direction, (part) => this.pieces(part));
   }
 
   async forward(batch: Encoded[]): Promise<BatchOutput> {

@@ -192,7 +192,7 @@ export class BatchRunner {
     return false;
   }
 
-  /** The sequences one input runs as, checked; a warning for each that was cut to the model's length. */
+  /** The sequences one input runs as, checked; a warning where one was cut to the model's length. */
   private prepareInput(input: TaskInput, index: number, count: number, pending: Pending): Encoded[] {
     const { head, parameters } = pending;
     try {
@@ -201,9 +201,10 @@ export class BatchRunner {
         : [this.engine.encode(input as string, ('truncation' in parameters ? parameters.truncation : undefined) ?? true)];
       for (const encoded of sequences) {
         if (encoded.truncatedFrom !== undefined) {
-          pending.warnings.push(
-            `${count > 1 ? `inputs[${index}]` : 'input'} was truncated from ${encoded.truncatedFrom.atLeast ? 'at least ' : ''}${encoded.truncatedFrom.tokens} to ${encoded.ids.length} tokens, the most this model accepts`,
-          );
+          const { tokens, atLeast } = encoded.truncatedFrom;
+          const warning = `${count > 1 ? `inputs[${index}]` : 'input'} was truncated from ${atLeast ? 'at least ' : ''}${tokens} to ${encoded.ids.length} tokens, the most this model accepts`;
+          // The sequences of one input (a zero-shot input's, one per label) are cut alike: said once.
+          if (!pending.warnings.includes(warning)) pending.warnings.push(warning);
         }
         head.check?.(encoded, parameters);
       }
