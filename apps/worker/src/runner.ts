@@ -113,7 +113,11 @@ export class BatchRunner {
           failed: false,
         };
         if (pending.head.answer) {
-          const outputs = request.inputs.map((input) => pending.head.answer!(input, request.parameters, this.engine));
+          const outputs: unknown[] = [];
+          for (const [i, input] of request.inputs.entries()) {
+            if (i > 0) await yieldIfDue();
+            outputs.push(pending.head.answer(input, request.parameters, this.engine));
+          }
           this.outcomes.record(request, {
             id: request.id,
             ok: true,
