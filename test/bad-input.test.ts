@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { gzipSync } from 'node:zlib';
 import { TestSystem, uniquePrefix } from './helpers/system.ts';
 import { textOfTokens } from './helpers/direct-queue.ts';
-import { CLASSIFIER, FILL_MASK } from './helpers/replicas.ts';
+import { CLASSIFIER, EMBEDDER, FILL_MASK } from './helpers/replicas.ts';
 
 describe('bad input', () => {
   const system = new TestSystem(uniquePrefix('bad-input'));
@@ -16,8 +16,11 @@ describe('bad input', () => {
     await system.startGateway({ MAX_INPUTS_PER_REQUEST: 8, MAX_BODY_BYTES: 20_000 });
     system.startWorker({ model: CLASSIFIER });
     system.startWorker({ model: FILL_MASK });
+    // 4,000 numbers: one 384-wide vector per token for 10 tokens.
+    system.startWorker({ model: EMBEDDER, env: { MAX_ANSWER_VALUES: 4000 } });
     await system.waitForWorkers(CLASSIFIER);
     await system.waitForWorkers(FILL_MASK);
+    await system.waitForWorkers(EMBEDDER);
   });
   after(() => system.stop());
 
@@ -56,6 +59,25 @@ describe('bad input', () => {
   it('fill-mask without the mask token → 400', () => expectError(system.infer(FILL_MASK, 'no mask here'), 400, 'validation', /\[MASK\]/));
   it('fill-mask list with one bad item names it', () =>
     expectError(system.infer(FILL_MASK, ['a [MASK] b', 'none']), 400, 'validation', /inputs\[1\].*\[MASK\]/));
+  it('fill-mask asking more than 1000 candidates (masks × top_k) → 400', () =>
+    expectError(
+      system.infer(FILL_MASK, 'a [MASK] b [MASK] c', { top_k: 501 }),
+      400,
+      'validation',
+      /2 mask tokens and top_k is 501: 1002 candidates, at most 1000/,
+    ));
+  it('an answer of more numbers than MAX_ANSWER_VALUES → 413, before the model runs', async () => {
+    // 6 and 7 tokens, specials included: 13 vectors of 384.
+    const inputs = ['a few words here', 'and a few words there'];
+    await expectError(
+      system.infer(EMBEDDER, inputs, { pooling: 'none' }),
+      413,
+      'payload_too_large',
+      /would hold 4992 numbers; at most 4000 .*MAX_ANSWER_VALUES.*pool/,
+    );
+    const pooled = await system.infer(EMBEDDER, inputs);
+    assert.equal(pooled.status, 200, JSON.stringify(pooled.body));
+  });
   it('too many list items → 413', () => expectError(system.infer(CLASSIFIER, Array(9).fill('x')), 413, 'payload_too_large', /9 inputs.*at most 8/));
   it('body over the size limit → 413', () => expectError(system.infer(CLASSIFIER, 'x'.repeat(30_000)), 413, 'payload_too_large', /larger than 20000 bytes/));
   it('text longer than the model with truncation off → 400', () =>

@@ -10,6 +10,7 @@ import { featureExtractionHead } from '../../apps/worker/src/tasks/feature-extra
 import { questionAnsweringHead } from '../../apps/worker/src/tasks/question-answering.ts';
 import { zeroShotClassificationHead } from '../../apps/worker/src/tasks/zero-shot-classification.ts';
 import { sentenceSimilarityHead } from '../../apps/worker/src/tasks/sentence-similarity.ts';
+import { topK } from '../../apps/worker/src/tasks/math.ts';
 
 /**
  * The task heads read hand-made logits here, with a WordPiece-like stand-in for the tokenizer: a
@@ -182,10 +183,23 @@ describe('fill-mask head', () => {
       (err: unknown) => err instanceof ApiError && err.type === 'validation',
     );
   });
+
+  it('gives at most 1000 candidates per input (masks x top_k), as top_k alone is capped for one mask', () => {
+    const masks = (n: number) => sequence('masks', Array<string>(n).fill('[MASK]'));
+    head.check!(masks(1), { top_k: 1000 });
+    head.check!(masks(200), {});
+    head.check!(masks(500), { top_k: 2 });
+    assert.throws(
+      () => head.check!(masks(500), { top_k: 3 }),
+      (err: unknown) =>
+        err instanceof ApiError && err.type === 'validation' && err.message.includes('500 mask tokens and top_k is 3: 1500 candidates, at most 1000'),
+    );
+    assert.throws(() => head.check!(masks(201), {}), /201 mask tokens and top_k is 5/);
+  });
 });
 
 describe('feature-extraction head', () => {
-  const head = featureExtractionHead();
+  const head = featureExtractionHead(model('feature-extraction', { hidden_size: 2 }));
   // Row 1 is the one read; its third position is padding (the sequence has two tokens) and must not count.
   const output = perToken([
     [
@@ -220,8 +234,15 @@ describe('feature-extraction head', () => {
     ]);
   });
 
+  it('counts the numbers a sequence puts in the answer: one vector, or one per token with pooling none; wide where the config names no width', () => {
+    assert.equal(head.answerValues!(encoded, {}), 2);
+    assert.equal(head.answerValues!(encoded, { pooling: 'none' }), 4);
+    assert.equal(featureExtractionHead(model('feature-extraction', { dim: 768 })).answerValues!(encoded, { pooling: 'none' }), 2 * 768);
+    assert.equal(featureExtractionHead(model('feature-extraction')).answerValues!(encoded, {}), 4096);
+  });
+
   it('scores sentence similarity as the cosine of normalized mean embeddings', () => {
-    const similarity = sentenceSimilarityHead();
+    const similarity = sentenceSimilarityHead(model('sentence-similarity', { hidden_size: 2 }));
     const vectors = [
       [1, 0],
       [0, 2],
@@ -342,5 +363,18 @@ describe('zero-shot-classification head', () => {
       () => noNli.encode!('x', { candidate_labels }, pairEngine()),
       (err: unknown) => err instanceof ApiError && err.type === 'validation',
     );
+  });
+});
+
+describe('topK', () => {
+  it('gives the indices of the k largest values, largest first and the first of equals first, as a full sort does', () => {
+    let seed = 11;
+    const random = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
+    for (const length of [1, 7, 1000, 30_522]) {
+      // Few distinct values, so that ties are many.
+      const values = Float32Array.from({ length }, () => Math.floor(random() * 50) / 7);
+      const sorted = Array.from({ length }, (_, i) => i).sort((a, b) => values[b] - values[a]);
+      for (const k of [1, 5, 100, 1000, length, length + 3]) assert.deepEqual(topK(values, k), sorted.slice(0, k), `length ${length}, k ${k}`);
+    }
   });
 });

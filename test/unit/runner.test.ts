@@ -11,7 +11,7 @@ import type { TaskHead } from '../../apps/worker/src/tasks/index.ts';
  * holding the word "poison", and a clock that advances by 10 ms per model call. The default head
  * answers a sequence with its text and row.
  */
-function harness(options: { abandoned?: string[]; head?: TaskHead; maxSize?: number; onEncode?: (text: string) => void } = {}) {
+function harness(options: { abandoned?: string[]; head?: TaskHead; maxSize?: number; onEncode?: (text: string) => void; maxAnswerValues?: number } = {}) {
   let now = 1_000_000;
   const calls: string[][] = [];
   const engine = {
@@ -41,6 +41,7 @@ function harness(options: { abandoned?: string[]; head?: TaskHead; maxSize?: num
     },
     (id) => (options.abandoned ?? []).includes(id),
     () => now,
+    options.maxAnswerValues,
   );
   const request = (id: string, inputs: string[], deadlineIn = 1000): QueuedRequest => ({
     id,
@@ -209,4 +210,51 @@ describe('BatchRunner', () => {
       );
     });
   }
+
+  it('post-processes a call row by row with the event loop running between, and drops a request whose time ran out meanwhile', async () => {
+    // Each row takes 60 ms of post-processing (fill-mask with hundreds of candidates) and 600 ms of the runner's clock.
+    let turns = 0;
+    const seenAt: number[] = [];
+    let advanceClock = (_ms: number) => {};
+    const head = {
+      decode: (_output: unknown, _row: number, encoded: Encoded) => {
+        seenAt.push(turns);
+        const until = performance.now() + 60;
+        while (performance.now() < until);
+        advanceClock(600);
+        return encoded.text;
+      },
+    } as unknown as TaskHead;
+    const { runner, finished, request, advance } = harness({ head });
+    advanceClock = advance;
+    const ticker = setInterval(() => turns++, 0);
+    let report;
+    try {
+      report = await runner.run(['one', 'two', 'three'].map((t) => request(t, [t])));
+    } finally {
+      clearInterval(ticker);
+    }
+    assert.ok(seenAt[1] > seenAt[0], `timers ran ${seenAt.join(', ')} times before each row`);
+    assert.ok(finished.get('one')!.ok && finished.get('two')!.ok);
+    assert.equal(errorType(finished.get('three')), 'timeout');
+    assert.equal(seenAt.length, 2, 'the expired row was not post-processed');
+    assert.equal(report.expired, 1);
+  });
+
+  it('refuses unrun a request whose answer would hold more than MAX_ANSWER_VALUES numbers, counted over all its inputs', async () => {
+    // Ten numbers per token, as token embeddings of width ten.
+    const head = {
+      answerValues: (encoded: Encoded) => encoded.ids.length * 10,
+      decode: (_o: unknown, _r: number, e: Encoded) => e.text,
+    } as unknown as TaskHead;
+    const { runner, finished, calls, request } = harness({ head, maxAnswerValues: 100 });
+    await runner.run([request('fits', ['a b c d e f g h i j']), request('over', ['a b c d e f', 'g h i j k'])]);
+    assert.ok(finished.get('fits')!.ok);
+    const over = finished.get('over')!;
+    assert.ok(
+      !over.ok && over.error.error_type === 'payload_too_large' && /110 numbers; at most 100 .*MAX_ANSWER_VALUES/.test(over.error.error),
+      JSON.stringify(over),
+    );
+    assert.deepEqual(calls.flat(), ['a b c d e f g h i j']);
+  });
 });

@@ -119,8 +119,14 @@ async function main(): Promise<void> {
   // Data flows one way: the consumer fetches jobs, the runner runs their requests, the sink settles the jobs.
   const cancelled = new Cancellations();
   const sink = new JobOutcomeSink(publisher, cancelled, { prefix: config.QUEUE_PREFIX, model: config.MODEL, token: workerId }, logger);
-  const runner = new BatchRunner(engine, headsFor(loaded), { maxSize: config.BATCH_MAX_SIZE, maxPaddedTokens: config.BATCH_MAX_TOKENS }, sink, (id) =>
-    cancelled.has(id),
+  const runner = new BatchRunner(
+    engine,
+    headsFor(loaded),
+    { maxSize: config.BATCH_MAX_SIZE, maxPaddedTokens: config.BATCH_MAX_TOKENS },
+    sink,
+    (id) => cancelled.has(id),
+    Date.now,
+    config.MAX_ANSWER_VALUES,
   );
   const source = new WorkSource(
     worker,

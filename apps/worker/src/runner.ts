@@ -50,8 +50,30 @@ interface Pending {
 
 type Result = { ok: true; value: unknown } | { ok: false; error: ApiError };
 
-/** Longest stretch of tokenizing before the thread lets its timers and I/O run. */
-const PREPARE_SLICE_MS = 50;
+/** Longest stretch of tokenizing or post-processing before the thread lets its timers and I/O run. */
+const SLICE_MS = 50;
+
+/**
+ * Gives the event loop a turn once SLICE_MS of synchronous work has run since the last. Tokenizing
+ * and post-processing are synchronous and some inputs take long (a megabyte of text to tokenize,
+ * about a second; hundreds of fill-mask candidates); a batch of them done in one go would starve
+ * the heartbeat and the lock renewals, and gateways and BullMQ would count this worker dead and
+ * send its work again.
+ */
+class LoopTurns {
+  private since = performance.now();
+
+  /** Whether any turn was given so far. */
+  given = false;
+
+  async take(): Promise<void> {
+    if (performance.now() - this.since < SLICE_MS) return;
+    // A timeout, not an immediate: an immediate's turn can come before the timers' phase.
+    await turnOfTheLoop(0);
+    this.since = performance.now();
+    this.given = true;
+  }
+}
 
 const firstLine = (message: string) =>
   message
@@ -73,6 +95,8 @@ export class BatchRunner {
     /** True for a request whose client has gone away. */
     private readonly isAbandoned: (requestId: string) => boolean = () => false,
     private readonly now: () => number = Date.now,
+    /** MAX_ANSWER_VALUES: numbers one request's answer may hold (see TaskHead.answerValues). */
+    private readonly maxAnswerValues = Number.POSITIVE_INFINITY,
   ) {}
 
   async run(requests: QueuedRequest[]): Promise<BatchReport> {
@@ -82,22 +106,13 @@ export class BatchRunner {
   /**
    * Tokenizes and checks a batch on this thread; the consumer does it while the model thread still
    * runs the previous batch. Expired, abandoned and invalid requests are finished here, unrun.
-   * Tokenizing is synchronous and long inputs take long (a megabyte of text, about a second): the
-   * thread gives the event loop a turn between inputs every PREPARE_SLICE_MS, or a batch of them
-   * would starve the heartbeat and the lock renewals, and gateways and BullMQ would count this
-   * worker dead and send its work again.
+   * The event loop gets its turns between inputs (LoopTurns).
    */
   async prepare(requests: QueuedRequest[]): Promise<PreparedBatch> {
     const batch: PreparedBatch = { sequences: [], report: { callSizes: [], expired: 0, abandoned: 0 } };
-    let sliceStart = performance.now();
-    const yieldIfDue = async () => {
-      if (performance.now() - sliceStart < PREPARE_SLICE_MS) return;
-      // A timeout, not an immediate: an immediate's turn can come before the timers' phase.
-      await turnOfTheLoop(0);
-      sliceStart = performance.now();
-    };
+    const turns = new LoopTurns();
     for (const request of requests) {
-      await yieldIfDue();
+      await turns.take();
       if (this.dropIfDead(request, batch.report)) continue;
       try {
         const pending: Pending = {
@@ -115,7 +130,7 @@ export class BatchRunner {
         if (pending.head.answer) {
           const outputs: unknown[] = [];
           for (const [i, input] of request.inputs.entries()) {
-            if (i > 0) await yieldIfDue();
+            if (i > 0) await turns.take();
             outputs.push(pending.head.answer(input, request.parameters, this.engine));
           }
           this.outcomes.record(request, {
@@ -129,9 +144,10 @@ export class BatchRunner {
         }
         const encoded: Encoded[][] = [];
         for (const [i, input] of request.inputs.entries()) {
-          if (i > 0) await yieldIfDue();
+          if (i > 0) await turns.take();
           encoded.push(this.prepareInput(input, i, request.inputs.length, pending));
         }
+        this.checkAnswerSize(pending, encoded);
         pending.parts = encoded.map((sequences) => new Array<unknown>(sequences.length));
         pending.remaining = encoded.reduce((n, sequences) => n + sequences.length, 0);
         pending.tokens = encoded.reduce((n, sequences) => n + sequences.reduce((m, e) => m + e.ids.length, 0), 0);
@@ -178,6 +194,22 @@ export class BatchRunner {
       if (pending.failed || pending.remaining === 0) continue;
       pending.failed = true;
       this.fail(pending.request, error);
+    }
+  }
+
+  /**
+   * Refuses, before the model runs, a request whose answer would be too large to build: a 170 KB
+   * request for 64 inputs' token vectors asked for 12.5 million numbers, which held its worker's
+   * main thread past its heartbeats for 45 s and took it to 5 GB.
+   */
+  private checkAnswerSize({ head, parameters }: Pending, encoded: Encoded[][]): void {
+    if (!head.answerValues) return;
+    const values = encoded.flat().reduce((n, e) => n + head.answerValues!(e, parameters), 0);
+    if (values > this.maxAnswerValues) {
+      throw new ApiError(
+        'payload_too_large',
+        `the answer would hold ${values} numbers; at most ${this.maxAnswerValues} are sent in one (MAX_ANSWER_VALUES): send fewer or shorter inputs${'pooling' in parameters && parameters.pooling === 'none' ? ', or pool each into one vector' : ''}`,
+      );
     }
   }
 
@@ -232,13 +264,25 @@ export class BatchRunner {
       const right = await this.runIsolated(chunk.slice(middle), report);
       return [...left, ...right];
     }
-    return chunk.map((seq, row): Result => {
-      try {
-        return { ok: true, value: seq.owner.pending.head.decode(output, row, seq.encoded, seq.owner.pending.parameters) };
-      } catch (err) {
-        return { ok: false, error: new ApiError('internal', `post-processing failed: ${firstLine(String(err))}`) };
+    const turns = new LoopTurns();
+    const results: Result[] = [];
+    for (const [row, { owner }] of chunk.entries()) {
+      await turns.take();
+      // Where the rows before it took long, they may have used up its time, or its client may
+      // have left meanwhile: its result would go to nobody (recordResult passes over a failed
+      // request's results).
+      if (owner.pending.failed || (turns.given && this.dropIfDead(owner.pending.request, report))) {
+        owner.pending.failed = true;
+        results.push({ ok: false, error: new ApiError('cancelled', 'not post-processed') });
+        continue;
       }
-    });
+      try {
+        results.push({ ok: true, value: owner.pending.head.decode(output, row, chunk[row].encoded, owner.pending.parameters) });
+      } catch (err) {
+        results.push({ ok: false, error: new ApiError('internal', `post-processing failed: ${firstLine(String(err))}`) });
+      }
+    }
+    return results;
   }
 
   private culpritError(encoded: Encoded, err: unknown): ApiError {

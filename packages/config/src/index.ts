@@ -78,6 +78,11 @@ const workerShape = {
   BATCH_MAX_SIZE: setting(z.coerce.number().int().min(1).optional(), 'most sequences in one model call', '32 cpu / 128 gpu'),
   BATCH_MAX_WAIT_MS: setting(z.coerce.number().min(0).default(2), 'the one deadline, after the first job, for gathering a batch'),
   BATCH_MAX_TOKENS: setting(z.coerce.number().int().min(1).optional(), 'most padded tokens (longest x count) in one model call', '16384 cpu / 65536 gpu'),
+  MAX_ANSWER_VALUES: int(
+    2_000_000,
+    1,
+    "most numbers one request's answer may hold, counted before the model runs (token embeddings, pooling none: tokens x hidden size); more is refused 413, since the worker and the gateway each hold the whole answer, as JSON, in memory",
+  ),
   JOB_LOCK_MS: int(5000, 500, "job lock; a dead worker's jobs return to the queue after it"),
   STALLED_INTERVAL_MS: int(5000, 100, 'how often workers look for jobs of dead workers'),
   WORKER_ID: optionalString('name in heartbeats and logs', 'host-pid'),

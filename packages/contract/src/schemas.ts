@@ -97,6 +97,12 @@ const common = {
   truncation: z.boolean().optional(),
 };
 
+/**
+ * Fill-mask candidates one input may ask for: masks x top_k. One mask takes top_k up to it; an input
+ * of hundreds of masks, each decoded top_k times, would hold its worker for minutes.
+ */
+export const FILL_MASK_MOST_CANDIDATES = 1000;
+
 /** Keep the last tokens instead of the first when cutting (TEI's truncation_direction); each text of a pair alike. */
 const truncationDirection = z.enum(['right', 'left']).optional();
 
@@ -112,7 +118,7 @@ export const parameterSchemas = {
   'fill-mask': z
     .object({
       ...common,
-      top_k: z.number().int().min(1).max(1000).optional(),
+      top_k: z.number().int().min(1).max(FILL_MASK_MOST_CANDIDATES).optional(),
     })
     .strict(),
   'token-classification': z

@@ -1,4 +1,5 @@
 import type { FeatureExtractionParameters } from '@tserve/contract';
+import type { LoadedModel } from '../model.js';
 import type { TaskHead } from './head.js';
 
 function normalized(vector: Float64Array): Float64Array {
@@ -9,10 +10,15 @@ function normalized(vector: Float64Array): Float64Array {
 }
 
 /** Sentence embeddings: mean pooling over real tokens and L2 normalisation, as sentence-transformers do. */
-export function featureExtractionHead(): TaskHead<FeatureExtractionParameters, string> {
+export function featureExtractionHead(loaded: LoadedModel): TaskHead<FeatureExtractionParameters, string> {
+  // The width of a token's vector, as the config names it; a config that names none is taken as wide.
+  const width = [loaded.config.hidden_size, loaded.config.dim, loaded.config.d_model].find((w): w is number => typeof w === 'number') ?? 4096;
   return {
     encode(input, parameters, engine) {
       return [engine.encode(input, { truncate: parameters.truncation ?? true, direction: parameters.truncation_direction })];
+    },
+    answerValues(encoded, parameters) {
+      return (parameters.pooling === 'none' ? encoded.ids.length : 1) * width;
     },
     decode(output, index, encoded, parameters) {
       const [, length, width] = output.dims;

@@ -1,4 +1,4 @@
-import { ApiError, softmax, type FillMaskParameters } from '@tserve/contract';
+import { ApiError, FILL_MASK_MOST_CANDIDATES, type FillMaskParameters } from '@tserve/contract';
 import type { LoadedModel } from '../model.js';
 import type { TaskHead } from './head.js';
 import { topK } from './math.js';
@@ -9,10 +9,16 @@ export function fillMaskHead(loaded: LoadedModel): TaskHead<FillMaskParameters, 
   const maskToken = tokenizer.mask_token ?? '[MASK]';
   const maskPositions = (ids: number[]) => ids.flatMap((id, i) => (id === maskId ? [i] : []));
   return {
-    check(encoded) {
+    check(encoded, parameters) {
       if (maskId === undefined || maskId === null) throw new ApiError('validation', 'this model has no mask token');
-      if (maskPositions(encoded.ids).length === 0) {
-        throw new ApiError('validation', `input must contain the mask token ${maskToken}: "${encoded.text.slice(0, 80)}"`);
+      const masks = maskPositions(encoded.ids).length;
+      if (masks === 0) throw new ApiError('validation', `input must contain the mask token ${maskToken}: "${encoded.text.slice(0, 80)}"`);
+      const topK = parameters.top_k ?? 5;
+      if (masks * topK > FILL_MASK_MOST_CANDIDATES) {
+        throw new ApiError(
+          'validation',
+          `input has ${masks} mask tokens and top_k is ${topK}: ${masks * topK} candidates, at most ${FILL_MASK_MOST_CANDIDATES} are given per input (mask tokens x top_k)`,
+        );
       }
     },
     decode(output, index, encoded, parameters) {
@@ -21,12 +27,18 @@ export function fillMaskHead(loaded: LoadedModel): TaskHead<FillMaskParameters, 
       const positions = maskPositions(encoded.ids);
       const perMask = positions.map((pos) => {
         const start = (index * length + pos) * vocab;
-        const probs = softmax(output.data.subarray(start, start + vocab));
-        return topK(probs, k).map((token) => {
+        const logits = output.data.subarray(start, start + vocab);
+        // The softmax of only the candidates: the same numbers as softmax(logits)[token], without
+        // a vocabulary-sized array per mask (an input may hold hundreds of masks).
+        let max = -Infinity;
+        for (let i = 0; i < logits.length; i++) if (logits[i] > max) max = logits[i];
+        let sum = 0;
+        for (let i = 0; i < logits.length; i++) sum += Math.exp(logits[i] - max);
+        return topK(logits, k).map((token) => {
           const filled = encoded.ids.slice();
           filled[pos] = token;
           return {
-            score: probs[token],
+            score: Math.exp(logits[token] - max) / sum,
             token,
             token_str: tokenizer.decode([token]),
             sequence: tokenizer.decode(filled, { skip_special_tokens: true }),

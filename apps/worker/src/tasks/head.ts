@@ -13,6 +13,8 @@ export interface TaskHead<P extends TaskParameters = TaskParameters, I extends T
   encode?(input: I, parameters: P, engine: Engine): Encoded[];
   /** Rejects a sequence before it is batched (throws ApiError), so a bad input never reaches the model. */
   check?(encoded: Encoded, parameters: P): void;
+  /** Numbers a sequence puts in its request's answer, where they can be many (token embeddings); the runner caps their sum per request (MAX_ANSWER_VALUES). */
+  answerValues?(encoded: Encoded, parameters: P): number;
   /** One sequence's row of a batched output. */
   decode(output: BatchOutput, row: number, encoded: Encoded, parameters: P): unknown;
   /** The answer for one input from its sequences' decoded rows, in encode's order; by default the only one. */

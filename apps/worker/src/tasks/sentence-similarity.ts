@@ -1,4 +1,5 @@
 import type { SentenceSimilarityInput, SentenceSimilarityParameters } from '@tserve/contract';
+import type { LoadedModel } from '../model.js';
 import type { TaskHead } from './head.js';
 import { featureExtractionHead } from './feature-extraction.js';
 
@@ -6,8 +7,8 @@ import { featureExtractionHead } from './feature-extraction.js';
  * Cosine similarity of each sentence to the source sentence, from the model's mean-pooled,
  * normalised embeddings; the source and each sentence are sequences of the same batch.
  */
-export function sentenceSimilarityHead(): TaskHead<SentenceSimilarityParameters, SentenceSimilarityInput> {
-  const embed = featureExtractionHead();
+export function sentenceSimilarityHead(loaded: LoadedModel): TaskHead<SentenceSimilarityParameters, SentenceSimilarityInput> {
+  const embed = featureExtractionHead(loaded);
   return {
     encode(input, parameters, engine) {
       const truncate = parameters.truncation ?? true;
