@@ -264,6 +264,7 @@ function pairEngine(): Engine & { pairs: Array<[string, string]> } {
   return {
     pairs,
     pieces: (text: string) => text.split(' ').filter(Boolean),
+    leadingPieces: (text: string, count: number) => text.split(' ').filter(Boolean).slice(0, count),
     build,
     specialTokens: (pair: boolean) => (pair ? 3 : 2),
     encodePair: (first: string, second: string): Encoded => {

@@ -120,6 +120,8 @@ describe('Engine: cut texts and pairs read in part give the sequences of texts r
         );
       }
     }
+    // A question's first tokens (question answering's max_question_len).
+    for (const text of Object.values(texts)) assert.deepEqual(parts.leadingPieces(text, 64), whole.pieces(text).slice(0, 64));
     const before = charsRead();
     parts.encode(texts.longer, true);
     assert.ok(charsRead() - before < texts.longer.length / 3, `read ${charsRead() - before} characters of ${texts.longer.length}`);

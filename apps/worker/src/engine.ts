@@ -135,6 +135,11 @@ export class Engine {
     };
   }
 
+  /** A text's first `count` tokens, tokenizing only as far as they take. */
+  leadingPieces(text: string, count: number): string[] {
+    return this.read(text, { keep: count, direction: 'right' }).tokens.slice(0, count);
+  }
+
   /** A text's tokens: whole, or where a cut will keep `keep` of them, as far as that takes (tokensForCut). */
   private read(text: string, cut: { keep: number; direction: 'right' | 'left' } | undefined): { tokens: string[]; whole: boolean } {
     if (!cut || !this.readsOnlyWhatACutKeeps) return { tokens: this.pieces(text), whole: true };

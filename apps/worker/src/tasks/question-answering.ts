@@ -62,7 +62,7 @@ export function questionAnsweringHead(loaded: LoadedModel): TaskHead<QuestionAns
   return {
     encode(input, parameters, engine) {
       const maxSeqLen = Math.min(parameters.max_seq_len ?? 384, loaded.maxLength);
-      const question = engine.pieces(input.question).slice(0, parameters.max_question_len ?? 64);
+      const question = engine.leadingPieces(input.question, parameters.max_question_len ?? 64);
       const context = engine.pieces(input.context);
       const size = maxSeqLen - question.length - engine.specialTokens(true);
       const stride = parameters.doc_stride ?? Math.min(Math.floor(maxSeqLen / 2), 128);
