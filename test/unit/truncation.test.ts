@@ -2,7 +2,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { AutoTokenizer } from '@huggingface/transformers';
-import { splitsAtWhitespace, tokensForCut } from '../../apps/worker/src/truncation.ts';
+import { splitsAtWhitespace, tokenBoundaries, tokensForCut } from '../../apps/worker/src/truncation.ts';
 import { Engine } from '../../apps/worker/src/engine.ts';
 import type { LoadedModel } from '../../apps/worker/src/model.ts';
 import type { ModelThread } from '../../apps/worker/src/model-thread.ts';
@@ -47,8 +47,9 @@ describe('tokensForCut (a long text read only as far as its cut)', () => {
 
   it("keeps exactly the whole text's tokens with a real WordPiece tokenizer, either way, whatever the whitespace", async () => {
     const tokenizer = await AutoTokenizer.from_pretrained(path.join(MODEL_DIR, CLASSIFIER));
-    const inner = (tokenizer as unknown as { _tokenizer: { encode_text(t: string): string[]; tokenizer: { pre_tokenizer: { type: string } } } })._tokenizer;
-    assert.ok(splitsAtWhitespace(inner.tokenizer.pre_tokenizer));
+    const inner = (tokenizer as unknown as { _tokenizer: { encode_text(t: string): string[]; tokenizer: Parameters<typeof tokenBoundaries>[0] } })._tokenizer;
+    const boundary = tokenBoundaries(inner.tokenizer)!;
+    assert.ok(boundary('中'.charCodeAt(0)), "BERT's normalizer spaces CJK ideographs");
     const pieces = (text: string) => inner.encode_text(text) ?? [];
     const samples = [
       'The café in Zürich serves naïve crème brûlée; isn\'t that "fine"?',
@@ -56,19 +57,37 @@ describe('tokensForCut (a long text read only as far as its cut)', () => {
       '中文字 mixed 和 English words 😀 emoji,',
       'multiple     spaces   and\n\n\nblank lines',
       'punctuation!!! (parentheses) [brackets] {braces} 3.14159 1,000,000',
+      '東京は日本の首都です。北京是中国的首都。',
     ];
     let seed = 7;
     const random = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
     const text = Array.from({ length: 4000 }, () => samples[Math.floor(random() * samples.length)]).join(random() < 0.5 ? ' ' : '\n');
-    const whole = pieces(text);
-    for (const keep of [30, 126, 510]) {
-      for (const direction of ['right', 'left'] as const) {
-        const cut = tokensForCut(text, keep, direction, pieces);
-        assert.equal(cut.whole, false);
-        assert.ok(cut.tokens.length < whole.length / 4);
-        assert.deepEqual(keptOf(cut.tokens, keep, direction), keptOf(whole, keep, direction), `${direction} ${keep}`);
+    // And Chinese and Japanese with no whitespace at all: cut before an ideograph.
+    const cjk = Array.from({ length: 3000 }, () => samples[samples.length - 1]).join('');
+    for (const long of [text, cjk]) {
+      const whole = pieces(long);
+      for (const keep of [30, 126, 510]) {
+        for (const direction of ['right', 'left'] as const) {
+          const cut = tokensForCut(long, keep, direction, pieces, boundary);
+          assert.equal(cut.whole, false);
+          assert.ok(cut.tokens.length < whole.length / 4);
+          assert.deepEqual(keptOf(cut.tokens, keep, direction), keptOf(whole, keep, direction), `${long.slice(0, 8)} ${direction} ${keep}`);
+        }
       }
     }
+  });
+});
+
+describe('tokenBoundaries (where a tokenizer always ends a token)', () => {
+  const space = ' '.charCodeAt(0);
+  const ideograph = '中'.charCodeAt(0);
+  it("is whitespace for a whitespace-splitting pre-tokenizer, CJK ideographs too under BERT's normalizer, and nothing known otherwise", () => {
+    const bert = tokenBoundaries({ pre_tokenizer: { type: 'BertPreTokenizer' }, normalizer: { type: 'BertNormalizer', handle_chinese_chars: true } })!;
+    assert.deepEqual([bert(space), bert(ideograph), bert('a'.charCodeAt(0)), bert('.'.charCodeAt(0))], [true, true, false, false]);
+    const plain = tokenBoundaries({ pre_tokenizer: { type: 'BertPreTokenizer' }, normalizer: { type: 'BertNormalizer', handle_chinese_chars: false } })!;
+    assert.deepEqual([plain(space), plain(ideograph)], [true, false]);
+    assert.equal(tokenBoundaries({ pre_tokenizer: { type: 'Split' } }), undefined);
+    assert.equal(tokenBoundaries(undefined), undefined);
   });
 });
 
@@ -106,6 +125,8 @@ describe('Engine: cut texts and pairs read in part give the sequences of texts r
     longer: words(2000, 'longer'),
     sameAsLong: words(1500, 'other'),
     noSpaces: '中文字'.repeat(1000),
+    // Nowhere to cut (no whitespace, no ideograph), many tokens: read whole.
+    noBoundary: 'a.'.repeat(4500),
   };
 
   it('single texts, either direction', async () => {
@@ -131,7 +152,7 @@ describe('Engine: cut texts and pairs read in part give the sequences of texts r
     const { parts, whole, charsRead } = await engines();
     for (const first of Object.values(texts)) {
       for (const second of Object.values(texts)) {
-        for (const strategy of ['longest_first', 'only_first', 'only_second', false] as const) {
+        for (const strategy of ['longest_first', 'only_first', 'only_second'] as const) {
           for (const direction of ['right', 'left'] as const) {
             const got = parts.encodePair(first, second, strategy, direction);
             const want = whole.encodePair(first, second, strategy, direction);
@@ -145,6 +166,9 @@ describe('Engine: cut texts and pairs read in part give the sequences of texts r
         }
       }
     }
+    // Not cut: both read whole.
+    for (const direction of ['right', 'left'] as const)
+      assert.deepEqual(parts.encodePair(texts.long, texts.longer, false, direction), whole.encodePair(texts.long, texts.longer, false, direction));
     // Zero-shot: one input, a hypothesis per label; the input, with no whitespace to cut at, read once.
     const before = charsRead();
     for (let label = 0; label < 20; label++) parts.encodePair(texts.noSpaces, `This example is label ${label}.`, 'only_first');

@@ -1,6 +1,6 @@
 import type { LoadedModel } from './model.js';
 import type { BatchOutput, ModelThread } from './model-thread.js';
-import { pairLengths, splitsAtWhitespace, tokensForCut, type PairTruncation } from './truncation.js';
+import { pairLengths, tokenBoundaries, tokensForCut, type PairTruncation, type TokenBoundary } from './truncation.js';
 
 export type { BatchOutput } from './model-thread.js';
 export type { PairTruncation } from './truncation.js';
@@ -30,7 +30,7 @@ interface InnerTokenizer {
   post_processor?: ((first: string[], second: string[] | null, addSpecial: boolean) => { tokens: string[]; token_type_ids?: number[] }) | null;
   added_tokens_map: Map<string, { id: number }>;
   /** tokenizer.json. */
-  tokenizer?: { pre_tokenizer?: Parameters<typeof splitsAtWhitespace>[0] };
+  tokenizer?: Parameters<typeof tokenBoundaries>[0];
   model: { tokens_to_ids: Map<string, number>; unk_token_id?: number; vocab?: string[] };
 }
 
@@ -48,8 +48,8 @@ export class Engine {
   private readonly inner: InnerTokenizer;
   /** Special tokens the template adds around one text, and around a pair. */
   private readonly specials: { single: number; pair: number };
-  /** Whether a long text that will be cut can be tokenized only as far as the cut (see tokensForCut). */
-  private readonly readsOnlyWhatACutKeeps: boolean;
+  /** Where a long text that will be cut may be cut, to tokenize only as far as the cut needs (see tokensForCut); undefined: read whole. */
+  private readonly cutBoundary: TokenBoundary | undefined;
   /** The first text of the last pair and its tokens, read once for all the pairs that share it. */
   private lastFirst?: { text: string; cut?: { direction: 'right' | 'left' }; read: { tokens: string[]; whole: boolean } };
 
@@ -60,7 +60,7 @@ export class Engine {
     this.padId = loaded.tokenizer.pad_token_id ?? 0;
     this.inner = (loaded.tokenizer as unknown as { _tokenizer: InnerTokenizer })._tokenizer;
     this.specials = { single: this.build([]).ids.length, pair: this.build([], []).ids.length };
-    this.readsOnlyWhatACutKeeps = splitsAtWhitespace(this.inner.tokenizer?.pre_tokenizer);
+    this.cutBoundary = tokenBoundaries(this.inner.tokenizer);
   }
 
   /** Tokens of a text without special tokens. */
@@ -142,8 +142,8 @@ export class Engine {
 
   /** A text's tokens: whole, or where a cut will keep `keep` of them, as far as that takes (tokensForCut). */
   private read(text: string, cut: { keep: number; direction: 'right' | 'left' } | undefined): { tokens: string[]; whole: boolean } {
-    if (!cut || !this.readsOnlyWhatACutKeeps) return { tokens: this.pieces(text), whole: true };
-    return tokensForCut(text, cut.keep, cut.direction, (part) => this.pieces(part));
+    if (!cut || !this.cutBoundary) return { tokens: this.pieces(text), whole: true };
+    return tokensForCut(text, cut.keep, cut.direction, (part) => this.pieces(part), this.cutBoundary);
   }
 
   async forward(batch: Encoded[]): Promise<BatchOutput> {

@@ -53,24 +53,44 @@ const FIRST_CHARS_PER_TOKEN = 8;
 const CUT_MARGIN = 16;
 
 const isSpace = (code: number) => code === 32 || code === 9 || code === 10 || code === 13;
+/** The CJK ideographs of the Basic Multilingual Plane, as BERT's normalizer knows them (the others are surrogate pairs, never cut). */
+const isCjkIdeograph = (code: number) => (code >= 0x4e00 && code <= 0x9fff) || (code >= 0x3400 && code <= 0x4dbf) || (code >= 0xf900 && code <= 0xfaff);
+
+/** A character before which a tokenizer always ends a token (a UTF-16 code unit). */
+export type TokenBoundary = (code: number) => boolean;
+
+/**
+ * Where a tokenizer, from its tokenizer.json, always ends a token: at whitespace where its
+ * pre-tokenizer `splitsAtWhitespace`, and also before each CJK ideograph where BERT's normalizer
+ * puts spaces around them (so Chinese or Japanese text without whitespace can still be cut);
+ * undefined where no such place is known.
+ */
+export function tokenBoundaries(
+  tokenizer: { pre_tokenizer?: Parameters<typeof splitsAtWhitespace>[0]; normalizer?: { type?: string; handle_chinese_chars?: boolean } | null } | undefined,
+): TokenBoundary | undefined {
+  if (!splitsAtWhitespace(tokenizer?.pre_tokenizer)) return undefined;
+  const spacesCjk = tokenizer?.normalizer?.type === 'BertNormalizer' && tokenizer.normalizer.handle_chinese_chars === true;
+  return spacesCjk ? (code) => isSpace(code) || isCjkIdeograph(code) : isSpace;
+}
 
 /**
  * The tokens a cut keeps from a long text (its first `keep`, or its last for a left cut),
  * tokenizing only as much of the text as that takes: tokenizing runs at about a microsecond a
  * character, and a megabyte of text cut to 512 tokens would be read whole for a few thousand
- * characters' worth. The part read ends (or, cut left, begins) where whitespace begins, which for a
- * tokenizer that `splitsAtWhitespace` is where a token ends, so the part's tokens are the whole
- * text's; it grows fourfold until it holds `keep` and a margin, or is half the text. Answers the
- * part's tokens (`whole` false: the text holds at least as many) or the whole text's.
+ * characters' worth. The part read ends (or, cut left, begins) at a `boundary`, where the tokenizer
+ * ends a token (see tokenBoundaries), so the part's tokens are the whole text's; it grows fourfold
+ * until it holds `keep` and a margin, or is half the text. Answers the part's tokens (`whole`
+ * false: the text holds at least as many) or the whole text's.
  */
 export function tokensForCut(
   text: string,
   keep: number,
   direction: 'right' | 'left',
   tokenize: (text: string) => string[],
+  boundary: TokenBoundary = isSpace,
 ): { tokens: string[]; whole: boolean } {
   for (let chars = keep * FIRST_CHARS_PER_TOKEN; chars * 2 < text.length; chars *= 4) {
-    const part = direction === 'right' ? headEndingAtSpace(text, chars) : tailStartingAtSpace(text, text.length - chars);
+    const part = direction === 'right' ? headEndingAtSpace(text, chars, boundary) : tailStartingAtSpace(text, text.length - chars, boundary);
     if (part === undefined) break;
     const tokens = tokenize(part);
     if (tokens.length >= keep + CUT_MARGIN) return { tokens, whole: false };
@@ -78,19 +98,19 @@ export function tokensForCut(
   return { tokens: tokenize(text), whole: true };
 }
 
-/** The text up to the first run of whitespace at or after `from`; undefined if there is none. */
-export function headEndingAtSpace(text: string, from: number): string | undefined {
+/** The text up to the first boundary (a run of whitespace, by default) at or after `from`; undefined if there is none. */
+export function headEndingAtSpace(text: string, from: number, boundary: TokenBoundary = isSpace): string | undefined {
   let i = from;
-  while (i < text.length && !isSpace(text.charCodeAt(i))) i++;
+  while (i < text.length && !boundary(text.charCodeAt(i))) i++;
   if (i === text.length) return undefined;
   while (i > 0 && isSpace(text.charCodeAt(i - 1))) i--;
   return text.slice(0, i);
 }
 
-/** The text from the start of the last run of whitespace at or before `from`; undefined if there is none. */
-function tailStartingAtSpace(text: string, from: number): string | undefined {
+/** The text from the last boundary (the start of its run of whitespace) at or before `from`; undefined if there is none. */
+function tailStartingAtSpace(text: string, from: number, boundary: TokenBoundary): string | undefined {
   let i = from;
-  while (i >= 0 && !isSpace(text.charCodeAt(i))) i--;
+  while (i >= 0 && !boundary(text.charCodeAt(i))) i--;
   if (i < 0) return undefined;
   while (i > 0 && isSpace(text.charCodeAt(i - 1))) i--;
   return text.slice(i);
