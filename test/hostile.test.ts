@@ -308,8 +308,9 @@ describe('a request of the longest inputs', () => {
   after(() => system.stop());
 
   it('is answered once, by the worker that took it, which stays live while it tokenizes', async () => {
-    // 64 inputs of 20,000 characters: about 2 s of tokenizing on a 2-core machine, each input tens of ms.
-    const inputs = Array.from({ length: 64 }, (_, i) => `${i} ${'中文字'.repeat(6_667)}`);
+    // 64 inputs of 40,000 characters with nowhere a cut could stop early (no whitespace, no CJK
+    // ideograph), so each is tokenized whole: about 2 s in all on a 2-core machine, tens of ms each.
+    const inputs = Array.from({ length: 64 }, (_, i) => `${'a.'.repeat(20_000)}${i}`);
     const res = await system.infer(MODEL, inputs);
     assert.equal(res.status, 200, JSON.stringify(res.body).slice(0, 300));
     assert.equal((res.body as unknown[]).length, 64);

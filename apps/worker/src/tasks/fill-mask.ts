@@ -13,11 +13,11 @@ export function fillMaskHead(loaded: LoadedModel): TaskHead<FillMaskParameters, 
       if (maskId === undefined || maskId === null) throw new ApiError('validation', 'this model has no mask token');
       const masks = maskPositions(encoded.ids).length;
       if (masks === 0) throw new ApiError('validation', `input must contain the mask token ${maskToken}: "${encoded.text.slice(0, 80)}"`);
-      const topK = parameters.top_k ?? 5;
-      if (masks * topK > FILL_MASK_MOST_CANDIDATES) {
+      const k = parameters.top_k ?? 5;
+      if (masks * k > FILL_MASK_MOST_CANDIDATES) {
         throw new ApiError(
           'validation',
-          `input has ${masks} mask tokens and top_k is ${topK}: ${masks * topK} candidates, at most ${FILL_MASK_MOST_CANDIDATES} are given per input (mask tokens x top_k)`,
+          `input has ${masks} mask tokens and top_k is ${k}: ${masks * k} candidates, at most ${FILL_MASK_MOST_CANDIDATES} are given per input (mask tokens x top_k)`,
         );
       }
     },
