@@ -77,10 +77,10 @@ export function tokenBoundaries(
  * The tokens a cut keeps from a long text (its first `keep`, or its last for a left cut),
  * tokenizing only as much of the text as that takes: tokenizing runs at about a microsecond a
  * character, and a megabyte of text cut to 512 tokens would be read whole for a few thousand
- * characters' worth. The part read ends (or, cut left, begins) at a `boundary`, where the tokenizer
- * ends a token (see tokenBoundaries), so the part's tokens are the whole text's; it grows fourfold
- * until it holds `keep` and a margin, or is half the text. Answers the part's tokens (`whole`
- * false: the text holds at least as many) or the whole text's.
+ * characters' worth. The parts read (`growingParts`) end, or cut left begin, at a `boundary`, where
+ * the tokenizer ends a token (see tokenBoundaries), so a part's tokens are the whole text's; the
+ * first that holds `keep` and a margin serves. Answers the part's tokens (`whole` false: the text
+ * holds at least as many) or the whole text's.
  */
 export function tokensForCut(
   text: string,
@@ -89,17 +89,29 @@ export function tokensForCut(
   tokenize: (text: string) => string[],
   boundary: TokenBoundary = isSpace,
 ): { tokens: string[]; whole: boolean } {
-  for (let chars = keep * FIRST_CHARS_PER_TOKEN; chars * 2 < text.length; chars *= 4) {
-    const part = direction === 'right' ? headEndingAtSpace(text, chars, boundary) : tailStartingAtSpace(text, text.length - chars, boundary);
-    if (part === undefined) break;
+  for (const part of growingParts(text, keep * FIRST_CHARS_PER_TOKEN, direction, boundary)) {
     const tokens = tokenize(part);
     if (tokens.length >= keep + CUT_MARGIN) return { tokens, whole: false };
   }
   return { tokens: tokenize(text), whole: true };
 }
 
-/** The text up to the first boundary (a run of whitespace, by default) at or after `from`; undefined if there is none. */
-export function headEndingAtSpace(text: string, from: number, boundary: TokenBoundary = isSpace): string | undefined {
+/**
+ * Ever larger parts of a long text, for work that needs only its start (or, `left`, its end): from
+ * `firstChars` characters, fourfold, while a part is under half the text, each ending (beginning)
+ * at the first `boundary` past that many characters (whitespace by default, taken from the start
+ * of its run). None when no boundary is left; a caller that no part serves reads the whole text.
+ */
+export function* growingParts(text: string, firstChars: number, direction: 'right' | 'left' = 'right', boundary: TokenBoundary = isSpace): Generator<string> {
+  for (let chars = firstChars; chars * 2 < text.length; chars *= 4) {
+    const part = direction === 'right' ? headEndingAt(text, chars, boundary) : tailStartingAt(text, text.length - chars, boundary);
+    if (part === undefined) return;
+    yield part;
+  }
+}
+
+/** The text up to the first boundary at or after `from`; undefined if there is none. */
+function headEndingAt(text: string, from: number, boundary: TokenBoundary): string | undefined {
   let i = from;
   while (i < text.length && !boundary(text.charCodeAt(i))) i++;
   if (i === text.length) return undefined;
@@ -107,8 +119,8 @@ export function headEndingAtSpace(text: string, from: number, boundary: TokenBou
   return text.slice(0, i);
 }
 
-/** The text from the last boundary (the start of its run of whitespace) at or before `from`; undefined if there is none. */
-function tailStartingAtSpace(text: string, from: number, boundary: TokenBoundary): string | undefined {
+/** The text from the last boundary at or before `from`; undefined if there is none. */
+function tailStartingAt(text: string, from: number, boundary: TokenBoundary): string | undefined {
   let i = from;
   while (i >= 0 && !boundary(text.charCodeAt(i))) i--;
   if (i < 0) return undefined;

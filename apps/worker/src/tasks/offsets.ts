@@ -6,7 +6,7 @@
  * pre-tokenizer; then the tokens are walked against the words: "##" pieces continue a word, and
  * [UNK] stands for a whole word. Offsets count Unicode code points, as the Python pipelines do.
  */
-import { headEndingAtSpace } from '../truncation.js';
+import { growingParts } from '../truncation.js';
 
 /** What alignment needs of a tokenizer (transformers.js keeps these on its inner tokenizer). */
 export interface TokenizerParts {
@@ -50,9 +50,7 @@ export interface Alignment {
  * begins, where no word goes on, and grows fourfold until every token finds its word in it.
  */
 export function alignWords(text: string, tokens: string[], parts: TokenizerParts): Alignment {
-  for (let chars = Math.max(1024, tokens.length * 16); chars * 2 < text.length; chars *= 4) {
-    const head = headEndingAtSpace(text, chars);
-    if (head === undefined) break;
+  for (const head of growingParts(text, Math.max(1024, tokens.length * 16))) {
     const alignment = alignWithin(head, tokens, parts);
     if (alignment.reachedEveryToken) return alignment;
   }
