@@ -9,17 +9,30 @@ export type ScoreFunction = (typeof SCORE_FUNCTIONS)[number];
 /** What a model applies when a request names no function. */
 export type DefaultScoreFunction = Exclude<ScoreFunction, 'none'>;
 
-export function softmax(values: ArrayLike<number>): Float64Array {
+/** The largest value and the sum of exp(value - largest): what a softmax divides by. Each exp goes into `out` when given. */
+function softmaxTerms(values: ArrayLike<number>, out?: Float64Array): { max: number; sum: number } {
   let max = -Infinity;
   for (let i = 0; i < values.length; i++) if (values[i] > max) max = values[i];
-  const out = new Float64Array(values.length);
   let sum = 0;
   for (let i = 0; i < values.length; i++) {
-    out[i] = Math.exp(values[i] - max);
-    sum += out[i];
+    const e = Math.exp(values[i] - max);
+    if (out) out[i] = e;
+    sum += e;
   }
+  return { max, sum };
+}
+
+export function softmax(values: ArrayLike<number>): Float64Array {
+  const out = new Float64Array(values.length);
+  const { sum } = softmaxTerms(values, out);
   for (let i = 0; i < out.length; i++) out[i] /= sum;
   return out;
+}
+
+/** The softmax of single entries, the same numbers as softmax(values)[index], without an array of them all (fill-mask reads a few of a vocabulary per mask). */
+export function softmaxOf(values: ArrayLike<number>): (index: number) => number {
+  const { max, sum } = softmaxTerms(values);
+  return (index) => Math.exp(values[index] - max) / sum;
 }
 
 function sigmoid(values: ArrayLike<number>): Float64Array {

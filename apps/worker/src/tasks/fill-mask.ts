@@ -1,4 +1,4 @@
-import { ApiError, FILL_MASK_MOST_CANDIDATES, type FillMaskParameters } from '@tserve/contract';
+import { ApiError, FILL_MASK_MOST_CANDIDATES, softmaxOf, type FillMaskParameters } from '@tserve/contract';
 import type { LoadedModel } from '../model.js';
 import type { TaskHead } from './head.js';
 import { topK } from './math.js';
@@ -28,17 +28,13 @@ export function fillMaskHead(loaded: LoadedModel): TaskHead<FillMaskParameters, 
       const perMask = positions.map((pos) => {
         const start = (index * length + pos) * vocab;
         const logits = output.data.subarray(start, start + vocab);
-        // The softmax of only the candidates: the same numbers as softmax(logits)[token], without
-        // a vocabulary-sized array per mask (an input may hold hundreds of masks).
-        let max = -Infinity;
-        for (let i = 0; i < logits.length; i++) if (logits[i] > max) max = logits[i];
-        let sum = 0;
-        for (let i = 0; i < logits.length; i++) sum += Math.exp(logits[i] - max);
+        // Only the candidates' probabilities: an input may hold hundreds of masks.
+        const probability = softmaxOf(logits);
         return topK(logits, k).map((token) => {
           const filled = encoded.ids.slice();
           filled[pos] = token;
           return {
-            score: Math.exp(logits[token] - max) / sum,
+            score: probability(token),
             token,
             token_str: tokenizer.decode([token]),
             sequence: tokenizer.decode(filled, { skip_special_tokens: true }),
