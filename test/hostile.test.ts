@@ -14,7 +14,10 @@ import net from 'node:net';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { metricValue, MODEL_DIR, Proc, ROOT, TestSystem, uniquePrefix, waitFor } from './helpers/system.ts';
-import { CLASSIFIER as MODEL } from './helpers/replicas.ts';
+import { CLASSIFIER as MODEL, EMBEDDER } from './helpers/replicas.ts';
+import { Redis } from 'ioredis';
+import { OUTCOME_MESSAGE_MAX_BYTES } from '@tserve/contract';
+import { queueNameFor } from '@tserve/queue';
 
 const HEADERS_TIMEOUT_MS = 1000;
 const REQUEST_TIMEOUT_MS = 2000;
@@ -317,5 +320,47 @@ describe('a request of the longest inputs', () => {
     assert.match(res.headers.get('x-warnings') ?? '', /truncated/);
     assert.equal(await system.metric('tserve_direct_requests_requeued_total'), 0, system.logs());
     assert.doesNotMatch(system.logs(), /sent again as a job|Missing lock/);
+  });
+});
+
+describe('an answer larger than Redis lets one pub/sub message be', () => {
+  // Redis closes a subscriber whose unread output passes 32 MB (client-output-buffer-limit pubsub):
+  // an answer published whole would cut off the gateway's results channel, and every request then
+  // waiting on it, until the fallback read a poll period later. Here that period is longer than
+  // the deadline, so only an answer that comes by the results channel arrives in time.
+  const system = new TestSystem(uniquePrefix('large-answer'));
+
+  before(async () => {
+    await system.startGateway({ RESULT_POLL_MS: 600_000, REQUEST_TIMEOUT_MS: 30_000 });
+    system.startWorker({ model: EMBEDDER });
+    await system.waitForWorkers(EMBEDDER);
+  });
+  after(() => system.stop());
+
+  // Ten inputs of 512 tokens with a vector per token: 1,966,080 numbers (MAX_ANSWER_VALUES is
+  // 2,000,000), about 38 MB of JSON.
+  const inputs = Array.from({ length: 10 }, (_, i) => `${'word '.repeat(600)}${i}`);
+  for (const priority of ['interactive', 'batch']) {
+    it(`reaches its ${priority}-class client without losing the results channel`, async () => {
+      const res = await system.post(`/models/${EMBEDDER}`, { inputs, parameters: { pooling: 'none' } }, { 'x-priority': priority });
+      assert.equal(res.status, 200, JSON.stringify(res.body).slice(0, 300));
+      const answer = res.body as number[][][];
+      assert.equal(answer.length, 10);
+      assert.deepEqual([answer[0].length, answer[0][0].length], [512, 384]);
+      assert.doesNotMatch(system.logs(), /unreadable result message/);
+    });
+  }
+
+  it("keeps the batch-class job's outcome out of the queue's event stream, which would hold a hundred of them", async () => {
+    const redis = new Redis(system.redisUrl);
+    try {
+      const events = await redis.xrange(`${system.prefix}:${queueNameFor(EMBEDDER)}:events`, '-', '+');
+      const completed = events.map(([, fields]) => fields).filter((fields) => fields[1] === 'completed');
+      assert.equal(completed.length, 1);
+      assert.ok(Math.max(...completed[0].map((field) => field.length)) < OUTCOME_MESSAGE_MAX_BYTES);
+      assert.match(completed[0].join(' '), /"recorded"/);
+    } finally {
+      redis.disconnect();
+    }
   });
 });

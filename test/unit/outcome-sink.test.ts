@@ -3,7 +3,15 @@ import assert from 'node:assert/strict';
 import type { Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import type { InferenceJobData, JobOutcome, JobsTaken, QueuedRequest, RequestOutcome } from '@tserve/contract';
+import {
+  OUTCOME_MESSAGE_MAX_BYTES,
+  type InferenceJobData,
+  type JobOutcome,
+  type JobRecorded,
+  type JobsTaken,
+  type QueuedRequest,
+  type RequestOutcome,
+} from '@tserve/contract';
 import { JobOutcomeSink } from '../../apps/worker/src/outcome-sink.ts';
 import { workOfDirect, workOfJob } from '../../apps/worker/src/work.ts';
 import { Cancellations } from '../../apps/worker/src/cancellations.ts';
@@ -17,12 +25,18 @@ function harness() {
   const taken: Array<{ channel: string; message: JobsTaken }> = [];
   const completed: Array<{ job: string; token: string }> = [];
   const stored: Array<{ key: string; outcome: JobOutcome; px: string; ms: number }> = [];
+  /** Every write, in the order made: a gateway told to read must find what it reads. */
+  const steps: string[] = [];
   const publisher = {
-    set: async (key: string, value: string, px: string, ms: number) => void stored.push({ key, outcome: JSON.parse(value) as JobOutcome, px, ms }),
+    set: async (key: string, value: string, px: string, ms: number) => {
+      steps.push(`set ${key}`);
+      stored.push({ key, outcome: JSON.parse(value) as JobOutcome, px, ms });
+    },
     publish: async (channel: string, message: string) => {
-      const parsed = JSON.parse(message) as JobOutcome | JobsTaken;
+      const parsed = JSON.parse(message) as JobOutcome | JobsTaken | JobRecorded;
+      steps.push(`publish ${'taken' in parsed ? 'taken' : 'recorded' in parsed ? 'recorded' : 'outcome'} to ${channel}`);
       if ('taken' in parsed) taken.push({ channel, message: parsed });
-      else published.push({ channel, outcome: parsed });
+      else if ('outcomes' in parsed) published.push({ channel, outcome: parsed });
       return 1;
     },
   };
@@ -31,13 +45,16 @@ function harness() {
       id,
       opts: {},
       // j3 comes from j1's gateway; j4 from a gateway too old to ask to be told.
-      data: { requests: requests.map(request), replyTo: id === 'j3' ? 'reply:j1' : `reply:${id}`, tellTaken: id !== 'j4' },
-      moveToCompleted: async (_result: JobOutcome, token: string) => void completed.push({ job: id, token }),
+      data: { requests: requests.map(request), replyTo: id === 'j3' ? 'reply:j1' : `reply:${id}`, tellTaken: id !== 'j4', keepMs: 15_000 },
+      moveToCompleted: async (result: JobOutcome | JobRecorded, token: string) => {
+        steps.push(`complete ${id} ${'recorded' in result ? 'as recorded' : 'with the outcome'}`);
+        completed.push({ job: id, token });
+      },
     } as unknown as Job<InferenceJobData>);
   const silent = { debug() {}, warn() {} } as unknown as Logger;
   const cancellations = new Cancellations();
   const sink = new JobOutcomeSink(publisher as unknown as Redis, cancellations, { prefix: 'p', model: 'm', token: 'worker-1' }, silent);
-  return { sink, job, published, completed, stored, taken, cancellations };
+  return { sink, job, published, completed, stored, taken, cancellations, steps };
 }
 
 describe('JobOutcomeSink', () => {
@@ -81,6 +98,37 @@ describe('JobOutcomeSink', () => {
     assert.deepEqual(published, [{ channel: 'reply:g', outcome }]);
     assert.deepEqual(stored, [{ key: 'p:direct-state:d', outcome, px: 'PX', ms: 12_000 }]);
     assert.deepEqual(completed, [], 'no BullMQ job to complete');
+  });
+
+  it('records an outcome too large for one message first, then tells the gateway where it is; a job’s in a key of its own', async () => {
+    const { sink, job, stored, steps } = harness();
+    const large = (id: string): RequestOutcome => ({
+      id,
+      ok: true,
+      outputs: ['x'.repeat(OUTCOME_MESSAGE_MAX_BYTES)],
+      warnings: [],
+      timing: { queue_ms: 0, inference_ms: 0, batch_size: 1 },
+    });
+    sink.hold([job('j1', ['a']), workOfDirect({ request: request('d'), replyTo: 'reply:g', keepMs: 12_000 })]);
+    sink.record(request('a'), large('a'));
+    await sink.drain();
+    sink.record(request('d'), large('d'));
+    await sink.drain();
+    assert.deepEqual(steps, [
+      'set p:job-outcome:j1',
+      'complete j1 as recorded',
+      'publish recorded to reply:j1',
+      'set p:direct-state:d',
+      'publish recorded to reply:g',
+    ]);
+    assert.deepEqual(
+      stored.map(({ key, outcome, ms }) => ({ key, job: outcome.job, ms })),
+      [
+        { key: 'p:job-outcome:j1', job: 'j1', ms: 15_000 },
+        { key: 'p:direct-state:d', job: 'd', ms: 12_000 },
+      ],
+      'kept as long as its gateway keeps looking',
+    );
   });
 
   it("forgets a request's cancellation once it is answered", () => {

@@ -3,9 +3,9 @@ import assert from 'node:assert/strict';
 import { EventEmitter } from 'node:events';
 import type { Redis } from 'ioredis';
 import pino from 'pino';
-import type { JobOutcome, JobsTaken } from '@tserve/contract';
+import type { JobOutcome, JobRecorded, JobsTaken, QueuedRequest } from '@tserve/contract';
 import { ResultWaiters } from '../../apps/gateway/src/result-waiters.ts';
-import type { DirectRequests } from '../../apps/gateway/src/direct-requests.ts';
+import type { DirectFate, DirectRequests, DirectTicket } from '../../apps/gateway/src/direct-requests.ts';
 
 const CHANNEL = 'results:gw-1';
 
@@ -13,12 +13,15 @@ const CHANNEL = 'results:gw-1';
 class Subscriber extends EventEmitter {
   async subscribe(): Promise<void> {}
   async unsubscribe(): Promise<void> {}
-  say(message: JobOutcome | JobsTaken): void {
+  say(message: JobOutcome | JobsTaken | JobRecorded): void {
     this.emit('message', CHANNEL, JSON.stringify(message));
   }
 }
 
-async function harness(t: { after: (fn: () => Promise<void>) => void }) {
+async function harness(
+  t: { after: (fn: () => Promise<void>) => void },
+  fate: (ticket: DirectTicket) => Promise<DirectFate> = () => Promise.reject(new Error('not here')),
+) {
   const subscriber = new Subscriber();
   const taken: string[][] = [];
   const waiters = new ResultWaiters(
@@ -28,7 +31,8 @@ async function harness(t: { after: (fn: () => Promise<void>) => void }) {
     pino({ level: 'silent' }),
     () => {},
     (ids) => taken.push(ids),
-    { requests: {} as DirectRequests, requeue: () => Promise.reject(new Error('not here')), onRequeued: () => {} },
+    { requests: { fate } as DirectRequests, requeue: () => Promise.reject(new Error('not here')), onRequeued: () => {} },
+    () => Promise.reject(new Error('not here')),
   );
   await waiters.start();
   t.after(() => waiters.stop());
@@ -55,5 +59,32 @@ describe('result waiters', () => {
       [['r1'], ['r2']],
     );
     assert.equal(waiters.pending, 0);
+  });
+
+  it('reads a direct entry’s outcomes where they were recorded when told they were too large to publish', async (t) => {
+    const outcome: JobOutcome = { job: 'r1', model: 'm', outcomes: [answer('r1'), answer('r2')] };
+    const read: string[] = [];
+    const { subscriber, waiters, taken } = await harness(t, async (ticket) => {
+      read.push(ticket.id);
+      return { outcome };
+    });
+    const deadline = Date.now() + 60_000;
+    const answers = [waiters.wait('r1', deadline), waiters.wait('r2', deadline)];
+    const ticket: DirectTicket = { model: 'm', id: 'r1', requests: [{ id: 'r1' }, { id: 'r2' }] as QueuedRequest[], member: '', unaccounted: 0 };
+    waiters.bindDirect('r1', ticket);
+    waiters.bindDirect('r2', ticket);
+    subscriber.say({ recorded: 'r1', model: 'm', requests: ['r1', 'r2'] });
+    assert.deepEqual(
+      (await Promise.all(answers)).map((o) => o.ok && o.outputs),
+      [['r1'], ['r2']],
+    );
+    assert.deepEqual(read, ['r1'], 'read once, not once per request');
+    assert.deepEqual(taken, [['r1']]);
+  });
+
+  it('counts a recorded job as taken when none of its requests waits any more', async (t) => {
+    const { subscriber, taken } = await harness(t);
+    subscriber.say({ recorded: 'r1', model: 'm', requests: ['r1'] });
+    assert.deepEqual(taken, [['r1']]);
   });
 });

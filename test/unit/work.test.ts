@@ -1,7 +1,9 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import type { QueuedRequest } from '@tserve/contract';
-import { workOfDirect } from '../../apps/worker/src/work.ts';
+import type { Job } from 'bullmq';
+import type { InferenceJobData, QueuedRequest } from '@tserve/contract';
+import { outcomesKeptMs } from '@tserve/queue';
+import { workOfDirect, workOfJob } from '../../apps/worker/src/work.ts';
 
 const request = (id: string): QueuedRequest => ({ id, inputs: ['a text'], parameters: {}, deadline: 2_000_000_000_000, enqueuedAt: 1 });
 
@@ -27,5 +29,15 @@ describe('workOfDirect', () => {
       { id: work.id, requests: work.requests.map((r) => r.id), keepMs: work.keepMs, tellTaken: work.tellTaken },
       { id: 'x', requests: ['x'], keepMs: 5000, tellTaken: true },
     );
+  });
+});
+
+describe('workOfJob', () => {
+  const job = (data: Partial<InferenceJobData>) =>
+    workOfJob({ id: 'j', opts: {}, data: { requests: [request('a')], replyTo: 'gw', ...data } } as unknown as Job<InferenceJobData>);
+
+  it('keeps outcomes recorded apart from the job as long as its gateway says; an older gateway’s for its default poll’s period', () => {
+    assert.equal(job({ keepMs: 25_000 }).keepMs, 25_000);
+    assert.equal(job({}).keepMs, outcomesKeptMs(1000));
   });
 });

@@ -90,6 +90,7 @@ async function main(): Promise<void> {
       },
       onRequeued: metrics.directRequeued,
     },
+    (jobId) => redis.get(keys.jobOutcome(config.QUEUE_PREFIX, jobId)),
   );
   const coalescer = new EnqueueCoalescer<DirectTicket[] | undefined>(
     (model, priority, jobs) =>

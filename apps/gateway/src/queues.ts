@@ -1,7 +1,7 @@
 import { Queue, type JobsOptions } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { InferenceJobData, Priority } from '@tserve/contract';
-import { EVENTS_KEPT, JOB_NAME, QUEUE_STREAMS, jobOptions, queueNameFor } from '@tserve/queue';
+import { EVENTS_KEPT, JOB_NAME, QUEUE_STREAMS, jobOptions, outcomesKeptMs, queueNameFor } from '@tserve/queue';
 import type { CoalescedJob } from './coalescer.js';
 
 /** BullMQ's priority for batch-class jobs; interactive ones carry none (0), which BullMQ serves first. */
@@ -11,6 +11,7 @@ const BATCH_JOB_PRIORITY = 1;
 export class QueueSet {
   private readonly queues = new Map<string, Queue>();
   private readonly jobOptions: JobsOptions;
+  private readonly keepMs: number;
 
   constructor(
     private readonly connection: Redis,
@@ -19,6 +20,7 @@ export class QueueSet {
     resultPollMs: number,
   ) {
     this.jobOptions = jobOptions(resultPollMs);
+    this.keepMs = outcomesKeptMs(resultPollMs);
     // A Queue writes its events cap into Redis once, when created; a Redis that restarted empty has
     // lost it, and BullMQ's scripts would put back their default of 10,000 (see EVENTS_KEPT).
     connection.on('ready', () => {
@@ -53,7 +55,7 @@ export class QueueSet {
     const opts = (id: string) => (priority === 'batch' ? { jobId: id, priority: BATCH_JOB_PRIORITY } : { jobId: id });
     const entries = jobs.map((job) => ({
       name: JOB_NAME,
-      data: { requests: job.requests, replyTo, tellTaken: job.tellTaken } satisfies InferenceJobData,
+      data: { requests: job.requests, replyTo, tellTaken: job.tellTaken, keepMs: this.keepMs } satisfies InferenceJobData,
       opts: opts(job.id),
     }));
     if (entries.length === 1) await queue.add(entries[0].name, entries[0].data, entries[0].opts);

@@ -1,7 +1,7 @@
 import { Job, type Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { ApiError, decodeJobFailure, type JobOutcome, type JobsTaken, type QueuedRequest, type RequestOutcome } from '@tserve/contract';
+import { ApiError, decodeJobFailure, type JobOutcome, type JobRecorded, type JobsTaken, type QueuedRequest, type RequestOutcome } from '@tserve/contract';
 import type { DirectRequests, DirectTicket } from './direct-requests.js';
 
 /** A BullMQ job that carries a request. */
@@ -28,7 +28,8 @@ interface Waiter {
  *
  * Workers publish one message per job on this gateway instance's own channel, holding the outcome
  * of every request in the job (no shared event stream to scan, nothing to trim); on the same
- * channel they say which of its jobs they took from the queue, for the coalescer. Pub/sub is
+ * channel they say which of its jobs they took from the queue, for the coalescer, and which jobs'
+ * outcomes were too large for a message, to be read where they are recorded. Pub/sub is
  * fire-and-forget, so a message sent while the subscriber was reconnecting would be lost: requests
  * that wait longer than one poll period also read their job's stored return value.
  */
@@ -48,6 +49,8 @@ export class ResultWaiters {
     private readonly onTaken: (jobIds: string[]) => void,
     /** Where direct entries are looked up, and how one nobody holds is sent again. */
     private readonly direct: { requests: DirectRequests; requeue: Requeue; onRequeued: (model: string, requests: number) => void },
+    /** A job's outcome recorded apart from it (JobRecorded): JobOutcome JSON, null once it expired. */
+    private readonly recordedOutcome: (jobId: string) => Promise<string | null>,
   ) {}
 
   async start(): Promise<void> {
@@ -117,16 +120,26 @@ export class ResultWaiters {
   private onMessage(message: string): void {
     // Either shape of message a worker sends; one of another version's shape is skipped, not thrown
     // inside the subscriber's event handler.
-    let parsed: Partial<JobOutcome & JobsTaken> | null;
+    let parsed: Partial<JobOutcome & JobsTaken & JobRecorded> | null;
     try {
-      parsed = JSON.parse(message) as Partial<JobOutcome & JobsTaken> | null;
+      parsed = JSON.parse(message) as Partial<JobOutcome & JobsTaken & JobRecorded> | null;
     } catch (err) {
       this.logger.warn({ err: String(err) }, 'unreadable result message');
       return;
     }
     if (Array.isArray(parsed?.taken)) this.onTaken(parsed.taken);
     else if (Array.isArray(parsed?.outcomes)) this.deliverJob(parsed.job, parsed.model ?? '', parsed.outcomes);
+    else if (typeof parsed?.recorded === 'string' && Array.isArray(parsed.requests)) void this.readRecorded(parsed.recorded, parsed.requests);
     else this.logger.warn('unreadable result message');
+  }
+
+  /** Reads a job's outcomes, too large to be published, where the worker recorded them (JobRecorded). */
+  private async readRecorded(jobId: string, requestIds: string[]): Promise<void> {
+    const waiter = requestIds.map((id) => this.waiters.get(id)).find((w) => w?.job?.id === jobId || w?.direct?.id === jobId);
+    // Its clients were answered or left; or, never seen, none is bound to where it went yet, and the poll reads it.
+    if (!waiter) this.onTaken([jobId]);
+    else if (waiter.job) await this.readJob(waiter.job.queue, jobId);
+    else if (waiter.direct) await this.readDirect(waiter.direct);
   }
 
   /**
@@ -193,9 +206,14 @@ export class ResultWaiters {
     try {
       const job = await Job.fromId(queue, jobId);
       if (!job?.finishedOn) return;
-      const model = (job.returnvalue as JobOutcome | null)?.model ?? queue.name;
-      if (job.returnvalue) {
-        this.deliverJob(jobId, model, (job.returnvalue as JobOutcome).outcomes);
+      const value = job.returnvalue as JobOutcome | JobRecorded | null;
+      const model = value?.model ?? queue.name;
+      if (value && 'recorded' in value) {
+        const recorded = await this.recordedOutcome(jobId);
+        // Gone only once the job is too: its requests wait until their deadline.
+        if (recorded !== null) this.deliverJob(jobId, model, (JSON.parse(recorded) as JobOutcome).outcomes);
+      } else if (value) {
+        this.deliverJob(jobId, model, value.outcomes);
       } else if (job.failedReason) {
         const error = decodeJobFailure(job.failedReason);
         const requests = (job.data as { requests?: Array<{ id: string }> }).requests ?? [];

@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import type { JobOutcome, JobsTaken, QueuedRequest, RequestOutcome } from '@tserve/contract';
+import { OUTCOME_MESSAGE_MAX_BYTES, type JobOutcome, type JobRecorded, type JobsTaken, type QueuedRequest, type RequestOutcome } from '@tserve/contract';
 import { keys } from '@tserve/queue';
 import type { Cancellations } from './cancellations.js';
 import type { BatchReport, OutcomeSink } from './runner.js';
@@ -24,7 +24,8 @@ export interface JobOutcomeSinkOptions {
  * Where the outcomes of the work this worker holds go. They are gathered by job; a job is settled
  * once all its requests have outcomes: published to the gateway waiting for it (clients are
  * waiting) and recorded for the gateway's fallback read, both in one round trip: as the BullMQ
- * job's return value, or in a direct entry's state key.
+ * job's return value, or in a direct entry's state key. Outcomes too large for one message are
+ * recorded first, and the gateway is then told to read them (JobRecorded).
  */
 export class JobOutcomeSink implements OutcomeSink {
   /** Held jobs by job id, and the job of each of their requests. */
@@ -101,19 +102,43 @@ export class JobOutcomeSink implements OutcomeSink {
     await Promise.allSettled(this.settling);
   }
 
+  /** Publishes a job's outcome to its gateway and records it for the fallback read, in one round trip. */
+  private publishAndRecord(work: Work, result: JobOutcome, message: string): Promise<Array<PromiseSettledResult<unknown>>> {
+    return Promise.allSettled([
+      this.publisher.publish(work.replyTo, message),
+      work.job
+        ? work.job.moveToCompleted(result, this.options.token, false)
+        : this.publisher.set(keys.directState(this.options.prefix, work.id), message, 'PX', work.keepMs),
+    ]);
+  }
+
+  /**
+   * Records an outcome too large to publish, then tells the gateway to read it (JobRecorded), step by
+   * step so that what it is told of is there: a job's in a key of its own, with the job completed
+   * as recorded.
+   */
+  private async recordThenTell(work: Work, message: string): Promise<Array<PromiseSettledResult<unknown>>> {
+    const { prefix, model, token } = this.options;
+    const recorded: JobRecorded = { recorded: work.id, model, requests: work.requests.map((r) => r.id) };
+    const { job } = work;
+    const steps: Array<() => Promise<unknown>> = job
+      ? [() => this.publisher.set(keys.jobOutcome(prefix, work.id), message, 'PX', work.keepMs), () => job.moveToCompleted(recorded, token, false)]
+      : [() => this.publisher.set(keys.directState(prefix, work.id), message, 'PX', work.keepMs)];
+    steps.push(() => this.publisher.publish(work.replyTo, JSON.stringify(recorded)));
+    const settled: Array<PromiseSettledResult<unknown>> = [];
+    for (const step of steps) settled.push(...(await Promise.allSettled([step()])));
+    return settled;
+  }
+
   private settle(held: HeldJob): void {
     const { work } = held;
     this.held.delete(work.id);
     const result: JobOutcome = { job: work.id, model: this.options.model, outcomes: held.outcomes as RequestOutcome[] };
     const message = JSON.stringify(result);
     const settling = (async () => {
-      const [published, recorded] = await Promise.allSettled([
-        this.publisher.publish(work.replyTo, message),
-        work.job
-          ? work.job.moveToCompleted(result, this.options.token, false)
-          : this.publisher.set(keys.directState(this.options.prefix, work.id), message, 'PX', work.keepMs),
-      ]);
-      for (const r of [published, recorded]) {
+      const settled =
+        Buffer.byteLength(message) <= OUTCOME_MESSAGE_MAX_BYTES ? await this.publishAndRecord(work, result, message) : await this.recordThenTell(work, message);
+      for (const r of settled) {
         if (r.status === 'rejected') this.logger.warn({ jobId: work.id, err: String(r.reason) }, 'settling job failed');
       }
       // Failures get their type only: messages may quote the user's input.

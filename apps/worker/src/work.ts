@@ -1,4 +1,5 @@
 import type { Job } from 'bullmq';
+import { outcomesKeptMs } from '@tserve/queue';
 import { sequenceCount, type DirectEntry, type InferenceJobData, type LoneDirectEntry, type QueuedRequest } from '@tserve/contract';
 
 /** A unit of work the consumer fetched: a BullMQ job or a direct entry, each of one or more requests. */
@@ -7,12 +8,9 @@ export type Work = WorkCommon &
     | {
         /** The BullMQ job, whose lock is renewed and which is completed with the outcomes. */
         job: Job<InferenceJobData>;
-        keepMs?: undefined;
       }
     | {
         job?: undefined;
-        /** How long the direct entry's outcomes are kept for the gateway's fallback read (ms). */
-        keepMs: number;
       }
   );
 
@@ -26,6 +24,8 @@ interface WorkCommon {
   tellTaken: boolean;
   /** Batch-class work, which interactive work may overtake. */
   bulk: boolean;
+  /** How long its outcomes are kept for the gateway's fallback read where the worker records them (ms). */
+  keepMs: number;
 }
 
 export function workOfJob(job: Job<InferenceJobData>): Work {
@@ -35,12 +35,14 @@ export function workOfJob(job: Job<InferenceJobData>): Work {
     replyTo: job.data.replyTo,
     tellTaken: job.data.tellTaken === true,
     bulk: (job.opts.priority ?? 0) > 0,
+    // Older gateways do not say: their default poll period's.
+    keepMs: job.data.keepMs ?? outcomesKeptMs(1000),
     job,
   };
 }
 
 /** The work of a direct entry: no BullMQ job, and how long its outcomes are kept. */
-export type DirectWork = Extract<Work, { keepMs: number }>;
+export type DirectWork = Extract<Work, { job?: undefined }>;
 
 /** Gateways send only interactive requests directly; the lone form's gateways always wanted to hear that an entry was taken. */
 export function workOfDirect(entry: DirectEntry | LoneDirectEntry): DirectWork {

@@ -46,6 +46,8 @@ export interface InferenceJobData {
   replyTo: string;
   /** The gateway holds requests back until told this job was taken (`JobsTaken`); it asks only with other requests outstanding, older gateways never. */
   tellTaken?: boolean;
+  /** How long outcomes recorded apart from the job (JobRecorded) are kept (ms): as long as BullMQ keeps the completed job. */
+  keepMs?: number;
 }
 
 export interface JobTiming {
@@ -77,6 +79,27 @@ export interface JobOutcome {
   job: string;
   model: string;
   outcomes: RequestOutcome[];
+}
+
+/**
+ * The most bytes of a JobOutcome a worker publishes. Redis closes a subscriber whose unread output
+ * passes 32 MB (its default client-output-buffer-limit for pub/sub), and with it every message on
+ * its way to that gateway, whose requests then wait for the fallback read; one answer of
+ * MAX_ANSWER_VALUES numbers is about 40 MB of JSON.
+ */
+export const OUTCOME_MESSAGE_MAX_BYTES = 1_048_576;
+
+/**
+ * What a worker publishes instead of a JobOutcome over OUTCOME_MESSAGE_MAX_BYTES, once it is
+ * recorded, and what a BullMQ job then returns: the gateway reads the outcome at once where it is
+ * recorded, a direct entry's state key or the job's own key (`keys.jobOutcome`; as the return
+ * value, BullMQ would copy it into the queue's event stream, which keeps a hundred events whatever
+ * their size). `requests` are the job's request ids, by which the gateway finds where it sent them.
+ */
+export interface JobRecorded {
+  recorded: string;
+  model: string;
+  requests: string[];
 }
 
 /**

@@ -27,6 +27,8 @@ export const keys = {
   directRequests: (prefix: string, model: string) => `${prefix}:direct:${queueNameFor(model)}`,
   /** A direct request's DirectState: the worker that took it, then its outcome; expires. */
   directState: (prefix: string, requestId: string) => `${prefix}:direct-state:${requestId}`,
+  /** A BullMQ job's JobOutcome too large for its return value, which BullMQ copies into the queue's event stream (JobRecorded); expires. */
+  jobOutcome: (prefix: string, jobId: string) => `${prefix}:job-outcome:${jobId}`,
   /** Pub/sub channel on which gateways name a model's requests whose clients went away (CancelNotice). */
   cancellations: (prefix: string, model: string) => `${prefix}:cancel:${queueNameFor(model)}`,
 };
