@@ -323,11 +323,7 @@ describe('a request of the longest inputs', () => {
   });
 });
 
-describe('an answer larger than Redis lets one pub/sub message be', () => {
-  // Redis closes a subscriber whose unread output passes 32 MB (client-output-buffer-limit pubsub):
-  // an answer published whole would cut off the gateway's results channel, and every request then
-  // waiting on it, until the fallback read a poll period later. Here that period is longer than
-  // the deadline, so only an answer that comes by the results channel arrives in time.
+describe('answers of tens of megabytes', () => {
   const system = new TestSystem(uniquePrefix('large-answer'));
 
   before(async () => {
@@ -340,6 +336,10 @@ describe('an answer larger than Redis lets one pub/sub message be', () => {
   // Ten inputs of 512 tokens with a vector per token: 1,966,080 numbers (MAX_ANSWER_VALUES is
   // 2,000,000), about 38 MB of JSON.
   const inputs = Array.from({ length: 10 }, (_, i) => `${'word '.repeat(600)}${i}`);
+  // Redis closes a subscriber whose unread output passes 32 MB (client-output-buffer-limit pubsub):
+  // an answer published whole would cut off the gateway's results channel, and every request then
+  // waiting on it, until the fallback read a poll period later. Here that period is longer than
+  // the deadline, so only an answer that comes by the results channel arrives in time.
   for (const priority of ['interactive', 'batch']) {
     it(`reaches its ${priority}-class client without losing the results channel`, async () => {
       const res = await system.post(`/models/${EMBEDDER}`, { inputs, parameters: { pooling: 'none' } }, { 'x-priority': priority });
@@ -350,6 +350,55 @@ describe('an answer larger than Redis lets one pub/sub message be', () => {
       assert.doesNotMatch(system.logs(), /unreadable result message/);
     });
   }
+
+  /** A client that asks for the large answer and reads none of it: its socket reads what fits its buffer, then stops. */
+  async function askAndNeverRead(port: number): Promise<net.Socket> {
+    const body = JSON.stringify({ inputs, parameters: { pooling: 'none' } });
+    const socket = net.connect(port, '127.0.0.1');
+    socket.on('error', () => {});
+    await new Promise((connected) => socket.once('connect', connected));
+    socket.write(`POST /models/${EMBEDDER} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+    return socket;
+  }
+
+  it('disconnects a client that stops reading its answer for HTTP_SEND_TIMEOUT_MS, and lets go of what it held', async () => {
+    const other = new TestSystem(system.prefix);
+    const sockets: net.Socket[] = [];
+    try {
+      await other.startGateway({ HTTP_SEND_TIMEOUT_MS: 1000, RESULT_POLL_MS: 600_000 });
+      await other.waitForWorkers(EMBEDDER);
+      sockets.push(await askAndNeverRead(other.port));
+      await waitFor('the unread answer closed', async () => (await other.metric('tserve_unread_answers_closed_total', { reason: 'stalled' })) === 1, 30_000);
+      assert.equal(await other.metric('tserve_unread_answer_bytes_held'), 0);
+      assert.match(other.logs(), /closed a connection whose client did not read its answer/);
+    } finally {
+      sockets.forEach((socket) => socket.destroy());
+      await other.gateway?.stop();
+    }
+  });
+
+  it('holds at most MAX_UNREAD_ANSWERS_BYTES of unread answers, closing those that waited longest, and still answers a client that reads', async () => {
+    const other = new TestSystem(system.prefix);
+    const sockets: net.Socket[] = [];
+    const overBudget = () => other.metric('tserve_unread_answers_closed_total', { reason: 'over budget' });
+    try {
+      // Each unread answer holds about 38 MB less what the sockets' buffers took: two pass 20 MB.
+      await other.startGateway({ MAX_UNREAD_ANSWERS_BYTES: 20_000_000, HTTP_SEND_TIMEOUT_MS: 600_000, RESULT_POLL_MS: 600_000 });
+      await other.waitForWorkers(EMBEDDER);
+      sockets.push(await askAndNeverRead(other.port));
+      await waitFor('the first answer held', async () => (await other.metric('tserve_unread_answer_bytes_held')) > 0, 30_000);
+      assert.equal(await overBudget(), 0, 'a lone answer is held, however large');
+      sockets.push(await askAndNeverRead(other.port));
+      await waitFor('the older unread answer closed', async () => (await overBudget()) === 1, 30_000);
+      const res = await other.post(`/models/${EMBEDDER}`, { inputs, parameters: { pooling: 'none' } });
+      assert.equal(res.status, 200, JSON.stringify(res.body).slice(0, 300));
+      assert.equal((res.body as number[][][]).flat().length, 10 * 512);
+      assert.equal(await overBudget(), 2, 'the second unread answer made way for it');
+    } finally {
+      sockets.forEach((socket) => socket.destroy());
+      await other.gateway?.stop();
+    }
+  });
 
   it("keeps the batch-class job's outcome out of the queue's event stream, which would hold a hundred of them", async () => {
     const redis = new Redis(system.redisUrl);

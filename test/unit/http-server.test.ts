@@ -23,7 +23,7 @@ describe('expressServer: requests born with the app’s prototypes', () => {
     app.post('/echo', express.json(), (req, res) =>
       res.status(201).json({ app: req.app === app, body: req.body as unknown, header: req.get('x-probe') ?? null }),
     );
-    server = expressServer(app, { headersTimeout: 5000 });
+    server = expressServer(app, { headersTimeout: 5000 }, () => {});
     // Before Express's own listener: what Node created, before Express could change it.
     server.prependListener('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
       born.push({ request: Object.getPrototypeOf(req) as object, response: Object.getPrototypeOf(res) as object });

@@ -13,10 +13,18 @@ import type { Express } from 'express';
  * The classes carry Express's request and response methods, and become the app's `request` and
  * `response`, so that Express finds each object already of its prototype and leaves it alone. A
  * mounted sub-app (the dashboard) still swaps prototypes for its own requests, as before.
+ * `written` hears of each answer once it is written whole.
  */
-export function expressServer(app: Express, options: http.ServerOptions): http.Server {
+export function expressServer(app: Express, options: http.ServerOptions, written: (res: http.ServerResponse) => void): http.Server {
   class Request extends http.IncomingMessage {}
-  class Response extends http.ServerResponse {}
+  class Response extends http.ServerResponse {
+    // Every answer, from any route or protocol, once it is written whole.
+    override end(...args: unknown[]): this {
+      super.end(...(args as [chunk: unknown, encoding: BufferEncoding, callback?: () => void]));
+      written(this);
+      return this;
+    }
+  }
   inherit(Request.prototype, app.request);
   inherit(Response.prototype, app.response);
   app.request = Request.prototype as Express['request'];

@@ -10,6 +10,7 @@ import { createRedis, exchangeDepths, keys, outcomesKeptMs, whenReady } from '@t
 import { QueueSet } from './queues.js';
 import { ModelRegistry } from './model-registry.js';
 import { ResultWaiters } from './result-waiters.js';
+import { UnreadAnswers } from './unread-answers.js';
 import { createRedisBreaker } from './breaker.js';
 import { InferenceService } from './inference.js';
 import { EnqueueCoalescer } from './coalescer.js';
@@ -72,7 +73,16 @@ async function main(): Promise<void> {
   const breaker = createRedisBreaker(config, logger);
   const snapshot = createSnapshot(registry, depth, breaker);
   const bodies = new BodyBudget(config.MAX_BODIES_BYTES);
-  const metrics = createMetrics(snapshot, () => bodies.held);
+  // Clients that do not read their answers may not pin them, or the gateway's memory.
+  const unread = new UnreadAnswers(config.MAX_UNREAD_ANSWERS_BYTES, config.HTTP_SEND_TIMEOUT_MS, (reason, unreadBytes) => {
+    metrics.unreadAnswerClosed(reason);
+    logger.warn({ reason, unreadBytes }, 'closed a connection whose client did not read its answer');
+  });
+  const metrics = createMetrics(
+    snapshot,
+    () => bodies.held,
+    () => unread.held,
+  );
   const direct = new DirectRequests(redis, config.QUEUE_PREFIX, outcomesKeptMs(config.RESULT_POLL_MS), (workerId) => registry.isLive(workerId));
   const results = new ResultWaiters(
     subscriber,
@@ -139,11 +149,15 @@ async function main(): Promise<void> {
 
   // Slow-drip clients may not pin connections: a request must arrive whole within these bounds
   // (Node checks them every connectionsCheckingInterval, so that is kept well below them).
-  const server = expressServer(app, {
-    headersTimeout: Math.min(config.HTTP_HEADERS_TIMEOUT_MS, config.HTTP_REQUEST_TIMEOUT_MS),
-    requestTimeout: config.HTTP_REQUEST_TIMEOUT_MS,
-    connectionsCheckingInterval: Math.max(100, Math.min(1000, config.HTTP_HEADERS_TIMEOUT_MS / 4)),
-  });
+  const server = expressServer(
+    app,
+    {
+      headersTimeout: Math.min(config.HTTP_HEADERS_TIMEOUT_MS, config.HTTP_REQUEST_TIMEOUT_MS),
+      requestTimeout: config.HTTP_REQUEST_TIMEOUT_MS,
+      connectionsCheckingInterval: Math.max(100, Math.min(1000, config.HTTP_HEADERS_TIMEOUT_MS / 4)),
+    },
+    (res) => unread.written(res),
+  );
   server.keepAliveTimeout = 65_000;
   server.maxConnections = config.MAX_CONNECTIONS;
   server.on('drop', metrics.connectionDropped);

@@ -5,6 +5,7 @@ import type { AbandonedAt, InferenceObserver } from './inference.js';
 import type { ApiKey } from './api-keys.js';
 import type { QuotaReason } from './quotas.js';
 import type { Snapshot } from './snapshot.js';
+import type { UnreadReason } from './unread-answers.js';
 
 /** Latencies of a server whose model calls take about a millisecond and whose deadline is tens of seconds. */
 const SECONDS_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
@@ -52,6 +53,8 @@ export interface GatewayMetrics extends InferenceObserver {
   quotaRejected: (key: ApiKey, reason: QuotaReason) => void;
   /** A client connection closed on arrival: the gateway already held MAX_CONNECTIONS. */
   connectionDropped: () => void;
+  /** A client connection closed with its answer unread (UnreadAnswers). */
+  unreadAnswerClosed: (reason: UnreadReason) => void;
   /** Answers `GET /metrics`, in the Prometheus text format. */
   scrape: RequestHandler;
 }
@@ -62,7 +65,7 @@ export interface GatewayMetrics extends InferenceObserver {
  * depth, live workers and the breaker are read from the snapshot when scraped, so they cost nothing
  * between scrapes.
  */
-export function createMetrics(snapshot: Snapshot, bodyBytesHeld: () => number): GatewayMetrics {
+export function createMetrics(snapshot: Snapshot, bodyBytesHeld: () => number, unreadAnswerBytes: () => number): GatewayMetrics {
   const series = new Registry();
   collectDefaultMetrics({ register: series });
   const registers = [series];
@@ -136,6 +139,12 @@ export function createMetrics(snapshot: Snapshot, bodyBytesHeld: () => number): 
     help: 'Client connections closed on arrival because the gateway already held MAX_CONNECTIONS',
     registers,
   });
+  const unreadClosed = new Counter({
+    name: 'tserve_unread_answers_closed_total',
+    help: 'Client connections closed with their answer unread: it made no progress for HTTP_SEND_TIMEOUT_MS (stalled), or it had waited longest when the answers waiting to be read passed MAX_UNREAD_ANSWERS_BYTES (over budget)',
+    labelNames: ['reason'] as const,
+    registers,
+  });
   new Gauge({
     name: 'tserve_queue_depth',
     help: 'Requests accepted and not yet answered for each served model, over all gateways (this one exactly, the others as of the last registry refresh)',
@@ -153,6 +162,14 @@ export function createMetrics(snapshot: Snapshot, bodyBytesHeld: () => number): 
     registers,
     collect() {
       this.set(bodyBytesHeld());
+    },
+  });
+  new Gauge({
+    name: 'tserve_unread_answer_bytes_held',
+    help: 'Bytes of answers this gateway holds now for clients that have not read them yet (MAX_UNREAD_ANSWERS_BYTES)',
+    registers,
+    collect() {
+      this.set(unreadAnswerBytes());
     },
   });
   new Gauge({
@@ -235,6 +252,9 @@ export function createMetrics(snapshot: Snapshot, bodyBytesHeld: () => number): 
     },
     connectionDropped() {
       droppedConnections.inc();
+    },
+    unreadAnswerClosed(reason) {
+      unreadClosed.inc({ reason });
     },
     async scrape(_req, res) {
       const body = await series.metrics();

@@ -136,6 +136,12 @@ const gatewayShape = {
   SHUTDOWN_GRACE_MS: int(10000, 0, 'time to answer in-flight requests on SIGTERM'),
   HTTP_HEADERS_TIMEOUT_MS: int(10_000, 100, 'a client must send its request headers within this (408 after)'),
   HTTP_REQUEST_TIMEOUT_MS: int(30_000, 100, 'a client must send its whole request, body included, within this (408 after, and disconnected)'),
+  HTTP_SEND_TIMEOUT_MS: int(30_000, 100, 'a client must go on reading its answer: one that takes none of it for this long is disconnected'),
+  MAX_UNREAD_ANSWERS_BYTES: int(
+    256_000_000,
+    1,
+    'bytes of answers one gateway holds for clients that have not read them yet; past it, the connections that have waited longest are closed, so that clients who ask and never read cannot exhaust its memory',
+  ),
   MAX_CONNECTIONS: int(
     10_000,
     1,
