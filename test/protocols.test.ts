@@ -363,6 +363,9 @@ describe('protocols', () => {
         assert.equal(res.status, 400, JSON.stringify(answer));
         assert.match(answer.error, message);
       }
+      // Data nested deeper than any shape allows, 300,000 lists deep: no text, and no stack to overflow.
+      const deep = `{"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": ${'['.repeat(300_000)}"x"${']'.repeat(300_000)}}]}`;
+      cases.push([url, deep, 400, /every element must be a non-empty string/]);
       for (const [path, body, status, message] of cases) {
         const res = await system.post(path, body);
         assert.equal(res.status, status, `${JSON.stringify(body)}: ${JSON.stringify(res.body)}`);

@@ -84,9 +84,6 @@ function parsePath(req: Request): { name: string; version?: string; action: 'met
   return versioned ? { name: versioned[1], version: versioned[2], action } : { name: path, action };
 }
 
-/** Row-major flattening of a (possibly nested) data list. */
-const flatten = (data: unknown[]): unknown[] => data.flatMap((d) => (Array.isArray(d) ? flatten(d) : [d]));
-
 /** Triton's request parameters: `timeout` in microseconds, `priority` 1 highest (0: the default). */
 function controls(params: Record<string, unknown> | undefined): { timeoutMs?: number; priority?: Priority } {
   const out: { timeoutMs?: number; priority?: Priority } = {};
@@ -174,11 +171,13 @@ export function kserveRoutes(router: IRouter, { config, service, registry, snaps
 
     const [input] = body.inputs;
     if (input.datatype !== 'BYTES') throw new ApiError('validation', `input ${input.name}: datatype must be BYTES (the texts), not ${input.datatype}`);
-    const texts = flatten(input.data);
     const [rows, ...rest] = input.shape;
     if (input.shape.length === 0 || input.shape.length > 2 || rest.some((d) => d !== 1)) {
       throw new ApiError('validation', `input ${input.name}: shape must be [n] or [n, 1], not ${JSON.stringify(input.shape)}`);
     }
+    // Row-major data may nest as deep as its shape, no deeper: anything deeper is no text, and is
+    // refused below without walking it (a body of 300,000 nested lists overflowed a recursive walk's stack).
+    const texts = input.data.flat(input.shape.length - 1);
     if (texts.length !== rows)
       throw new ApiError('validation', `input ${input.name}: shape ${JSON.stringify(input.shape)} holds ${rows} texts but data has ${texts.length}`);
     if (texts.some((t) => typeof t !== 'string' || t.length === 0))
