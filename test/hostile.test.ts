@@ -14,7 +14,7 @@ import net from 'node:net';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { metricValue, MODEL_DIR, Proc, ROOT, TestSystem, uniquePrefix, waitFor } from './helpers/system.ts';
-import { CLASSIFIER as MODEL, EMBEDDER } from './helpers/replicas.ts';
+import { CLASSIFIER as MODEL, EMBEDDER, QA } from './helpers/replicas.ts';
 import { Redis } from 'ioredis';
 import { OUTCOME_MESSAGE_MAX_BYTES } from '@tserve/contract';
 import { queueNameFor } from '@tserve/queue';
@@ -305,8 +305,9 @@ describe('a request of the longest inputs', () => {
 
   before(async () => {
     await system.startGateway({ MAX_BODY_BYTES: 4_000_000, RESULT_POLL_MS: 200, REQUEST_TIMEOUT_MS: 120_000 });
-    system.startWorker({ model: MODEL, env: { HEARTBEAT_MS: 100, WORKER_TTL_MS: 1000 } });
+    for (const model of [MODEL, QA]) system.startWorker({ model, env: { HEARTBEAT_MS: 100, WORKER_TTL_MS: 1000 } });
     await system.waitForWorkers(MODEL);
+    await system.waitForWorkers(QA);
   });
   after(() => system.stop());
 
@@ -318,6 +319,22 @@ describe('a request of the longest inputs', () => {
     assert.equal(res.status, 200, JSON.stringify(res.body).slice(0, 300));
     assert.equal((res.body as unknown[]).length, 64);
     assert.match(res.headers.get('x-warnings') ?? '', /truncated/);
+    assert.equal(await system.metric('tserve_direct_requests_requeued_total'), 0, system.logs());
+    assert.doesNotMatch(system.logs(), /sent again as a job|Missing lock/);
+  });
+
+  it('of many questions over long contexts, each read in dozens of windows, is answered once too', async () => {
+    // Each context is read in about 60 windows, each window offers 210 candidate answers (top_k
+    // 100), and each candidate is cut from its context: seconds of post-processing in all.
+    const words = ['alpha', 'river', 'mountain', 'city', 'paris', 'music', 'science', 'history'];
+    const context = Array.from({ length: 2600 }, (_, i) => words[(i * 7 + (i >> 3)) % words.length]).join(' ');
+    const inputs = Array.from({ length: 16 }, (_, i) => ({ question: `where is river ${i}?`, context }));
+    const res = await system.post(`/models/${QA}`, { inputs, parameters: { doc_stride: 320, top_k: 100, max_answer_len: 1000 } });
+    assert.equal(res.status, 200, JSON.stringify(res.body).slice(0, 300));
+    assert.deepEqual(
+      (res.body as Array<Array<{ answer: string }>>).map((answers) => answers.length),
+      inputs.map(() => 100),
+    );
     assert.equal(await system.metric('tserve_direct_requests_requeued_total'), 0, system.logs());
     assert.doesNotMatch(system.logs(), /sent again as a job|Missing lock/);
   });

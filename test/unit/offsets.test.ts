@@ -1,6 +1,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { alignTokens, sliceCodePoints, type TokenizerParts } from '../../apps/worker/src/tasks/offsets.ts';
+import { alignTokens, codePointSlicer, sliceCodePoints, type TokenizerParts } from '../../apps/worker/src/tasks/offsets.ts';
 
 /** A BERT-like normalizer (lower-case, strip accents, space around CJK) and a whitespace/punctuation pre-tokenizer. */
 const bertLike: TokenizerParts = {
@@ -71,5 +71,18 @@ describe('alignTokens', () => {
       [0, 3],
       [4, 7],
     ]);
+  });
+});
+
+describe('codePointSlicer', () => {
+  it('cuts every span as sliceCodePoints does, astral characters, lone surrogates and spans past the end included', () => {
+    for (const text of ['plain ascii text', 'Zoë 😀 Müller\u{1F600}!', 'x\uDFFF\uD800y 😀', '😀', '']) {
+      const slice = codePointSlicer(text);
+      const points = Array.from(text).length + 2;
+      for (let start = 0; start <= points; start++) {
+        for (let end = start; end <= points; end++)
+          assert.equal(slice([start, end]), sliceCodePoints(text, [start, end]), `${JSON.stringify(text)} [${start}, ${end}]`);
+      }
+    }
   });
 });

@@ -153,7 +153,7 @@ export class BatchRunner {
         pending.tokens = encoded.reduce((n, sequences) => n + sequences.reduce((m, e) => m + e.ids.length, 0), 0);
         encoded.forEach((sequences, input) => sequences.forEach((e, part) => batch.sequences.push({ owner: { pending, input, part }, encoded: e })));
         // Nothing for the model to run (tokenization alone): answered now.
-        if (pending.remaining === 0) this.finishRequest(pending);
+        if (pending.remaining === 0) await this.finishRequest(pending, turns);
       } catch (err) {
         this.fail(request, err instanceof ApiError ? err : new ApiError('validation', String(err)));
       }
@@ -183,7 +183,8 @@ export class BatchRunner {
         pending.batchSize = Math.max(pending.batchSize, live.length);
         pending.queueMs ??= Math.max(0, startedAt - pending.request.enqueuedAt);
       }
-      live.forEach(({ owner }, i) => this.recordResult(owner, results[i]));
+      const turns = new LoopTurns();
+      for (const [i, { owner }] of live.entries()) await this.recordResult(owner, results[i], turns);
     }
     return report;
   }
@@ -297,7 +298,7 @@ export class BatchRunner {
   }
 
   /** One sequence's decoded row (or failure); the request is finished with its last sequence. */
-  private recordResult({ pending, input, part }: Owner, result: Result): void {
+  private async recordResult({ pending, input, part }: Owner, result: Result, turns: LoopTurns): Promise<void> {
     if (pending.failed) return;
     const many = pending.request.inputs.length > 1;
     const failWith = (error: ApiError) => {
@@ -307,15 +308,18 @@ export class BatchRunner {
     if (!result.ok) return failWith(result.error);
     pending.parts[input][part] = result.value;
     if (--pending.remaining > 0) return;
-    this.finishRequest(pending);
+    await this.finishRequest(pending, turns);
   }
 
-  /** Every sequence of the request is decoded: each input's answer from its parts. */
-  private finishRequest(pending: Pending): void {
+  /** Every sequence of the request is decoded: each input's answer from its parts, with turns between inputs (LoopTurns). */
+  private async finishRequest(pending: Pending, turns: LoopTurns): Promise<void> {
     const { head, request, parameters } = pending;
-    let outputs: unknown[];
+    const outputs: unknown[] = [];
     try {
-      outputs = pending.parts.map((parts, i) => (head.combine ? head.combine(parts, request.inputs[i], parameters) : parts[0]));
+      for (const [i, parts] of pending.parts.entries()) {
+        if (i > 0) await turns.take();
+        outputs.push(head.combine ? head.combine(parts, request.inputs[i], parameters) : parts[0]);
+      }
     } catch (err) {
       const error = err instanceof ApiError ? err : new ApiError('internal', `post-processing failed: ${firstLine(String(err))}`);
       pending.failed = true;

@@ -2,7 +2,7 @@ import { ApiError, type QuestionAnsweringInput, type QuestionAnsweringParameters
 import type { LoadedModel } from '../model.js';
 import type { TaskHead } from './head.js';
 import { windows } from '../truncation.js';
-import { alignWords, sliceCodePoints, tokenizerParts, type Alignment, type Span } from './offsets.js';
+import { alignWords, codePointSlicer, tokenizerParts, type Alignment, type Span } from './offsets.js';
 
 /** One window of the context, as one sequence: [CLS] question [SEP] context tokens [from, from + length) [SEP]. */
 interface ContextWindow {
@@ -123,8 +123,9 @@ export function questionAnsweringHead(loaded: LoadedModel): TaskHead<QuestionAns
       const windowsAnswers = parts as WindowAnswers[];
       // Spans that give the same answer (ignoring case) are one answer: their scores add up.
       const byText = new Map<string, Candidate & { answer: string }>();
+      const slice = codePointSlicer(input.context);
       for (const candidate of windowsAnswers.flatMap((w) => w.candidates)) {
-        const answer = sliceCodePoints(input.context, [candidate.start, candidate.end]);
+        const answer = slice([candidate.start, candidate.end]);
         const key = answer.toLowerCase();
         const seen = byText.get(key);
         if (seen) seen.score += candidate.score;
