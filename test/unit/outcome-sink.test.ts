@@ -163,4 +163,19 @@ describe('Cancellations', () => {
     cancellations.note(JSON.stringify({ ids: ['latest'] }));
     assert.deepEqual([cancellations.has('once'), cancellations.has('again'), cancellations.has('latest')], [false, true, true]);
   });
+  it('forgets a notice once the deadline it names has passed, when its request would be dropped unrun anyway', () => {
+    let now = 1_000;
+    const cancellations = new Cancellations(() => now);
+    cancellations.note(JSON.stringify({ ids: ['short'], deadline: 31_000 }));
+    cancellations.note(JSON.stringify({ ids: ['far'], deadline: 10 ** 15 }));
+    now = 30_999;
+    cancellations.note(JSON.stringify({ ids: ['next'], deadline: 61_000 }));
+    assert.deepEqual([cancellations.has('short'), cancellations.has('far')], [true, true], 'due only at its deadline, when the runner drops its request');
+    now = 31_000;
+    cancellations.note(JSON.stringify({ ids: ['later'], deadline: 91_000 }));
+    assert.equal(cancellations.has('short'), false);
+    now += 10 * 60_000;
+    cancellations.note(JSON.stringify({ ids: ['last'], deadline: now + 30_000 }));
+    assert.deepEqual([cancellations.has('far'), cancellations.has('next')], [false, false], 'no notice is kept past ten minutes');
+  });
 });

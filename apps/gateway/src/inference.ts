@@ -131,7 +131,7 @@ export class InferenceService {
     const answer = this.results.wait(request.id, request.deadline);
     answer.catch(() => this.coalescer.withdraw(call.model, request.id, call.priority));
     const leave = this.admission.enter(call.model);
-    const abandon = () => this.abandon(call, sent);
+    const abandon = () => this.abandon(call, request.deadline, sent);
     const sent = this.coalescer.submit(call.model, request, call.priority);
     call.signal?.addEventListener('abort', abandon, { once: true });
     try {
@@ -163,14 +163,14 @@ export class InferenceService {
    * The client left: a request not yet sent is withdrawn; a queued one is named to the model's
    * workers, which skip it if they have not run it yet. Either way nobody waits for it any more.
    */
-  private abandon({ model, requestId, priority }: InferenceCall, sent: Promise<Sent<DirectTicket[] | undefined>>): void {
+  private abandon({ model, requestId, priority }: InferenceCall, deadline: number, sent: Promise<Sent<DirectTicket[] | undefined>>): void {
     this.results.cancel(requestId, new ApiError('cancelled', 'the client closed the connection'));
     if (this.coalescer.withdraw(model, requestId, priority)) {
       this.observer.abandoned(model, 'gateway');
       return;
     }
     this.observer.abandoned(model, 'queue');
-    const notice: CancelNotice = { ids: [requestId] };
+    const notice: CancelNotice = { ids: [requestId], deadline };
     void sent.then(() => this.redis.publish(keys.cancellations(this.config.QUEUE_PREFIX, model), JSON.stringify(notice))).catch(() => {});
   }
 

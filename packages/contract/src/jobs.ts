@@ -170,6 +170,8 @@ export function decodeJobFailure(reason: string): ErrorBody {
  */
 export interface CancelNotice {
   ids: string[];
+  /** The latest of their deadlines (epoch ms): past it a worker drops them unrun anyway, and forgets the notice. Absent from older gateways. */
+  deadline?: number;
 }
 
 /** What a worker announces in Redis; the gateway learns the served models from these alone. */
