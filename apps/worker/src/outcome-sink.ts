@@ -104,12 +104,7 @@ export class JobOutcomeSink implements OutcomeSink {
 
   /** Publishes a job's outcome to its gateway and records it for the fallback read, in one round trip. */
   private publishAndRecord(work: Work, result: JobOutcome, message: string): Promise<Array<PromiseSettledResult<unknown>>> {
-    return Promise.allSettled([
-      this.publisher.publish(work.replyTo, message),
-      work.job
-        ? work.job.moveToCompleted(result, this.options.token, false)
-        : this.publisher.set(keys.directState(this.options.prefix, work.id), message, 'PX', work.keepMs),
-    ]);
+    return Promise.allSettled([this.publisher.publish(work.replyTo, message), this.store(work, result, message)]);
   }
 
   /**
@@ -118,16 +113,23 @@ export class JobOutcomeSink implements OutcomeSink {
    * as recorded.
    */
   private async recordThenTell(work: Work, message: string): Promise<Array<PromiseSettledResult<unknown>>> {
-    const { prefix, model, token } = this.options;
+    const { prefix, model } = this.options;
     const recorded: JobRecorded = { recorded: work.id, model, requests: work.requests.map((r) => r.id) };
-    const { job } = work;
-    const steps: Array<() => Promise<unknown>> = job
-      ? [() => this.publisher.set(keys.jobOutcome(prefix, work.id), message, 'PX', work.keepMs), () => job.moveToCompleted(recorded, token, false)]
-      : [() => this.publisher.set(keys.directState(prefix, work.id), message, 'PX', work.keepMs)];
-    steps.push(() => this.publisher.publish(work.replyTo, JSON.stringify(recorded)));
+    const steps: Array<() => Promise<unknown>> = [
+      ...(work.job ? [() => this.publisher.set(keys.jobOutcome(prefix, work.id), message, 'PX', work.keepMs)] : []),
+      () => this.store(work, recorded, message),
+      () => this.publisher.publish(work.replyTo, JSON.stringify(recorded)),
+    ];
     const settled: Array<PromiseSettledResult<unknown>> = [];
     for (const step of steps) settled.push(...(await Promise.allSettled([step()])));
     return settled;
+  }
+
+  /** Where the fallback read finds a job's outcome: the BullMQ job completed with `returned`, or the direct entry's state key holding `message`. */
+  private store(work: Work, returned: JobOutcome | JobRecorded, message: string): Promise<unknown> {
+    return work.job
+      ? work.job.moveToCompleted(returned, this.options.token, false)
+      : this.publisher.set(keys.directState(this.options.prefix, work.id), message, 'PX', work.keepMs);
   }
 
   private settle(held: HeldJob): void {
