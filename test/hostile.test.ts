@@ -369,6 +369,15 @@ describe('answers of tens of megabytes', () => {
     });
   }
 
+  it('answers one large input with its output, not a list of one, as JSON', async () => {
+    // 512 vectors of 384 numbers, about 3.8 MB: recorded too, and written as the worker serialized it.
+    const res = await system.post(`/models/${EMBEDDER}`, { inputs: inputs[0], parameters: { pooling: 'none' } });
+    assert.equal(res.status, 200, JSON.stringify(res.body).slice(0, 300));
+    assert.equal(res.headers.get('content-type'), 'application/json; charset=utf-8');
+    const answer = res.body as number[][];
+    assert.deepEqual([answer.length, answer[0].length, typeof answer[511][383]], [512, 384, 'number']);
+  });
+
   /** A job's large outcome stays out of its queue's event stream, which keeps a hundred events whatever their size. */
   async function assertNoOutcomeInEventStream(jobId: string): Promise<void> {
     const redis = new Redis(system.redisUrl);

@@ -4,6 +4,7 @@ import type { Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import {
+  decodeRecordedOutcome,
   OUTCOME_MESSAGE_MAX_BYTES,
   type InferenceJobData,
   type JobOutcome,
@@ -12,7 +13,7 @@ import {
   type QueuedRequest,
   type RequestOutcome,
 } from '@tserve/contract';
-import { JobOutcomeSink } from '../../apps/worker/src/outcome-sink.ts';
+import { JobOutcomeSink, leastJsonBytes } from '../../apps/worker/src/outcome-sink.ts';
 import { workOfDirect, workOfJob } from '../../apps/worker/src/work.ts';
 import { Cancellations } from '../../apps/worker/src/cancellations.ts';
 
@@ -28,9 +29,9 @@ function harness() {
   /** Every write, in the order made: a gateway told to read must find what it reads. */
   const steps: string[] = [];
   const publisher = {
-    set: async (key: string, value: string, px: string, ms: number) => {
+    set: async (key: string, value: string | Buffer, px: string, ms: number) => {
       steps.push(`set ${key}`);
-      stored.push({ key, outcome: JSON.parse(value) as JobOutcome, px, ms });
+      stored.push({ key, outcome: decodeRecordedOutcome(Buffer.from(value)), px, ms });
     },
     publish: async (channel: string, message: string) => {
       const parsed = JSON.parse(message) as JobOutcome | JobsTaken | JobRecorded;
@@ -177,5 +178,33 @@ describe('Cancellations', () => {
     now += 10 * 60_000;
     cancellations.note(JSON.stringify({ ids: ['last'], deadline: now + 30_000 }));
     assert.deepEqual([cancellations.has('far'), cancellations.has('next')], [false, false], 'no notice is kept past ten minutes');
+  });
+});
+
+describe('leastJsonBytes', () => {
+  it('never counts more bytes than the JSON takes, so an outcome it calls too large is', () => {
+    const values: unknown[] = [
+      0,
+      -1.5e-7,
+      null,
+      true,
+      '',
+      '日本語 😀',
+      [],
+      {},
+      [[0.25, 1], [2]],
+      { label: 'POSITIVE', score: 0.99 },
+      [{ a: [1, 'x'] }, null],
+      { skipped: undefined },
+    ];
+    for (const value of values) {
+      assert.ok(leastJsonBytes(value, Infinity) <= Buffer.byteLength(JSON.stringify(value)), JSON.stringify(value));
+    }
+  });
+
+  it('stops counting once past the limit', () => {
+    const vectors = Array.from({ length: 512 }, () => new Array<number>(384).fill(0.123));
+    const counted = leastJsonBytes(vectors, 10_000);
+    assert.ok(counted > 10_000 && counted < 20_000, String(counted));
   });
 });

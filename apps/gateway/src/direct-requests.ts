@@ -1,5 +1,13 @@
 import type { Redis } from 'ioredis';
-import type { DirectEntry, DirectState, JobOutcome, LoneDirectEntry, Priority, QueuedRequest } from '@tserve/contract';
+import {
+  decodeRecordedOutcome,
+  type DirectEntry,
+  type DirectState,
+  type LoneDirectEntry,
+  type Priority,
+  type QueuedRequest,
+  type ReadJobOutcome,
+} from '@tserve/contract';
 import { keys } from '@tserve/queue';
 import type { CoalescedJob } from './coalescer.js';
 
@@ -27,7 +35,7 @@ export function goesDirect(priority: Priority, jobs: Array<{ requests: unknown[]
 
 /** What the fallback read found of a direct entry not answered within a poll period. */
 export type DirectFate =
-  | { outcome: JobOutcome }
+  | { outcome: ReadJobOutcome }
   /** A live worker holds it: the answer is coming. */
   | { held: true }
   /** Still unaccounted for once: looked at again at the next read. */
@@ -89,8 +97,9 @@ export class DirectRequests {
    */
   async fate(ticket: DirectTicket): Promise<DirectFate> {
     if (await this.retract(ticket)) return { orphaned: 'not taken' };
-    const raw = await this.redis.get(keys.directState(this.prefix, ticket.id));
-    const state = raw === null ? undefined : (JSON.parse(raw) as DirectState);
+    const raw = await this.redis.getBuffer(keys.directState(this.prefix, ticket.id));
+    // A taken mark, or outcomes: published ones as JSON, large ones as a record (both read by decodeRecordedOutcome).
+    const state = raw === null ? undefined : (decodeRecordedOutcome(raw) as DirectState);
     if (state && 'outcomes' in state) return { outcome: state };
     if (state) return this.isLive(state.takenBy) ? { held: true } : { orphaned: 'holder gone' };
     // Nowhere: popped by a worker that died before saying so, or lost with a Redis that restarted empty.

@@ -61,6 +61,8 @@ export interface InferenceResult {
   /** The client sent one input, not a list: it gets one answer, not a list. */
   single: boolean;
   outputs: unknown[];
+  /** Each output's JSON as its worker wrote it, where the outcome was recorded rather than published (ReadRequestOutcome). */
+  outputsJson?: Buffer[];
   warnings: string[];
   timing: JobTiming;
   /** Tokens the model read, special tokens included. */
@@ -152,7 +154,19 @@ export class InferenceService {
       const outcome = await answer;
       if (!outcome.ok) throw ApiError.fromBody(outcome.error);
       this.observer.answered(call.model, outcome.timing);
-      return { task, single, outputs: outcome.outputs, warnings: outcome.warnings, timing: outcome.timing, tokens: outcome.tokens ?? 0 };
+      const { warnings, timing, tokens, outputsJson } = outcome;
+      // Read only by a route that needs the values: a recorded outcome's are parsed then (decodeRecordedOutcome).
+      return {
+        task,
+        single,
+        get outputs() {
+          return outcome.outputs;
+        },
+        outputsJson,
+        warnings,
+        timing,
+        tokens: tokens ?? 0,
+      };
     } finally {
       call.signal?.removeEventListener('abort', abandon);
       leave();

@@ -100,7 +100,7 @@ async function main(): Promise<void> {
       },
       onRequeued: metrics.directRequeued,
     },
-    (jobId) => redis.get(keys.jobOutcome(config.QUEUE_PREFIX, jobId)),
+    (jobId) => redis.getBuffer(keys.jobOutcome(config.QUEUE_PREFIX, jobId)),
   );
   const coalescer = new EnqueueCoalescer<DirectTicket[] | undefined>(
     (model, priority, jobs) =>

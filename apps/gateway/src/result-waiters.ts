@@ -1,7 +1,17 @@
 import { Job, type Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { ApiError, decodeJobFailure, type JobOutcome, type JobRecorded, type JobsTaken, type QueuedRequest, type RequestOutcome } from '@tserve/contract';
+import {
+  ApiError,
+  decodeJobFailure,
+  decodeRecordedOutcome,
+  type JobOutcome,
+  type JobRecorded,
+  type JobsTaken,
+  type QueuedRequest,
+  type ReadRequestOutcome,
+  type RequestOutcome,
+} from '@tserve/contract';
 import type { DirectRequests, DirectTicket } from './direct-requests.js';
 
 /** A BullMQ job that carries a request. */
@@ -18,7 +28,7 @@ interface Waiter {
   /** Where the request went once it is in Redis, a job or a direct entry: the fallback poll reads it there. */
   job?: JobRef;
   direct?: DirectTicket;
-  resolve: (outcome: RequestOutcome) => void;
+  resolve: (outcome: ReadRequestOutcome) => void;
   reject: (err: ApiError) => void;
   timer: NodeJS.Timeout;
 }
@@ -49,8 +59,8 @@ export class ResultWaiters {
     private readonly onTaken: (jobIds: string[]) => void,
     /** Where direct entries are looked up, and how one nobody holds is sent again. */
     private readonly direct: { requests: DirectRequests; requeue: Requeue; onRequeued: (model: string, requests: number) => void },
-    /** A job's outcome recorded apart from it (JobRecorded): JobOutcome JSON, null once it expired. */
-    private readonly recordedOutcome: (jobId: string) => Promise<string | null>,
+    /** A job's outcome recorded apart from it (JobRecorded; decodeRecordedOutcome reads it), null once it expired. */
+    private readonly recordedOutcome: (jobId: string) => Promise<Buffer | null>,
   ) {}
 
   async start(): Promise<void> {
@@ -65,7 +75,7 @@ export class ResultWaiters {
   }
 
   /** Resolves with the request's outcome, or rejects with a 504 when `deadline` (epoch ms) passes first. */
-  wait(requestId: string, deadline: number): Promise<RequestOutcome> {
+  wait(requestId: string, deadline: number): Promise<ReadRequestOutcome> {
     return new Promise((resolve, reject) => {
       const timer = setTimeout(
         () => {
@@ -105,7 +115,7 @@ export class ResultWaiters {
     await this.subscriber.unsubscribe(this.channel).catch(() => {});
   }
 
-  private deliver(model: string, outcome: RequestOutcome): void {
+  private deliver(model: string, outcome: ReadRequestOutcome): void {
     const waiter = this.waiters.get(outcome.id);
     if (!waiter) {
       // Answered already (by the poll, or a 504), or its client left.
@@ -148,7 +158,7 @@ export class ResultWaiters {
    * reconnecting between the two), and until the coalescer hears it, what arrives for the model
    * waits `RESULT_POLL_MS` behind a job already answered.
    */
-  private deliverJob(jobId: string | undefined, model: string, outcomes: RequestOutcome[]): void {
+  private deliverJob(jobId: string | undefined, model: string, outcomes: ReadRequestOutcome[]): void {
     for (const outcome of outcomes) this.deliver(model, outcome);
     if (typeof jobId === 'string') this.onTaken([jobId]);
   }
@@ -211,7 +221,7 @@ export class ResultWaiters {
       if (value && 'recorded' in value) {
         const recorded = await this.recordedOutcome(jobId);
         // Gone only once the job is too: its requests wait until their deadline.
-        if (recorded !== null) this.deliverJob(jobId, model, (JSON.parse(recorded) as JobOutcome).outcomes);
+        if (recorded !== null) this.deliverJob(jobId, model, decodeRecordedOutcome(recorded).outcomes);
       } else if (value) {
         this.deliverJob(jobId, model, value.outcomes);
       } else if (job.failedReason) {

@@ -12,8 +12,17 @@ import { isJson, jsonBody, runModelCall, textBody, wildcardPath } from './model-
  */
 function respond(res: Response, result: InferenceResult, api: 'inference-api' | 'pipeline'): void {
   const single = result.single && !(api === 'inference-api' && result.task === 'text-classification');
-  res.json(single ? result.outputs[0] : result.outputs);
+  const json = result.outputsJson;
+  if (!json) {
+    res.json(single ? result.outputs[0] : result.outputs);
+    return;
+  }
+  // A large answer, written as its worker serialized it: parsing it here only to write it again held the event loop.
+  res.setHeader('Content-Type', 'application/json; charset=utf-8');
+  res.send(single ? json[0] : Buffer.concat([Buffer.from('['), ...json.flatMap((part, i) => (i ? [COMMA, part] : [part])), Buffer.from(']')]));
 }
+
+const COMMA = Buffer.from(',');
 
 type ParsedBody = ReturnType<typeof parseInferenceBody>;
 

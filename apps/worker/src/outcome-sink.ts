@@ -1,6 +1,14 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { OUTCOME_MESSAGE_MAX_BYTES, type JobOutcome, type JobRecorded, type JobsTaken, type QueuedRequest, type RequestOutcome } from '@tserve/contract';
+import {
+  encodeRecordedOutcome,
+  OUTCOME_MESSAGE_MAX_BYTES,
+  type JobOutcome,
+  type JobRecorded,
+  type JobsTaken,
+  type QueuedRequest,
+  type RequestOutcome,
+} from '@tserve/contract';
 import { keys } from '@tserve/queue';
 import type { Cancellations } from './cancellations.js';
 import type { BatchReport, OutcomeSink } from './runner.js';
@@ -18,6 +26,30 @@ export interface JobOutcomeSinkOptions {
   model: string;
   /** The worker's lock token: a job is recorded as completed under it. */
   token: string;
+}
+
+/**
+ * A job's outcome as one message, or undefined if it is too large for one. An outcome surely too
+ * large is not written whole only to be dropped: its outputs are written once, into the record.
+ */
+function messageOf(result: JobOutcome): string | undefined {
+  if (leastJsonBytes(result.outcomes, OUTCOME_MESSAGE_MAX_BYTES) > OUTCOME_MESSAGE_MAX_BYTES) return undefined;
+  const message = JSON.stringify(result);
+  return Buffer.byteLength(message) <= OUTCOME_MESSAGE_MAX_BYTES ? message : undefined;
+}
+
+/** The fewest bytes `value` takes as JSON (a byte per number, string or field, a comma between), counted until past `limit`. */
+export function leastJsonBytes(value: unknown, limit: number, counted = 0): number {
+  if (counted > limit || value === undefined) return counted;
+  if (typeof value === 'string') return counted + 2 + value.length;
+  if (value === null || typeof value !== 'object') return counted + 1;
+  const items = Array.isArray(value) ? (value as unknown[]) : Object.values(value);
+  let total = counted + 2 + Math.max(0, items.length - 1);
+  for (const item of items) {
+    total = leastJsonBytes(item, limit, total);
+    if (total > limit) break;
+  }
+  return total;
 }
 
 /**
@@ -108,16 +140,17 @@ export class JobOutcomeSink implements OutcomeSink {
   }
 
   /**
-   * Records an outcome too large to publish, then tells the gateway to read it (JobRecorded), step by
-   * step so that what it is told of is there: a job's in a key of its own, with the job completed
-   * as recorded.
+   * Records an outcome too large to publish (encodeRecordedOutcome: its outputs' JSON apart, for the
+   * gateway to write as they are), then tells the gateway to read it (JobRecorded), step by step so
+   * that what it is told of is there: a job's in a key of its own, with the job completed as recorded.
    */
-  private async recordThenTell(work: Work, message: string): Promise<Array<PromiseSettledResult<unknown>>> {
+  private async recordThenTell(work: Work, result: JobOutcome): Promise<Array<PromiseSettledResult<unknown>>> {
     const { prefix, model } = this.options;
     const recorded: JobRecorded = { recorded: work.id, model, requests: work.requests.map((r) => r.id) };
+    const record = encodeRecordedOutcome(result);
     const steps: Array<() => Promise<unknown>> = [
-      ...(work.job ? [() => this.publisher.set(keys.jobOutcome(prefix, work.id), message, 'PX', work.keepMs)] : []),
-      () => this.store(work, recorded, message),
+      ...(work.job ? [() => this.publisher.set(keys.jobOutcome(prefix, work.id), record, 'PX', work.keepMs)] : []),
+      () => this.store(work, recorded, record),
       () => this.publisher.publish(work.replyTo, JSON.stringify(recorded)),
     ];
     const settled: Array<PromiseSettledResult<unknown>> = [];
@@ -125,21 +158,20 @@ export class JobOutcomeSink implements OutcomeSink {
     return settled;
   }
 
-  /** Where the fallback read finds a job's outcome: the BullMQ job completed with `returned`, or the direct entry's state key holding `message`. */
-  private store(work: Work, returned: JobOutcome | JobRecorded, message: string): Promise<unknown> {
+  /** Where the fallback read finds a job's outcome: the BullMQ job completed with `returned`, or the direct entry's state key holding `record`. */
+  private store(work: Work, returned: JobOutcome | JobRecorded, record: string | Buffer): Promise<unknown> {
     return work.job
       ? work.job.moveToCompleted(returned, this.options.token, false)
-      : this.publisher.set(keys.directState(this.options.prefix, work.id), message, 'PX', work.keepMs);
+      : this.publisher.set(keys.directState(this.options.prefix, work.id), record, 'PX', work.keepMs);
   }
 
   private settle(held: HeldJob): void {
     const { work } = held;
     this.held.delete(work.id);
     const result: JobOutcome = { job: work.id, model: this.options.model, outcomes: held.outcomes as RequestOutcome[] };
-    const message = JSON.stringify(result);
+    const message = messageOf(result);
     const settling = (async () => {
-      const settled =
-        Buffer.byteLength(message) <= OUTCOME_MESSAGE_MAX_BYTES ? await this.publishAndRecord(work, result, message) : await this.recordThenTell(work, message);
+      const settled = message !== undefined ? await this.publishAndRecord(work, result, message) : await this.recordThenTell(work, result);
       for (const r of settled) {
         if (r.status === 'rejected') this.logger.warn({ jobId: work.id, err: String(r.reason) }, 'settling job failed');
       }

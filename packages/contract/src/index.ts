@@ -3,3 +3,4 @@ export * from './errors.js';
 export * from './jobs.js';
 export * from './ready.js';
 export * from './score-functions.js';
+export * from './recorded-outcome.js';

@@ -1,0 +1,61 @@
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { decodeRecordedOutcome, encodeRecordedOutcome, type JobOutcome } from '@tserve/contract';
+
+const timing = { queue_ms: 1, inference_ms: 2, batch_size: 3 };
+const outcome: JobOutcome = {
+  job: 'j1',
+  model: 'org/model',
+  outcomes: [
+    {
+      id: 'a',
+      ok: true,
+      outputs: [
+        [
+          [0.1, -2.5e-7],
+          [3, 4],
+        ],
+        [[5, 6]],
+      ],
+      warnings: ['cut'],
+      timing,
+      tokens: 7,
+    },
+    { id: 'b', ok: false, error: { error: 'too long', error_type: 'validation' } },
+    // Text of several bytes a character, and a newline inside a string: lengths are bytes, and the first newline byte ends the head.
+    { id: 'c', ok: true, outputs: [[{ label: '日本\n語', score: 0.5 }], []], warnings: [], timing },
+    { id: 'd', ok: true, outputs: [], warnings: [], timing },
+  ],
+};
+
+const record = () => decodeRecordedOutcome(encodeRecordedOutcome(outcome));
+
+describe('recorded outcomes', () => {
+  it('read back as the outcome recorded, every output parsed when read', () => {
+    const read = record();
+    const plain = { ...read, outcomes: read.outcomes.map(({ outputsJson: _json, ...rest }) => ({ ...rest })) };
+    assert.deepEqual(plain, outcome);
+  });
+
+  it("hold each output's JSON as JSON.stringify writes it, so a gateway may write it unparsed", () => {
+    const read = record();
+    const json = (i: number) => read.outcomes[i].outputsJson?.map((part) => part.toString('utf8'));
+    assert.deepEqual(json(0), ['[[0.1,-2.5e-7],[3,4]]', '[[5,6]]']);
+    assert.equal(json(1), undefined, 'a failure has no outputs');
+    assert.deepEqual(json(2), [JSON.stringify([{ label: '日本\n語', score: 0.5 }]), '[]']);
+    assert.deepEqual(json(3), []);
+  });
+
+  it('keep out of the head what the outputs hold', () => {
+    const bytes = encodeRecordedOutcome(outcome);
+    const head = bytes.toString('utf8', 0, bytes.indexOf(10));
+    assert.doesNotMatch(head, /日本|0\.1/);
+    assert.ok(head.length < 600);
+  });
+
+  it("read an older worker's record, the outcome's JSON whole, as it is", () => {
+    const read = decodeRecordedOutcome(Buffer.from(JSON.stringify(outcome)));
+    assert.deepEqual(read, outcome);
+    assert.equal(read.outcomes[0].outputsJson, undefined);
+  });
+});
