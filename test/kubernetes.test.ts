@@ -55,6 +55,14 @@ function environment(container: any, objects: K8sObject[]): Record<string, strin
   return env;
 }
 
+/** A memory quantity in bytes ("512Mi", "1Gi", "128M"). */
+function bytesOf(quantity: string): number {
+  const match = /^(\d+)(Ki|Mi|Gi|k|M|G)?$/.exec(quantity);
+  assert.ok(match, `memory quantity ${quantity}`);
+  const unit = { Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, k: 1e3, M: 1e6, G: 1e9 }[match[2] ?? ''] ?? 1;
+  return Number(match[1]) * unit;
+}
+
 /**
  * Every ScaledObject's Redis list against the key the workers of its target really use. Returns the
  * disagreements, each a sentence; empty when all agree.
@@ -127,6 +135,14 @@ describe('Kubernetes manifests', { skip: hasKubectl ? false : 'kubectl is not in
       assert.equal(gateway.spec.template.spec.containers[0].readinessProbe.httpGet.path, '/ready');
       assert.equal(gateway.spec.template.spec.containers[0].livenessProbe.httpGet.path, '/health');
       assert.ok(gateway.spec.template.spec.containers[0].startupProbe);
+      const container = gateway.spec.template.spec.containers[0];
+      // A gateway turning large answers held /health 1.9 s: not dead, and not to be restarted with every request it holds.
+      assert.ok((container.livenessProbe.timeoutSeconds ?? 1) >= 5, 'gateway liveness timeoutSeconds under 5 s');
+      // Its byte bounds fit its memory limit, with room for the process and the answers it builds (gateway.yaml says why 512 MiB).
+      const config = loadGatewayConfig(environment(container, objects));
+      const held = config.MAX_BODIES_BYTES + config.MAX_UNREAD_ANSWERS_BYTES;
+      const limit = container.resources.limits.memory;
+      assert.ok(bytesOf(limit) >= held + 512 * 2 ** 20, `gateway memory limit ${limit} under MAX_BODIES_BYTES + MAX_UNREAD_ANSWERS_BYTES (${held}) + 512 MiB`);
       const dashboard = objects.find((o) => o.kind === 'Service' && o.metadata.name === 'tserve-dashboard')!;
       assert.equal(dashboard.spec.type, 'ClusterIP', 'the dashboard stays internal');
     });
