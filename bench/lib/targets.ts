@@ -112,6 +112,13 @@ export function evaluateTargets(r: Omit<BenchResults, 'targets'>, lengths: numbe
         // What batching can give at all on this CPU: in-process, the same batch size against one at a time.
         const alone = m.batched.find((b) => b.tokens === tokens && b.batchSize === 1);
         if (alone) parts.push(`in-process batching gain at this size ${round(inproc.seqPerSec / alone.seqPerSec, 2)}x`);
+        // The gain half's ceiling: a server as fast as in-process pipe(list) gains this much over its own BATCH_MAX_SIZE=1.
+        const ceiling = batch1 ? inproc.seqPerSec / batch1.load.rps : undefined;
+        if (ceiling !== undefined && ceiling < BATCHING_GAIN) {
+          parts.push(
+            `in-process pipe(list of ${size}) is itself only ${round(ceiling, 2)}x BATCH_MAX_SIZE=1, so a server would have to outrun it for ${BATCHING_GAIN}x`,
+          );
+        }
       } else if (!paired) parts.push('in-process batched not measured');
       // Tells a model that waited for work (the queue path) from one slowed by sharing the cores.
       parts.push(`the model computed ${Math.round(point.load.server.modelBusy * 100)}% of the time`);

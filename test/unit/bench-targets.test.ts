@@ -85,6 +85,21 @@ describe('bench targets', () => {
     assert.match(distilbert.detail, /the model computed 93% of the time/, 'says whether the model waited for work');
   });
 
+  it('(b) says when in-process pipe(list) itself gains less than 2x over the server at BATCH_MAX_SIZE=1', () => {
+    const judge = (batch1Rps: number) => {
+      const batch1: ServerPoint = { ...point(64, 40, batch1Rps), kind: 'batch1' };
+      return byId(evaluateTargets(results([point(1, 5, 200), point(64, 20, 900), batch1]), [16], [1, 64]), 'b')[0];
+    };
+    // In-process pipe(list of 16) runs 1000 seq/s: 1.67x a server answering 600 req/s at BATCH_MAX_SIZE=1.
+    const capped = judge(600);
+    assert.equal(capped.pass, false);
+    assert.match(capped.detail, /1\.5x BATCH_MAX_SIZE=1 \(600 req\/s\)/);
+    assert.match(capped.detail, /in-process pipe\(list of 16\) is itself only 1\.67x BATCH_MAX_SIZE=1, so a server would have to outrun it for 2x/);
+    const reachable = judge(400);
+    assert.equal(reachable.pass, true);
+    assert.doesNotMatch(reachable.detail, /is itself only/);
+  });
+
   it('(a) and (b) are judged by the median of the rounds measured back to back, not by figures minutes apart', () => {
     // The sweep alone: c=1 at in-process + 3 ms (fails (a)), c=64 at 90% of in-process (passes (b)'s share).
     const sweep = () => results([point(1, 5, 200), point(64, 20, 900)]);
