@@ -5,8 +5,11 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import type { ReadyBody, RequestOutcome } from '@tserve/contract';
-import { TestSystem, uniquePrefix, REDIS_URL, sleep, waitFor } from './helpers/system.ts';
+import { MODEL_DIR, TestSystem, uniquePrefix, REDIS_URL, sleep, waitFor } from './helpers/system.ts';
 import { DirectQueue, textOfTokens } from './helpers/direct-queue.ts';
 import { CLASSIFIER as MODEL, SLOW_CLASSIFIER } from './helpers/replicas.ts';
 
@@ -14,13 +17,14 @@ async function withPrefilledQueue(
   name: string,
   workerEnv: Record<string, string | number>,
   fill: (q: DirectQueue) => Promise<string[]>,
+  model = MODEL,
 ): Promise<{ outcomes: RequestOutcome[]; system: TestSystem }> {
   const system = new TestSystem(uniquePrefix(name));
-  const queue = new DirectQueue(REDIS_URL, system.prefix, MODEL);
+  const queue = new DirectQueue(REDIS_URL, system.prefix, model);
   await queue.start();
   try {
     const ids = await fill(queue);
-    system.startWorker({ model: MODEL, env: { DTYPE: 'fp32', ...workerEnv } });
+    system.startWorker({ model, env: { DTYPE: 'fp32', ...workerEnv } });
     const outcomes = await Promise.all(ids.map((id) => queue.outcome(id)));
     return { outcomes, system };
   } catch (err) {
@@ -151,20 +155,49 @@ describe('correctness under batching', () => {
   });
 });
 
+/**
+ * MODEL as a model whose config does not state its position table (max_position_embeddings), as
+ * some configs do not: the worker cannot refuse an over-long input before the model call, so the
+ * call fails (the ONNX graph's table still has 512 rows) and the culprit is found by halving it.
+ * Its files are MODEL's own, linked into a folder the test removes.
+ */
+function modelWithPositionsUnstated(t: { after: (fn: () => void) => void }): { id: string; modelDir: string } {
+  const modelDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tserve-models-'));
+  t.after(() => fs.rmSync(modelDir, { recursive: true, force: true }));
+  const id = `${MODEL}-positions-unstated`;
+  const source = path.join(MODEL_DIR, MODEL);
+  const target = path.join(modelDir, id);
+  fs.mkdirSync(target, { recursive: true });
+  for (const entry of fs.readdirSync(source)) {
+    if (entry !== 'config.json') fs.symlinkSync(path.join(source, entry), path.join(target, entry));
+  }
+  const config = JSON.parse(fs.readFileSync(path.join(source, 'config.json'), 'utf8'));
+  delete config.max_position_embeddings;
+  fs.writeFileSync(path.join(target, 'config.json'), JSON.stringify(config));
+  return { id, modelDir };
+}
+
 describe('failures inside a batch', () => {
   it('isolates an input that breaks the model; its neighbours get their answers', async (t) => {
     // 600 tokens with truncation off overflow the 512-position table: ONNX Runtime fails the whole call.
     const culpritText = textOfTokens(600, 'word');
     const innocents = [480, 490, 500, 510, 470, 505].map((n) => textOfTokens(n, 'word'));
+    const model = modelWithPositionsUnstated(t);
     let culprit = '';
-    const { outcomes, system } = await withPrefilledQueue('isolation', { BATCH_MAX_SIZE: 32, BATCH_MAX_WAIT_MS: 1000 }, async (q) => {
-      const ids = [];
-      for (const text of innocents.slice(0, 3)) ids.push(await q.add([text], { truncation: false }));
-      culprit = await q.add([culpritText], { truncation: false });
-      ids.push(culprit);
-      for (const text of innocents.slice(3)) ids.push(await q.add([text], { truncation: false }));
-      return ids;
-    });
+    const { outcomes, system } = await withPrefilledQueue(
+      'isolation',
+      // debug: the worker logs each batch's model calls
+      { BATCH_MAX_SIZE: 32, BATCH_MAX_WAIT_MS: 1000, MODEL_DIR: model.modelDir, LOG_LEVEL: 'debug' },
+      async (q) => {
+        const ids = [];
+        for (const text of innocents.slice(0, 3)) ids.push(await q.add([text], { truncation: false }));
+        culprit = await q.add([culpritText], { truncation: false });
+        ids.push(culprit);
+        for (const text of innocents.slice(3)) ids.push(await q.add([text], { truncation: false }));
+        return ids;
+      },
+      model.id,
+    );
     t.after(() => system.stop());
     const bad = outcomes.find((o) => o.id === culprit)!;
     assert.equal(bad.ok, false);
@@ -174,6 +207,11 @@ describe('failures inside a batch', () => {
     assert.equal(good.length, innocents.length);
     for (const o of good) assert.ok(o.ok, `an innocent neighbour failed: ${JSON.stringify(o)}`);
     // They really shared a call with the culprit before it was split off.
+    const calls = system.procs[0].output
+      .split('\n')
+      .filter((line) => line.includes('"batch done"'))
+      .flatMap((line) => (JSON.parse(line) as { calls: number[] }).calls);
+    assert.ok(calls.includes(innocents.length + 1), `a call of the culprit and all its neighbours, then its halves: ${JSON.stringify(calls)}`);
     assert.ok(good.some((o) => o.ok && o.timing.batch_size > 1));
     assert.ok(system.procs[0].running, 'the worker survived');
   });

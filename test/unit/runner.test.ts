@@ -15,7 +15,7 @@ function harness(options: { abandoned?: string[]; head?: TaskHead; maxSize?: num
   let now = 1_000_000;
   const calls: string[][] = [];
   const engine = {
-    loaded: { maxLength: 512 },
+    loaded: { maxLength: 512, config: { max_position_embeddings: 512 } },
     encode: (text: string): Encoded => {
       options.onEncode?.(text);
       return { text, ids: text.split(' ').map((_, i) => i) };
@@ -109,6 +109,20 @@ describe('BatchRunner', () => {
     await runner.run([request('m', ['fine', 'poison'])]);
     const outcome = finished.get('m')!;
     assert.ok(!outcome.ok && /^inputs\[1\]: /.test(outcome.error.error), JSON.stringify(outcome));
+  });
+
+  it('refuses unrun an input longer than the position table, where its call would fail; the rest of the batch runs without halving', async () => {
+    const { runner, finished, calls, request } = harness({ maxSize: 8 });
+    const long = Array(600).fill('w').join(' ');
+    await runner.run([request('a', ['x1']), request('long', [long]), request('mixed', ['x2', long, 'x3']), request('b', ['x4'])]);
+    const refused = (id: string) => {
+      const outcome = finished.get(id)!;
+      return !outcome.ok && outcome.error.error_type === 'validation' ? outcome.error.error : undefined;
+    };
+    assert.equal(refused('long'), 'input is 600 tokens long but this model accepts at most 512; shorten it or leave "truncation" on');
+    assert.match(refused('mixed') ?? '', /^inputs\[1\]: input is 600 tokens long/);
+    assert.ok(finished.get('a')!.ok && finished.get('b')!.ok);
+    assert.deepEqual(calls, [['x1', 'x4']], "one call, without the refused requests' inputs");
   });
 
   it('drops expired and abandoned requests unrun, and re-checks deadlines between calls', async () => {

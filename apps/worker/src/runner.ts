@@ -243,6 +243,10 @@ export class BatchRunner {
           // The sequences of one input (a zero-shot input's, one per label) are cut alike: said once.
           if (!pending.warnings.includes(warning)) pending.warnings.push(warning);
         }
+        // Past the model's position table its call surely fails, and halving that call to find the
+        // culprit (runIsolated) would cost every other input in it several calls: refused before any.
+        const positions = this.engine.loaded.config.max_position_embeddings;
+        if (positions !== undefined && encoded.ids.length > positions) throw this.tooLong(encoded);
         head.check?.(encoded, parameters);
       }
       return sequences;
@@ -250,6 +254,13 @@ export class BatchRunner {
       if (err instanceof ApiError && count > 1) throw new ApiError(err.type, `inputs[${index}]: ${err.message}`);
       throw err;
     }
+  }
+
+  private tooLong(encoded: Encoded): ApiError {
+    return new ApiError(
+      'validation',
+      `input is ${encoded.ids.length} tokens long but this model accepts at most ${this.engine.loaded.maxLength}; shorten it or leave "truncation" on`,
+    );
   }
 
   /** Runs a call; if it fails, halves it until each failure is pinned on the input that caused it. */
@@ -287,13 +298,7 @@ export class BatchRunner {
   }
 
   private culpritError(encoded: Encoded, err: unknown): ApiError {
-    const limit = this.engine.loaded.maxLength;
-    if (encoded.ids.length > limit) {
-      return new ApiError(
-        'validation',
-        `input is ${encoded.ids.length} tokens long but this model accepts at most ${limit}; shorten it or leave "truncation" on`,
-      );
-    }
+    if (encoded.ids.length > this.engine.loaded.maxLength) return this.tooLong(encoded);
     return new ApiError('inference', `the model could not run this input: ${firstLine(err instanceof Error ? err.message : String(err))}`);
   }
 
