@@ -231,6 +231,8 @@ describe('protocols', () => {
         ['/rerank', { query: 'q', texts: ['a'], model: EMBEDDER }, 422, /is not a reranker/],
         ['/predict', { inputs: [], model: CLASSIFIER }, 400, /`inputs` cannot be empty/],
         ['/embed', { inputs: Array(65).fill('x') }, 422, /at most 64/],
+        // Over the payload limit TEI's HTTP layer answers 413; here MAX_BODY_BYTES (1 MB by default).
+        ['/embed', { inputs: 'x'.repeat(1_000_001) }, 413, /larger than 1000000 bytes \(MAX_BODY_BYTES\)/],
       ];
       for (const [path, body, status, message] of cases) {
         const res = await system.post(path, body);

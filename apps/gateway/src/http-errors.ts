@@ -23,6 +23,13 @@ export function sendError(res: Response, error: ApiError, format: ErrorFormat = 
 /** A body that is not JSON: what body-parser reports, and what a route that parses its own body says too. */
 export const malformedJson = (detail: string) => new ApiError('validation', `malformed JSON body: ${detail}`);
 
+/** A body over MAX_BODY_BYTES, told apart from other 413s (too many inputs) for protocols that answer them differently. */
+export class BodyTooLarge extends ApiError {
+  constructor(limit: number | undefined) {
+    super('payload_too_large', `request body is larger than ${limit} bytes (MAX_BODY_BYTES)`);
+  }
+}
+
 /** A body that is not UTF-8 text, likewise. */
 export const invalidUtf8 = () => new ApiError('validation', 'request body is not valid UTF-8');
 
@@ -34,7 +41,7 @@ function fromBodyParser(err: BodyParserError, req: Request): ApiError | undefine
     case 'entity.parse.failed':
       return malformedJson(err.message ?? 'could not parse');
     case 'entity.too.large':
-      return new ApiError('payload_too_large', `request body is larger than ${err.limit} bytes (MAX_BODY_BYTES)`);
+      return new BodyTooLarge(err.limit);
     case 'encoding.unsupported':
     case 'charset.unsupported':
       return new ApiError('unsupported_media_type', `unsupported body encoding: ${err.message}`);

@@ -2,7 +2,7 @@ import type { IRouter, Request } from 'express';
 import { z } from 'zod';
 import { ApiError, describeIssues, type ErrorType } from '@tserve/contract';
 import type { ServedModel } from '../model-registry.js';
-import { errorHandler, type ErrorFormat } from '../http-errors.js';
+import { BodyTooLarge, errorHandler, type ErrorFormat } from '../http-errors.js';
 import { jsonBody, runModelCall, type ProtocolParts } from '../model-call.js';
 import { shorten } from './embedding-dimensions.js';
 
@@ -23,7 +23,10 @@ const TEI_TYPES: Partial<Record<ErrorType, string>> = {
   timeout: 'Backend',
   internal: 'Backend',
 };
-/** TEI (1.9+) answers input errors, too-large batches included, with 422, and overload with 429. */
+/**
+ * TEI (1.9+) answers input errors, too-large batches included, with 422, and overload with 429. A
+ * body over its payload limit is refused by its HTTP layer (axum) with 413: so is one over MAX_BODY_BYTES.
+ */
 const TEI_STATUS: Partial<Record<ErrorType, number>> = { validation: 422, payload_too_large: 422, overloaded: 429, inference: 424 };
 
 /** Empty inputs: TEI's own error type, answered 400. */
@@ -37,7 +40,10 @@ class EmptyInput extends ApiError {
 const teiErrors: ErrorFormat = (error) =>
   error instanceof EmptyInput
     ? { status: 400, body: { error: error.message, error_type: 'Empty' } }
-    : { status: TEI_STATUS[error.type] ?? error.status, body: { error: error.message, error_type: TEI_TYPES[error.type] ?? error.type } };
+    : {
+        status: error instanceof BodyTooLarge ? 413 : (TEI_STATUS[error.type] ?? error.status),
+        body: { error: error.message, error_type: TEI_TYPES[error.type] ?? error.type },
+      };
 
 /** TEI refuses an empty input or list as `Empty` before anything else. */
 function refuseEmpty(body: unknown, fields: string[]): void {
