@@ -206,11 +206,16 @@ describe('failures inside a batch', () => {
     const good = outcomes.filter((o) => o.id !== culprit);
     assert.equal(good.length, innocents.length);
     for (const o of good) assert.ok(o.ok, `an innocent neighbour failed: ${JSON.stringify(o)}`);
-    // They really shared a call with the culprit before it was split off.
-    const calls = system.procs[0].output
-      .split('\n')
-      .filter((line) => line.includes('"batch done"'))
-      .flatMap((line) => (JSON.parse(line) as { calls: number[] }).calls);
+    // They really shared a call with the culprit before it was split off. A batch's calls are
+    // logged once it is done, after its outcomes went out: waited for until every job is counted.
+    const batches = await waitFor('every job in a batch logged as done', async () => {
+      const done = system.procs[0].output
+        .split('\n')
+        .filter((line) => line.includes('"batch done"'))
+        .map((line) => JSON.parse(line) as { jobs: number; calls: number[] });
+      return done.reduce((n, b) => n + b.jobs, 0) === outcomes.length && done;
+    });
+    const calls = batches.flatMap((b) => b.calls);
     assert.ok(calls.includes(innocents.length + 1), `a call of the culprit and all its neighbours, then its halves: ${JSON.stringify(calls)}`);
     assert.ok(good.some((o) => o.ok && o.timing.batch_size > 1));
     assert.ok(system.procs[0].running, 'the worker survived');
