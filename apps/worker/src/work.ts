@@ -1,4 +1,5 @@
 import type { Job } from 'bullmq';
+import { SETTINGS } from '@tserve/config';
 import { outcomesKeptMs } from '@tserve/queue';
 import { sequenceCount, type DirectEntry, type InferenceJobData, type LoneDirectEntry, type QueuedRequest } from '@tserve/contract';
 
@@ -28,6 +29,9 @@ interface WorkCommon {
   keepMs: number;
 }
 
+/** Older gateways do not say how long a job's outcomes are kept: as long as their default poll period (RESULT_POLL_MS) asks. */
+const OLDER_GATEWAYS_KEEP_MS = outcomesKeptMs(SETTINGS.gateway.RESULT_POLL_MS.parse(undefined));
+
 export function workOfJob(job: Job<InferenceJobData>): Work {
   return {
     id: job.id!,
@@ -35,8 +39,7 @@ export function workOfJob(job: Job<InferenceJobData>): Work {
     replyTo: job.data.replyTo,
     tellTaken: job.data.tellTaken === true,
     bulk: (job.opts.priority ?? 0) > 0,
-    // Older gateways do not say: their default poll period's.
-    keepMs: job.data.keepMs ?? outcomesKeptMs(1000),
+    keepMs: job.data.keepMs ?? OLDER_GATEWAYS_KEEP_MS,
     job,
   };
 }
