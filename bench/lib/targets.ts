@@ -113,8 +113,9 @@ export function evaluateTargets(r: Omit<BenchResults, 'targets'>, lengths: numbe
         const alone = m.batched.find((b) => b.tokens === tokens && b.batchSize === 1);
         if (alone) parts.push(`in-process batching gain at this size ${round(inproc.seqPerSec / alone.seqPerSec, 2)}x`);
         // The gain half's ceiling: a server as fast as in-process pipe(list) gains this much over its own BATCH_MAX_SIZE=1.
+        // Said only when the gain was missed: where the server beat it, the in-process figure fell in a slow spell.
         const ceiling = batch1 ? inproc.seqPerSec / batch1.load.rps : undefined;
-        if (ceiling !== undefined && ceiling < BATCHING_GAIN) {
+        if (gainOk === false && ceiling !== undefined && ceiling < BATCHING_GAIN) {
           parts.push(
             `in-process pipe(list of ${size}) is itself only ${round(ceiling, 2)}x BATCH_MAX_SIZE=1, so a server would have to outrun it for ${BATCHING_GAIN}x`,
           );
