@@ -239,6 +239,10 @@ describe('failures inside a batch', () => {
     const refused = await system.infer(MODEL, textOfTokens(600, 'word'), { truncation: false });
     assert.equal(refused.status, 400, JSON.stringify(refused.body));
     assert.match(refused.body.error, /600 tokens long but this model accepts at most 512/);
+    // Not to be cut, 750 KB is read only as far as shows it too long: a lower bound again.
+    const longRefused = await system.infer(MODEL, textOfTokens(150_000, 'word'), { truncation: false });
+    assert.equal(longRefused.status, 400, JSON.stringify(longRefused.body));
+    assert.match(longRefused.body.error, /^input is at least \d+ tokens long but this model accepts at most 512/);
   });
 
   it('drops jobs whose deadline passed without running them', async (t) => {

@@ -231,12 +231,27 @@ describe('protocols', () => {
         ['/rerank', { query: 'q', texts: ['a'], model: EMBEDDER }, 422, /is not a reranker/],
         ['/predict', { inputs: [], model: CLASSIFIER }, 400, /`inputs` cannot be empty/],
         ['/embed', { inputs: Array(65).fill('x') }, 422, /at most 64/],
+        // TEI tokenizes at most 250 characters per token of the model's length (512 here) whole.
+        [
+          '/tokenize',
+          { inputs: ['short', 'word '.repeat(30_000)], model: CLASSIFIER },
+          422,
+          /^inputs\[1\]: `inputs` must have less than 128000 characters\. Given: 150000$/,
+        ],
+        // Truncation off, a long text is read only as far as shows it too long.
+        ['/embed', { inputs: 'word '.repeat(150_000) }, 422, /^input is at least \d+ tokens long but this model accepts at most 512/],
+        [
+          '/predict',
+          { inputs: ['b', 'word '.repeat(150_000)], model: CLASSIFIER },
+          422,
+          /^input is at least \d+ tokens long but this model accepts at most 512/,
+        ],
         // Over the payload limit TEI's HTTP layer answers 413; here MAX_BODY_BYTES (1 MB by default).
         ['/embed', { inputs: 'x'.repeat(1_000_001) }, 413, /larger than 1000000 bytes \(MAX_BODY_BYTES\)/],
       ];
       for (const [path, body, status, message] of cases) {
         const res = await system.post(path, body);
-        assert.equal(res.status, status, `${path} ${JSON.stringify(body)}: ${JSON.stringify(res.body)}`);
+        assert.equal(res.status, status, `${path} ${JSON.stringify(body).slice(0, 200)}: ${JSON.stringify(res.body).slice(0, 500)}`);
         assert.match(res.body.error, message);
         assert.equal(typeof res.body.error_type, 'string');
       }

@@ -37,7 +37,7 @@ const tokenizer = {
 };
 
 function model(task: Task, config: ModelConfig = {}, maxLength = 512): LoadedModel {
-  return { id: 'test/model', task, tasks: [task], tokenizer: tokenizer as unknown as LoadedModel['tokenizer'], config, maxLength };
+  return { id: 'test/model', task, tasks: [task], tokenizer: tokenizer as unknown as LoadedModel['tokenizer'], config, maxLength, positions: maxLength };
 }
 
 /** [CLS] tokens [SEP] as one sequence. */

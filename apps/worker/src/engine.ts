@@ -14,6 +14,8 @@ export interface Encoded {
   typeIds?: number[];
   /** Token count before truncation, when a text was cut; `atLeast` when only the part of a long text the cut keeps was read. */
   truncatedFrom?: { tokens: number; atLeast: boolean };
+  /** A text not to be cut was read only as far as showed it past the position table: `ids` is its start, and it is refused. */
+  readInPart?: true;
   /** What a task head needs to read this sequence's output back (a question-answering span's window). */
   note?: unknown;
 }
@@ -51,7 +53,7 @@ export class Engine {
   /** Where a long text that will be cut may be cut, to tokenize only as far as the cut needs (see tokensForCut); undefined: read whole. */
   private readonly cutBoundary: TokenBoundary | undefined;
   /** The first text of the last pair and its tokens, read once for all the pairs that share it. */
-  private lastFirst?: { text: string; cut?: { direction: 'right' | 'left' }; read: { tokens: string[]; whole: boolean } };
+  private lastFirst?: { text: string; cut?: { keep: number; direction: 'right' | 'left' }; read: { tokens: string[]; whole: boolean } };
 
   constructor(
     readonly loaded: LoadedModel,
@@ -96,8 +98,9 @@ export class Engine {
   encode(text: string, truncation: boolean | TextTruncation): Encoded {
     const { truncate, direction = 'right' } = typeof truncation === 'boolean' ? { truncate: truncation } : truncation;
     const budget = this.loaded.maxLength - this.specials.single;
-    const { tokens, whole } = this.read(text, truncate ? { keep: budget, direction } : undefined);
-    if (!truncate || tokens.length <= budget) return { text, ...this.build(tokens) };
+    const { tokens, whole } = this.read(text, truncate ? { keep: budget, direction } : this.pastPositions(this.specials.single));
+    if (!truncate) return { text, ...this.build(tokens), ...(whole ? {} : { readInPart: true }) };
+    if (tokens.length <= budget) return { text, ...this.build(tokens) };
     const kept = direction === 'left' ? tokens.slice(tokens.length - budget) : tokens.slice(0, budget);
     return { text, ...this.build(kept), truncatedFrom: { tokens: tokens.length + this.specials.single, atLeast: !whole } };
   }
@@ -108,15 +111,18 @@ export class Engine {
    */
   encodePair(first: string, second: string, truncation: PairTruncation | false, direction: 'right' | 'left' = 'right'): Encoded {
     const budget = this.loaded.maxLength - this.specials.pair;
-    const cut = truncation ? { keep: budget, direction } : undefined;
+    const cut = truncation ? { keep: budget, direction } : this.pastPositions(this.specials.pair);
     // A zero-shot input, or a rerank query, is the first text of one pair per label or text.
-    if (this.lastFirst?.text !== first || this.lastFirst.cut?.direction !== cut?.direction) this.lastFirst = { text: first, cut, read: this.read(first, cut) };
+    if (this.lastFirst?.text !== first || this.lastFirst.cut?.direction !== cut?.direction || this.lastFirst.cut?.keep !== cut?.keep) {
+      this.lastFirst = { text: first, cut, read: this.read(first, cut) };
+    }
     let a = this.lastFirst.read;
     let b = this.read(second, cut);
+    if (!truncation) return { text: first, ...this.build(a.tokens, b.tokens), ...(a.whole && b.whole ? {} : { readInPart: true }) };
     // A text read only in part has at least the tokens read. Where the cut turns on more than that,
     // it is read whole: which text is longer, when longest_first gives it the odd token; or the
     // true length, for an impossible cut, refused with it.
-    if (truncation && !(a.whole && b.whole)) {
+    if (!(a.whole && b.whole)) {
       const [lengthA, lengthB] = [a.tokens.length, b.tokens.length];
       const impossible = pairLengths(lengthA, lengthB, budget, truncation) === undefined;
       const orderUnknown = truncation === 'longest_first' && ((!a.whole && (!b.whole || lengthB >= lengthA)) || (!b.whole && lengthA > lengthB));
@@ -125,7 +131,7 @@ export class Engine {
         if (!b.whole) b = this.read(second, undefined);
       }
     }
-    const lengths = truncation ? pairLengths(a.tokens.length, b.tokens.length, budget, truncation) : undefined;
+    const lengths = pairLengths(a.tokens.length, b.tokens.length, budget, truncation);
     if (!lengths || (lengths[0] === a.tokens.length && lengths[1] === b.tokens.length)) return { text: first, ...this.build(a.tokens, b.tokens) };
     const keep = (tokens: string[], n: number) => (direction === 'left' ? tokens.slice(tokens.length - n) : tokens.slice(0, n));
     return {
@@ -138,6 +144,15 @@ export class Engine {
   /** A text's first `count` tokens, tokenizing only as far as they take. */
   leadingPieces(text: string, count: number): string[] {
     return this.read(text, { keep: count, direction: 'right' }).tokens.slice(0, count);
+  }
+
+  /**
+   * For a text not to be cut: a read that stops once the text alone overflows the position table
+   * beside `specials`, where the runner refuses it, so that an over-long text costs a few hundred
+   * tokens' reading, not a megabyte's (about a second). Undefined where the table is unknown: read whole.
+   */
+  private pastPositions(specials: number): { keep: number; direction: 'right' } | undefined {
+    return this.loaded.positions === undefined ? undefined : { keep: this.loaded.positions - specials + 1, direction: 'right' };
   }
 
   /** A text's tokens: whole, or where a cut will keep `keep` of them, as far as that takes (tokensForCut). */

@@ -27,8 +27,10 @@ export interface LoadedModel {
   tasks: Task[];
   tokenizer: PreTrainedTokenizer;
   config: ModelConfig;
-  /** Longest sequence (special tokens included) the model's position table accepts. */
+  /** Longest sequence (special tokens included) the model and its tokenizer accept: what truncation cuts to. */
   maxLength: number;
+  /** Longest sequence its position table can index (undefined: the config does not say); a longer one surely fails. */
+  positions: number | undefined;
 }
 
 export interface ModelConfig {
@@ -37,7 +39,21 @@ export interface ModelConfig {
   label2id?: Record<string, number>;
   problem_type?: string;
   max_position_embeddings?: number;
+  model_type?: string;
+  pad_token_id?: number;
   [key: string]: unknown;
+}
+
+// These number positions from after the padding index (transformers' create_position_ids_from_input_ids),
+// so the table's first pad_token_id + 1 rows are never a token's: a 514-row table holds 512 tokens.
+const POSITIONS_AFTER_PADDING = new Set(['roberta', 'xlm-roberta', 'camembert']);
+
+/** The longest sequence a model's position table can index, as TEI reckons it; undefined where the config is silent. */
+export function positionLimit(config: ModelConfig): number | undefined {
+  const table = config.max_position_embeddings;
+  if (table === undefined) return undefined;
+  const offset = config.model_type && POSITIONS_AFTER_PADDING.has(config.model_type) ? (config.pad_token_id ?? 1) + 1 : 0;
+  return table - offset;
 }
 
 export class ModelLoadError extends Error {}
@@ -117,9 +133,10 @@ export async function describeModel(config: WorkerConfig): Promise<LoadedModel> 
       );
     }
     const tokenizer = await AutoTokenizer.from_pretrained(config.MODEL);
+    const positions = positionLimit(modelConfig);
     // Tokenizers without a stated limit report a huge number; 512 is the BERT family's table.
     const maxLength = Math.min(
-      modelConfig.max_position_embeddings ?? Number.POSITIVE_INFINITY,
+      positions ?? Number.POSITIVE_INFINITY,
       (tokenizer as unknown as { model_max_length?: number }).model_max_length ?? Number.POSITIVE_INFINITY,
     );
     return {
@@ -129,6 +146,7 @@ export async function describeModel(config: WorkerConfig): Promise<LoadedModel> 
       tokenizer,
       config: modelConfig,
       maxLength: Number.isFinite(maxLength) ? maxLength : 512,
+      positions,
     };
   } catch (err) {
     throw loadError(config, err);

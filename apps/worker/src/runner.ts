@@ -81,6 +81,11 @@ const firstLine = (message: string) =>
     .replace(/\/\S*onnxruntime_src\S*/g, '')
     .slice(0, 240);
 
+/** An input's refusal, saying which input it was where the request has several. */
+function namingInput(err: unknown, index: number, count: number): unknown {
+  return err instanceof ApiError && count > 1 ? new ApiError(err.type, `inputs[${index}]: ${err.message}`) : err;
+}
+
 /**
  * Runs one gathered batch of requests: drops expired and abandoned ones unrun, rejects bad inputs
  * alone, plans model calls by length and tokens, and isolates a failing input by splitting its call
@@ -131,7 +136,11 @@ export class BatchRunner {
           const outputs: unknown[] = [];
           for (const [i, input] of request.inputs.entries()) {
             if (i > 0) await turns.take();
-            outputs.push(pending.head.answer(input, request.parameters, this.engine));
+            try {
+              outputs.push(pending.head.answer(input, request.parameters, this.engine));
+            } catch (err) {
+              throw namingInput(err, i, request.inputs.length);
+            }
           }
           this.outcomes.record(request, {
             id: request.id,
@@ -245,21 +254,20 @@ export class BatchRunner {
         }
         // Past the model's position table its call surely fails, and halving that call to find the
         // culprit (runIsolated) would cost every other input in it several calls: refused before any.
-        const positions = this.engine.loaded.config.max_position_embeddings;
+        const { positions } = this.engine.loaded;
         if (positions !== undefined && encoded.ids.length > positions) throw this.tooLong(encoded);
         head.check?.(encoded, parameters);
       }
       return sequences;
     } catch (err) {
-      if (err instanceof ApiError && count > 1) throw new ApiError(err.type, `inputs[${index}]: ${err.message}`);
-      throw err;
+      throw namingInput(err, index, count);
     }
   }
 
   private tooLong(encoded: Encoded): ApiError {
     return new ApiError(
       'validation',
-      `input is ${encoded.ids.length} tokens long but this model accepts at most ${this.engine.loaded.maxLength}; shorten it or leave "truncation" on`,
+      `input is ${encoded.readInPart ? 'at least ' : ''}${encoded.ids.length} tokens long but this model accepts at most ${this.engine.loaded.maxLength}; shorten it or leave "truncation" on`,
     );
   }
 

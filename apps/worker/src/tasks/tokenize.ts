@@ -1,4 +1,4 @@
-import type { TokenizeParameters } from '@tserve/contract';
+import { ApiError, type TokenizeParameters } from '@tserve/contract';
 import type { LoadedModel } from '../model.js';
 import type { TaskHead } from './head.js';
 import { alignTokens, tokenizerParts } from './offsets.js';
@@ -13,6 +13,13 @@ interface TokenInfo {
 }
 
 /**
+ * TEI's bound on a text it tokenizes whole (its MAX_CHAR_MULTIPLIER): characters per token of the
+ * model's length. A longer one is refused before any tokenizing, which for a megabyte would hold
+ * the worker's thread about a second and answer some 13 MB.
+ */
+const CHARS_PER_TOKEN = 250;
+
+/**
  * Tokenization alone, without running the model: each token's id, its text in the input, and
  * where it lies (code points, as the other tasks' offsets), special tokens flagged.
  */
@@ -23,6 +30,10 @@ export function tokenizeHead(loaded: LoadedModel): TaskHead<TokenizeParameters, 
       throw new Error('tokenization runs no model');
     },
     answer(input, parameters, engine): TokenInfo[] {
+      const limit = loaded.maxLength * CHARS_PER_TOKEN;
+      // Code points, as TEI counts; never more than UTF-16 units, so a short text is not counted.
+      const length = input.length > limit ? Array.from(input).length : 0;
+      if (length > limit) throw new ApiError('validation', `\`inputs\` must have less than ${limit} characters. Given: ${length}`);
       const pieces = engine.pieces(input);
       const spans = alignTokens(input, pieces, parts);
       const chars = Array.from(input);
