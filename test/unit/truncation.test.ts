@@ -50,6 +50,7 @@ describe('tokensForCut (a long text read only as far as its cut)', () => {
     const inner = (tokenizer as unknown as { _tokenizer: { encode_text(t: string): string[]; tokenizer: Parameters<typeof tokenBoundaries>[0] } })._tokenizer;
     const boundary = tokenBoundaries(inner.tokenizer)!;
     assert.ok(boundary('中'.charCodeAt(0)), "BERT's normalizer spaces CJK ideographs");
+    assert.ok(boundary('!'.charCodeAt(0)) && boundary('«'.charCodeAt(0)), "BERT's pre-tokenizer isolates punctuation");
     const pieces = (text: string) => inner.encode_text(text) ?? [];
     const samples = [
       'The café in Zürich serves naïve crème brûlée; isn\'t that "fine"?',
@@ -64,7 +65,10 @@ describe('tokensForCut (a long text read only as far as its cut)', () => {
     const text = Array.from({ length: 4000 }, () => samples[Math.floor(random() * samples.length)]).join(random() < 0.5 ? ' ' : '\n');
     // And Chinese and Japanese with no whitespace at all: cut before an ideograph.
     const cjk = Array.from({ length: 3000 }, () => samples[samples.length - 1]).join('');
-    for (const long of [text, cjk]) {
+    // And words and punctuation with no whitespace: cut before a punctuation character.
+    const marks = ['!', '...', ',', '«', '»', '¿', '—', '$', '@', '#', "'", 'é', 'don', 't', '3.14', 'Zürich', '\u0301'];
+    const dense = Array.from({ length: 30_000 }, () => marks[Math.floor(random() * marks.length)]).join('');
+    for (const long of [text, cjk, dense, '!'.repeat(100_000)]) {
       const whole = pieces(long);
       for (const keep of [30, 126, 510]) {
         for (const direction of ['right', 'left'] as const) {
@@ -81,11 +85,22 @@ describe('tokensForCut (a long text read only as far as its cut)', () => {
 describe('tokenBoundaries (where a tokenizer always ends a token)', () => {
   const space = ' '.charCodeAt(0);
   const ideograph = '中'.charCodeAt(0);
-  it("is whitespace for a whitespace-splitting pre-tokenizer, CJK ideographs too under BERT's normalizer, and nothing known otherwise", () => {
+  it("is whitespace for a whitespace-splitting pre-tokenizer, punctuation too for BERT's, CJK ideographs under BERT's normalizer, and nothing known otherwise", () => {
     const bert = tokenBoundaries({ pre_tokenizer: { type: 'BertPreTokenizer' }, normalizer: { type: 'BertNormalizer', handle_chinese_chars: true } })!;
-    assert.deepEqual([bert(space), bert(ideograph), bert('a'.charCodeAt(0)), bert('.'.charCodeAt(0))], [true, true, false, false]);
+    assert.deepEqual(
+      [bert(space), bert(ideograph), bert('a'.charCodeAt(0)), bert('.'.charCodeAt(0)), bert('$'.charCodeAt(0))],
+      [true, true, false, true, true],
+    );
+    assert.deepEqual(
+      [bert('¡'.charCodeAt(0)), bert('、'.charCodeAt(0)), bert('é'.charCodeAt(0)), bert('€'.charCodeAt(0))],
+      [true, true, false, false],
+      'Unicode P, not S or letters',
+    );
     const plain = tokenBoundaries({ pre_tokenizer: { type: 'BertPreTokenizer' }, normalizer: { type: 'BertNormalizer', handle_chinese_chars: false } })!;
     assert.deepEqual([plain(space), plain(ideograph)], [true, false]);
+    // Other pre-tokenizers keep runs of punctuation together ("!!!" is one piece): no boundary there.
+    const whitespace = tokenBoundaries({ pre_tokenizer: { type: 'Whitespace' } })!;
+    assert.deepEqual([whitespace(space), whitespace('!'.charCodeAt(0))], [true, false]);
     assert.equal(tokenBoundaries({ pre_tokenizer: { type: 'Split' } }), undefined);
     assert.equal(tokenBoundaries(undefined), undefined);
   });
