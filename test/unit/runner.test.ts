@@ -15,7 +15,7 @@ function harness(options: { abandoned?: string[]; head?: TaskHead; maxSize?: num
   let now = 1_000_000;
   const calls: string[][] = [];
   const engine = {
-    loaded: { maxLength: 512, positions: 512, config: { max_position_embeddings: 512 } },
+    loaded: { maxLength: 512, positions: 512 },
     encode: (text: string): Encoded => {
       options.onEncode?.(text);
       return { text, ids: text.split(' ').map((_, i) => i) };

@@ -30,13 +30,12 @@ export function tokenizeHead(loaded: LoadedModel): TaskHead<TokenizeParameters, 
       throw new Error('tokenization runs no model');
     },
     answer(input, parameters, engine): TokenInfo[] {
+      // Code points, as TEI counts them (and as the offsets below do).
+      const chars = Array.from(input);
       const limit = loaded.maxLength * CHARS_PER_TOKEN;
-      // Code points, as TEI counts; never more than UTF-16 units, so a short text is not counted.
-      const length = input.length > limit ? Array.from(input).length : 0;
-      if (length > limit) throw new ApiError('validation', `\`inputs\` must have less than ${limit} characters. Given: ${length}`);
+      if (chars.length > limit) throw new ApiError('validation', `\`inputs\` must have less than ${limit} characters. Given: ${chars.length}`);
       const pieces = engine.pieces(input);
       const spans = alignTokens(input, pieces, parts);
-      const chars = Array.from(input);
       const tokens: TokenInfo[] = pieces.map((piece, i) => {
         const span = spans[i];
         return {
