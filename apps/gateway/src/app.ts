@@ -28,10 +28,12 @@ export interface AppParts {
   metrics: GatewayMetrics;
   /** "May this request enter": asked by every route that runs a model. */
   admission: Admission;
+  /** A model's requests accepted and not yet answered, over all gateways. */
+  backlog: (model: string) => number;
 }
 
 /** What the gateway answers, for `--help` and for a request to any other route. */
-export const ROUTES = `POST /, POST /models/<model id>, POST /v1/embeddings, GET /v1/models, POST /embed, /predict, /rerank, /tokenize, GET /info, GET /v2/health/ready, /v2/models/<name>, POST /v2/models/<name>/infer, GET /health, GET /ready, GET /metrics, ${DASHBOARD_PATH}`;
+export const ROUTES = `POST /, POST /models/<model id>, POST /v1/embeddings, GET /v1/models, POST /embed, /predict, /rerank, /tokenize, GET /info, GET /v2/health/ready, /v2/models/<name>, POST /v2/models/<name>/infer, GET /health, GET /ready, GET /backlog?model=<model id>, GET /metrics, ${DASHBOARD_PATH}`;
 
 export function createApp(parts: AppParts): Express {
   const app = express();
@@ -45,7 +47,7 @@ export function createApp(parts: AppParts): Express {
   // Routes go on the app itself, not in a router each: an error (every 503 of shedding among them)
   // leaves a router through setImmediate before the handler below answers it, and under load that
   // turn of the event loop waits behind all the I/O ready by then.
-  healthRoutes(app, parts.snapshot, parts.config.DEFAULT_MODEL);
+  healthRoutes(app, parts.snapshot, parts.backlog, parts.config.DEFAULT_MODEL);
   app.get('/metrics', metrics.scrape);
   app.use(DASHBOARD_PATH, dashboard(parts));
   const answerErrors = errorHandler(parts.logger);

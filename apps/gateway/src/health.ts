@@ -1,5 +1,5 @@
 import type { IRouter } from 'express';
-import type { ReadyBody, ReadyModel } from '@tserve/contract';
+import { ApiError, type BacklogBody, type ReadyBody, type ReadyModel } from '@tserve/contract';
 import type { GatewaySnapshot, ModelStatus, Snapshot } from './snapshot.js';
 
 function readyModel(m: ModelStatus): ReadyModel {
@@ -35,7 +35,7 @@ function notReadyReasons(snap: GatewaySnapshot, defaultModel?: string): string[]
  * every model it has seen (and DEFAULT_MODEL) has a live worker, none still loading. 503 says which
  * of these is missing.
  */
-export function healthRoutes(router: IRouter, snapshot: Snapshot, defaultModel?: string): void {
+export function healthRoutes(router: IRouter, snapshot: Snapshot, backlog: (model: string) => number, defaultModel?: string): void {
   router.get('/health', (_req, res) => {
     res.json({ status: 'ok' });
   });
@@ -50,5 +50,14 @@ export function healthRoutes(router: IRouter, snapshot: Snapshot, defaultModel?:
     };
     if (reasons.length) res.setHeader('Retry-After', '2');
     res.status(reasons.length ? 503 : 200).json(body);
+  });
+  // What the autoscaler reads (KEDA's metrics-api trigger): a model's requests accepted and not yet
+  // answered, over all gateways, so that any one gateway behind the Service answers for the cluster.
+  // Always 200 while the process runs: KEDA treats any other status as a failed read.
+  router.get('/backlog', (req, res, next) => {
+    const model = req.query.model;
+    if (typeof model !== 'string' || model === '') return next(new ApiError('validation', 'GET /backlog needs ?model=<model id>'));
+    res.setHeader('cache-control', 'no-store');
+    res.json({ model, backlog: backlog(model) } satisfies BacklogBody);
   });
 }

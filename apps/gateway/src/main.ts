@@ -137,7 +137,7 @@ async function main(): Promise<void> {
     onQuotaRejected: metrics.quotaRejected,
   });
   const service = new InferenceService(config, registry, queues, coalescer, results, admission, redis, metrics);
-  const app = createApp({ config, logger, service, registry, queues, snapshot, metrics, admission });
+  const app = createApp({ config, logger, service, registry, queues, snapshot, metrics, admission, backlog: (model) => depth.of(model) });
 
   await results.start();
   // The first refresh would otherwise fail on a connection still coming up, and until the next one

@@ -24,3 +24,10 @@ export interface ReadyBody {
   breaker: 'closed' | 'open' | 'half-open';
   models: Record<string, ReadyModel>;
 }
+
+/** The body of `GET /backlog?model=<id>`: what the autoscaler scales a model's workers on. */
+export interface BacklogBody {
+  model: string;
+  /** Requests for the model accepted and not yet answered, over all gateways. */
+  backlog: number;
+}
