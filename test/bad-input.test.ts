@@ -6,7 +6,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { gzipSync } from 'node:zlib';
 import { TestSystem, uniquePrefix } from './helpers/system.ts';
-import { textOfTokens } from './helpers/direct-queue.ts';
+import { textOfTokens } from './helpers/queue-client.ts';
 import { CLASSIFIER, EMBEDDER, FILL_MASK } from './helpers/replicas.ts';
 
 describe('bad input', () => {

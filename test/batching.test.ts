@@ -10,17 +10,17 @@ import os from 'node:os';
 import path from 'node:path';
 import type { ReadyBody, RequestOutcome } from '@tserve/contract';
 import { MODEL_DIR, TestSystem, uniquePrefix, REDIS_URL, sleep, waitFor } from './helpers/system.ts';
-import { DirectQueue, textOfTokens } from './helpers/direct-queue.ts';
+import { QueueClient, textOfTokens } from './helpers/queue-client.ts';
 import { CLASSIFIER as MODEL, SLOW_CLASSIFIER } from './helpers/replicas.ts';
 
 async function withPrefilledQueue(
   name: string,
   workerEnv: Record<string, string | number>,
-  fill: (q: DirectQueue) => Promise<string[]>,
+  fill: (q: QueueClient) => Promise<string[]>,
   model = MODEL,
 ): Promise<{ outcomes: RequestOutcome[]; system: TestSystem }> {
   const system = new TestSystem(uniquePrefix(name));
-  const queue = new DirectQueue(REDIS_URL, system.prefix, model);
+  const queue = new QueueClient(REDIS_URL, system.prefix, model);
   await queue.start();
   try {
     const ids = await fill(queue);
@@ -301,7 +301,7 @@ describe('long batches', () => {
     // the registry and lose its locks, and its jobs would run twice.
     const model = SLOW_CLASSIFIER;
     const system = new TestSystem(uniquePrefix('long-batch'), REDIS_URL, { WORKER_TTL_MS: 1000 });
-    const queue = new DirectQueue(REDIS_URL, system.prefix, model);
+    const queue = new QueueClient(REDIS_URL, system.prefix, model);
     await queue.start();
     try {
       await system.startGateway();

@@ -10,7 +10,7 @@ import { Redis } from 'ioredis';
 import { EVENTS_KEPT, keys, queueNameFor } from '@tserve/queue';
 import type { ReadyBody } from '@tserve/contract';
 import { PrivateRedis, TestSystem, freePort, uniquePrefix, waitFor, REDIS_URL } from './helpers/system.ts';
-import { textOfTokens } from './helpers/direct-queue.ts';
+import { textOfTokens } from './helpers/queue-client.ts';
 import { CLASSIFIER as MODEL } from './helpers/replicas.ts';
 
 /** Runs `total` requests with `concurrency` in flight; `onProgress` sees each completion count. */
@@ -31,13 +31,11 @@ async function load<T>(total: number, concurrency: number, send: (i: number) => 
 }
 
 describe('faults', () => {
-  // Both ways requests reach a worker: BullMQ jobs (recovered by BullMQ's stalled-job check) and
-  // direct entries (taken back by the gateway once the worker's announcement lapses, sent as jobs).
-  for (const path of ['jobs', 'direct entries'] as const) {
-    it(`a worker killed with SIGKILL mid-batch loses no accepted request (${path})`, async (t) => {
+  {
+    it('a worker killed with SIGKILL mid-batch loses no accepted request', async (t) => {
       const system = new TestSystem(uniquePrefix('kill'));
       t.after(() => system.stop());
-      await system.startGateway({ DIRECT_REQUESTS: path === 'jobs' ? 'false' : 'true' });
+      await system.startGateway();
       const workerEnv = { DTYPE: 'fp32', JOB_LOCK_MS: 1500, STALLED_INTERVAL_MS: 500, BATCH_MAX_WAIT_MS: 5 };
       const victim = system.startWorker({ model: MODEL, env: { ...workerEnv, WORKER_ID: 'victim' } });
       system.startWorker({ model: MODEL, env: workerEnv });
@@ -58,13 +56,8 @@ describe('faults', () => {
         await queue.close();
         redis.disconnect();
       });
-      /** Ids of the jobs, or the direct entries (marked taken by it, no outcome yet), the victim holds. */
-      const victimHolds = async (): Promise<string[]> => {
-        if (path === 'jobs') return (await queue.getActive()).filter((j) => j.processedBy === 'victim').map((j) => j.id!);
-        const found = await redis.keys(keys.directState(system.prefix, '*'));
-        const states = found.length ? await redis.mget(found) : [];
-        return found.filter((_, i) => states[i] === JSON.stringify({ takenBy: 'victim' })).map((key) => key.split(':').pop()!);
-      };
+      /** Ids of the jobs the victim holds. */
+      const victimHolds = async (): Promise<string[]> => (await queue.getActive()).filter((j) => j.processedBy === 'victim').map((j) => j.id!);
       let heldAtDeath: string[] = [];
       let killing = false;
       let killed: Promise<void> | undefined;
@@ -112,11 +105,10 @@ describe('faults', () => {
         assert.ok(Math.abs(score - expected.get(r.text)!) < 1e-5, `correct answer after recovery: ${score} vs ${expected.get(r.text)}`);
       }
       // Each job the victim held when it died ran again elsewhere once its lock expired (BullMQ's
-      // stalled-job check); each direct entry was sent again as a job of the same id. Every request
-      // in them is included.
+      // stalled-job check), every request in it included.
       for (const id of heldAtDeath) {
         const job = await waitFor(
-          `${path === 'jobs' ? 'job' : 'entry'} ${id} recovered`,
+          `job ${id} recovered`,
           async () => {
             const j = await queue.getJob(id);
             return j?.finishedOn && j.processedBy !== 'victim' ? j : undefined;

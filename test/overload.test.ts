@@ -106,9 +106,8 @@ describe('overload', () => {
     assert.ok(elapsed >= 350 && elapsed < 3000, `answered at the client's deadline (${elapsed} ms)`);
     const requestId = res.headers.get('x-request-id')!;
     assert.ok(requestId, 'the 504 names its request id');
-    // The worker took the request once thawed and refused it unrun: its stored outcome says so. (A
-    // lone request goes straight to a worker, its outcome kept under its own id.)
-    const stored = await waitFor('the request settled', () => system.directOutcome(requestId), 10_000);
+    // The worker took the request once thawed and refused it unrun: its job's stored outcome says so.
+    const stored = await waitFor('the request settled', () => system.jobReturnValue(MODEL, requestId), 10_000);
     const outcome = stored.outcomes.find((o: { id: string }) => o.id === requestId);
     assert.ok(outcome && !outcome.ok && outcome.error.error_type === 'timeout', JSON.stringify(stored));
     assert.match(outcome.error.error, /deadline passed before the model ran/);

@@ -12,7 +12,7 @@ import assert from 'node:assert/strict';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { EVENTS_KEPT, announceWorker, keys, queueNameFor, withdrawWorker } from '@tserve/queue';
-import type { InferenceJobData, WorkerInfo } from '@tserve/contract';
+import { PROTOCOL, type JobData, type ReadyBody, type WorkerInfo } from '@tserve/contract';
 import pino from 'pino';
 import { Heartbeat } from '../apps/worker/src/heartbeat.ts';
 import { PrivateRedis, TestSystem, freePort, uniquePrefix, waitFor, type Proc } from './helpers/system.ts';
@@ -31,8 +31,7 @@ describe('queue path', () => {
     // Long-lived heartbeats and Redis timeouts: freezing Redis must not look like a dead worker or an outage.
     system = new TestSystem(uniquePrefix('queue-path'), redis.url, { WORKER_TTL_MS: 120_000 });
     // RESULT_POLL_MS is also the grace after which a gateway stops waiting to hear that a worker took its job.
-    // Every request a job: these tests are about jobs (direct-requests.test.ts covers a lone request sent straight to a worker).
-    await system.startGateway({ REDIS_COMMAND_TIMEOUT_MS: 30_000, BREAKER_TIMEOUT_MS: 30_000, RESULT_POLL_MS: 120_000, DIRECT_REQUESTS: 'false' });
+    await system.startGateway({ REDIS_COMMAND_TIMEOUT_MS: 30_000, BREAKER_TIMEOUT_MS: 30_000, RESULT_POLL_MS: 120_000 });
     worker = system.startWorker({ model: MODEL, env: { DTYPE: 'fp32' } });
     await system.waitForWorkers(MODEL);
     admin = new Redis(redis.url);
@@ -93,7 +92,7 @@ describe('queue path', () => {
       await waitFor('all six accepted', async () => (await system.metric('tserve_queue_depth', { model: MODEL })) === 6, 10_000, 20);
       const queued = new Map(
         (await queue.getWaiting()).map((job) => {
-          const data = job.data as InferenceJobData;
+          const data = job.data as JobData;
           return [JSON.stringify(data.requests.map((r) => r.inputs)), data.tellTaken];
         }),
       );
@@ -114,10 +113,58 @@ describe('queue path', () => {
     await waitFor('three jobs recorded', async () => (await queue.getCompletedCount()) - jobsBefore === 3, 10_000);
   });
 
+  const info = (id: string, model: string, state: WorkerInfo['state'] = 'ready'): WorkerInfo => ({
+    kind: 'worker',
+    protocol: PROTOCOL,
+    id,
+    model,
+    state,
+    task: 'text-classification',
+    dtype: 'fp32',
+    device: 'cpu',
+    pid: 0,
+    host: 'test',
+    startedAt: 0,
+    batchMaxSize: 1,
+    batchMaxTokens: 8,
+    maxTokens: 8,
+  });
+
+  it('sends no work to a worker of another wire protocol, and says why in the answer, /ready and the log', async () => {
+    const model = 'org/of-another-release';
+    const foreign: WorkerInfo = { ...info('foreign', model), protocol: PROTOCOL + 1 };
+    await announceWorker(admin, system.prefix, foreign, 60_000);
+    try {
+      const ready = await waitFor('the gateway to see the worker', async () => {
+        const body = (await (await fetch(`${system.url}/ready`)).json()) as ReadyBody;
+        return body.models[model] ? body : undefined;
+      });
+      const why = `model ${model} is served only by workers of wire protocol ${PROTOCOL + 1}; this gateway speaks protocol ${PROTOCOL}`;
+      assert.deepEqual({ ...ready.models[model], error: ready.models[model].error?.slice(0, why.length) }, { workers: 0, error: why });
+      assert.ok(
+        ready.reasons.some((r) => r.startsWith(why)),
+        JSON.stringify(ready.reasons),
+      );
+      const res = await system.infer(model, 'sent to nobody');
+      assert.equal(res.status, 503, JSON.stringify(res.body));
+      assert.ok(res.body.error.startsWith(why), res.body.error);
+      // Not in this release's queue for the model, nor in the other release's, whatever name it has.
+      const ours = new Queue(queueNameFor(model), { connection: admin, prefix: system.prefix, skipMetasUpdate: true });
+      try {
+        assert.equal(await ours.count(), 0);
+      } finally {
+        await ours.close();
+      }
+      // BullMQ's keys of a queue start with its name, whatever the protocol in it.
+      assert.deepEqual(await admin.keys(`${system.prefix}:models--org--of-another-release*`), [], 'no queue of the model was written');
+      assert.match(system.gateway!.output, /served only by workers of wire protocol/);
+    } finally {
+      await withdrawWorker(admin, system.prefix, foreign);
+    }
+  });
+
   it('a worker counts the other ready workers of its model (with some, a busy worker tells gateways at fetch)', async () => {
     const prefix = uniquePrefix('peers');
-    const info = (id: string, model: string, state: WorkerInfo['state'] = 'ready'): WorkerInfo =>
-      ({ id, model, state, dtype: 'fp32', device: 'cpu', pid: 0, host: 'test', startedAt: 0, batchMaxSize: 1, maxTokens: 8 }) satisfies WorkerInfo;
     const heartbeat = new Heartbeat(admin, prefix, info('me', 'a'), 60_000, 60_000, pino({ level: 'silent' }));
     try {
       await heartbeat.beat();

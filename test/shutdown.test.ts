@@ -9,14 +9,14 @@ import { Redis } from 'ioredis';
 import { keys, queueNameFor } from '@tserve/queue';
 import type { ReadyBody } from '@tserve/contract';
 import { TestSystem, uniquePrefix, waitFor, REDIS_URL } from './helpers/system.ts';
-import { DirectQueue, textOfTokens } from './helpers/direct-queue.ts';
+import { QueueClient, textOfTokens } from './helpers/queue-client.ts';
 import { CLASSIFIER as MODEL } from './helpers/replicas.ts';
 
 describe('graceful shutdown', () => {
   it('a worker on SIGTERM finishes its batch, publishes it, leaves the rest queued, and exits 0', async (t) => {
     const system = new TestSystem(uniquePrefix('worker-term'));
     t.after(() => system.stop());
-    const direct = new DirectQueue(REDIS_URL, system.prefix, MODEL);
+    const direct = new QueueClient(REDIS_URL, system.prefix, MODEL);
     await direct.start();
     const redis = new Redis(REDIS_URL);
     const queue = new Queue(queueNameFor(MODEL), { connection: redis, prefix: system.prefix });

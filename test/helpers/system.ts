@@ -5,8 +5,9 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
+import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
-import { keys, queueNameFor } from '@tserve/queue';
+import { queueNameFor } from '@tserve/queue';
 import type { ReadyBody } from '@tserve/contract';
 import { cleanPrefix, freePort, MODEL_DIR, readMetric, startNode, waitFor, type Env, type Proc } from './processes.ts';
 
@@ -124,22 +125,12 @@ export class TestSystem {
   /** What a finished job holds: a worker's JobOutcome for every request it carried. */
   async jobReturnValue(model: string, jobId: string): Promise<any> {
     const redis = new Redis(this.redisUrl, { maxRetriesPerRequest: 1 });
+    const queue = new Queue(queueNameFor(model), { connection: redis, prefix: this.prefix, skipMetasUpdate: true });
     try {
-      const raw = await redis.hget(`${this.prefix}:${queueNameFor(model)}:${jobId}`, 'returnvalue');
-      return raw === null ? undefined : JSON.parse(raw);
+      const job = await queue.getJob(jobId);
+      return job?.finishedOn ? job.returnvalue : undefined;
     } finally {
-      redis.disconnect();
-    }
-  }
-
-  /** What a direct request's state key holds once a worker answered it: the worker's JobOutcome. */
-  async directOutcome(requestId: string): Promise<any> {
-    const redis = new Redis(this.redisUrl, { maxRetriesPerRequest: 1 });
-    try {
-      const raw = await redis.get(keys.directState(this.prefix, requestId));
-      const state = raw === null ? undefined : JSON.parse(raw);
-      return state?.outcomes ? state : undefined;
-    } finally {
+      await queue.close();
       redis.disconnect();
     }
   }

@@ -10,7 +10,7 @@ import {
   splitIntoJobs,
   type CoalescedJob,
   type Enqueue,
-} from '../../apps/gateway/src/coalescer.ts';
+} from '../../apps/gateway/src/transport/coalescer.ts';
 
 const request = (id: string, inputs = 1): QueuedRequest => ({
   id,
@@ -29,14 +29,13 @@ function heldEnqueue() {
 }
 
 /**
- * A coalescer over `enqueue`: batches of 32, workers that say when they take a job, other requests
- * outstanding at every send (so each job asks for that word), a long grace.
+ * A coalescer over `enqueue`: batches of 32, other requests outstanding at every send (so each job
+ * asks for the worker's word that it took it), a long grace.
  */
 function coalescerOver(
-  enqueue: Enqueue<void>,
+  enqueue: Enqueue,
   options: {
     maxSequences?: (model: string) => number;
-    workersTellTaken?: boolean;
     othersOutstanding?: (model: string, sending: number) => boolean;
     graceMs?: number;
   } = {},
@@ -44,7 +43,6 @@ function coalescerOver(
   return new EnqueueCoalescer(
     enqueue,
     options.maxSequences ?? (() => 32),
-    () => options.workersTellTaken ?? true,
     options.othersOutstanding ?? (() => true),
     options.graceMs ?? 60_000,
   );
@@ -77,7 +75,7 @@ describe('oneEnqueue', () => {
 describe('EnqueueCoalescer', () => {
   it('splits what waits into enqueues of at most MOST_CHARS_PER_ENQUEUE characters, sent one after another', async () => {
     const { calls, enqueue } = heldEnqueue();
-    const coalescer = coalescerOver(enqueue, { workersTellTaken: false });
+    const coalescer = coalescerOver(enqueue, { othersOutstanding: () => false });
     const big = (id: string): QueuedRequest => ({ ...request(id), inputs: ['x'.repeat(MOST_CHARS_PER_ENQUEUE / 2)] });
     const sent = [coalescer.submit('m', request('r0')), ...['b1', 'b2', 'b3', 'b4', 'b5'].map((id) => coalescer.submit('m', big(id)))];
     assert.equal(calls.length, 1);
@@ -102,7 +100,7 @@ describe('EnqueueCoalescer', () => {
     );
     calls[3].release();
     assert.deepEqual(
-      (await Promise.all(sent)).map((s) => s.jobId),
+      await Promise.all(sent),
       ['r0', 'b1', 'b1', 'b3', 'b3', 'b5'],
     );
   });
@@ -115,11 +113,11 @@ describe('EnqueueCoalescer', () => {
     const rest = ['r2', 'r3'].map((id) => coalescer.submit('m', request(id)));
     assert.equal(calls.length, 1, 'the others wait for the enqueue in flight');
     calls[0].release();
-    assert.equal((await first).jobId, 'r1');
+    assert.equal(await first, 'r1');
     rest.push(coalescer.submit('m', request('r4')));
     await new Promise((r) => setImmediate(r));
     assert.equal(calls.length, 1, 'and, once it is in Redis, for a worker to take it');
-    assert.equal(coalescer.waiting, 3);
+    assert.deepEqual(coalescer.held(), new Map([['m', 3]]));
     coalescer.taken(['someone-elses-job']);
     assert.equal(calls.length, 1);
     coalescer.taken(['r1']);
@@ -130,7 +128,7 @@ describe('EnqueueCoalescer', () => {
     );
     calls[1].release();
     assert.deepEqual(
-      (await Promise.all(rest)).map((sent) => sent.jobId),
+      await Promise.all(rest),
       ['r2', 'r2', 'r2'],
       'each learns the id of the job that carries it',
     );
@@ -201,22 +199,7 @@ describe('EnqueueCoalescer', () => {
     t.mock.timers.tick(1);
     assert.equal(calls.length, 3, 'no word of r2 within the grace: r3 goes anyway');
     calls[2].release();
-    assert.equal((await late).jobId, 'r3');
-  });
-
-  it('holds nothing back for a model whose workers do not say when they take a job (older workers)', async () => {
-    const { calls, enqueue } = heldEnqueue();
-    const coalescer = coalescerOver(enqueue, { workersTellTaken: false });
-    void coalescer.submit('m', request('r1'));
-    calls[0].release();
-    await new Promise((r) => setImmediate(r));
-    void coalescer.submit('m', request('r2'));
-    assert.equal(calls.length, 2, 'sent at once, as before');
-    assert.deepEqual(
-      calls.map((c) => c.jobs[0].tellTaken),
-      [false, false],
-      'and no word asked for',
-    );
+    assert.equal(await late, 'r3');
   });
 
   it("asks for the worker's word only with other requests outstanding; what arrives behind a job sent without it goes at once", async () => {

@@ -4,7 +4,7 @@ import { ApiError } from '@tserve/contract';
 import type { GatewayConfig } from '@tserve/config';
 import type { InferenceService } from './inference.js';
 import type { ModelRegistry } from './model-registry.js';
-import type { QueueSet } from './queues.js';
+import type { Transport } from './transport/index.js';
 import type { Snapshot } from './snapshot.js';
 import type { Admission } from './admission.js';
 import { inferenceRoutes } from './routes.js';
@@ -23,7 +23,8 @@ export interface AppParts {
   logger: Logger;
   service: InferenceService;
   registry: ModelRegistry;
-  queues: QueueSet;
+  /** Each model's BullMQ queue, for the dashboard. */
+  queue: Transport['queue'];
   snapshot: Snapshot;
   metrics: GatewayMetrics;
   /** "May this request enter": asked by every route that runs a model. */

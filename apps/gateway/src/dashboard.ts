@@ -4,7 +4,7 @@ import { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
 import { ExpressAdapter } from '@bull-board/express';
 import { ApiError } from '@tserve/contract';
 import { ConfigError, type GatewayConfig } from '@tserve/config';
-import type { QueueSet } from './queues.js';
+import type { Transport } from './transport/index.js';
 import type { Snapshot } from './snapshot.js';
 import { labelRoute } from './metrics.js';
 import { sendError } from './http-errors.js';
@@ -17,7 +17,7 @@ const REALM = 'tserve queue dashboard';
 export interface DashboardParts {
   config: GatewayConfig;
   snapshot: Snapshot;
-  queues: QueueSet;
+  queue: Transport['queue'];
 }
 
 function unauthorized(res: Response, challenges: string[], message: string): void {
@@ -59,7 +59,7 @@ const sameOriginWrites: RequestHandler = (req, res, next) => {
  * DASHBOARD_READONLY), and shows request inputs.
  */
 export function dashboard(parts: DashboardParts): Express {
-  const { config, snapshot, queues } = parts;
+  const { config, snapshot, queue } = parts;
   const app = express();
   app.disable('x-powered-by');
   app.set('etag', false);
@@ -93,7 +93,7 @@ export function dashboard(parts: DashboardParts): Express {
     // Every model that has been served has a queue, whether it is served now or not.
     for (const { id } of snapshot().models.filter((m) => m.task !== undefined)) {
       if (shown.has(id)) continue;
-      board.addQueue(new BullMQAdapter(queues.get(id), { readOnlyMode: config.DASHBOARD_READONLY, allowRetries: !config.DASHBOARD_READONLY, description: id }));
+      board.addQueue(new BullMQAdapter(queue(id), { readOnlyMode: config.DASHBOARD_READONLY, allowRetries: !config.DASHBOARD_READONLY, description: id }));
       shown.add(id);
     }
     next();

@@ -5,10 +5,17 @@ import type { GatewaySnapshot, ModelStatus, Snapshot } from './snapshot.js';
 function readyModel(m: ModelStatus): ReadyModel {
   switch (m.state) {
     case 'served':
-      return { task: m.task, workers: m.workers.length, queue_depth: m.depth, devices: [...new Set(m.workers.map((w) => `${w.device}/${w.dtype}`))] };
+      return {
+        task: m.task,
+        workers: m.workers.length,
+        queue_depth: m.depth,
+        held: m.held,
+        devices: [...new Set(m.workers.map((w) => `${w.device}/${w.dtype}`))],
+      };
     case 'lost':
       return { task: m.task, workers: 0 };
     case 'failed':
+    case 'mismatched':
       return { workers: 0, error: m.error };
     case 'loading':
       return { workers: 0, loading: true, estimated_time: m.estimatedSeconds };
@@ -24,6 +31,7 @@ function notReadyReasons(snap: GatewaySnapshot, defaultModel?: string): string[]
   for (const m of snap.models) {
     if (m.state === 'lost') reasons.push(`model ${m.id} has no live worker`);
     if (m.state === 'failed') reasons.push(`model ${m.id} is not served: ${m.error}`);
+    if (m.state === 'mismatched') reasons.push(m.error!);
     if (m.state === 'loading') reasons.push(`model ${m.id} is loading (about ${m.estimatedSeconds} s)`);
   }
   if (defaultModel && !snap.models.some((m) => m.id === defaultModel)) reasons.push(`default model ${defaultModel} has no live worker`);

@@ -1,4 +1,3 @@
-import type { Redis } from 'ioredis';
 import {
   ApiError,
   describeIssues,
@@ -7,7 +6,6 @@ import {
   sequencesOf,
   taskInputSchemas,
   taskOfInputs,
-  type CancelNotice,
   type JobTiming,
   type Operation,
   type Priority,
@@ -15,14 +13,10 @@ import {
   type TaskInput,
   type TaskParameters,
 } from '@tserve/contract';
-import { keys } from '@tserve/queue';
 import type { GatewayConfig } from '@tserve/config';
 import type { ModelRegistry, ServedModel } from './model-registry.js';
-import type { QueueSet } from './queues.js';
-import type { ResultWaiters } from './result-waiters.js';
 import type { Admission } from './admission.js';
-import { Withdrawn, type EnqueueCoalescer, type Sent } from './coalescer.js';
-import type { DirectTicket } from './direct-requests.js';
+import { SendFailed, type Transport } from './transport/index.js';
 
 export interface InferenceCall {
   model: string;
@@ -47,13 +41,9 @@ export interface InferenceCall {
   waitForModel?: boolean;
 }
 
-/** Where a request whose client left was dropped: before it reached Redis, or queued (the worker skips it). */
-export type AbandonedAt = 'gateway' | 'queue';
-
 export interface InferenceObserver {
   /** An answered request's timing. */
   answered(model: string, timing: JobTiming): void;
-  abandoned(model: string, at: AbandonedAt): void;
 }
 
 export interface InferenceResult {
@@ -71,19 +61,14 @@ export interface InferenceResult {
 
 /**
  * The request path: route to a served model, validate its inputs and parameters, ask admission
- * whether it may enter now that its size is known, enqueue, and await its outcome.
+ * whether it may enter now that its size is known, send it to the workers, and shape its outcome.
  */
 export class InferenceService {
   constructor(
     private readonly config: GatewayConfig,
     private readonly registry: ModelRegistry,
-    private readonly queues: QueueSet,
-    /** Its receipt is the direct entries the requests went in, if they went as entries. */
-    private readonly coalescer: EnqueueCoalescer<DirectTicket[] | undefined>,
-    private readonly results: ResultWaiters,
     private readonly admission: Admission,
-    /** Publishes cancellations; the gateway's fail-fast connection. */
-    private readonly redis: Redis,
+    private readonly transport: Transport,
     private readonly observer: InferenceObserver,
   ) {}
 
@@ -128,30 +113,11 @@ export class InferenceService {
       deadline,
       enqueuedAt: Date.now(),
     };
-    // Registered before the request is sent, so even an instant answer finds its waiter. The deadline
-    // may pass while the enqueue is still in flight: that rejection is awaited below.
-    const answer = this.results.wait(request.id, request.deadline);
-    answer.catch(() => this.coalescer.withdraw(call.model, request.id, call.priority));
     const leave = this.admission.enter(call.model);
-    const abandon = () => this.abandon(call, request.deadline, sent);
-    const sent = this.coalescer.submit(call.model, request, call.priority);
-    call.signal?.addEventListener('abort', abandon, { once: true });
     try {
-      try {
-        // Got for direct entries too: the model's Queue then exists from its first request, and its
-        // settings are written again into a Redis that restarts empty (QueueSet).
-        const queue = this.queues.get(call.model);
-        const { jobId, receipt } = await sent;
-        const entry = receipt?.find((ticket) => ticket.id === jobId);
-        if (entry) this.results.bindDirect(request.id, entry);
-        else this.results.bindJob(request.id, queue, jobId);
-      } catch (err) {
-        if (!(err instanceof Withdrawn)) {
-          this.results.cancel(request.id);
-          throw this.admission.enqueueFailure();
-        }
-      }
-      const outcome = await answer;
+      const outcome = await this.transport.send({ model: call.model, request, priority: call.priority, signal: call.signal }).catch((err: unknown) => {
+        throw err instanceof SendFailed ? this.admission.enqueueFailure() : err;
+      });
       if (!outcome.ok) throw ApiError.fromBody(outcome.error);
       this.observer.answered(call.model, outcome.timing);
       const { warnings, timing, tokens, outputsJson } = outcome;
@@ -168,24 +134,8 @@ export class InferenceService {
         tokens: tokens ?? 0,
       };
     } finally {
-      call.signal?.removeEventListener('abort', abandon);
       leave();
     }
-  }
-
-  /**
-   * The client left: a request not yet sent is withdrawn; a queued one is named to the model's
-   * workers, which skip it if they have not run it yet. Either way nobody waits for it any more.
-   */
-  private abandon({ model, requestId, priority }: InferenceCall, deadline: number, sent: Promise<Sent<DirectTicket[] | undefined>>): void {
-    this.results.cancel(requestId, new ApiError('cancelled', 'the client closed the connection'));
-    if (this.coalescer.withdraw(model, requestId, priority)) {
-      this.observer.abandoned(model, 'gateway');
-      return;
-    }
-    this.observer.abandoned(model, 'queue');
-    const notice: CancelNotice = { ids: [requestId], deadline };
-    void sent.then(() => this.redis.publish(keys.cancellations(this.config.QUEUE_PREFIX, model), JSON.stringify(notice))).catch(() => {});
   }
 
   /** The task asked for, or told by the inputs' shape, or the model's own; 400 if the model cannot serve it. */
@@ -228,6 +178,8 @@ export class InferenceService {
       // The Inference API's answer for a loading model; clients retry after estimated_time (or send x-wait-for-model).
       return new ApiError('unavailable', `Model ${model} is currently loading`, loading.estimatedSeconds, { estimated_time: loading.estimatedSeconds });
     }
+    const mismatch = this.registry.mismatch(model);
+    if (mismatch) return new ApiError('unavailable', mismatch.reason, 5);
     const failure = this.registry.failure(model);
     if (failure) return new ApiError('unavailable', `model ${model} is not served: its worker could not load it (${failure.reason})`, 5);
     if (this.registry.taskOf(model)) return new ApiError('unavailable', `no live worker serves model ${model} right now; retry shortly`, 2);

@@ -1,11 +1,13 @@
 import type { Request, RequestHandler, Response } from 'express';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { JobTiming, RequestOutcome } from '@tserve/contract';
-import type { AbandonedAt, InferenceObserver } from './inference.js';
+import type { JobTiming } from '@tserve/contract';
+import type { InferenceObserver } from './inference.js';
 import type { ApiKey } from './api-keys.js';
 import type { QuotaReason } from './quotas.js';
 import type { Snapshot } from './snapshot.js';
-import type { UnreadReason } from './unread-answers.js';
+import type { UnreadAnswers } from './unread-answers.js';
+import type { BodyBudget } from './overload.js';
+import type { Transport } from './transport/index.js';
 
 /** Latencies of a server whose model calls take about a millisecond and whose deadline is tens of seconds. */
 const SECONDS_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
@@ -43,29 +45,29 @@ export function routeOf(req: Request, res: Response): string {
 export interface GatewayMetrics extends InferenceObserver {
   /** First middleware: counts and times every request when its response closes. */
   track: RequestHandler;
-  /** An outcome that arrived after its request stopped waiting; counts the ones the worker skipped. */
-  unclaimed: (model: string, outcome: RequestOutcome) => void;
-  /** Requests sent straight to the workers in a direct entry, not as a job. */
-  directSent: (model: string, requests: number) => void;
-  /** Requests of a direct entry that no live worker held within a poll period, sent again as a job. */
-  directRequeued: (model: string, requests: number) => void;
   /** A request refused with 429, by key name (never its secret). */
   quotaRejected: (key: ApiKey, reason: QuotaReason) => void;
   /** A client connection closed on arrival: the gateway already held MAX_CONNECTIONS. */
   connectionDropped: () => void;
-  /** A client connection closed with its answer unread (UnreadAnswers). */
-  unreadAnswerClosed: (reason: UnreadReason) => void;
   /** Answers `GET /metrics`, in the Prometheus text format. */
   scrape: RequestHandler;
 }
 
+/** What the metrics read when scraped: each part counts its own events. */
+export interface MetricSources {
+  snapshot: Snapshot;
+  transport: Pick<Transport, 'abandoned' | 'skipped'>;
+  bodies: Pick<BodyBudget, 'held'>;
+  unread: Pick<UnreadAnswers, 'held' | 'closed'>;
+}
+
 /**
  * The gateway's metrics, in a prom-client Registry of its own (`series`, not prom-client's global
- * one) so that two apps in one process, as in tests, never share or double-register series. Queue
- * depth, live workers and the breaker are read from the snapshot when scraped, so they cost nothing
- * between scrapes.
+ * one) so that two apps in one process, as in tests, never share or double-register series. What
+ * other parts count (queue depth, workers, the breaker, abandoned requests, unread answers) is read
+ * from them when scraped, so it costs nothing between scrapes.
  */
-export function createMetrics(snapshot: Snapshot, bodyBytesHeld: () => number, unreadAnswerBytes: () => number): GatewayMetrics {
+export function createMetrics({ snapshot, transport, bodies, unread }: MetricSources): GatewayMetrics {
   const series = new Registry();
   collectDefaultMetrics({ register: series });
   const registers = [series];
@@ -104,29 +106,25 @@ export function createMetrics(snapshot: Snapshot, bodyBytesHeld: () => number, u
     buckets: BATCH_BUCKETS,
     registers,
   });
-  const abandoned = new Counter({
+  new Counter({
     name: 'tserve_requests_abandoned_total',
     help: 'Requests whose client left before the answer, by model and where they were dropped: gateway (never enqueued) or queue (workers told to skip them)',
     labelNames: ['model', 'at'] as const,
     registers,
+    collect() {
+      this.reset();
+      for (const [model, counts] of transport.abandoned) for (const [at, n] of Object.entries(counts)) this.inc({ model, at }, n);
+    },
   });
-  const skipped = new Counter({
+  new Counter({
     name: 'tserve_requests_skipped_total',
     help: 'Abandoned requests a worker skipped unrun (the rest had already started when the worker heard)',
     labelNames: ['model'] as const,
     registers,
-  });
-  const directSent = new Counter({
-    name: 'tserve_direct_requests_total',
-    help: "Requests sent straight to the model's workers in direct entries instead of as BullMQ jobs (DIRECT_REQUESTS)",
-    labelNames: ['model'] as const,
-    registers,
-  });
-  const directRequeued = new Counter({
-    name: 'tserve_direct_requests_requeued_total',
-    help: 'Requests of direct entries that no live worker held within a poll period (none was free, or the one that took it died), sent again as jobs',
-    labelNames: ['model'] as const,
-    registers,
+    collect() {
+      this.reset();
+      for (const [model, n] of transport.skipped) this.inc({ model }, n);
+    },
   });
   const quotaRejections = new Counter({
     name: 'tserve_quota_rejections_total',
@@ -139,11 +137,15 @@ export function createMetrics(snapshot: Snapshot, bodyBytesHeld: () => number, u
     help: 'Client connections closed on arrival because the gateway already held MAX_CONNECTIONS',
     registers,
   });
-  const unreadClosed = new Counter({
+  new Counter({
     name: 'tserve_unread_answers_closed_total',
     help: 'Client connections closed with their answer unread: it made no progress for HTTP_SEND_TIMEOUT_MS (stalled), or it had waited longest when the answers waiting to be read passed MAX_UNREAD_ANSWERS_BYTES (over budget)',
     labelNames: ['reason'] as const,
     registers,
+    collect() {
+      this.reset();
+      for (const [reason, n] of Object.entries(unread.closed)) this.inc({ reason }, n);
+    },
   });
   new Gauge({
     name: 'tserve_queue_depth',
@@ -157,11 +159,21 @@ export function createMetrics(snapshot: Snapshot, bodyBytesHeld: () => number, u
     },
   });
   new Gauge({
+    name: 'tserve_requests_held',
+    help: "Requests this gateway holds for each served model, not yet sent to the model's queue: it sends a model's next job once a worker has taken its last",
+    labelNames: ['model'] as const,
+    registers,
+    collect() {
+      this.reset();
+      for (const model of snapshot().models) if (model.state === 'served') this.set({ model: model.id }, model.held);
+    },
+  });
+  new Gauge({
     name: 'tserve_request_body_bytes_held',
     help: 'Bytes of request bodies this gateway holds now, at their declared sizes (at most MAX_BODIES_BYTES)',
     registers,
     collect() {
-      this.set(bodyBytesHeld());
+      this.set(bodies.held);
     },
   });
   new Gauge({
@@ -169,7 +181,7 @@ export function createMetrics(snapshot: Snapshot, bodyBytesHeld: () => number, u
     help: 'Bytes of answers this gateway holds now for clients that have not read them yet (MAX_UNREAD_ANSWERS_BYTES)',
     registers,
     collect() {
-      this.set(unreadAnswerBytes());
+      this.set(unread.held);
     },
   });
   new Gauge({
@@ -235,26 +247,11 @@ export function createMetrics(snapshot: Snapshot, bodyBytesHeld: () => number, u
       inference.observe({ model }, timing.inference_ms / 1000);
       batchSize.observe({ model }, timing.batch_size);
     },
-    abandoned(model: string, at: AbandonedAt) {
-      abandoned.inc({ model, at });
-    },
-    unclaimed(model: string, outcome: RequestOutcome) {
-      if (!outcome.ok && outcome.error.error_type === 'cancelled') skipped.inc({ model });
-    },
-    directSent(model: string, requests: number) {
-      directSent.inc({ model }, requests);
-    },
-    directRequeued(model: string, requests: number) {
-      directRequeued.inc({ model }, requests);
-    },
     quotaRejected(key: ApiKey, reason: QuotaReason) {
       quotaRejections.inc({ key: key.name, reason });
     },
     connectionDropped() {
       droppedConnections.inc();
-    },
-    unreadAnswerClosed(reason) {
-      unreadClosed.inc({ reason });
     },
     async scrape(_req, res) {
       const body = await series.metrics();

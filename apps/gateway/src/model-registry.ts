@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import type { DefaultScoreFunction, Task, WorkerInfo } from '@tserve/contract';
+import { PROTOCOL, type DefaultScoreFunction, type Task, type WorkerInfo } from '@tserve/contract';
 import { listLiveWorkers, listLoadFailures, listLoadTimes, type LoadFailure } from '@tserve/queue';
 
 export interface ServedModel {
@@ -23,6 +23,15 @@ const DEFAULT_JOB_SEQUENCES = 32;
 /** A loading model's estimate when no load of it has been measured yet, in seconds. */
 const UNKNOWN_LOAD_SECONDS = 20;
 
+/** Workers of a model that speak another wire protocol: this gateway sends them nothing. */
+export interface MismatchedModel {
+  id: string;
+  /** Their protocol numbers, each once. */
+  protocols: number[];
+  /** Why they get no work from this gateway, in a sentence. */
+  reason: string;
+}
+
 /** A model whose workers are all still loading it. */
 export interface LoadingModel {
   id: string;
@@ -41,8 +50,10 @@ export class ModelRegistry {
   private readonly known = new Map<string, Task>();
   /** Models whose worker reported it could not load them, and has no live worker since. */
   private failures = new Map<string, LoadFailure>();
-  /** Ids of every announced worker, loading and draining ones included. */
-  private liveWorkers = new Set<string>();
+  /** Models announced only by workers of another protocol. */
+  private mismatched = new Map<string, MismatchedModel>();
+  /** Workers of another protocol already logged, so that each is logged once. */
+  private readonly reportedMismatches = new Set<string>();
   /** Models announced by loading workers only. */
   private loadingModels = new Map<string, LoadingModel>();
   /** Called after each successful refresh (requests waiting for a model to finish loading). */
@@ -120,23 +131,13 @@ export class ModelRegistry {
     return workers.length ? Math.min(...workers.map((w) => w.batchMaxSize)) : DEFAULT_JOB_SEQUENCES;
   }
 
-  /** Whether every live worker of the model says when it takes a job: else a gateway must not wait to hear it. */
-  tellsTaken(model: string): boolean {
-    return this.everyWorker(model, (w) => w.tellsTaken === true);
+  /** The model, if its only live workers speak another protocol. */
+  mismatch(model: string): MismatchedModel | undefined {
+    return this.mismatched.get(model);
   }
 
-  /**
-   * Which direct entries every live worker of the model reads: of several requests ('groups'), of
-   * one request only ('lone', workers of the release before), or none (a gateway sends only jobs).
-   */
-  directEntries(model: string): 'groups' | 'lone' | undefined {
-    if (this.everyWorker(model, (w) => w.takesDirect === true && w.takesDirectGroups === true)) return 'groups';
-    return this.everyWorker(model, (w) => w.takesDirect === true) ? 'lone' : undefined;
-  }
-
-  /** Whether the worker's announcement was there at the last refresh. */
-  isLive(workerId: string): boolean {
-    return this.liveWorkers.has(workerId);
+  mismatchedAll(): MismatchedModel[] {
+    return [...this.mismatched.values()];
   }
 
   taskOf(model: string): Task | undefined {
@@ -148,12 +149,6 @@ export class ModelRegistry {
     return this.lastError === undefined && Date.now() - this.lastRefreshAt < Math.max(3 * this.refreshMs, 2000);
   }
 
-  /** True if the model has live workers and all of them can do what `can` asks (a rolling upgrade mixes versions). */
-  private everyWorker(model: string, can: (worker: WorkerInfo) => boolean): boolean {
-    const workers = this.models.get(model)?.workers ?? [];
-    return workers.length > 0 && workers.every(can);
-  }
-
   async refresh(): Promise<void> {
     try {
       const [workers, failures, loadTimes] = await Promise.all([
@@ -163,8 +158,15 @@ export class ModelRegistry {
       ]);
       const byModel = new Map<string, ServedModel>();
       const loading = new Map<string, LoadingModel>();
+      const foreign = new Map<string, Set<number>>();
       for (const w of workers) {
-        // Finishing what it holds: live (isLive), but serving nothing new.
+        // Its queue is not ours (queueNameFor names the protocol): it would never see our jobs.
+        if (w.protocol !== PROTOCOL) {
+          foreign.set(w.model, (foreign.get(w.model) ?? new Set<number>()).add(w.protocol));
+          this.reportMismatch(w);
+          continue;
+        }
+        // Finishing what it holds, serving nothing new.
         if (w.state === 'draining') continue;
         if (w.state === 'loading' || !w.task) {
           const known = loadTimes.get(w.model);
@@ -188,9 +190,11 @@ export class ModelRegistry {
       for (const id of byModel.keys()) loading.delete(id);
       for (const m of byModel.values()) this.known.set(m.id, m.task);
       this.models = byModel;
-      this.liveWorkers = new Set(workers.map((w) => w.id));
       this.loadingModels = loading;
-      this.failures = new Map(failures.filter((f) => !byModel.has(f.model) && !loading.has(f.model)).map((f) => [f.model, f]));
+      this.mismatched = new Map(
+        [...foreign].filter(([id]) => !byModel.has(id) && !loading.has(id)).map(([id, protocols]) => [id, mismatchOf(id, [...protocols])]),
+      );
+      this.failures = new Map(failures.filter((f) => !byModel.has(f.model) && !loading.has(f.model) && !this.mismatched.has(f.model)).map((f) => [f.model, f]));
       for (const listener of [...this.listeners]) listener();
       if (this.lastError) this.logger.info('registry refresh recovered');
       this.lastError = undefined;
@@ -200,4 +204,19 @@ export class ModelRegistry {
       this.lastError = err instanceof Error ? err.message : String(err);
     }
   }
+
+  private reportMismatch(worker: WorkerInfo): void {
+    if (this.reportedMismatches.has(worker.id)) return;
+    this.reportedMismatches.add(worker.id);
+    this.logger.warn({ worker: worker.id, model: worker.model, protocol: worker.protocol, ours: PROTOCOL }, mismatchOf(worker.model, [worker.protocol]).reason);
+  }
+}
+
+function mismatchOf(model: string, protocols: number[]): MismatchedModel {
+  const theirs = protocols.join(', ');
+  return {
+    id: model,
+    protocols,
+    reason: `model ${model} is served only by workers of wire protocol ${theirs}; this gateway speaks protocol ${PROTOCOL} and sends them no work (run gateways and workers of one release)`,
+  };
 }

@@ -6,9 +6,9 @@ import type { BreakerState, RedisBreaker } from './breaker.js';
 /**
  * Where a model stands: served by live workers; loading (announced by workers still loading it);
  * failed (its worker could not load it, and none serves it since); lost (served earlier, no live
- * worker now).
+ * worker now); mismatched (its only workers speak another wire protocol).
  */
-type ModelState = 'served' | 'loading' | 'failed' | 'lost';
+type ModelState = 'served' | 'loading' | 'failed' | 'lost' | 'mismatched';
 
 export interface ModelStatus {
   id: string;
@@ -19,9 +19,11 @@ export interface ModelStatus {
   workers: WorkerInfo[];
   /** Requests accepted and not yet answered, over all gateways; 0 unless served. */
   depth: number;
+  /** Requests this gateway holds, not yet sent to Redis (it sends a model's next job once a worker took the last). */
+  held: number;
   /** Loading: seconds until its first worker is likely ready. */
   estimatedSeconds?: number;
-  /** Failed: why its worker could not load it. */
+  /** Failed, or mismatched: why no worker serves it. */
   error?: string;
 }
 
@@ -31,33 +33,39 @@ export interface GatewaySnapshot {
   /** Why the last refresh failed, if it did. */
   redisError?: string;
   breaker: BreakerState;
-  /** Every model the gateway knows of, once each: served, then lost, failed, loading. */
+  /** Every model the gateway knows of, once each: served, then lost, failed, loading, mismatched. */
   models: ModelStatus[];
 }
 
 /** What `/ready`, `/metrics`, `/v2/health/ready` and the dashboard report, taken from memory at once. */
 export type Snapshot = () => GatewaySnapshot;
 
-export function createSnapshot(registry: ModelRegistry, depth: QueueDepth, breaker: RedisBreaker): Snapshot {
+export function createSnapshot(registry: ModelRegistry, depth: QueueDepth, breaker: RedisBreaker, held: () => Map<string, number>): Snapshot {
   return () => {
-    const served: ModelStatus[] = registry.served().map((m) => ({ id: m.id, state: 'served', task: m.task, workers: m.workers, depth: depth.of(m.id) }));
+    const holding = held();
+    const served: ModelStatus[] = registry
+      .served()
+      .map((m) => ({ id: m.id, state: 'served', task: m.task, workers: m.workers, depth: depth.of(m.id), held: holding.get(m.id) ?? 0 }));
     // A model that was served and then failed to load again is reported as failed: the more telling of the two.
     const failed: ModelStatus[] = registry
       .failed()
-      .map((f) => ({ id: f.model, state: 'failed', task: registry.taskOf(f.model), workers: [], depth: 0, error: f.reason }));
+      .map((f) => ({ id: f.model, state: 'failed', task: registry.taskOf(f.model), workers: [], depth: 0, held: 0, error: f.reason }));
     const failedIds = new Set(failed.map((m) => m.id));
     const lost: ModelStatus[] = registry
       .lost()
       .filter((id) => !failedIds.has(id))
-      .map((id) => ({ id, state: 'lost', task: registry.taskOf(id), workers: [], depth: 0 }));
+      .map((id) => ({ id, state: 'lost', task: registry.taskOf(id), workers: [], depth: 0, held: 0 }));
     const loading: ModelStatus[] = registry
       .loadingAll()
-      .map((m) => ({ id: m.id, state: 'loading', task: registry.taskOf(m.id), workers: [], depth: 0, estimatedSeconds: m.estimatedSeconds }));
+      .map((m) => ({ id: m.id, state: 'loading', task: registry.taskOf(m.id), workers: [], depth: 0, held: 0, estimatedSeconds: m.estimatedSeconds }));
+    const mismatched: ModelStatus[] = registry
+      .mismatchedAll()
+      .map((m) => ({ id: m.id, state: 'mismatched', task: registry.taskOf(m.id), workers: [], depth: 0, held: 0, error: m.reason }));
     return {
       redisHealthy: registry.healthy,
       redisError: registry.lastError,
       breaker: breaker.state(),
-      models: [...served, ...lost, ...failed, ...loading],
+      models: [...served, ...lost, ...failed, ...loading, ...mismatched],
     };
   };
 }

@@ -18,6 +18,8 @@ export type UnreadReason = 'stalled' | 'over budget';
  */
 export class UnreadAnswers {
   private readonly waiting = new Set<http.ServerResponse>();
+  /** Connections closed so far, by reason. */
+  readonly closed: Record<UnreadReason, number> = { stalled: 0, 'over budget': 0 };
 
   constructor(
     private readonly maxBytes: number,
@@ -57,6 +59,7 @@ export class UnreadAnswers {
 
   private close(res: http.ServerResponse, reason: UnreadReason): void {
     if (!this.waiting.delete(res)) return;
+    this.closed[reason]++;
     this.onClosed(reason, res.writableLength);
     res.destroy();
   }

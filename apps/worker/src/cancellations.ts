@@ -1,7 +1,8 @@
-import type { CancelNotice } from '@tserve/contract';
+import { cancelNoticeSchema } from '@tserve/contract';
 
-/** How long a cancellation is remembered at most, and when its notice names no deadline: longer than any request's deadline may be. */
+/** How long a cancellation is remembered at most, whatever deadline its notice names: longer than any request's deadline may be. */
 const CANCEL_MEMORY_MS = 10 * 60_000;
+
 
 /**
  * Requests whose client went away, as named on the model's cancellation channel. Every worker of
@@ -18,17 +19,18 @@ export class Cancellations {
 
   /** Remembers the requests a notice names; false if the message is not a notice. */
   note(message: string): boolean {
-    let notice: CancelNotice;
+    let parsed: unknown;
     try {
-      notice = JSON.parse(message) as CancelNotice;
+      parsed = JSON.parse(message);
     } catch {
       return false;
     }
-    if (!Array.isArray(notice?.ids)) return false;
+    const notice = cancelNoticeSchema.safeParse(parsed);
+    if (!notice.success) return false;
     const now = this.now();
     this.prune(now);
-    const forgetAt = Math.min(typeof notice.deadline === 'number' ? notice.deadline : Infinity, now + CANCEL_MEMORY_MS);
-    for (const id of notice.ids) {
+    const forgetAt = Math.min(notice.data.deadline, now + CANCEL_MEMORY_MS);
+    for (const id of notice.data.ids) {
       // Re-inserted, so that the map stays in the order notices were heard: prune stops at the first one not yet due.
       this.heard.delete(id);
       this.heard.set(id, forgetAt);

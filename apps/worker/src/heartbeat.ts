@@ -29,9 +29,8 @@ export class Heartbeat {
   }
 
   /**
-   * Announces that this worker is stopping: gateways send it nothing new, but still count it live
-   * for the direct requests it holds (else they would send those again as jobs while it finishes
-   * them). The beats go on until `stop`.
+   * Announces that this worker is stopping: gateways no longer count it among its model's workers
+   * while it finishes the jobs it holds. The beats go on until `stop`.
    */
   async drain(): Promise<void> {
     this.info.state = 'draining';

@@ -1,9 +1,8 @@
 #!/usr/bin/env node
 import os from 'node:os';
-import { Worker } from 'bullmq';
 import { pino } from 'pino';
 import { ConfigError, formatHelp, loadWorkerConfig } from '@tserve/config';
-import { defaultScoreFunction, type InferenceJobData, type WorkerInfo } from '@tserve/contract';
+import { defaultScoreFunction, PROTOCOL, type WorkerInfo } from '@tserve/contract';
 import { clearLoadFailure, createRedis, keys, queueNameFor, recordLoadTime, reportLoadFailure, whenReady } from '@tserve/queue';
 import { chooseRuntime, describeModel, ModelLoadError } from './model.js';
 import { isGpu } from './device.js';
@@ -12,9 +11,9 @@ import { Engine } from './engine.js';
 import { headsFor } from './tasks/index.js';
 import { BatchRunner } from './runner.js';
 import { Consumer } from './consumer.js';
-import { WorkSource } from './work-source.js';
+import { Intake } from './transport/intake.js';
+import { Settling } from './transport/settling.js';
 import { Cancellations } from './cancellations.js';
-import { JobOutcomeSink } from './outcome-sink.js';
 import { Heartbeat } from './heartbeat.js';
 
 if (process.argv.includes('--help') || process.argv.includes('-h')) {
@@ -36,6 +35,8 @@ async function main(): Promise<void> {
   const publisher = createRedis(config.REDIS_URL, 'worker', undefined, { enableAutoPipelining: true });
   // Announced while loading, so that the gateway answers "loading" for this model, not "not served".
   const info: WorkerInfo = {
+    kind: 'worker',
+    protocol: PROTOCOL,
     id: workerId,
     model: config.MODEL,
     state: 'loading',
@@ -47,9 +48,6 @@ async function main(): Promise<void> {
     batchMaxSize: config.BATCH_MAX_SIZE,
     batchMaxTokens: config.BATCH_MAX_TOKENS,
     maxTokens: 0,
-    tellsTaken: true,
-    takesDirect: true,
-    takesDirectGroups: true,
   };
   const heartbeat = new Heartbeat(publisher, config.QUEUE_PREFIX, info, config.HEARTBEAT_MS, config.WORKER_TTL_MS, logger);
   await heartbeat.start();
@@ -101,54 +99,29 @@ async function main(): Promise<void> {
   );
 
   const connection = createRedis(config.REDIS_URL, 'worker');
-  const blocking = createRedis(config.REDIS_URL, 'worker');
   const cancellationChannel = createRedis(config.REDIS_URL, 'subscriber');
-  const worker = new Worker<InferenceJobData>(queueNameFor(config.MODEL), null, {
+  // Data flows one way: the intake fetches jobs, the runner runs their requests, the settling settles the jobs.
+  const intake = new Intake(
     connection,
-    prefix: config.QUEUE_PREFIX,
-    autorun: false,
-    // Recorded on each job as processedBy: the dashboard and the tests can tell which worker ran it.
-    name: workerId,
-    lockDuration: config.JOB_LOCK_MS,
-    stalledInterval: config.STALLED_INTERVAL_MS,
-    // A job whose worker died is retried; twice in a row means the job itself kills workers.
-    maxStalledCount: 2,
-  });
-  worker.on('error', (err) => logger.warn({ err: String(err) }, 'queue connection error'));
-
-  // Data flows one way: the consumer fetches jobs, the runner runs their requests, the sink settles the jobs.
+    { prefix: config.QUEUE_PREFIX, model: config.MODEL, workerId, lockMs: config.JOB_LOCK_MS, stalledIntervalMs: config.STALLED_INTERVAL_MS },
+    logger,
+  );
   const cancelled = new Cancellations();
-  const sink = new JobOutcomeSink(publisher, cancelled, { prefix: config.QUEUE_PREFIX, model: config.MODEL, token: workerId }, logger);
+  const settling = new Settling(publisher, cancelled, { prefix: config.QUEUE_PREFIX, model: config.MODEL, token: workerId }, logger);
   const runner = new BatchRunner(
     engine,
     headsFor(loaded),
     { maxSize: config.BATCH_MAX_SIZE, maxPaddedTokens: config.BATCH_MAX_TOKENS },
-    sink,
+    settling,
     (id) => cancelled.has(id),
     Date.now,
     config.MAX_ANSWER_VALUES,
   );
-  const source = new WorkSource(
-    worker,
-    connection,
-    blocking,
-    publisher,
-    // A job's marker or a direct entry wakes an idle worker at once, so how long it waits only sets
-    // how often it asks an empty queue anyway.
-    { prefix: config.QUEUE_PREFIX, model: config.MODEL, workerId, idleSeconds: 5 },
-    logger,
-  );
   const consumer = new Consumer(
-    worker,
-    source,
+    intake,
     runner,
-    sink,
-    {
-      limits: { maxSize: config.BATCH_MAX_SIZE, maxWaitMs: config.BATCH_MAX_WAIT_MS },
-      lockMs: config.JOB_LOCK_MS,
-      token: workerId,
-      hasPeers: () => heartbeat.peers > 0,
-    },
+    settling,
+    { limits: { maxSize: config.BATCH_MAX_SIZE, maxWaitMs: config.BATCH_MAX_WAIT_MS }, hasPeers: () => heartbeat.peers > 0 },
     logger,
   );
   cancellationChannel.on('message', (_channel: string, message: string) => {
@@ -158,7 +131,6 @@ async function main(): Promise<void> {
 
   await clearLoadFailure(publisher, config.QUEUE_PREFIX, config.MODEL).catch(() => {});
   await recordLoadTime(publisher, config.QUEUE_PREFIX, config.MODEL, loadMs).catch(() => {});
-  void worker.startStalledCheckTimer();
   consumer.start();
   const classifies = ['text-classification', 'zero-shot-classification', 'token-classification'].includes(loaded.task);
   const labels =
@@ -190,7 +162,6 @@ async function main(): Promise<void> {
     await heartbeat.stop();
     await thread.stop();
     await Promise.allSettled([connection.quit(), publisher.quit(), cancellationChannel.quit()]);
-    blocking.disconnect();
     logger.info('stopped');
     process.exit(0);
   };

@@ -123,10 +123,6 @@ const gatewayShape = {
   REGISTRY_REFRESH_MS: int(250, 20, 'how often live workers and queue depths are read'),
   // Covers pub/sub messages missed in a reconnect.
   RESULT_POLL_MS: int(1000, 20, 'fallback poll of job state for pending requests'),
-  DIRECT_REQUESTS: bool(
-    true,
-    'send interactive requests straight to the workers, one sorted-set entry per would-be job (a lone request costs about 6 Redis commands instead of the 49 of a job); off: every request is a BullMQ job, shown on the dashboard',
-  ),
   BREAKER_ERROR_PERCENT: int(50, 1, 'Redis error rate that opens the circuit breaker'),
   BREAKER_VOLUME: int(10, 1, 'calls in the window before the breaker may open'),
   BREAKER_RESET_MS: int(5000, 100, 'open breaker tries a probe after this'),

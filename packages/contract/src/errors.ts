@@ -3,7 +3,7 @@
  * Workers send these back through Redis, so an error keeps its status across processes.
  */
 
-const ERROR_STATUS = {
+export const ERROR_STATUS = {
   validation: 400,
   unauthorized: 401,
   forbidden: 403,

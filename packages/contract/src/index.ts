@@ -1,6 +1,6 @@
 export * from './schemas.js';
 export * from './errors.js';
-export * from './jobs.js';
+export * from './wire.js';
 export * from './ready.js';
 export * from './score-functions.js';
 export * from './recorded-outcome.js';

@@ -8,9 +8,11 @@ export interface ReadyModel {
   workers: number;
   /** Served: requests accepted and not yet answered, over all gateways. */
   queue_depth?: number;
+  /** Served: of those, the requests this gateway holds, not yet sent to the queue (sent once a worker takes its last job). */
+  held?: number;
   /** Served: its workers' `device/dtype`, each once. */
   devices?: string[];
-  /** Failed: why its worker could not load it. */
+  /** Failed, or served only by workers of another wire protocol: why no worker serves it. */
   error?: string;
   /** Loading: seconds until its first worker is likely ready. */
   loading?: true;

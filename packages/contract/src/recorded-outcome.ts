@@ -1,4 +1,4 @@
-import type { JobOutcome, RequestOutcome } from './jobs.js';
+import type { JobOutcome, RequestOutcome } from './wire.js';
 
 /**
  * How a worker records a JobOutcome too large to publish (OUTCOME_MESSAGE_MAX_BYTES), and how a
@@ -10,7 +10,7 @@ import type { JobOutcome, RequestOutcome } from './jobs.js';
  * (the Hugging Face routes), writes those bytes unparsed.
  *
  * JSON.stringify writes a newline inside a string as `\n`, never as the byte, so the first newline
- * byte of a record ends its outcome; a record without one is a plain JobOutcome (an older worker's).
+ * byte of a record ends its outcome.
  */
 
 /** An ok outcome's place in a record: the byte length of each output's JSON, in order, where its `outputs` were. */
@@ -53,7 +53,6 @@ export function encodeRecordedOutcome(outcome: JobOutcome): Buffer {
  */
 export function decodeRecordedOutcome(record: Buffer): ReadJobOutcome {
   const end = record.indexOf(10);
-  if (end < 0) return JSON.parse(record.toString('utf8')) as JobOutcome;
   const head = JSON.parse(record.toString('utf8', 0, end)) as RecordedHead;
   let offset = end + 1;
   const outcomes = head.outcomes.map((o): ReadRequestOutcome => {

@@ -1,5 +1,3 @@
-import type { JobsOptions, QueueOptions } from 'bullmq';
-
 /**
  * Events BullMQ keeps in each queue's event stream; its default is 10,000. Nothing here reads them
  * (results travel over pub/sub), but each job's "completed" event holds the job's whole return value:
@@ -9,7 +7,7 @@ import type { JobsOptions, QueueOptions } from 'bullmq';
 export const EVENTS_KEPT = 100;
 
 /** What every process that creates a model's Queue gives it, so that none writes back BullMQ's default cap. */
-export const QUEUE_STREAMS: QueueOptions['streams'] = { events: { maxLen: EVENTS_KEPT } };
+export const QUEUE_STREAMS = { events: { maxLen: EVENTS_KEPT } };
 
 /** Completed jobs kept at most, whatever their age: a job holds the outcomes of all its requests. */
 const COMPLETED_KEPT = 1000;
@@ -17,14 +15,14 @@ const COMPLETED_KEPT = 1000;
 /**
  * How long stored outcomes are kept, given the gateway's fallback poll period: they serve only that
  * poll (for a result message that was lost), which reads them within two periods of their
- * completion, so five periods and at least ten seconds. The same for a job and a direct request.
+ * completion, so five periods and at least ten seconds.
  */
 export function outcomesKeptMs(resultPollMs: number): number {
   return Math.max(10, Math.ceil((5 * resultPollMs) / 1000)) * 1000;
 }
 
 /** Options of the jobs a gateway adds; `resultPollMs` is its fallback poll period. */
-export function jobOptions(resultPollMs: number): JobsOptions {
+export function jobOptions(resultPollMs: number) {
   return {
     // A job holds requests that are not retried after they failed (their clients got the error
     // already); a job whose worker died is recovered by the stalled-job checker instead.

@@ -1,11 +1,16 @@
+import { PROTOCOL } from '@tserve/contract';
+
 /**
  * Where things live in Redis. Every key starts with the configured prefix, so several
  * deployments (or test runs) can share one Redis without seeing each other.
  */
 
-/** One BullMQ queue per model. Model ids hold a '/', which BullMQ keys should not; '--' is the hub cache's own spelling. */
+/**
+ * One BullMQ queue per model and wire version: a worker never sees a job of another protocol.
+ * Model ids hold a '/', which BullMQ keys should not; '--' is the hub cache's own spelling.
+ */
 export function queueNameFor(model: string): string {
-  return `models--${model.replaceAll('/', '--')}`;
+  return `models--${model.replaceAll('/', '--')}--p${PROTOCOL}`;
 }
 
 export const keys = {
@@ -23,10 +28,6 @@ export const keys = {
   results: (prefix: string, gatewayId: string) => `${prefix}:results:${gatewayId}`,
   /** Hash: gateway id → its outstanding requests for the model, for cluster-wide load shedding. */
   depth: (prefix: string, model: string) => `${prefix}:depth:${queueNameFor(model)}`,
-  /** Sorted set of a model's direct requests (DirectRequest JSON) waiting for a worker, scored by arrival. */
-  directRequests: (prefix: string, model: string) => `${prefix}:direct:${queueNameFor(model)}`,
-  /** A direct request's DirectState: the worker that took it, then its outcome; expires. */
-  directState: (prefix: string, requestId: string) => `${prefix}:direct-state:${requestId}`,
   /** A BullMQ job's JobOutcome too large for its return value, which BullMQ copies into the queue's event stream (JobRecorded); expires. */
   jobOutcome: (prefix: string, jobId: string) => `${prefix}:job-outcome:${jobId}`,
   /** Pub/sub channel on which gateways name a model's requests whose clients went away (CancelNotice). */

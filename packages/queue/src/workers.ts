@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import type { WorkerInfo } from '@tserve/contract';
+import { workerInfoSchema, type WorkerInfo } from '@tserve/contract';
 import { keys } from './names.js';
 
 /**
@@ -36,6 +36,7 @@ export async function withdrawWorker(redis: Redis, prefix: string, info: WorkerI
   await redis.multi().srem(keys.workers(prefix), info.id).del(keys.worker(prefix, info.id)).zrem(keys.readyWorkers(prefix, info.model), info.id).exec();
 }
 
+/** Every live worker's announcement; one that is not an announcement at all (another program's key) is left out. */
 export async function listLiveWorkers(redis: Redis, prefix: string): Promise<WorkerInfo[]> {
   const ids = await redis.smembers(keys.workers(prefix));
   if (ids.length === 0) return [];
@@ -43,9 +44,21 @@ export async function listLiveWorkers(redis: Redis, prefix: string): Promise<Wor
   const live: WorkerInfo[] = [];
   const gone: string[] = [];
   values.forEach((value, i) => {
-    if (value === null) gone.push(ids[i]);
-    else live.push(JSON.parse(value) as WorkerInfo);
+    if (value === null) {
+      gone.push(ids[i]);
+      return;
+    }
+    const info = workerInfoSchema.safeParse(parseOrNull(value));
+    if (info.success) live.push(info.data);
   });
   if (gone.length) await redis.srem(keys.workers(prefix), ...gone);
   return live;
+}
+
+function parseOrNull(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return null;
+  }
 }

@@ -5,10 +5,10 @@
 import { randomUUID } from 'node:crypto';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
-import type { InferenceJobData, JobOutcome, RequestOutcome, TaskParameters } from '@tserve/contract';
+import { PROTOCOL, resultMessageSchema, type JobData, type RequestOutcome, type TaskParameters } from '@tserve/contract';
 import { JOB_NAME, QUEUE_STREAMS, jobOptions, keys, queueNameFor } from '@tserve/queue';
 
-export class DirectQueue {
+export class QueueClient {
   private readonly redis: Redis;
   private readonly subscriber: Redis;
   private readonly queue: Queue;
@@ -21,9 +21,11 @@ export class DirectQueue {
     this.redis = new Redis(redisUrl, { maxRetriesPerRequest: null });
     this.subscriber = new Redis(redisUrl, { maxRetriesPerRequest: null });
     this.queue = new Queue(queueNameFor(model), { connection: this.redis, prefix, defaultJobOptions: jobOptions(1000), streams: QUEUE_STREAMS });
-    this.channel = keys.results(prefix, `direct-${randomUUID()}`);
+    this.channel = keys.results(prefix, `test-${randomUUID()}`);
     this.subscriber.on('message', (_c: string, message: string) => {
-      for (const outcome of (JSON.parse(message) as JobOutcome).outcomes) {
+      const parsed = resultMessageSchema.parse(JSON.parse(message));
+      if (parsed.kind !== 'outcome') return;
+      for (const outcome of parsed.outcomes) {
         this.outcomes.set(outcome.id, outcome);
         for (const notify of this.waiters.get(outcome.id) ?? []) notify(outcome);
         this.waiters.delete(outcome.id);
@@ -44,8 +46,12 @@ export class DirectQueue {
   /** Enqueues several requests as one job, as a gateway coalesces them; returns their ids (the first is the job's). */
   async addJob(requests: Array<{ inputs: string[]; parameters?: TaskParameters; deadlineInMs?: number }>): Promise<string[]> {
     const now = Date.now();
-    const data: InferenceJobData = {
+    const data: JobData = {
+      kind: 'job',
+      protocol: PROTOCOL,
       replyTo: this.channel,
+      tellTaken: false,
+      keepMs: 10_000,
       requests: requests.map((r) => ({
         id: randomUUID(),
         inputs: r.inputs,

@@ -10,18 +10,18 @@ import {
   type RequestOutcome,
 } from '@tserve/contract';
 import { keys } from '@tserve/queue';
-import type { Cancellations } from './cancellations.js';
-import type { BatchReport, OutcomeSink } from './runner.js';
+import type { Cancellations } from '../cancellations.js';
+import type { BatchReport, OutcomeSink } from '../runner.js';
 import type { Work } from './work.js';
 
-/** Work this worker holds: a job's lock is renewed until every one of its requests has an outcome. */
+/** A job this worker holds: its lock is renewed until every one of its requests has an outcome. */
 interface HeldJob {
   work: Work;
   outcomes: Array<RequestOutcome | undefined>;
   remaining: number;
 }
 
-export interface JobOutcomeSinkOptions {
+export interface SettlingOptions {
   prefix: string;
   model: string;
   /** The worker's lock token: a job is recorded as completed under it. */
@@ -53,13 +53,13 @@ export function leastJsonBytes(value: unknown, limit: number, counted = 0): numb
 }
 
 /**
- * Where the outcomes of the work this worker holds go. They are gathered by job; a job is settled
+ * Where the outcomes of the jobs this worker holds go. They are gathered by job; a job is settled
  * once all its requests have outcomes: published to the gateway waiting for it (clients are
- * waiting) and recorded for the gateway's fallback read, both in one round trip: as the BullMQ
- * job's return value, or in a direct entry's state key. Outcomes too large for one message are
- * recorded first, and the gateway is then told to read them (JobRecorded).
+ * waiting) and recorded as the BullMQ job's return value for the gateway's fallback read, both in
+ * one round trip. Outcomes too large for one message are recorded first, under a key of their own,
+ * and the gateway is then told to read them (JobRecorded).
  */
-export class JobOutcomeSink implements OutcomeSink {
+export class Settling implements OutcomeSink {
   /** Held jobs by job id, and the job of each of their requests. */
   private readonly held = new Map<string, HeldJob>();
   private readonly jobOfRequest = new Map<string, { held: HeldJob; index: number }>();
@@ -71,7 +71,7 @@ export class JobOutcomeSink implements OutcomeSink {
     /** Publishes outcomes and records them; its commands are pipelined. */
     private readonly publisher: Redis,
     private readonly cancellations: Cancellations,
-    private readonly options: JobOutcomeSinkOptions,
+    private readonly options: SettlingOptions,
     private readonly logger: Logger,
   ) {}
 
@@ -100,7 +100,7 @@ export class JobOutcomeSink implements OutcomeSink {
    */
   tellTaken(): void {
     for (const [channel, ids] of this.untold) {
-      const message: JobsTaken = { taken: ids };
+      const message: JobsTaken = { kind: 'taken', jobs: ids };
       this.publisher
         .publish(channel, JSON.stringify(message))
         .catch((err: unknown) => this.logger.debug({ err: String(err) }, 'telling a gateway of taken jobs failed'));
@@ -108,11 +108,9 @@ export class JobOutcomeSink implements OutcomeSink {
     this.untold.clear();
   }
 
-  /** Ids of the BullMQ jobs still waiting for outcomes: their locks must be kept. */
+  /** Ids of the jobs still waiting for outcomes: their locks must be kept. */
   heldJobIds(): string[] {
-    const ids: string[] = [];
-    for (const { work } of this.held.values()) if (work.job) ids.push(work.id);
-    return ids;
+    return [...this.held.keys()];
   }
 
   /** A request's outcome; its job is settled with the last one. Requests not held here are ignored. */
@@ -136,21 +134,21 @@ export class JobOutcomeSink implements OutcomeSink {
 
   /** Publishes a job's outcome to its gateway and records it for the fallback read, in one round trip. */
   private publishAndRecord(work: Work, result: JobOutcome, message: string): Promise<Array<PromiseSettledResult<unknown>>> {
-    return Promise.allSettled([this.publisher.publish(work.replyTo, message), this.store(work, result, message)]);
+    return Promise.allSettled([this.publisher.publish(work.replyTo, message), this.store(work, result)]);
   }
 
   /**
    * Records an outcome too large to publish (encodeRecordedOutcome: its outputs' JSON apart, for the
    * gateway to write as they are), then tells the gateway to read it (JobRecorded), step by step so
-   * that what it is told of is there: a job's in a key of its own, with the job completed as recorded.
+   * that what it is told of is there: the record in a key of its own, then the job completed as
+   * recorded, then the message.
    */
   private async recordThenTell(work: Work, result: JobOutcome): Promise<Array<PromiseSettledResult<unknown>>> {
     const { prefix, model } = this.options;
-    const recorded: JobRecorded = { recorded: work.id, model, requests: work.requests.map((r) => r.id) };
-    const record = encodeRecordedOutcome(result);
+    const recorded: JobRecorded = { kind: 'recorded', job: work.id, model, requests: work.requests.map((r) => r.id) };
     const steps: Array<() => Promise<unknown>> = [
-      ...(work.job ? [() => this.publisher.set(keys.jobOutcome(prefix, work.id), record, 'PX', work.keepMs)] : []),
-      () => this.store(work, recorded, record),
+      () => this.publisher.set(keys.jobOutcome(prefix, work.id), encodeRecordedOutcome(result), 'PX', work.keepMs),
+      () => this.store(work, recorded),
       () => this.publisher.publish(work.replyTo, JSON.stringify(recorded)),
     ];
     const settled: Array<PromiseSettledResult<unknown>> = [];
@@ -158,17 +156,15 @@ export class JobOutcomeSink implements OutcomeSink {
     return settled;
   }
 
-  /** Where the fallback read finds a job's outcome: the BullMQ job completed with `returned`, or the direct entry's state key holding `record`. */
-  private store(work: Work, returned: JobOutcome | JobRecorded, record: string | Buffer): Promise<unknown> {
-    return work.job
-      ? work.job.moveToCompleted(returned, this.options.token, false)
-      : this.publisher.set(keys.directState(this.options.prefix, work.id), record, 'PX', work.keepMs);
+  /** Completes the job with `returned`, where the gateway's fallback read finds it. */
+  private store(work: Work, returned: JobOutcome | JobRecorded): Promise<unknown> {
+    return work.job.moveToCompleted(returned, this.options.token, false);
   }
 
   private settle(held: HeldJob): void {
     const { work } = held;
     this.held.delete(work.id);
-    const result: JobOutcome = { job: work.id, model: this.options.model, outcomes: held.outcomes as RequestOutcome[] };
+    const result: JobOutcome = { kind: 'outcome', job: work.id, model: this.options.model, outcomes: held.outcomes as RequestOutcome[] };
     const message = messageOf(result);
     const settling = (async () => {
       const settled = message !== undefined ? await this.publishAndRecord(work, result, message) : await this.recordThenTell(work, result);
@@ -178,7 +174,7 @@ export class JobOutcomeSink implements OutcomeSink {
       // Failures get their type only: messages may quote the user's input.
       const failed = result.outcomes.filter((o) => !o.ok);
       this.logger.debug(
-        { jobId: work.id, direct: !work.job, requests: result.outcomes.map((o) => o.id), failed: failed.map((o) => (o.ok ? undefined : o.error.error_type)) },
+        { jobId: work.id, requests: result.outcomes.map((o) => o.id), failed: failed.map((o) => (o.ok ? undefined : o.error.error_type)) },
         'job settled',
       );
     })();

@@ -15,28 +15,23 @@ export interface CoalescedJob {
   tellTaken: boolean;
 }
 
-/** Sends jobs for a model and class to Redis; several at once go in one round trip. Its receipt reaches each request's submitter. */
-export type Enqueue<R> = (model: string, priority: Priority, jobs: CoalescedJob[]) => Promise<R>;
-
-/** Where a submitted request went: the job that carries it, and the receipt of the enqueue that sent it. */
-export interface Sent<R> {
-  jobId: string;
-  receipt: R;
-}
+/** Sends jobs for a model and class to Redis; several at once go in one round trip. */
+export type Enqueue = (model: string, priority: Priority, jobs: CoalescedJob[]) => Promise<void>;
 
 /** A request taken back before it was sent (deadline or client gone): its `submit` rejects with this. */
 export class Withdrawn extends Error {}
 
-interface Entry<R> {
+interface Entry {
   request: QueuedRequest;
-  resolve: (sent: Sent<R>) => void;
+  /** With the id of the job that carries the request, once it is in Redis. */
+  resolve: (jobId: string) => void;
   reject: (err: unknown) => void;
 }
 
-interface Lane<R> {
+interface Lane {
   model: string;
   priority: Priority;
-  waiting: Entry<R>[];
+  waiting: Entry[];
   sending: boolean;
   /** Jobs this lane sent that no worker has taken yet, as far as this gateway has heard. */
   untaken: Set<string>;
@@ -63,28 +58,26 @@ const laneKey = (model: string, priority: Priority) => `${priority}\n${model}`;
  * faster without it); a request that does arrive behind a job sent without it goes out at once, as
  * its own job, and asks for the word itself.
  */
-export class EnqueueCoalescer<R = void> {
-  private readonly lanes = new Map<string, Lane<R>>();
+export class EnqueueCoalescer {
+  private readonly lanes = new Map<string, Lane>();
   /** The lane of each job not yet taken. */
   private readonly laneOfJob = new Map<string, string>();
 
   constructor(
-    private readonly enqueue: Enqueue<R>,
+    private readonly enqueue: Enqueue,
     /** Most sequences in one job: a worker's batch size, so one job never spans two batches. */
     private readonly maxSequences: (model: string) => number,
-    /** Whether the model's workers say when they take a job: only then are requests held back for it. */
-    private readonly workersTellTaken: (model: string) => boolean,
     /** Whether this gateway has requests for the model accepted and not yet answered beyond the `sending` going out now. */
     private readonly othersOutstanding: (model: string, sending: number) => boolean,
     private readonly graceMs: number,
   ) {}
 
-  /** Resolves with the job that carries the request, once it is in Redis. */
-  submit(model: string, request: QueuedRequest, priority: Priority = 'interactive'): Promise<Sent<R>> {
+  /** Resolves with the id of the job that carries the request, once it is in Redis. */
+  submit(model: string, request: QueuedRequest, priority: Priority = 'interactive'): Promise<string> {
     const key = laneKey(model, priority);
-    const lane: Lane<R> = this.lanes.get(key) ?? { model, priority, waiting: [], sending: false, untaken: new Set<string>() };
+    const lane: Lane = this.lanes.get(key) ?? { model, priority, waiting: [], sending: false, untaken: new Set<string>() };
     this.lanes.set(key, lane);
-    const sent = new Promise<Sent<R>>((resolve, reject) => lane.waiting.push({ request, resolve, reject }));
+    const sent = new Promise<string>((resolve, reject) => lane.waiting.push({ request, resolve, reject }));
     this.pump(key, lane);
     return sent;
   }
@@ -114,17 +107,16 @@ export class EnqueueCoalescer<R = void> {
     return true;
   }
 
-  /** Requests not yet sent, over all models. */
-  get waiting(): number {
-    let n = 0;
-    for (const lane of this.lanes.values()) n += lane.waiting.length;
-    return n;
+  /** Requests held here, not yet sent, per model. */
+  held(): Map<string, number> {
+    const held = new Map<string, number>();
+    for (const lane of this.lanes.values()) if (lane.waiting.length) held.set(lane.model, (held.get(lane.model) ?? 0) + lane.waiting.length);
+    return held;
   }
 
   /** Sends what waits if the lane is free; otherwise makes sure the grace timer runs; drops an empty lane. */
-  private pump(key: string, lane: Lane<R>): void {
+  private pump(key: string, lane: Lane): void {
     if (lane.sending) return;
-    if (lane.untaken.size > 0 && !this.workersTellTaken(lane.model)) this.forgetUntaken(lane);
     if (lane.waiting.length > 0 && lane.untaken.size === 0) {
       void this.send(key, lane);
       return;
@@ -143,18 +135,18 @@ export class EnqueueCoalescer<R = void> {
     if (lane.waiting.length === 0 && lane.untaken.size === 0) this.lanes.delete(key);
   }
 
-  private forgetUntaken(lane: Lane<R>): void {
+  private forgetUntaken(lane: Lane): void {
     for (const id of lane.untaken) this.laneOfJob.delete(id);
     lane.untaken.clear();
   }
 
-  private async send(key: string, lane: Lane<R>): Promise<void> {
+  private async send(key: string, lane: Lane): Promise<void> {
     lane.sending = true;
     clearTimeout(lane.graceTimer);
     lane.graceTimer = undefined;
     const entries = lane.waiting.splice(0, oneEnqueue(lane.waiting, MOST_CHARS_PER_ENQUEUE));
     const jobs = splitIntoJobs(entries, this.maxSequences(lane.model)).map((job) => ({ id: job[0].request.id, entries: job }));
-    const tellTaken = this.workersTellTaken(lane.model) && this.othersOutstanding(lane.model, entries.length);
+    const tellTaken = this.othersOutstanding(lane.model, entries.length);
     // Marked untaken before they are sent: a worker's word that it took one may overtake the enqueue's reply.
     if (tellTaken) {
       for (const { id } of jobs) {
@@ -163,12 +155,12 @@ export class EnqueueCoalescer<R = void> {
       }
     }
     try {
-      const receipt = await this.enqueue(
+      await this.enqueue(
         lane.model,
         lane.priority,
         jobs.map((job) => ({ id: job.id, requests: job.entries.map((e) => e.request), tellTaken })),
       );
-      for (const job of jobs) for (const e of job.entries) e.resolve({ jobId: job.id, receipt });
+      for (const job of jobs) for (const e of job.entries) e.resolve(job.id);
     } catch (err) {
       for (const { id } of jobs) {
         lane.untaken.delete(id);

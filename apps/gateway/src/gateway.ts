@@ -1,0 +1,125 @@
+import type { Express } from 'express';
+import type { Logger } from 'pino';
+import type { GatewayConfig } from '@tserve/config';
+import { createRedis, exchangeDepths, whenReady } from '@tserve/queue';
+import { ModelRegistry } from './model-registry.js';
+import { QueueDepth, BodyBudget } from './overload.js';
+import { createRedisBreaker } from './breaker.js';
+import { Transport } from './transport/index.js';
+import { createSnapshot } from './snapshot.js';
+import { UnreadAnswers } from './unread-answers.js';
+import { createMetrics } from './metrics.js';
+import { KeyStore, parseKeyFile } from './api-keys.js';
+import { Quotas } from './quotas.js';
+import { Admission } from './admission.js';
+import { InferenceService } from './inference.js';
+import { createApp } from './app.js';
+
+/** A start-up failure whose message says all a user needs: printed alone, no stack. */
+export class StartupError extends Error {}
+
+/** The API keys in force, or none (keys off) when neither API_KEYS_FILE nor API_KEYS is set. */
+function loadKeys(config: GatewayConfig, logger: Logger): KeyStore | undefined {
+  const report = (message: string, error?: boolean) => (error ? logger.error(message) : logger.info(message));
+  try {
+    const store = config.API_KEYS_FILE
+      ? KeyStore.fromFile(config.API_KEYS_FILE, report)
+      : config.API_KEYS
+        ? new KeyStore(parseKeyFile(config.API_KEYS, 'API_KEYS'))
+        : undefined;
+    if (store) logger.info(`API keys on: ${store.size} key(s); inference routes need Authorization: Bearer <key>`);
+    return store;
+  } catch (err) {
+    throw new StartupError(`gateway: cannot load API keys: ${err instanceof Error ? err.message : String(err)}`);
+  }
+}
+
+export interface Gateway {
+  app: Express;
+  unread: UnreadAnswers;
+  /** Counts a client connection closed on arrival (the server's 'drop' event). */
+  connectionDropped: () => void;
+  /** Requests waiting for their outcomes. */
+  readonly pending: number;
+  /** Connects to Redis and starts the background reads; then the app may take requests. */
+  start(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/** Builds the gateway's parts, each from those before it. */
+export function createGateway(config: GatewayConfig, gatewayId: string, logger: Logger): Gateway {
+  const redis = createRedis(config.REDIS_URL, 'gateway', config.REDIS_COMMAND_TIMEOUT_MS);
+  const subscriber = createRedis(config.REDIS_URL, 'subscriber');
+  const registry = new ModelRegistry(redis, config.QUEUE_PREFIX, config.REGISTRY_REFRESH_MS, config.LOAD_FAILURE_TTL_MS, logger);
+  // A gateway's report older than a few refreshes is from one that stopped, and is ignored.
+  const depthStaleMs = Math.max(3 * config.REGISTRY_REFRESH_MS, 2000);
+  const depth = new QueueDepth((mine) => exchangeDepths(redis, config.QUEUE_PREFIX, gatewayId, mine, depthStaleMs));
+  const breaker = createRedisBreaker(config, logger);
+  const transport = new Transport(
+    {
+      redis,
+      subscriber,
+      batchSize: (model) => registry.batchSize(model),
+      othersOutstanding: (model, sending) => depth.own(model) > sending,
+      guard: (call) => breaker.guard(call),
+      logger,
+    },
+    { prefix: config.QUEUE_PREFIX, gatewayId, resultPollMs: config.RESULT_POLL_MS },
+  );
+  const snapshot = createSnapshot(registry, depth, breaker, () => transport.held());
+  const bodies = new BodyBudget(config.MAX_BODIES_BYTES);
+  // Clients that do not read their answers may not pin them, or the gateway's memory.
+  const unread = new UnreadAnswers(config.MAX_UNREAD_ANSWERS_BYTES, config.HTTP_SEND_TIMEOUT_MS, (reason, unreadBytes) =>
+    logger.warn({ reason, unreadBytes }, 'closed a connection whose client did not read its answer'),
+  );
+  const metrics = createMetrics({ snapshot, transport, bodies, unread });
+  const apiKeys = loadKeys(config, logger);
+  const admission = new Admission({
+    keys: apiKeys,
+    quotas: apiKeys ? new Quotas(redis, config.QUEUE_PREFIX) : undefined,
+    limits: { maxQueueDepth: config.MAX_QUEUE_DEPTH, batchQueueShare: config.BATCH_QUEUE_SHARE, maxInputsPerRequest: config.MAX_INPUTS_PER_REQUEST },
+    depth,
+    bodies: { budget: bodies, maxBytes: config.MAX_BODY_BYTES },
+    breaker,
+    isServed: (model) => registry.get(model) !== undefined,
+    requestTimeoutMs: config.REQUEST_TIMEOUT_MS,
+    onQuotaRejected: metrics.quotaRejected,
+  });
+  const service = new InferenceService(config, registry, admission, transport, metrics);
+  const app = createApp({
+    config,
+    logger,
+    service,
+    registry,
+    queue: (model) => transport.queue(model),
+    snapshot,
+    metrics,
+    admission,
+    backlog: (model) => depth.of(model),
+  });
+
+  return {
+    app,
+    unread,
+    connectionDropped: metrics.connectionDropped,
+    get pending() {
+      return transport.pending;
+    },
+    async start() {
+      await transport.start();
+      // The first refresh would otherwise fail on a connection still coming up, and until the next
+      // one every request would be refused as if Redis were down. Bounded: a Redis that is down at
+      // start-up is reported by /ready, and the gateway starts anyway.
+      await whenReady(redis, config.REDIS_COMMAND_TIMEOUT_MS);
+      await registry.start();
+      await depth.start(() => registry.served().map((m) => m.id), config.REGISTRY_REFRESH_MS);
+    },
+    async stop() {
+      registry.stop();
+      depth.stop();
+      apiKeys?.stop();
+      await transport.stop();
+      await Promise.allSettled([redis.quit(), subscriber.quit()]);
+    },
+  };
+}

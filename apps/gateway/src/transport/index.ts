@@ -1,0 +1,156 @@
+import type { Redis } from 'ioredis';
+import type { Logger } from 'pino';
+import { ApiError, type CancelNotice, type Priority, type QueuedRequest, type ReadRequestOutcome, type RequestOutcome } from '@tserve/contract';
+import { keys } from '@tserve/queue';
+import { EnqueueCoalescer, Withdrawn } from './coalescer.js';
+import { QueueSet } from './queues.js';
+import { OutcomeWaiters } from './waiters.js';
+
+/** Where a request whose client left was dropped: before it reached Redis, or queued (the worker skips it). */
+export type AbandonedAt = 'gateway' | 'queue';
+
+/** One request's trip: to a model's workers and back. */
+export interface Trip {
+  model: string;
+  request: QueuedRequest;
+  priority: Priority;
+  /** Aborted when the client goes away: a request not yet run is then dropped. */
+  signal?: AbortSignal;
+}
+
+/** The request could not be put in Redis (Redis down, or the breaker open). */
+export class SendFailed extends Error {}
+
+export interface TransportOptions {
+  prefix: string;
+  /** This gateway's own result channel is named after it. */
+  gatewayId: string;
+  /** Fallback read period (RESULT_POLL_MS); also sets how long finished jobs are kept. */
+  resultPollMs: number;
+}
+
+export interface TransportParts {
+  /** The gateway's fail-fast command connection. */
+  redis: Redis;
+  /** A connection of its own for the result channel. */
+  subscriber: Redis;
+  /** Most sequences one job carries for the model: its workers' batch size. */
+  batchSize: (model: string) => number;
+  /** Whether this gateway has requests for the model outstanding beyond the `sending` going out now. */
+  othersOutstanding: (model: string, sending: number) => boolean;
+  /** Every Redis write of a request goes through the breaker, which fails fast while Redis is down. */
+  guard: <T>(call: () => Promise<T>) => Promise<T>;
+  logger: Logger;
+}
+
+/**
+ * The gateway's whole side of the link to the workers, through BullMQ: coalescing requests into
+ * jobs, enqueueing them, waiting for each request's outcome (published, or read from the finished
+ * job), and withdrawing or cancelling a request whose client left. `send` is the one call for a trip.
+ * docs/protocol.md describes the messages and keys.
+ */
+export class Transport {
+  private readonly queues: QueueSet;
+  private readonly waiters: OutcomeWaiters;
+  private readonly coalescer: EnqueueCoalescer;
+  private readonly redis: Redis;
+  private readonly prefix: string;
+  /** Requests abandoned by their clients, per model and place; outcomes workers skipped, per model. */
+  readonly abandoned = new Map<string, Record<AbandonedAt, number>>();
+  readonly skipped = new Map<string, number>();
+
+  constructor(parts: TransportParts, options: TransportOptions) {
+    this.redis = parts.redis;
+    this.prefix = options.prefix;
+    this.queues = new QueueSet(parts.redis, options.prefix, options.resultPollMs);
+    const channel = keys.results(options.prefix, options.gatewayId);
+    this.coalescer = new EnqueueCoalescer(
+      (model, priority, jobs) => parts.guard(() => this.queues.enqueue(model, priority, channel, jobs)),
+      parts.batchSize,
+      parts.othersOutstanding,
+      // A worker's word that it took a job is lost only as a result message is: the same period covers both.
+      options.resultPollMs,
+    );
+    this.waiters = new OutcomeWaiters(
+      parts.subscriber,
+      channel,
+      options.resultPollMs,
+      (model, jobId) => this.queues.finished(model, jobId),
+      parts.logger,
+      (model, outcome) => this.unclaimed(model, outcome),
+      (jobIds) => this.coalescer.taken(jobIds),
+    );
+  }
+
+  async start(): Promise<void> {
+    await this.waiters.start();
+  }
+
+  /**
+   * Sends a request to its model's workers and resolves with its outcome. Rejects with a 504
+   * ApiError at its deadline, a 499 one when its client leaves, or SendFailed.
+   */
+  async send({ model, request, priority, signal }: Trip): Promise<ReadRequestOutcome> {
+    // Registered before the request is sent, so even an instant answer finds its waiter. The deadline
+    // may pass while the enqueue is still in flight: that rejection is awaited below.
+    const answer = this.waiters.wait(request.id, request.deadline);
+    answer.catch(() => this.coalescer.withdraw(model, request.id, priority));
+    const sent = this.coalescer.submit(model, request, priority);
+    const abandon = () => this.abandon(model, request, priority, sent);
+    signal?.addEventListener('abort', abandon, { once: true });
+    try {
+      try {
+        this.waiters.bind(request.id, { model, id: await sent });
+      } catch (err) {
+        if (!(err instanceof Withdrawn)) {
+          this.waiters.cancel(request.id);
+          throw new SendFailed(String(err));
+        }
+      }
+      return await answer;
+    } finally {
+      signal?.removeEventListener('abort', abandon);
+    }
+  }
+
+  /** Requests held here, not yet sent, per model. */
+  held(): Map<string, number> {
+    return this.coalescer.held();
+  }
+
+  /** Requests waiting for their outcomes. */
+  get pending(): number {
+    return this.waiters.pending;
+  }
+
+  /** The model's BullMQ queue, for the dashboard. */
+  queue(model: string) {
+    return this.queues.get(model);
+  }
+
+  async stop(): Promise<void> {
+    await this.waiters.stop();
+    await this.queues.close();
+  }
+
+  /**
+   * The client left: a request not yet sent is withdrawn; a queued one is named to the model's
+   * workers, which skip it if they have not run it yet. Either way nobody waits for it any more.
+   */
+  private abandon(model: string, request: QueuedRequest, priority: Priority, sent: Promise<string>): void {
+    this.waiters.cancel(request.id, new ApiError('cancelled', 'the client closed the connection'));
+    const counts = this.abandoned.get(model) ?? { gateway: 0, queue: 0 };
+    this.abandoned.set(model, counts);
+    if (this.coalescer.withdraw(model, request.id, priority)) {
+      counts.gateway++;
+      return;
+    }
+    counts.queue++;
+    const notice: CancelNotice = { kind: 'cancel', ids: [request.id], deadline: request.deadline };
+    void sent.then(() => this.redis.publish(keys.cancellations(this.prefix, model), JSON.stringify(notice))).catch(() => {});
+  }
+
+  private unclaimed(model: string, outcome: RequestOutcome): void {
+    if (!outcome.ok && outcome.error.error_type === 'cancelled') this.skipped.set(model, (this.skipped.get(model) ?? 0) + 1);
+  }
+}

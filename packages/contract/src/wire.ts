@@ -1,0 +1,229 @@
+import { z } from 'zod';
+import type { Operation, Task, TaskInput, TaskParameters } from './schemas.js';
+import { ERROR_STATUS, type ErrorBody, type ErrorType } from './errors.js';
+import type { DefaultScoreFunction } from './score-functions.js';
+
+/**
+ * The messages gateways and workers exchange through Redis, each tagged with its `kind` and
+ * checked against its schema where it is read. The wire is versioned by one number, PROTOCOL:
+ * every job and every worker's announcement carries it, a model's queue is named with it
+ * (`queueNameFor`), and a gateway routes only to workers of its own number. Change it whenever
+ * a message changes shape; there is no other compatibility code.
+ */
+export const PROTOCOL = 1;
+
+/** One client request inside a job: already validated by the gateway, so the worker trusts its inputs. */
+export interface QueuedRequest {
+  /** The gateway's request id (x-request-id): outcomes are routed back by it. */
+  id: string;
+  /** What to run: a task, or tokenization alone; the model's own task when absent. */
+  task?: Operation;
+  inputs: TaskInput[];
+  parameters: TaskParameters;
+  /** Model sequences the inputs run as, when more than one per input (pairs, labels, sentences): what batching counts. */
+  sequences?: number;
+  /** Epoch ms after which the request must not run: its client has been answered 504. */
+  deadline: number;
+  enqueuedAt: number;
+}
+
+/** Model sequences a queued request runs as: `sequences` when its inputs run as more (pairs, labels, sentences), else one per input. */
+export function sequenceCount(request: Pick<QueuedRequest, 'inputs' | 'sequences'>): number {
+  return request.sequences ?? request.inputs.length;
+}
+
+/** Characters of text a queued request carries (every string in its inputs): what it weighs in a Redis command. */
+export function textLength(request: Pick<QueuedRequest, 'inputs'>): number {
+  return charsIn(request.inputs);
+}
+
+function charsIn(value: unknown): number {
+  if (typeof value === 'string') return value.length;
+  if (typeof value !== 'object' || value === null) return 0;
+  let n = 0;
+  for (const v of Array.isArray(value) ? value : Object.values(value)) n += charsIn(v);
+  return n;
+}
+
+// The gateway checked inputs and parameters against the task's own schemas; here only their form.
+const queuedRequestSchema = z.object({
+  id: z.string(),
+  task: (z.string() as unknown as z.ZodType<Operation>).optional(),
+  inputs: z.array(z.unknown()) as unknown as z.ZodType<TaskInput[]>,
+  parameters: z.record(z.string(), z.unknown()) as z.ZodType<TaskParameters>,
+  sequences: z.number().int().positive().optional(),
+  deadline: z.number(),
+  enqueuedAt: z.number(),
+}) satisfies z.ZodType<QueuedRequest>;
+
+/**
+ * A BullMQ job's data: the requests for one model that arrived while the gateway's previous job for
+ * it was on its way, coalesced so that a burst costs one job's Redis commands instead of one per
+ * request. Every request keeps its own id, deadline, parameters and outcome.
+ */
+export const jobDataSchema = z.object({
+  kind: z.literal('job'),
+  protocol: z.number().int(),
+  requests: z.array(queuedRequestSchema).min(1),
+  /** Pub/sub channel of the gateway waiting for these requests. */
+  replyTo: z.string(),
+  /** The gateway holds later requests back until told this job was taken (`JobsTaken`). */
+  tellTaken: z.boolean(),
+  /** How long an outcome recorded apart from the job (`JobRecorded`) is kept (ms): as long as BullMQ keeps the completed job. */
+  keepMs: z.number().int().nonnegative(),
+});
+export type JobData = z.infer<typeof jobDataSchema>;
+
+export interface JobTiming {
+  /** From enqueue to the start of the model call that ran it. */
+  queue_ms: number;
+  /** Model calls that ran this request's inputs, tokenization and post-processing included. */
+  inference_ms: number;
+  /** Sequences in the model call(s) that ran it; the largest if several. */
+  batch_size: number;
+}
+
+const errorBodySchema = z.object({
+  error: z.string(),
+  error_type: z.enum(Object.keys(ERROR_STATUS) as [ErrorType, ...ErrorType[]]),
+  estimated_time: z.number().optional(),
+}) satisfies z.ZodType<ErrorBody>;
+
+const requestOutcomeSchema = z.discriminatedUnion('ok', [
+  z.object({
+    id: z.string(),
+    ok: z.literal(true),
+    outputs: z.array(z.unknown()),
+    warnings: z.array(z.string()),
+    timing: z.object({ queue_ms: z.number(), inference_ms: z.number(), batch_size: z.number() }),
+    /** Tokens the model read for this request, special tokens included (OpenAI's usage). */
+    tokens: z.number().optional(),
+  }),
+  z.object({ id: z.string(), ok: z.literal(false), error: errorBodySchema }),
+]);
+export type RequestOutcome = z.infer<typeof requestOutcomeSchema>;
+
+/** What a worker publishes once per job, and stores as the job's return value: one outcome per request, in the job's order. */
+const jobOutcomeSchema = z.object({
+  kind: z.literal('outcome'),
+  job: z.string(),
+  model: z.string(),
+  outcomes: z.array(requestOutcomeSchema),
+});
+export type JobOutcome = z.infer<typeof jobOutcomeSchema>;
+
+/**
+ * The most bytes of a JobOutcome a worker publishes. Redis closes a subscriber whose unread output
+ * passes 32 MB (its default client-output-buffer-limit for pub/sub), and with it every message on
+ * its way to that gateway, whose requests would then wait for the fallback read.
+ */
+export const OUTCOME_MESSAGE_MAX_BYTES = 1_048_576;
+
+/**
+ * What a worker publishes instead of a JobOutcome over OUTCOME_MESSAGE_MAX_BYTES, once the outcome
+ * is recorded under `keys.jobOutcome` (as the job's return value, BullMQ would copy it into the
+ * queue's event stream), and what the job then returns. `requests` are the job's request ids.
+ */
+const jobRecordedSchema = z.object({
+  kind: z.literal('recorded'),
+  job: z.string(),
+  model: z.string(),
+  requests: z.array(z.string()),
+});
+export type JobRecorded = z.infer<typeof jobRecordedSchema>;
+
+/**
+ * What a worker publishes to a gateway as a model batch holding that gateway's jobs starts (or, for
+ * a busy worker with peers, as it takes them): the requests held back behind them may go now.
+ */
+const jobsTakenSchema = z.object({ kind: z.literal('taken'), jobs: z.array(z.string()) });
+export type JobsTaken = z.infer<typeof jobsTakenSchema>;
+
+/** Everything a gateway hears on its result channel. */
+export const resultMessageSchema = z.discriminatedUnion('kind', [jobOutcomeSchema, jobRecordedSchema, jobsTakenSchema]);
+export type ResultMessage = z.infer<typeof resultMessageSchema>;
+
+/** A completed job's return value: its outcome, or where it is recorded. */
+export const jobReturnSchema = z.discriminatedUnion('kind', [jobOutcomeSchema, jobRecordedSchema]);
+
+/**
+ * Published on a model's cancellation channel by a gateway whose client went away, so that a
+ * worker skips the requests it has not run yet. Best effort: a worker that misses it computes.
+ */
+export const cancelNoticeSchema = z.object({
+  kind: z.literal('cancel'),
+  ids: z.array(z.string()),
+  /** The latest of their deadlines (epoch ms): past it a worker drops them unrun anyway, and forgets the notice. */
+  deadline: z.number(),
+});
+export type CancelNotice = z.infer<typeof cancelNoticeSchema>;
+
+/**
+ * A job that failed as a whole keeps the reason as text in BullMQ (its failedReason); these write
+ * and read that text, so the gateway can answer each of the job's requests with the error and
+ * status. Workers settle every job they can read as completed, with an outcome per request
+ * (failures included); the failed jobs are those a worker cannot read, and those BullMQ fails
+ * itself (a job that stalled too often), whose plain-text reasons the decoder reads too.
+ */
+export function encodeJobFailure(error: ErrorBody): string {
+  return JSON.stringify(error);
+}
+
+export function decodeJobFailure(reason: string): ErrorBody {
+  try {
+    const body = errorBodySchema.safeParse(JSON.parse(reason));
+    if (body.success) return body.data;
+  } catch {
+    // Not JSON: BullMQ's own reason, e.g. "job stalled more than allowable limit".
+  }
+  return { error: `the job failed: ${reason}`, error_type: 'internal' };
+}
+
+/** What a worker announces in Redis (its heartbeat); the gateway learns the served models from these alone. */
+export interface WorkerInfo {
+  kind: 'worker';
+  /** The wire version it speaks (PROTOCOL): a gateway of another number sends it nothing. */
+  protocol: number;
+  id: string;
+  model: string;
+  /**
+   * A worker announces itself while it loads its model, so that the gateway can say so (503 loading,
+   * not 404). One that is stopping (`draining`) takes nothing new and finishes what it holds.
+   */
+  state: 'loading' | 'ready' | 'draining';
+  /** Known once the model's config is read: the task its architecture was trained for. */
+  task?: Task;
+  /** Every task the model can serve (an embedding model also serves sentence-similarity). */
+  tasks?: Task[];
+  /** The classifier's labels in output order, for classification models. */
+  labels?: string[];
+  /** The function text-classification applies to the logits when a request names none. */
+  scoreFunction?: DefaultScoreFunction;
+  dtype: string;
+  device: string;
+  pid: number;
+  host: string;
+  startedAt: number;
+  batchMaxSize: number;
+  /** Padded tokens one model call may hold (BATCH_MAX_TOKENS). */
+  batchMaxTokens: number;
+  /** Longest sequence the model accepts, in tokens. */
+  maxTokens: number;
+  /** Milliseconds the model has spent in calls since the worker started: its rate is the share of time the model computed. */
+  modelBusyMs?: number;
+}
+
+/**
+ * Only what a gateway must read of an announcement is checked strictly (kind, protocol, id, model,
+ * state): an announcement of another protocol is still read, so that the gateway can say why it
+ * sends that worker nothing.
+ */
+export const workerInfoSchema = z
+  .object({
+    kind: z.literal('worker'),
+    protocol: z.number().int(),
+    id: z.string(),
+    model: z.string(),
+    state: z.enum(['loading', 'ready', 'draining']),
+  })
+  .loose() as unknown as z.ZodType<WorkerInfo>;
