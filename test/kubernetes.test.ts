@@ -1,23 +1,24 @@
 /**
- * Issue 14: deploy/kubernetes renders (kubectl kustomize, no cluster needed), every object is valid
- * against the Kubernetes and KEDA schemas (kubernetes-models), every container's settings parse with
- * the programs' own config loaders, and every KEDA ScaledObject watches exactly the Redis list where
- * BullMQ keeps its model's waiting jobs.
+ * Issues 14 and 43: deploy/kubernetes renders (kubectl kustomize, no cluster needed), every object
+ * is valid against the Kubernetes and KEDA schemas (kubernetes-models), every container's settings
+ * parse with the programs' own config loaders, and every KEDA ScaledObject reads, from the gateway
+ * Service, the backlog of the model its workers serve. That value is then read as KEDA reads it from
+ * real gateways: it rises under load until KEDA would add workers, counts the requests of every
+ * gateway, and falls to 0 at rest.
  */
-import { describe, it } from 'node:test';
+import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
 import path from 'node:path';
-import { QueueKeys } from 'bullmq';
 import { parseAllDocuments } from 'yaml';
 import { loadGatewayConfig, loadWorkerConfig } from '@tserve/config';
-import { queueNameFor } from '@tserve/queue';
 import { ConfigMap, Namespace, PersistentVolumeClaim, Service } from 'kubernetes-models/v1';
 import { Deployment, StatefulSet } from 'kubernetes-models/apps/v1';
 import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2';
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
 import { ScaledObject } from '@kubernetes-models/keda/keda.sh/v1alpha1';
-import { ROOT, uniquePrefix } from './helpers/system.ts';
+import { MODEL_DIR, ROOT, TestSystem, sleep, uniquePrefix, waitFor } from './helpers/system.ts';
 
 type K8sObject = { apiVersion: string; kind: string; metadata: { name: string; namespace?: string }; spec?: any; data?: Record<string, string> };
 
@@ -63,36 +64,182 @@ function bytesOf(quantity: string): number {
   return Number(match[1]) * unit;
 }
 
+/** A ScaledObject's metrics-api trigger as KEDA reads it, and the replica bounds it scales within. */
+interface BacklogTrigger {
+  scaledObject: string;
+  /** The Deployment it scales. */
+  target: string;
+  url: URL;
+  valueLocation: string;
+  targetValue: number;
+  activationTargetValue: number;
+  minReplicas: number;
+  maxReplicas: number;
+}
+
+function backlogTriggers(objects: K8sObject[]): BacklogTrigger[] {
+  return objects
+    .filter((o) => o.kind === 'ScaledObject')
+    .flatMap((so) =>
+      so.spec.triggers
+        .filter((t: any) => t.type === 'metrics-api')
+        .map((t: any) => ({
+          scaledObject: so.metadata.name,
+          target: so.spec.scaleTargetRef.name,
+          url: new URL(t.metadata.url),
+          valueLocation: t.metadata.valueLocation,
+          targetValue: Number(t.metadata.targetValue),
+          activationTargetValue: Number(t.metadata.activationTargetValue ?? 0),
+          // KEDA's defaults when a ScaledObject leaves them out.
+          minReplicas: so.spec.minReplicaCount ?? 0,
+          maxReplicas: so.spec.maxReplicaCount ?? 100,
+        })),
+    );
+}
+
+/** The Deployment's first container, and its environment as the process sees it. */
+function containerOf(objects: K8sObject[], deployment: string): { container: any; env: Record<string, string> } | undefined {
+  const d = objects.find((o) => o.kind === 'Deployment' && o.metadata.name === deployment);
+  const container = d?.spec.template.spec.containers[0];
+  return container && { container, env: environment(container, objects) };
+}
+
 /**
- * Every ScaledObject's Redis list against the key the workers of its target really use. Returns the
- * disagreements, each a sentence; empty when all agree.
+ * Where a request to the gateway Service lands: its full DNS name (what the KEDA operator resolves
+ * from its own namespace) and port, checked to lead to the gateway's own listening port.
  */
-function scaledObjectMismatches(objects: K8sObject[], waitKey: (prefix: string, model: string) => string): string[] {
+function gatewayService(objects: K8sObject[]): { host: string; port: string } {
+  // The Deployment that takes the traffic (the dashboard's runs the gateway program too, for itself).
+  const gateway = objects.find((o) => o.kind === 'Deployment' && o.metadata.name === 'tserve-gateway');
+  assert.ok(gateway, 'no Deployment tserve-gateway');
+  const labels = gateway.spec.template.metadata.labels;
+  const service = objects.find((o) => o.kind === 'Service' && Object.entries(o.spec.selector ?? {}).every(([k, v]) => labels[k] === v));
+  assert.ok(service, 'no Service selects the gateway pods');
+  const container = gateway.spec.template.spec.containers[0];
+  const listening = loadGatewayConfig(environment(container, objects)).PORT;
+  const port = service.spec.ports.find((p: any) => {
+    const target = container.ports.find((c: any) => c.name === p.targetPort || c.containerPort === p.targetPort);
+    return target?.containerPort === listening;
+  });
+  assert.ok(port, `no port of Service ${service.metadata.name} leads to the gateway's PORT ${listening}`);
+  return { host: `${service.metadata.name}.${service.metadata.namespace ?? 'default'}.svc.cluster.local`, port: String(port.port) };
+}
+
+/**
+ * Every metrics-api trigger against the gateway Service and the workers it scales: the URL goes to
+ * the Service and asks for the model the workers serve (URL-encoded), and targetValue is one batch
+ * of those workers (BATCH_MAX_SIZE). Returns the disagreements, each a sentence; empty when all agree.
+ */
+function triggerMismatches(objects: K8sObject[]): string[] {
   const problems: string[] = [];
+  const service = gatewayService(objects);
   for (const so of objects.filter((o) => o.kind === 'ScaledObject')) {
-    const target = objects.find((o) => o.kind === 'Deployment' && o.metadata.name === so.spec.scaleTargetRef.name);
-    if (!target) {
-      problems.push(`${so.metadata.name}: no Deployment ${so.spec.scaleTargetRef.name}`);
+    const kinds = so.spec.triggers.map((t: any) => t.type);
+    if (!kinds.includes('metrics-api') || kinds.some((k: string) => k !== 'metrics-api')) problems.push(`${so.metadata.name}: triggers ${kinds.join(', ')}`);
+  }
+  for (const t of backlogTriggers(objects)) {
+    const workers = containerOf(objects, t.target);
+    if (!workers) {
+      problems.push(`${t.scaledObject}: no Deployment ${t.target}`);
       continue;
     }
-    const env = environment(target.spec.template.spec.containers[0], objects);
-    const expected = waitKey(env.QUEUE_PREFIX ?? 'tserve', env.MODEL);
-    for (const trigger of so.spec.triggers) {
-      if (trigger.type !== 'redis') continue;
-      if (trigger.metadata.listName !== expected)
-        problems.push(`${so.metadata.name}: listName ${trigger.metadata.listName}, but the workers of ${env.MODEL} use ${expected}`);
-      const host = String(trigger.metadata.address).split(':')[0];
-      const service = new URL(env.REDIS_URL).hostname;
-      const ns = so.metadata.namespace ?? 'default';
-      if (host !== `${service}.${ns}.svc.cluster.local`)
-        problems.push(`${so.metadata.name}: KEDA reaches Redis at ${host}, the workers at ${service} in ${ns}`);
-    }
+    const port = t.url.port || (t.url.protocol === 'https:' ? '443' : '80');
+    if (t.url.hostname !== service.host || port !== service.port)
+      problems.push(`${t.scaledObject}: KEDA asks ${t.url.hostname}:${port}, the gateway Service is ${service.host}:${service.port}`);
+    // The raw query: a model id holds '/', and may hold what a query string reserves.
+    const raw = t.url.search
+      .slice(1)
+      .split('&')
+      .find((p) => p.startsWith('model='))
+      ?.slice('model='.length);
+    const model = workers.env.MODEL;
+    if (raw === undefined || decodeURIComponent(raw) !== model)
+      problems.push(`${t.scaledObject}: asks for the backlog of ${raw}, but the workers of ${t.target} serve ${model}`);
+    else if (raw !== encodeURIComponent(model))
+      problems.push(`${t.scaledObject}: the model ${raw} in its URL is not URL-encoded (${encodeURIComponent(model)})`);
+    const batch = loadWorkerConfig(workers.env).BATCH_MAX_SIZE;
+    if (t.targetValue !== batch) problems.push(`${t.scaledObject}: targetValue ${t.targetValue}, but one batch of its workers is ${batch}`);
   }
   return problems;
 }
 
-/** The wait list's key as BullMQ itself names it (its own key builder, not re-derived here). */
-const bullmqWaitKey = (prefix: string, model: string) => new QueueKeys(prefix).getKeys(queueNameFor(model)).wait;
+/**
+ * A GJSON path as KEDA's metrics-api scaler applies it to a JSON body (format json), for the plain
+ * paths a manifest here uses: keys and array indexes joined by dots. GJSON's wildcards, queries,
+ * modifiers and escapes are refused rather than guessed at. KEDA takes a number, or a string it
+ * parses as a quantity (plain numbers only here); anything else fails the read.
+ */
+function valueAt(body: unknown, location: string): number {
+  if (/[*?#@|\\!=<>%]/.test(location)) throw new Error(`valueLocation ${location}: more than a dotted path; this test reads only those`);
+  let value: unknown = body;
+  for (const key of location.split('.')) {
+    if (Array.isArray(value) && /^\d+$/.test(key)) value = value[Number(key)];
+    else if (value !== null && typeof value === 'object' && !Array.isArray(value) && Object.hasOwn(value, key)) value = (value as Record<string, unknown>)[key];
+    else value = undefined;
+    if (value === undefined) throw new Error(`valueLocation ${location}: nothing at "${key}" in ${JSON.stringify(body)}`);
+  }
+  if (typeof value === 'number') return value;
+  if (typeof value === 'string' && /^-?\d+(\.\d+)?$/.test(value)) return Number(value);
+  throw new Error(`valueLocation ${location}: ${JSON.stringify(value)} is not a number`);
+}
+
+/** One read of the trigger as KEDA makes it: its URL's path and query, sent to `gateway` instead of the Service. */
+async function kedaReads(trigger: BacklogTrigger, gateway: string): Promise<number> {
+  const res = await fetch(new URL(trigger.url.pathname + trigger.url.search, gateway));
+  const text = await res.text();
+  // KEDA counts any other status as a failed read.
+  if (res.status !== 200) throw new Error(`GET ${trigger.url.pathname}${trigger.url.search}: ${res.status} ${text}`);
+  return valueAt(JSON.parse(text), trigger.valueLocation);
+}
+
+/**
+ * The replicas KEDA has the HPA ask for at `value`: metrics-api's metric is an AverageValue, so
+ * ceil(value / targetValue), within the ScaledObject's bounds; at or below activationTargetValue
+ * the trigger is inactive, which scales to zero where minReplicaCount allows it. (The HPA's
+ * tolerance around the current count and its stabilisation windows are left out.)
+ */
+function replicasFor(trigger: BacklogTrigger, value: number): number {
+  if (value <= trigger.activationTargetValue && trigger.minReplicas === 0) return 0;
+  return Math.min(trigger.maxReplicas, Math.max(trigger.minReplicas, Math.ceil(value / trigger.targetValue)));
+}
+
+/**
+ * Load as clients make it: `clients` each send a request, and the next once it is answered, at
+ * least `min` requests in all and then until `enough()`, at most `cap`. Resolves with every
+ * answer's status once all are answered.
+ */
+async function load(system: TestSystem, model: string, clients: number, bounds: { min: number; cap: number }, enough: () => boolean): Promise<number[]> {
+  const statuses: number[] = [];
+  let sent = 0;
+  await Promise.all(
+    Array.from({ length: clients }, async (_, c) => {
+      while (sent < bounds.min || (!enough() && sent < bounds.cap)) {
+        sent++;
+        statuses.push((await system.infer(model, `client ${c} says request ${sent} was ${sent % 2 ? 'great' : 'awful'}`)).status);
+      }
+    }),
+  );
+  return statuses;
+}
+
+/**
+ * Reads the trigger from each gateway, as KEDA polls it, until `until` settles: `peaks` keeps the
+ * highest value read from each. A failed read ends it with that error.
+ */
+async function watchPeaks(trigger: BacklogTrigger, gateways: TestSystem[], peaks: number[], until: Promise<unknown>): Promise<void> {
+  let settled = false;
+  until.then(
+    () => (settled = true),
+    () => (settled = true),
+  );
+  while (!settled) {
+    for (const [i, g] of gateways.entries()) peaks[i] = Math.max(peaks[i], await kedaReads(trigger, g.url));
+    await sleep(20);
+  }
+}
+
+/** Counts of each status, for messages. */
+const tally = (statuses: number[]) => JSON.stringify(Object.fromEntries([...new Set(statuses)].map((s) => [s, statuses.filter((x) => x === s).length])));
 
 describe('Kubernetes manifests', { skip: hasKubectl ? false : 'kubectl is not installed (it renders the kustomizations)' }, () => {
   for (const overlay of OVERLAYS) {
@@ -147,35 +294,131 @@ describe('Kubernetes manifests', { skip: hasKubectl ? false : 'kubectl is not in
       assert.equal(dashboard.spec.type, 'ClusterIP', 'the dashboard stays internal');
     });
 
-    it(`overlays/${overlay}: every ScaledObject watches the wait list its workers really use`, () => {
+    it(`overlays/${overlay}: every ScaledObject reads the gateway Service's backlog of its own workers' model, one batch per worker`, () => {
       const objects = render(overlay);
-      assert.ok(objects.some((o) => o.kind === 'ScaledObject'));
-      assert.deepEqual(scaledObjectMismatches(objects, bullmqWaitKey), []);
+      assert.ok(backlogTriggers(objects).length >= 1);
+      assert.deepEqual(triggerMismatches(objects), []);
     });
   }
 
-  it('a ScaledObject that disagrees with its workers is caught', () => {
+  it('a ScaledObject that disagrees with its workers or the gateway Service is caught', () => {
     const objects = render('cpu');
-    const waitKey = bullmqWaitKey;
-    const wrongPrefix = objects.map((o) => (o.kind === 'ConfigMap' ? { ...o, data: { ...o.data, QUEUE_PREFIX: uniquePrefix('other') } } : o));
-    assert.match(scaledObjectMismatches(wrongPrefix, waitKey).join('\n'), /listName tserve:models--replica--MiniLM-L6-H384-uncased-sst2:wait, but the workers/);
-    const wrongModel = objects.map((o) =>
-      o.kind === 'Deployment' && o.metadata.name.startsWith('tserve-worker')
-        ? structuredClone({
-            ...o,
-            spec: {
-              ...o.spec,
-              template: {
-                ...o.spec.template,
-                spec: {
-                  ...o.spec.template.spec,
-                  containers: [{ ...o.spec.template.spec.containers[0], env: [{ name: 'MODEL', value: 'org/another-model' }] }],
-                },
-              },
-            },
-          })
-        : o,
+    const isWorker = (o: K8sObject) => o.kind === 'Deployment' && o.metadata.name.startsWith('tserve-worker');
+    const withWorkerEnv = (env: Array<{ name: string; value: string }>) =>
+      objects.map((o) => {
+        if (!isWorker(o)) return o;
+        const copy = structuredClone(o);
+        const container = copy.spec.template.spec.containers[0];
+        container.env = [...container.env.filter((e: any) => !env.some((x) => x.name === e.name)), ...env];
+        return copy;
+      });
+    const withUrl = (edit: (url: string) => string) =>
+      objects.map((o) => {
+        if (o.kind !== 'ScaledObject') return o;
+        const copy = structuredClone(o);
+        for (const t of copy.spec.triggers) t.metadata.url = edit(t.metadata.url);
+        return copy;
+      });
+    assert.match(
+      triggerMismatches(withWorkerEnv([{ name: 'MODEL', value: 'org/another-model' }])).join('\n'),
+      /asks for the backlog of replica%2FMiniLM-L6-H384-uncased-sst2, but the workers of tserve-worker-minilm-sst2 serve org\/another-model/,
     );
-    assert.match(scaledObjectMismatches(wrongModel, waitKey).join('\n'), /workers of org\/another-model use tserve:models--org--another-model:wait/);
+    assert.match(triggerMismatches(withWorkerEnv([{ name: 'BATCH_MAX_SIZE', value: '64' }])).join('\n'), /targetValue 32, but one batch of its workers is 64/);
+    assert.match(triggerMismatches(withUrl((u) => u.replace('%2F', '/'))).join('\n'), /replica\/MiniLM-L6-H384-uncased-sst2 in its URL is not URL-encoded/);
+    assert.match(
+      triggerMismatches(withUrl((u) => u.replace('.tserve.svc', '.default.svc'))).join('\n'),
+      /asks tserve-gateway\.default\.svc\.cluster\.local:80, the gateway Service is tserve-gateway\.tserve\.svc\.cluster\.local:80/,
+    );
+    assert.match(
+      triggerMismatches(withUrl((u) => u.replace(':80/', ':8000/'))).join('\n'),
+      /asks tserve-gateway\.tserve\.svc\.cluster\.local:8000, the gateway/,
+    );
+    const redisTrigger = objects.map((o) =>
+      o.kind === 'ScaledObject' ? { ...o, spec: { ...o.spec, triggers: [{ type: 'redis', metadata: { listName: 'tserve:wait' } }] } } : o,
+    );
+    assert.match(triggerMismatches(redisTrigger).join('\n'), /triggers redis/);
   });
 });
+
+/**
+ * The trigger the manifests give KEDA, evaluated as KEDA does against real gateways: its URL's path
+ * and query, the value at its valueLocation, and the replicas that value asks for. The model is
+ * the one the manifests name, so the same id goes from the ScaledObject to the worker.
+ */
+describe(
+  'KEDA reading the backlog trigger from real gateways',
+  { skip: hasKubectl ? false : 'kubectl is not installed (it renders the kustomizations)' },
+  () => {
+    // Set in before(), which the skip above keeps from running without kubectl.
+    let trigger: BacklogTrigger;
+    let model: string;
+    let system: TestSystem;
+
+    before(async () => {
+      const objects = render('cpu');
+      [trigger] = backlogTriggers(objects);
+      model = containerOf(objects, trigger.target)!.env.MODEL;
+      assert.ok(fs.existsSync(path.join(MODEL_DIR, model, 'config.json')), `the replica of ${model}, which the manifests serve, is in ${MODEL_DIR}`);
+      system = new TestSystem(uniquePrefix('keda'));
+      await system.startGateway();
+      system.startWorker({ model });
+      await system.waitForWorkers(model);
+    });
+    after(async () => {
+      await system?.stop();
+    });
+
+    it('under 64 clients on one worker the backlog rises until KEDA asks for more workers; at rest it is 0', async (t) => {
+      assert.equal(await kedaReads(trigger, system.url), 0, 'nothing outstanding before the load');
+      const peaks = [0];
+      let failed: Error | undefined;
+      // The load goes on until KEDA would scale out (bounded in requests, not in time).
+      const running = load(system, model, 64, { min: 320, cap: 2000 }, () => failed !== undefined || replicasFor(trigger, peaks[0]) >= 2);
+      await watchPeaks(trigger, [system], peaks, running).catch((err: Error) => (failed = err));
+      const statuses = await running;
+      if (failed) throw failed;
+      assert.ok(
+        statuses.every((s) => s === 200),
+        `every request answered: ${tally(statuses)}`,
+      );
+      const [peak] = peaks;
+      assert.ok(peak >= 32, `the backlog read under 64 clients: at most ${peak}`);
+      assert.ok(replicasFor(trigger, peak) >= 2, `KEDA asks for ${replicasFor(trigger, peak)} workers at ${peak}`);
+      // Every request is answered: nothing is outstanding.
+      await waitFor('KEDA to read 0 at rest', async () => (await kedaReads(trigger, system.url)) === 0, 10_000, 50);
+      assert.equal(replicasFor(trigger, 0), trigger.minReplicas);
+      t.diagnostic(`one gateway: peak ${peak} (KEDA asks for ${replicasFor(trigger, peak)} workers) over ${statuses.length} requests; 0 at rest`);
+    });
+
+    it("with two gateways, either one's backlog counts both gateways' requests", async (t) => {
+      // A second gateway on the same prefix: the same Redis, the same workers, counts exchanged.
+      const other = new TestSystem(system.prefix);
+      try {
+        await other.startGateway();
+        await other.waitForWorkers(model);
+        const gateways = [system, other];
+        // 32 clients at each gateway, each with at most one request in flight: neither gateway holds
+        // more than 32 of its own, so a read above 32 includes the other gateway's.
+        const peaks = [0, 0];
+        let failed: Error | undefined;
+        const enough = () => failed !== undefined || peaks.every((p) => p > 32);
+        const running = Promise.all(gateways.map((g) => load(g, model, 32, { min: 160, cap: 1000 }, enough)));
+        await watchPeaks(trigger, gateways, peaks, running).catch((err: Error) => (failed = err));
+        const statuses = (await running).flat();
+        if (failed) throw failed;
+        assert.ok(
+          statuses.every((s) => s === 200),
+          `every request answered: ${tally(statuses)}`,
+        );
+        for (const peak of peaks) assert.ok(peak > 32 && replicasFor(trigger, peak) >= 2, `the backlog read from each gateway: at most ${peaks.join(' and ')}`);
+        for (const [i, g] of gateways.entries())
+          await waitFor(`gateway ${i + 1} to read 0 at rest`, async () => (await kedaReads(trigger, g.url)) === 0, 10_000, 50);
+        t.diagnostic(`two gateways: peaks ${peaks.join(' and ')} read from each, over ${statuses.length} requests; 0 at rest`);
+      } finally {
+        // Its gateway only: the prefix is the first system's, cleaned by its own stop(). (SIGTERM under
+        // c8, as TestSystem.stop does: a killed process writes no coverage.)
+        await Promise.all(other.procs.map((p) => p.stop(process.env.NODE_V8_COVERAGE ? 'SIGTERM' : 'SIGKILL')));
+      }
+    });
+  },
+);
