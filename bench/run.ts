@@ -36,7 +36,6 @@ const RECORDED_SETTINGS = [
   'DEVICE',
   'REGISTRY_REFRESH_MS',
   'RESULT_POLL_MS',
-  'DIRECT_REQUESTS',
 ];
 
 function readOptions(): BenchOptions {

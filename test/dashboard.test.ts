@@ -7,10 +7,11 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
+import { queueNameFor } from '@tserve/queue';
 import { ROOT, TestSystem, uniquePrefix } from './helpers/system.ts';
 import { CLASSIFIER as MODEL } from './helpers/replicas.ts';
 
-const QUEUE = 'models--replica--tiny-bert-sst2';
+const QUEUE = queueNameFor(MODEL);
 const USER = 'ops';
 const PASSWORD = `pw-${Math.random().toString(36).slice(2)}`;
 const TOKEN = `tok-${Math.random().toString(36).slice(2)}`;
@@ -26,15 +27,15 @@ describe('queue dashboard', () => {
   const plain = new TestSystem(uniquePrefix('dashboard-off'));
 
   before(async () => {
-    // Every request a job, so that a lone one shows on the board.
-    await system.startGateway({ DASHBOARD_USER: USER, DASHBOARD_PASSWORD: PASSWORD, DIRECT_REQUESTS: 'false' });
+    await system.startGateway({ DASHBOARD_USER: USER, DASHBOARD_PASSWORD: PASSWORD });
     await tokenGateway.startGateway({ DASHBOARD_TOKEN: TOKEN, DASHBOARD_READONLY: 'true' });
     await plain.startGateway();
     system.startWorker({ model: MODEL });
     await system.waitForWorkers(MODEL);
     await tokenGateway.waitForWorkers(MODEL);
-    const res = await system.infer(MODEL, 'a job for the board to show');
-    assert.equal(res.status, 200, JSON.stringify(res.body));
+    // Ordinary (interactive) requests, a burst of them: the first goes alone, the rest coalesce behind it.
+    const answers = await Promise.all(Array.from({ length: 12 }, (_, i) => system.infer(MODEL, `a job for the board to show, number ${i}`)));
+    for (const res of answers) assert.equal(res.status, 200, JSON.stringify(res.body));
   });
   after(async () => {
     await plain.stop();
@@ -122,7 +123,7 @@ describe('queue dashboard', () => {
   });
 
   const noBrowser = !fs.existsSync(CHROMIUM) && `no Chromium at ${CHROMIUM} (apt-get install chromium, as .ci/run does; or set CHROMIUM_PATH)`;
-  it("shows the model's queue in a browser", { skip: noBrowser }, async () => {
+  it("shows the model's queue in a browser, with the jobs of ordinary requests and how many each carries", { skip: noBrowser }, async () => {
     const browser = await chromium.launch({
       executablePath: CHROMIUM,
       args: [
@@ -152,6 +153,14 @@ describe('queue dashboard', () => {
         .getByText(/completed/i)
         .first()
         .waitFor({ state: 'visible', timeout: 30_000 });
+      // The completed jobs of the interactive requests sent above, each named with its request count.
+      await page.goto(`${system.url}/admin/queues/queue/${encodeURIComponent(QUEUE)}?status=completed`);
+      await page
+        .getByText(/infer ×\d+/)
+        .first()
+        .waitFor({ state: 'visible', timeout: 30_000 });
+      const shown = (await page.getByText(/infer ×\d+/).allInnerTexts()).map((text) => Number(/×(\d+)/.exec(text)![1]));
+      assert.ok(shown.length > 0 && shown.every((n) => n >= 1), `requests per job shown: ${shown.join(', ')}`);
       await page
         .getByText(/Loading/)
         .waitFor({ state: 'detached', timeout: 30_000 })

@@ -7,7 +7,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
-import { EVENTS_KEPT, keys, queueNameFor } from '@tserve/queue';
+import { EVENTS_KEPT, queueNameFor } from '@tserve/queue';
 import type { ReadyBody } from '@tserve/contract';
 import { PrivateRedis, TestSystem, freePort, uniquePrefix, waitFor, REDIS_URL } from './helpers/system.ts';
 import { textOfTokens } from './helpers/queue-client.ts';

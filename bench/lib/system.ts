@@ -17,15 +17,17 @@ const OWNED = ['REDIS_URL', 'QUEUE_PREFIX', 'PORT', 'HOST', 'MODEL', 'MODEL_DIR'
 /** Extra node flags for the server processes, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof" (not allowed in NODE_OPTIONS). */
 const NODE_ARGS = (process.env.BENCH_SERVER_NODE_ARGS ?? '').split(/\s+/).filter(Boolean);
 
-function startProgram(name: string, script: string, env: Env): Proc {
+function startProgram(name: string, script: string, env: Env, root?: string): Proc {
   const inherited = Object.fromEntries(Object.entries(process.env).filter(([k]) => !OWNED.includes(k)));
-  return startNode({ name, script, env, baseEnv: inherited, nodeArgs: NODE_ARGS, keepChars: TAIL });
+  return startNode({ name, script, env, baseEnv: inherited, nodeArgs: NODE_ARGS, keepChars: TAIL, root });
 }
 
 export interface SystemOptions {
   modelDir: string;
   logLevel: string;
   redisUrl?: string;
+  /** Another built checkout to run instead of this one (an A/B comparison's other side). */
+  root?: string;
 }
 
 export class BenchSystem {
@@ -68,7 +70,7 @@ export class BenchSystem {
 
   async startGateway(extra: Env = {}): Promise<void> {
     this.port = await freePort();
-    this.gateway = startProgram('gateway', 'apps/gateway/dist/main.js', this.env({ PORT: this.port, HOST: '127.0.0.1', ...extra }));
+    this.gateway = startProgram('gateway', 'apps/gateway/dist/main.js', this.env({ PORT: this.port, HOST: '127.0.0.1', ...extra }), this.options.root);
     await waitFor('gateway /health', async () => (await fetch(`${this.url}/health`)).ok, 20_000).catch((err) => {
       throw new Error(`${String(err)}\n${this.gateway?.output ?? ''}`);
     });
@@ -79,7 +81,12 @@ export class BenchSystem {
   async addGateway(extra: Env = {}): Promise<string> {
     const port = await freePort();
     const url = `http://127.0.0.1:${port}`;
-    const proc = startProgram(`gateway ${this.moreGateways.length + 2}`, 'apps/gateway/dist/main.js', this.env({ PORT: port, HOST: '127.0.0.1', ...extra }));
+    const proc = startProgram(
+      `gateway ${this.moreGateways.length + 2}`,
+      'apps/gateway/dist/main.js',
+      this.env({ PORT: port, HOST: '127.0.0.1', ...extra }),
+      this.options.root,
+    );
     this.moreGateways.push({ proc, url });
     for (const model of this.workers.keys()) await this.waitForWorkers(model, 1, undefined, url);
     return url;
@@ -98,7 +105,7 @@ export class BenchSystem {
   async startWorker(model: string, extra: Env = {}): Promise<void> {
     // The environment reaches the worker anyway (startProgram); these fill in what it leaves unset.
     const unset = Object.fromEntries(Object.entries(this.colocated).filter(([name]) => process.env[name] === undefined));
-    const worker = startProgram(`worker ${model}`, 'apps/worker/dist/main.js', this.env({ ...unset, MODEL: model, ...extra }));
+    const worker = startProgram(`worker ${model}`, 'apps/worker/dist/main.js', this.env({ ...unset, MODEL: model, ...extra }), this.options.root);
     this.workers.set(model, worker);
     await this.waitForWorkers(model, 1, worker);
   }

@@ -114,16 +114,18 @@ export interface NodeProgram {
   baseEnv?: NodeJS.ProcessEnv;
   nodeArgs?: string[];
   keepChars?: number;
+  /** The checkout `script` is in: this one unless given (a benchmark may run another build beside it). */
+  root?: string;
 }
 
 /** Starts one of the system's programs with this Node, its output piped into a Proc. */
-export function startNode({ name, script, env, baseEnv, nodeArgs = [], keepChars }: NodeProgram): Proc {
+export function startNode({ name, script, env, baseEnv, nodeArgs = [], keepChars, root = ROOT }: NodeProgram): Proc {
   const own = Object.fromEntries(
     Object.entries(env)
       .filter(([, v]) => v !== undefined)
       .map(([k, v]) => [k, String(v)]),
   );
-  const child = spawn(process.execPath, [...nodeArgs, path.join(ROOT, script)], {
+  const child = spawn(process.execPath, [...nodeArgs, path.join(root, script)], {
     // NODE_V8_COVERAGE passes through so that `npm run coverage:all` (c8) covers the processes too.
     env: { ...(baseEnv ?? { PATH: process.env.PATH, HOME: process.env.HOME, NODE_V8_COVERAGE: process.env.NODE_V8_COVERAGE }), ...own },
     stdio: ['ignore', 'pipe', 'pipe'],

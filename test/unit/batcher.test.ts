@@ -2,8 +2,8 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { gatherBatch, topUp, type JobSource } from '../../apps/worker/src/batcher.ts';
 
-/** A queue of job sizes, counting the calls a batch formation makes; `alone` marks jobs known to come alone. */
-function source(sizes: number[], alone?: (size: number) => boolean) {
+/** A queue of job sizes, counting the calls a batch formation makes. */
+function source(sizes: number[]) {
   const queue = [...sizes];
   const calls = { next: 0, waiting: 0, take: 0, taken: [] as number[] };
   const src: JobSource<number> = {
@@ -14,7 +14,6 @@ function source(sizes: number[], alone?: (size: number) => boolean) {
       calls.taken.push(n);
       return queue.splice(0, n);
     },
-    ...(alone ? { alone } : {}),
   };
   return { src, calls, queue };
 }
@@ -32,14 +31,6 @@ describe('gatherBatch', () => {
     assert.equal(batch.length, 32);
     assert.deepEqual(calls.taken, [31]);
     assert.equal(queue.length, 8);
-  });
-
-  it('starts a batch with work known to come alone without asking for more', async () => {
-    const { src, calls } = source([1, 1, 1], (size) => size === 1);
-    assert.deepEqual(await gatherBatch(src, { maxSize: 32, maxWaitMs: 1000 }, (n) => n), [1]);
-    assert.deepEqual({ waiting: calls.waiting, take: calls.take }, { waiting: 0, take: 0 });
-    const other = source([2, 1, 1], (size) => size === 1);
-    assert.deepEqual(await gatherBatch(other.src, { maxSize: 32, maxWaitMs: 1000 }, (n) => n), [2, 1, 1]);
   });
 
   it('stops at the deadline: with 0 ms the first job goes alone', async () => {

@@ -40,12 +40,7 @@ function coalescerOver(
     graceMs?: number;
   } = {},
 ) {
-  return new EnqueueCoalescer(
-    enqueue,
-    options.maxSequences ?? (() => 32),
-    options.othersOutstanding ?? (() => true),
-    options.graceMs ?? 60_000,
-  );
+  return new EnqueueCoalescer(enqueue, options.maxSequences ?? (() => 32), options.othersOutstanding ?? (() => true), options.graceMs ?? 60_000);
 }
 
 describe('splitIntoJobs', () => {
@@ -99,10 +94,7 @@ describe('EnqueueCoalescer', () => {
       ['b5'],
     );
     calls[3].release();
-    assert.deepEqual(
-      await Promise.all(sent),
-      ['r0', 'b1', 'b1', 'b3', 'b3', 'b5'],
-    );
+    assert.deepEqual(await Promise.all(sent), ['r0', 'b1', 'b1', 'b3', 'b3', 'b5']);
   });
 
   it('sends a lone request at once, and those arriving before a worker takes its job together after it', async () => {
@@ -127,11 +119,7 @@ describe('EnqueueCoalescer', () => {
       [['r2', ['r2', 'r3', 'r4']]],
     );
     calls[1].release();
-    assert.deepEqual(
-      await Promise.all(rest),
-      ['r2', 'r2', 'r2'],
-      'each learns the id of the job that carries it',
-    );
+    assert.deepEqual(await Promise.all(rest), ['r2', 'r2', 'r2'], 'each learns the id of the job that carries it');
   });
 
   it("keeps models apart, splits a flush by the model's batch size, and fails a flush as a whole", async () => {

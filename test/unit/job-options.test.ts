@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { jobOptions, outcomesKeptMs } from '@tserve/queue';
 
 describe('job options', () => {
-  const kept = (resultPollMs: number) => jobOptions(resultPollMs).removeOnComplete as { age: number; count: number };
+  const kept = (resultPollMs: number) => jobOptions(resultPollMs).removeOnComplete;
 
   it("keep a completed job for five of the gateway's poll periods, and at least ten seconds", () => {
     assert.equal(kept(1000).age, 10);

@@ -6,7 +6,7 @@ import {
   sequencesOf,
   taskInputSchemas,
   taskOfInputs,
-  type JobTiming,
+  type RequestTiming,
   type Operation,
   type Priority,
   type QueuedRequest,
@@ -43,7 +43,7 @@ export interface InferenceCall {
 
 export interface InferenceObserver {
   /** An answered request's timing. */
-  answered(model: string, timing: JobTiming): void;
+  answered(model: string, timing: RequestTiming): void;
 }
 
 export interface InferenceResult {
@@ -54,7 +54,7 @@ export interface InferenceResult {
   /** Each output's JSON as its worker wrote it, where the outcome was recorded rather than published (ReadRequestOutcome). */
   outputsJson?: Buffer[];
   warnings: string[];
-  timing: JobTiming;
+  timing: RequestTiming;
   /** Tokens the model read, special tokens included. */
   tokens: number;
 }

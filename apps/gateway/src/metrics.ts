@@ -1,6 +1,6 @@
 import type { Request, RequestHandler, Response } from 'express';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { JobTiming } from '@tserve/contract';
+import type { RequestTiming } from '@tserve/contract';
 import type { InferenceObserver } from './inference.js';
 import type { ApiKey } from './api-keys.js';
 import type { QuotaReason } from './quotas.js';
@@ -56,7 +56,7 @@ export interface GatewayMetrics extends InferenceObserver {
 /** What the metrics read when scraped: each part counts its own events. */
 export interface MetricSources {
   snapshot: Snapshot;
-  transport: Pick<Transport, 'abandoned' | 'skipped'>;
+  transport: Pick<Transport, 'abandoned' | 'skipped' | 'enqueued'>;
   bodies: Pick<BodyBudget, 'held'>;
   unread: Pick<UnreadAnswers, 'held' | 'closed'>;
 }
@@ -114,6 +114,16 @@ export function createMetrics({ snapshot, transport, bodies, unread }: MetricSou
     collect() {
       this.reset();
       for (const [model, counts] of transport.abandoned) for (const [at, n] of Object.entries(counts)) this.inc({ model, at }, n);
+    },
+  });
+  new Counter({
+    name: 'tserve_jobs_enqueued_total',
+    help: "BullMQ jobs this gateway added to each model's queue; each carries the requests that arrived while the model's last job was on its way",
+    labelNames: ['model'] as const,
+    registers,
+    collect() {
+      this.reset();
+      for (const [model, n] of transport.enqueued) this.inc({ model }, n);
     },
   });
   new Counter({
@@ -242,7 +252,7 @@ export function createMetrics({ snapshot, transport, bodies, unread }: MetricSou
 
   return {
     track,
-    answered(model: string, timing: JobTiming) {
+    answered(model: string, timing: RequestTiming) {
       queueWait.observe({ model }, timing.queue_ms / 1000);
       inference.observe({ model }, timing.inference_ms / 1000);
       batchSize.observe({ model }, timing.batch_size);

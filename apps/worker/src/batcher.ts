@@ -6,8 +6,7 @@
  * is asked how many jobs wait before any is fetched, so an empty queue costs one cheap length read
  * and no fetch (a fetch is one of BullMQ's scripts, about ten commands inside Redis); an empty
  * queue also ends the gathering at once, so a lone request never waits for company. The jobs of
- * one round are fetched together, in one round trip. Work the source knows arrived alone starts its
- * batch without even that length read.
+ * one round are fetched together, in one round trip.
  */
 
 export interface JobSource<J> {
@@ -17,8 +16,6 @@ export interface JobSource<J> {
   waiting(): Promise<number>;
   /** Up to `count` waiting jobs, fetched together. */
   take(count: number): Promise<J[]>;
-  /** Whether `first`, just returned by `next`, is known to have arrived alone: nothing is looked for beside it. */
-  alone?(first: J): boolean;
 }
 
 export interface BatchLimits {
@@ -30,7 +27,6 @@ export async function gatherBatch<J>(source: JobSource<J>, limits: BatchLimits, 
   const first = await source.next();
   if (first === undefined) return [];
   const batch: J[] = [first];
-  if (source.alone?.(first)) return batch;
   const deadline = performance.now() + limits.maxWaitMs;
   let size = sizeOf(first);
   while (size < limits.maxSize && performance.now() < deadline) {

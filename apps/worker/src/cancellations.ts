@@ -3,7 +3,6 @@ import { cancelNoticeSchema } from '@tserve/contract';
 /** How long a cancellation is remembered at most, whatever deadline its notice names: longer than any request's deadline may be. */
 const CANCEL_MEMORY_MS = 10 * 60_000;
 
-
 /**
  * Requests whose client went away, as named on the model's cancellation channel. Every worker of
  * the model hears every notice, and most name requests another worker holds, so a notice is

@@ -4,7 +4,7 @@ import type { Engine, Encoded, BatchOutput } from './engine.js';
 import type { TaskHead, TaskHeads } from './tasks/index.js';
 import { planBatches, type PlanLimits, type Sequence } from './planner.js';
 
-/** Where the runner sends each request's outcome, once per request (outcome-sink.ts gathers them by job). */
+/** Where the runner sends each request's outcome, once per request (transport/settling.ts gathers them by job). */
 export interface OutcomeSink {
   record(request: QueuedRequest, outcome: RequestOutcome): void;
 }

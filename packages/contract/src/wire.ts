@@ -50,7 +50,7 @@ const queuedRequestSchema = z.object({
   id: z.string(),
   task: (z.string() as unknown as z.ZodType<Operation>).optional(),
   inputs: z.array(z.unknown()) as unknown as z.ZodType<TaskInput[]>,
-  parameters: z.record(z.string(), z.unknown()) as z.ZodType<TaskParameters>,
+  parameters: z.custom<TaskParameters>((value) => typeof value === 'object' && value !== null && !Array.isArray(value)),
   sequences: z.number().int().positive().optional(),
   deadline: z.number(),
   enqueuedAt: z.number(),
@@ -74,7 +74,7 @@ export const jobDataSchema = z.object({
 });
 export type JobData = z.infer<typeof jobDataSchema>;
 
-export interface JobTiming {
+export interface RequestTiming {
   /** From enqueue to the start of the model call that ran it. */
   queue_ms: number;
   /** Model calls that ran this request's inputs, tokenization and post-processing included. */

@@ -58,6 +58,8 @@ export class Transport {
   /** Requests abandoned by their clients, per model and place; outcomes workers skipped, per model. */
   readonly abandoned = new Map<string, Record<AbandonedAt, number>>();
   readonly skipped = new Map<string, number>();
+  /** Jobs enqueued per model: with the requests answered, how many requests a job carries. */
+  readonly enqueued = new Map<string, number>();
 
   constructor(parts: TransportParts, options: TransportOptions) {
     this.redis = parts.redis;
@@ -65,7 +67,10 @@ export class Transport {
     this.queues = new QueueSet(parts.redis, options.prefix, options.resultPollMs);
     const channel = keys.results(options.prefix, options.gatewayId);
     this.coalescer = new EnqueueCoalescer(
-      (model, priority, jobs) => parts.guard(() => this.queues.enqueue(model, priority, channel, jobs)),
+      async (model, priority, jobs) => {
+        await parts.guard(() => this.queues.enqueue(model, priority, channel, jobs));
+        this.enqueued.set(model, (this.enqueued.get(model) ?? 0) + jobs.length);
+      },
       parts.batchSize,
       parts.othersOutstanding,
       // A worker's word that it took a job is lost only as a result message is: the same period covers both.

@@ -92,7 +92,12 @@ export class QueueSet {
   }
 
   private create(model: string): Queue {
-    const queue = new Queue(queueNameFor(model), { connection: this.connection, prefix: this.prefix, defaultJobOptions: this.jobOptions, streams: QUEUE_STREAMS });
+    const queue = new Queue(queueNameFor(model), {
+      connection: this.connection,
+      prefix: this.prefix,
+      defaultJobOptions: this.jobOptions,
+      streams: QUEUE_STREAMS,
+    });
     // Connection errors reach the breaker through the calls that fail; the event would only be noise.
     queue.on('error', () => {});
     return queue;

@@ -70,15 +70,6 @@ export class Intake implements JobSource<Work> {
     return job ? this.read(job) : undefined;
   }
 
-  /**
-   * A lone request whose gateway had nothing else outstanding for the model reached a worker that
-   * was waiting: asking for more would cost it a round trip before its model call, and whatever
-   * else arrives joins the next batch, gathered while this one runs.
-   */
-  alone(work: Work): boolean {
-    return !work.tellTaken && work.requests.length === 1;
-  }
-
   /** Jobs waiting: interactive ones (the wait list) and batch-class ones (the prioritized set). */
   waiting(): Promise<number> {
     return this.queue.getJobCountByTypes('wait', 'prioritized');
@@ -92,7 +83,7 @@ export class Intake implements JobSource<Work> {
   /** Up to `count` waiting jobs, interactive before batch class (BullMQ's order), fetched together. */
   async take(count: number): Promise<Work[]> {
     const jobs = await Promise.all(Array.from({ length: count }, () => this.worker.getNextJob(this.options.workerId, { block: false })));
-    const works = await Promise.all(jobs.map((job) => (job ? this.read(job) : undefined)));
+    const works = await Promise.all(jobs.filter((job) => job !== undefined).map((job) => this.read(job)));
     return works.filter((work) => work !== undefined);
   }
 

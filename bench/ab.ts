@@ -1,0 +1,100 @@
+/**
+ * This checkout against another built one, in interleaved rounds on one machine with one load tool:
+ * both systems run side by side (each its own Redis, gateway and worker), and each round measures
+ * them one after the other, the order swapped every round, so that the machine's drift favours
+ * neither. Per model, round and side: p50 at c=1 (16 tokens), requests/s at c=64, and Redis
+ * commands per answered request at both; per round, in-process pipe(text) p50 beside them, the
+ * floor of the c=1 figure. It prints each figure's median over the rounds, and B/A.
+ * Usage: npm run bench:ab -- --against <built checkout> [--models a,b] [--rounds 4] [--seconds 5]
+ */
+import { parseArgs } from 'node:util';
+import path from 'node:path';
+import { BenchSystem } from './lib/system.ts';
+import { runLoad } from './lib/load.ts';
+import { costPerRequest, readRedisCpu, readRedisStats, resetRedisStats } from './lib/redis-cost.ts';
+import { loadInProcess, measureSingles } from './lib/inprocess.ts';
+import { craftText, loadTokenizer } from './lib/texts.ts';
+import { median, round } from './lib/stats.ts';
+import { MODEL_DIR } from '../test/helpers/processes.ts';
+
+const { values } = parseArgs({
+  options: {
+    against: { type: 'string' },
+    models: { type: 'string', default: 'replica/MiniLM-L6-H384-uncased-sst2,replica/distilbert-base-uncased-finetuned-sst-2-english' },
+    rounds: { type: 'string', default: '4' },
+    seconds: { type: 'string', default: '5' },
+  },
+});
+if (!values.against) {
+  process.stderr.write('usage: npm run bench:ab -- --against <another checkout, built> [--models a,b] [--rounds 4] [--seconds 5]\n');
+  process.exit(2);
+}
+const models = values.models.split(',');
+const rounds = Number(values.rounds);
+const seconds = Number(values.seconds);
+const sides = {
+  A: new BenchSystem({ modelDir: MODEL_DIR, logLevel: 'error', root: path.resolve(values.against) }),
+  B: new BenchSystem({ modelDir: MODEL_DIR, logLevel: 'error' }),
+};
+type Side = keyof typeof sides;
+
+interface Point {
+  p50: number;
+  rps: number;
+  commands: number;
+}
+
+/** One closed-loop point against a side, with what it cost that side's Redis per answered request. */
+async function point(side: Side, model: string, text: string, connections: number): Promise<Point> {
+  const system = sides[side];
+  const spec = { url: system.url, path: `/models/${model}`, body: JSON.stringify({ inputs: text }), connections };
+  await runLoad({ ...spec, warmupSeconds: 0, durationSeconds: 1 });
+  await resetRedisStats(system.redisUrl);
+  const cpu = await readRedisCpu(system.redisUrl);
+  const load = await runLoad({ ...spec, warmupSeconds: 0, durationSeconds: seconds });
+  const cost = costPerRequest(await readRedisStats(system.redisUrl), cpu, Math.round(load.rps * load.seconds));
+  if (load.errors) throw new Error(`${side} ${model} c=${connections}: ${load.errors} errors`);
+  return { p50: load.latency.p50, rps: load.rps, commands: cost.commandsPerRequest };
+}
+
+try {
+  for (const side of Object.values(sides)) {
+    await side.startRedis();
+    await side.startGateway();
+  }
+  for (const model of models) {
+    for (const side of Object.values(sides)) await side.startWorker(model);
+    const text = craftText(await loadTokenizer(model, MODEL_DIR), 16);
+    const inProcess = await loadInProcess(model, MODEL_DIR);
+    const results: Record<Side, { c1: Point[]; c64: Point[] }> = { A: { c1: [], c64: [] }, B: { c1: [], c64: [] } };
+    const floor: number[] = [];
+    for (let r = 0; r < rounds; r++) {
+      floor.push((await measureSingles(inProcess, text, 200)).p50);
+      for (const side of r % 2 ? ['B', 'A'] : ['A', 'B']) {
+        results[side].c1.push(await point(side, model, text, 1));
+        results[side].c64.push(await point(side, model, text, 64));
+      }
+      process.stderr.write(`${model}: round ${r + 1} of ${rounds} done\n`);
+    }
+    await inProcess.dispose();
+    const med = (side: Side, at: 'c1' | 'c64', figure: keyof Point) => median(results[side][at].map((p) => p[figure]));
+    const row = (name: string, at: 'c1' | 'c64', figure: keyof Point, digits: number) => {
+      const [a, b] = [med('A', at, figure), med('B', at, figure)];
+      const each = (side: Side) => results[side][at].map((p) => round(p[figure], digits)).join(' ');
+      return `  ${name.padEnd(26)} A ${String(round(a, digits)).padStart(8)}  B ${String(round(b, digits)).padStart(8)}  B/A ${round(b / a, 3)}   (A: ${each('A')}; B: ${each('B')})`;
+    };
+    console.log(`${model}, 16 tokens, ${rounds} interleaved rounds of ${seconds} s per point; medians`);
+    console.log(`  in-process pipe(text) p50 ${round(median(floor), 2)} ms (${floor.map((f) => round(f, 2)).join(' ')})`);
+    console.log(row('c=1 p50 (ms)', 'c1', 'p50', 2));
+    console.log(
+      `  c=1 p50 over in-process     A +${round(med('A', 'c1', 'p50') - median(floor), 2)} ms  B +${round(med('B', 'c1', 'p50') - median(floor), 2)} ms`,
+    );
+    console.log(row('c=64 req/s', 'c64', 'rps', 0));
+    console.log(row('c=1 Redis cmd/request', 'c1', 'commands', 1));
+    console.log(row('c=64 Redis cmd/request', 'c64', 'commands', 2));
+    for (const side of Object.values(sides)) await side.workers.get(model)?.stop('SIGTERM', 3000);
+    for (const side of Object.values(sides)) await side.waitForWorkers(model, 0);
+  }
+} finally {
+  await Promise.allSettled(Object.values(sides).map((side) => side.stop()));
+}
