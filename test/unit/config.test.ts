@@ -12,7 +12,7 @@ import {
   settingHelp,
 } from '@tserve/config';
 
-const README = fs.readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+const CONFIGURATION_DOC = fs.readFileSync(new URL('../../docs/configuration.md', import.meta.url), 'utf8');
 
 describe('settings', () => {
   it('fills in defaults, coerces numbers and booleans, and trims optional strings', () => {
@@ -65,10 +65,10 @@ describe('settings', () => {
     assert.match(formatHelp('worker', ['worker', 'common']), /^ {2}BATCH_MAX_SIZE +32 cpu \/ 128 gpu +most sequences/m);
   });
 
-  it("keeps the README's settings tables as generated from the declarations (npm run docs:settings)", () => {
+  it("keeps docs/configuration.md's settings tables as generated from the declarations (npm run docs:settings)", () => {
     const start = '<!-- settings: generated from packages/config by npm run docs:settings -->';
-    const block = README.slice(README.indexOf(start) + start.length, README.indexOf('<!-- /settings -->')).trim();
-    assert.equal(block, formatSettingsMarkdown(), 'the README differs from packages/config: run npm run docs:settings');
+    const block = CONFIGURATION_DOC.slice(CONFIGURATION_DOC.indexOf(start) + start.length, CONFIGURATION_DOC.indexOf('<!-- /settings -->')).trim();
+    assert.equal(block, formatSettingsMarkdown(), 'docs/configuration.md differs from packages/config: run npm run docs:settings');
     for (const shape of Object.values(SETTINGS)) for (const name of Object.keys(shape)) assert.ok(block.includes(`| \`${name}\` |`), name);
   });
 });

@@ -1,0 +1,220 @@
+/**
+ * Issue 44: every example in README.md and in docs/ works as written. This test starts the system
+ * the README's set-up command describes, runs each example with the real curl, and checks each
+ * answer against what the doc shows.
+ *
+ * The conventions an example follows, in README.md and in every Markdown file under docs/:
+ * - A fenced block opened with ```sh holds examples that this test runs. A block that is not to be
+ *   run (an install, `npm start`, docker, kubectl, anything needing another set-up) has
+ *   `<!-- docs-test: not run (why) -->` as the last non-blank line before its opening fence. Blocks
+ *   in any other language (text, js, python, yaml) are never run.
+ * - In a block that runs, each line that is not blank and not a comment (`#`) starts a command,
+ *   and a line ending in `\` continues it onto the next line. Every command is one curl call to
+ *   `localhost:8000`. The test runs it with bash, pointed at its own gateway, and has curl report
+ *   the answer's status.
+ * - An answer must have a 2xx status and a body; a body that starts with `[` or `{` must be JSON.
+ * - A comment line right after a command is the output the doc shows when it starts with `[` or
+ *   `{`, or with a status then a space (`# 404 {"error": …}`; the status then replaces the 2xx
+ *   check). The answer must match it: `…` stands for any text, a number written with `…` right
+ *   after it (`0.576…`) must be within NUMBER_TOLERANCE of the server's (q8 models' digits depend
+ *   on the CPU), and everything else must be equal, except that whitespace may differ. Any other
+ *   comment line is prose.
+ *
+ * The system: one worker for each model in the MODEL list of the README's set-up command (its
+ * first sh block that runs `npm start`), loaded from MODEL_DIR, and a gateway whose DEFAULT_MODEL
+ * is the first of them, as `npm start` sets it.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import type { ReadyBody } from '@tserve/contract';
+import { ROOT, TestSystem, sleep, uniquePrefix, type Proc } from './helpers/system.ts';
+
+const run = promisify(execFile);
+
+const NOT_RUN = /^<!-- docs-test: not run\b.*-->$/;
+const SHOWN = /^# (?:(\d{3}) )?([[{].*)$/;
+/** How far a number the docs show with `…` may be from the server's. */
+const NUMBER_TOLERANCE = 0.01;
+const DOC_PORT = 'localhost:8000';
+
+interface Block {
+  file: string;
+  /** 1-based line of the opening fence. */
+  line: number;
+  lang: string;
+  notRun: boolean;
+  lines: string[];
+}
+
+interface Example {
+  /** Where the command starts, as file:line. */
+  where: string;
+  command: string;
+  shown?: { status?: number; body: string };
+}
+
+function blocks(file: string): Block[] {
+  const lines = fs.readFileSync(path.join(ROOT, file), 'utf8').split('\n');
+  const found: Block[] = [];
+  let lastText = '';
+  for (let i = 0; i < lines.length; i++) {
+    const fence = /^```(\S*)/.exec(lines[i]);
+    if (!fence) {
+      if (lines[i].trim()) lastText = lines[i].trim();
+      continue;
+    }
+    const start = i;
+    const body: string[] = [];
+    for (i++; i < lines.length && !lines[i].startsWith('```'); i++) body.push(lines[i]);
+    found.push({ file, line: start + 1, lang: fence[1], notRun: NOT_RUN.test(lastText), lines: body });
+    lastText = '';
+  }
+  return found;
+}
+
+function examplesOf(block: Block): Example[] {
+  const examples: Example[] = [];
+  const { lines } = block;
+  for (let i = 0; i < lines.length;) {
+    if (!lines[i].trim() || lines[i].trimStart().startsWith('#')) {
+      i++;
+      continue;
+    }
+    const where = `${block.file}:${block.line + 1 + i}`;
+    let command = lines[i++];
+    while (command.endsWith('\\') && i < lines.length) command += `\n${lines[i++]}`;
+    const shown = SHOWN.exec(lines[i] ?? '');
+    examples.push({ where, command, shown: shown ? { status: shown[1] ? Number(shown[1]) : undefined, body: shown[2] } : undefined });
+  }
+  return examples;
+}
+
+/** README.md and every Markdown file under docs/. */
+function docFiles(): string[] {
+  const docs = fs.existsSync(path.join(ROOT, 'docs')) ? (fs.readdirSync(path.join(ROOT, 'docs'), { recursive: true }) as string[]) : [];
+  return [
+    'README.md',
+    ...docs
+      .filter((f) => f.endsWith('.md'))
+      .map((f) => path.join('docs', f))
+      .sort(),
+  ];
+}
+
+/** The MODEL list of the README's set-up command. */
+function readmeModels(): string[] {
+  const setup = blocks('README.md').find((b) => b.lang === 'sh' && b.lines.some((l) => l.includes('npm start')));
+  const list = setup && /(?:^|\s)MODEL=(\S+)/.exec(setup.lines.join('\n'));
+  assert.ok(list, 'the README has a set-up command that starts the system with MODEL=…');
+  return list[1].split(',');
+}
+
+const escape = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&').replace(/\s+/g, '\\s*');
+
+/** Throws unless `answer` matches the output a doc shows (see the conventions above). */
+function assertShown(shown: string, answer: string, where: string): void {
+  const approximate: number[] = [];
+  let pattern = '';
+  for (const part of shown.split(/(-?\d+(?:\.\d+)?…|…)/)) {
+    if (part === '…') pattern += '[\\s\\S]*?';
+    else if (part.endsWith('…')) {
+      approximate.push(Number(part.slice(0, -1)));
+      pattern += '(-?\\d+(?:\\.\\d+)?(?:[eE][-+]?\\d+)?)';
+    } else pattern += escape(part);
+  }
+  const match = new RegExp(`^\\s*${pattern}\\s*$`).exec(answer);
+  assert.ok(match, `${where}: the answer is not what the doc shows\n  shown: ${shown}\n answer: ${answer.slice(0, 3000)}`);
+  approximate.forEach((want, k) => {
+    const got = Number(match[k + 1]);
+    assert.ok(Math.abs(got - want) <= NUMBER_TOLERANCE, `${where}: the doc shows ${want}…, the server answered ${got}\n answer: ${answer.slice(0, 3000)}`);
+  });
+}
+
+/** Runs one example against the gateway at `port` and checks its answer. */
+async function runExample(example: Example, port: number): Promise<void> {
+  assert.match(example.command, /^curl /, `${example.where}: not a curl call; mark its block <!-- docs-test: not run (why) -->`);
+  assert.ok(example.command.includes(DOC_PORT), `${example.where}: does not call ${DOC_PORT}`);
+  const command = example.command.replaceAll(DOC_PORT, `127.0.0.1:${port}`);
+  const script = `curl() { command curl --silent --show-error --write-out '\\n%{http_code}' "$@"; }\n${command}`;
+  const { stdout } = await run('bash', ['-c', script], { timeout: 30_000, maxBuffer: 64 * 1024 * 1024 }).catch((err: Error & { stderr?: string }) => {
+    throw new Error(`${example.where}: ${err.message}${err.stderr ?? ''}`);
+  });
+  const cut = stdout.lastIndexOf('\n');
+  const body = stdout.slice(0, cut);
+  const status = Number(stdout.slice(cut + 1));
+  const expected = example.shown?.status;
+  if (expected) assert.equal(status, expected, `${example.where}: status ${status}, the doc shows ${expected}: ${body.slice(0, 1000)}`);
+  else assert.ok(status >= 200 && status < 300, `${example.where}: status ${status}: ${body.slice(0, 1000)}`);
+  assert.ok(body.trim(), `${example.where}: an empty answer`);
+  if (/^\s*[[{]/.test(body)) assert.doesNotThrow(() => JSON.parse(body), `${example.where}: the answer is not JSON: ${body.slice(0, 1000)}`);
+  if (example.shown) assertShown(example.shown.body, body, example.where);
+}
+
+/**
+ * Waits until the gateway sees the model's worker. A model id the README gets wrong fails at once,
+ * with the worker's own words, rather than at the end of a long wait.
+ */
+async function servedBy(system: TestSystem, model: string, worker: Proc): Promise<void> {
+  const fail = (why: string) => new Error(`${model}, from the README's MODEL list: ${why}\n${worker.output.slice(-2000)}`);
+  const until = Date.now() + 60_000;
+  for (;;) {
+    if (!worker.running) throw fail('its worker exited');
+    const ready = (await (await fetch(`${system.url}/ready`)).json()) as ReadyBody;
+    if ((ready.models[model]?.workers ?? 0) > 0) return;
+    if (Date.now() > until) throw fail('no worker served it within 60 s');
+    await sleep(100);
+  }
+}
+
+const FILES = docFiles();
+const RUN = FILES.flatMap(blocks).filter((b) => b.lang === 'sh' && !b.notRun);
+const README_EXAMPLES = RUN.filter((b) => b.file === 'README.md').flatMap(examplesOf);
+
+describe("the docs' examples, run as written", () => {
+  const models = readmeModels();
+  const system = new TestSystem(uniquePrefix('docs'));
+
+  before(async () => {
+    await system.startGateway({ DEFAULT_MODEL: models[0] });
+    const workers = models.map((model) => ({ model, worker: system.startWorker({ model }) }));
+    for (const { model, worker } of workers) await servedBy(system, model, worker);
+  });
+  after(() => system.stop());
+
+  it('the README shows one example of each protocol, each with its output', () => {
+    const call = (route: RegExp) => README_EXAMPLES.filter((e) => route.test(e.command) && e.shown);
+    assert.ok(call(/localhost:8000\/(\s|$)/).length, 'POST /');
+    assert.ok(call(/localhost:8000\/models\//).length, 'the Hugging Face Inference API');
+    assert.ok(call(/localhost:8000\/v1\/embeddings/).length, 'OpenAI embeddings');
+    assert.ok(call(/localhost:8000\/(embed|predict|rerank|tokenize|info)\b/).length, 'TEI');
+    assert.ok(call(/localhost:8000\/v2\//).length, 'KServe v2');
+  });
+
+  for (const file of FILES) {
+    const examples = RUN.filter((b) => b.file === file).flatMap(examplesOf);
+    if (!examples.length) continue;
+    describe(file, () => {
+      for (const example of examples) {
+        it(`${example.where} ${example.command.split('\n')[0].slice(0, 90)}`, () => runExample(example, system.port));
+      }
+    });
+  }
+
+  it('fails an example whose model id is wrong, or whose answer is not what the doc shows', async () => {
+    // The README's first example that names a model and shows its output, spoiled three ways.
+    const example = README_EXAMPLES.find((e) => /replica\/[\w.-]+/.test(e.command) && e.shown && /\d\.\d+…/.test(e.shown.body));
+    assert.ok(example?.shown, 'the README shows the output of an example that names a model');
+    await runExample(example, system.port);
+    const wrongModel = { ...example, command: example.command.replace(/replica\/[\w.-]+/, '$&-missing') };
+    await assert.rejects(runExample(wrongModel, system.port), /status 404/);
+    const wrongText = { ...example, shown: { body: example.shown.body.replace(/[A-Za-z]/, 'Q') } };
+    await assert.rejects(runExample(wrongText, system.port), /not what the doc shows/);
+    const number = /(\d\.\d+)…/.exec(example.shown.body)!;
+    const wrongNumber = { ...example, shown: { body: example.shown.body.replace(number[0], `${Number(number[1]) + 0.5}…`) } };
+    await assert.rejects(runExample(wrongNumber, system.port), /the doc shows \d/);
+  });
+});
