@@ -1,14 +1,14 @@
 /**
- * Issue 4, faults caused for real: a worker killed with SIGKILL mid-batch, Redis restarted under
- * load, a worker that cannot load its model, and every worker gone. Nothing accepted is lost,
- * nothing hangs past its deadline, and the system recovers by itself.
+ * Issue 4, faults caused for real: a worker killed with SIGKILL mid-batch, a result message that
+ * never arrives, Redis restarted under load, a worker that cannot load its model, and every worker
+ * gone. Nothing accepted is lost, nothing hangs past its deadline, and the system recovers by itself.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Queue } from 'bullmq';
+import { Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
-import { EVENTS_KEPT, queueNameFor } from '@tserve/queue';
-import type { ReadyBody } from '@tserve/contract';
+import { EVENTS_KEPT, announceWorker, queueNameFor, withdrawWorker } from '@tserve/queue';
+import { PROTOCOL, type JobData, type JobOutcome, type ReadyBody, type WorkerInfo } from '@tserve/contract';
 import { PrivateRedis, TestSystem, freePort, uniquePrefix, waitFor, REDIS_URL } from './helpers/system.ts';
 import { textOfTokens } from './helpers/queue-client.ts';
 import { CLASSIFIER as MODEL } from './helpers/replicas.ts';
@@ -122,6 +122,60 @@ describe('faults', () => {
       }
     });
   }
+
+  it('a result message that never arrives: the gateway reads the finished job and answers from it', async (t) => {
+    const system = new TestSystem(uniquePrefix('lost-message'));
+    // BullMQ's Worker needs a connection that retries forever.
+    const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
+    const model = 'org/quiet-embedder';
+    // The test is the worker: it announces itself, takes the job and completes it, and publishes nothing.
+    const info: WorkerInfo = {
+      kind: 'worker',
+      protocol: PROTOCOL,
+      id: 'quiet',
+      model,
+      state: 'ready',
+      task: 'feature-extraction',
+      tasks: ['feature-extraction'],
+      dtype: 'fp32',
+      device: 'cpu',
+      pid: 0,
+      host: 'test',
+      startedAt: 0,
+      batchMaxSize: 32,
+      batchMaxTokens: 16384,
+      maxTokens: 512,
+    };
+    const worker = new Worker<JobData>(queueNameFor(model), null, { connection: redis, prefix: system.prefix, autorun: false, name: 'quiet' });
+    t.after(async () => {
+      await worker.close(true);
+      await withdrawWorker(redis, system.prefix, info);
+      redis.disconnect();
+      await system.stop();
+    });
+    await system.startGateway({ RESULT_POLL_MS: 200 });
+    await announceWorker(redis, system.prefix, info, 60_000);
+    await system.waitForWorkers(model);
+
+    const answer = system.infer(model, 'a text nobody publishes the answer of');
+    const job = await waitFor('the job', () => worker.getNextJob('quiet', { block: false }), 10_000, 20);
+    const outcome: JobOutcome = {
+      kind: 'outcome',
+      job: job.id!,
+      model,
+      outcomes: job.data.requests.map((request) => ({
+        id: request.id,
+        ok: true,
+        outputs: [[0.25, -0.5, 1]],
+        warnings: [],
+        timing: { queue_ms: 1, inference_ms: 1, batch_size: 1 },
+      })),
+    };
+    await job.moveToCompleted(outcome, 'quiet', false);
+    const res = await answer;
+    assert.equal(res.status, 200, JSON.stringify(res.body));
+    assert.deepEqual(res.body, [0.25, -0.5, 1]);
+  });
 
   it('Redis restarted under load: 503 quickly while down, recovery by itself after', async (t) => {
     const redis = new PrivateRedis(await freePort());
