@@ -1,11 +1,15 @@
 /**
  * Issue 2, running it: `npm start` (the launcher) brings up Redis when none answers, the gateway and
- * WORKERS workers per model, answers the README's curl, and stops everything on Ctrl-C.
+ * WORKERS workers per model, answers the README's curl, and stops everything on Ctrl-C, and on
+ * SIGTERM or SIGINT sent to npm alone, as a process manager or a script sends them.
  * Also: /ready says 503 until a worker is up.
  */
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { readFile } from 'node:fs/promises';
+import net from 'node:net';
 import path from 'node:path';
 import type { ReadyBody } from '@tserve/contract';
 import { MODEL_DIR, Proc, REDIS_URL, ROOT, TestSystem, cleanPrefix, freePort, uniquePrefix, waitFor } from './helpers/system.ts';
@@ -81,6 +85,155 @@ async function killLauncher(launcher: Proc): Promise<void> {
     }
   }
   await launcher.stop('SIGKILL');
+}
+
+/** A process as /proc shows it; its start time tells it from a later process given the same pid. */
+interface ProcessInfo {
+  pid: number;
+  startTime: string;
+  cmdline: string;
+}
+
+async function processInfo(pid: number): Promise<(ProcessInfo & { state: string }) | undefined> {
+  try {
+    const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    const cmdline = (await readFile(`/proc/${pid}/cmdline`, 'utf8')).split('\0').join(' ').trim();
+    return { pid, state: fields[0], startTime: fields[19], cmdline };
+  } catch {
+    return undefined; // gone
+  }
+}
+
+/** `root` and every process below it, from /proc. */
+async function processTree(root: number): Promise<ProcessInfo[]> {
+  const tree: ProcessInfo[] = [];
+  for (let pending = [root]; pending.length > 0;) {
+    const pid = pending.pop()!;
+    const info = await processInfo(pid);
+    if (info) tree.push(info);
+    pending.push(...(await childrenOf(pid)));
+  }
+  return tree;
+}
+
+/** Still running: the same process (not a later one given its pid) and not a zombie waiting to be reaped. */
+async function stillRunning(proc: ProcessInfo): Promise<boolean> {
+  const now = await processInfo(proc.pid);
+  return now !== undefined && now.startTime === proc.startTime && now.state !== 'Z';
+}
+
+/** Whether something accepts connections on 127.0.0.1:`port`. */
+async function listening(port: number): Promise<boolean> {
+  const socket = net.connect(port, '127.0.0.1');
+  try {
+    await once(socket, 'connect');
+    return true;
+  } catch {
+    return false;
+  } finally {
+    socket.destroy();
+  }
+}
+
+/** Resolves when `proc` has printed something matching `pattern`; rejects if it exits first or `timeoutMs` passes. */
+function untilOutput(proc: Proc, pattern: RegExp, timeoutMs: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => done(new Error(`timed out waiting for ${pattern}:\n${proc.output}`)), timeoutMs);
+    const check = () => pattern.test(proc.output) && done();
+    const exited = (code: number | null) => done(new Error(`exited (${code}) before printing ${pattern}:\n${proc.output}`));
+    function done(err?: Error) {
+      clearTimeout(timer);
+      proc.child.stdout?.off('data', check);
+      proc.child.stderr?.off('data', check);
+      proc.child.off('exit', exited);
+      if (err) reject(err);
+      else resolve();
+    }
+    proc.child.stdout?.on('data', check);
+    proc.child.stderr?.on('data', check);
+    proc.child.on('exit', exited);
+    check();
+  });
+}
+
+/** Resolves with `promise`'s value, or rejects saying what did not happen within `timeoutMs`. */
+async function within<T>(what: string, promise: Promise<T>, timeoutMs: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}`)), timeoutMs);
+  });
+  try {
+    return await Promise.race([promise, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * What a process manager (systemd, a container's init, a script) does: start `npm start`, then send
+ * `signal` to the pid it started, which is npm's, not the launcher's, and count the system stopped
+ * once that pid has exited. Every process below npm (the launcher, its Redis, gateway and worker)
+ * must then be gone and their ports closed.
+ */
+async function npmStartStopsEverythingOn(signal: NodeJS.Signals, cleanups: Array<() => Promise<void>>): Promise<void> {
+  const port = await freePort();
+  const redisPort = await freePort();
+  const npm = new Proc(
+    'npm start',
+    spawn('npm', ['start'], {
+      cwd: ROOT,
+      env: {
+        PATH: process.env.PATH,
+        HOME: process.env.HOME,
+        MODEL_DIR,
+        MODEL: CLASSIFIER,
+        PORT: String(port),
+        REDIS_URL: `redis://127.0.0.1:${redisPort}`,
+        LOG_LEVEL: 'warn',
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    }),
+  );
+  // Whatever the test saw of the tree, and whatever is below npm now: all of it goes, even on a failure.
+  let seen: ProcessInfo[] = [];
+  cleanups.push(async () => {
+    for (const proc of [...seen, ...(await processTree(npm.pid))].reverse()) {
+      try {
+        if (proc.pid !== npm.pid && (await stillRunning(proc))) process.kill(proc.pid, 'SIGKILL');
+      } catch {
+        // it ended meanwhile
+      }
+    }
+    await npm.stop('SIGKILL', 0);
+  });
+
+  // Said once /ready is 200 with the model served (before that, npm runs the build first).
+  await untilOutput(npm, /\[launcher\] ready: /, 120_000);
+  seen = await processTree(npm.pid);
+  for (const part of ['launcher/dist/main.js', 'gateway/dist/main.js', 'worker/dist/main.js', `redis-server 127.0.0.1:${redisPort}`]) {
+    assert.ok(
+      seen.some((p) => p.cmdline.includes(part)),
+      `${part} runs below npm:\n${seen.map((p) => `${p.pid} ${p.cmdline}`).join('\n')}`,
+    );
+  }
+  assert.ok((await listening(port)) && (await listening(redisPort)), 'the gateway and Redis listen');
+
+  process.kill(npm.pid, signal);
+  // The launcher gives each process up to 15 s to stop before it kills it.
+  const code = await within(`npm start to exit on ${signal}`, npm.exited, 30_000).catch(async (err: Error) => {
+    const left = (await Promise.all(seen.map(async (p) => ((await stillRunning(p)) ? `${p.pid} ${p.cmdline}` : '')))).filter(Boolean);
+    throw new Error(`${err.message}; still running:\n${left.join('\n')}\n${npm.output}`);
+  });
+  // npm has exited: a supervisor now counts the system stopped (and may start it again at once), so
+  // nothing of it may be left, not even a Redis still shutting down on its port.
+  const left: string[] = [];
+  for (const proc of seen) if (await stillRunning(proc)) left.push(`${proc.pid} ${proc.cmdline}`);
+  assert.deepEqual(left, [], `npm start exited (${code}, ${npm.child.signalCode}) with these still running\n${npm.output}`);
+  assert.equal(await listening(port), false, 'the gateway port is closed');
+  assert.equal(await listening(redisPort), false, 'the Redis port is closed');
+  assert.match(npm.output, new RegExp(`\\[launcher\\] ${signal}: stopping`));
+  assert.equal(code, 0, `the launcher stopped cleanly and npm says so:\n${npm.output}`);
 }
 
 describe('npm start (launcher)', () => {
@@ -160,6 +313,14 @@ describe('npm start (launcher)', () => {
     launcher.kill('SIGINT');
     assert.equal(await launcher.exited, 0, launcher.output);
     await waitFor('every child to exit', async () => children.every((pid) => !alive(pid)), 15_000);
+  });
+
+  it('SIGTERM to the pid `npm start` started (what a process manager sends) stops every process of the system', async () => {
+    await npmStartStopsEverythingOn('SIGTERM', cleanups);
+  });
+
+  it('SIGINT to the pid `npm start` started (a script, not a terminal) stops every process of the system', async () => {
+    await npmStartStopsEverythingOn('SIGINT', cleanups);
   });
 
   it('restarts a gateway that crashed, and stops everything with exit 1 when the gateway cannot start', async () => {

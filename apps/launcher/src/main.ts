@@ -2,7 +2,7 @@
 import { fileURLToPath } from 'node:url';
 import { ConfigError, formatHelp, loadGatewayConfig, loadLauncherConfig } from '@tserve/config';
 import { colocatedWorkerSettings } from './colocated.js';
-import { ensureRedis, RedisUnavailable } from './redis.js';
+import { ensureRedis, RedisUnavailable, stopRedis } from './redis.js';
 import { Supervisor } from './supervisor.js';
 
 if (process.argv.includes('--help') || process.argv.includes('-h')) {
@@ -27,7 +27,7 @@ async function main(): Promise<void> {
     stopping = true;
     log(why);
     await supervisor.stopAll();
-    redis?.kill('SIGTERM');
+    if (redis) await stopRedis(redis);
     process.exit(code);
   };
   const supervisor = new Supervisor(log, (reason) => void stop(`${reason}; stopping everything`, 1));
@@ -48,6 +48,13 @@ async function main(): Promise<void> {
   log(`started gateway and ${config.WORKERS} worker(s) for ${config.models.join(', ')}; Ctrl-C stops everything`);
   if (config.WORKERS > 0) void announceReady(config.models, () => stopping);
 
+  // `npm start` runs this as `sh -c "exec node …"`, and the exec matters: npm forwards SIGINT and
+  // SIGTERM only to its own child, the shell. A shell that forks the command (dash does) dies of
+  // SIGTERM, leaving this launcher and everything it started running without a parent, and waits
+  // out SIGINT; either way the signal never arrives here. With exec, npm's child is this process,
+  // so what a process manager or script sends to npm reaches it, through any shell npm is set to
+  // use. Watching the parent instead would miss SIGINT (the shell stays), could only poll, and
+  // would stop a launcher someone ran under nohup.
   process.on('SIGINT', () => void stop('SIGINT: stopping', 0));
   process.on('SIGTERM', () => void stop('SIGTERM: stopping', 0));
 }

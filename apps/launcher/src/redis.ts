@@ -36,3 +36,17 @@ export async function ensureRedis(url: string, bin: string, log: (msg: string) =
   child.kill('SIGKILL');
   throw new RedisUnavailable(`started ${bin} on port ${port} but it does not answer`);
 }
+
+/**
+ * Stops the Redis this launcher started and waits until it has exited, killing it after `timeoutMs`:
+ * once the launcher has exited (and npm with it) the system counts as stopped, and one started again
+ * at once must not find the old Redis still answering on its port, about to go.
+ */
+export async function stopRedis(child: ChildProcess, timeoutMs = 5_000): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+  await exited;
+  clearTimeout(timer);
+}
