@@ -87,21 +87,21 @@ export function createMetrics({ snapshot, transport, bodies, unread }: MetricSou
   });
   const queueWait = new Histogram({
     name: 'tserve_queue_wait_seconds',
-    help: 'Time a job waited from enqueue to the start of the model call that ran it, by model (answered jobs)',
+    help: 'Time a request waited from enqueue to the start of the model call that ran it, by model (answered requests)',
     labelNames: ['model'] as const,
     buckets: SECONDS_BUCKETS,
     registers,
   });
   const inference = new Histogram({
     name: 'tserve_inference_duration_seconds',
-    help: 'Model time of a job, tokenization and post-processing included, by model (answered jobs)',
+    help: 'Model time of a request, tokenization and post-processing included, by model (answered requests)',
     labelNames: ['model'] as const,
     buckets: SECONDS_BUCKETS,
     registers,
   });
   const batchSize = new Histogram({
     name: 'tserve_batch_size',
-    help: 'Sequences in the model call that ran a job (the largest if several), by model (answered jobs)',
+    help: 'Sequences in the model call that ran a request (the largest if several), by model (answered requests)',
     labelNames: ['model'] as const,
     buckets: BATCH_BUCKETS,
     registers,

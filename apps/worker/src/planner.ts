@@ -1,6 +1,6 @@
 import type { Encoded } from './engine.js';
 
-/** One input of one job, as the planner sees it. */
+/** One input of one request, as the planner sees it. */
 export interface Sequence<T = unknown> {
   owner: T;
   encoded: Encoded;
