@@ -10,7 +10,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parse } from 'yaml';
-import { SETTINGS } from '@tserve/config';
+import { loadGatewayConfig, loadWorkerConfig, SETTINGS, settingHelp } from '@tserve/config';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const COMPOSE_FILE = path.join(ROOT, 'docker-compose.yml');
@@ -241,6 +241,20 @@ describe('docker-compose.yml', () => {
       const e = env(compose.services[name]);
       const missing = keys.filter((k) => !(k in e));
       assert.deepEqual(missing, [], `${name} does not pass ${missing.join(', ')}`);
+    }
+  });
+
+  it('leaves each derived setting to its derivation unless .env sets it, and the settings its containers get load', () => {
+    const derived = Object.values(SETTINGS)
+      .flatMap((shape) => Object.entries(shape))
+      .filter(([name, schema]) => /derived unless set/.test(settingHelp(name, schema)[2]))
+      .map(([name]) => name);
+    assert.ok(derived.includes('JOB_LOCK_MS') && derived.includes('HTTP_SEND_TIMEOUT_MS'));
+    for (const [name, s] of built) {
+      const e = env(s);
+      for (const key of derived.filter((k) => k in e)) assert.equal(e[key], `\${${key}:-}`, `${name}: ${key} would not follow its derivation`);
+      const resolvedEnv = Object.fromEntries(Object.entries(e).map(([k, v]) => [k, resolved(v)]));
+      assert.doesNotThrow(() => (name === 'worker' ? loadWorkerConfig(resolvedEnv) : loadGatewayConfig(resolvedEnv)), name);
     }
   });
 

@@ -185,7 +185,9 @@ describe('faults', () => {
       await system.stop();
       await redis.stop();
     });
-    await system.startGateway({ BREAKER_VOLUME: 5, BREAKER_RESET_MS: 1000, REDIS_COMMAND_TIMEOUT_MS: 500, REQUEST_TIMEOUT_MS: 15000 });
+    // The breaker follows REDIS_COMMAND_TIMEOUT_MS: it opens after ten failed calls, each failing within
+    // 500 ms here, and probes again after 1.25 s.
+    await system.startGateway({ REDIS_COMMAND_TIMEOUT_MS: 500, REQUEST_TIMEOUT_MS: 15000 });
     system.startWorker({ model: MODEL });
     await system.waitForWorkers(MODEL);
 

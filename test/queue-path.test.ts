@@ -31,7 +31,8 @@ describe('queue path', () => {
     // Long-lived heartbeats and Redis timeouts: freezing Redis must not look like a dead worker or an outage.
     system = new TestSystem(uniquePrefix('queue-path'), redis.url, { WORKER_TTL_MS: 120_000 });
     // RESULT_POLL_MS is also the grace after which a gateway stops waiting to hear that a worker took its job.
-    await system.startGateway({ REDIS_COMMAND_TIMEOUT_MS: 30_000, BREAKER_TIMEOUT_MS: 30_000, RESULT_POLL_MS: 120_000 });
+    // The circuit breaker's timeout follows REDIS_COMMAND_TIMEOUT_MS.
+    await system.startGateway({ REDIS_COMMAND_TIMEOUT_MS: 30_000, RESULT_POLL_MS: 120_000 });
     worker = system.startWorker({ model: MODEL, env: { DTYPE: 'fp32' } });
     await system.waitForWorkers(MODEL);
     admin = new Redis(redis.url);

@@ -5,6 +5,7 @@ import {
   ConfigError,
   formatHelp,
   formatSettingsMarkdown,
+  isAdvanced,
   loadGatewayConfig,
   loadLauncherConfig,
   loadWorkerConfig,
@@ -31,6 +32,71 @@ describe('settings', () => {
     const gpu = loadWorkerConfig({ MODEL: 'm', DEVICE: 'gpu' });
     assert.deepEqual([gpu.BATCH_MAX_SIZE, gpu.BATCH_MAX_TOKENS], [128, 65536]);
     assert.equal(loadWorkerConfig({ MODEL: 'm', DEVICE: 'gpu', BATCH_MAX_SIZE: '7' }).BATCH_MAX_SIZE, 7);
+  });
+
+  it('derives the liveness periods from HEARTBEAT_MS, unless each is set', () => {
+    const periods = (env: Record<string, string>) => {
+      const worker = loadWorkerConfig({ MODEL: 'm', ...env });
+      const gateway = loadGatewayConfig(env);
+      assert.equal(gateway.WORKER_TTL_MS, worker.WORKER_TTL_MS);
+      return [worker.WORKER_TTL_MS, worker.JOB_LOCK_MS, worker.STALLED_INTERVAL_MS, gateway.REGISTRY_REFRESH_MS];
+    };
+    // The defaults they had as settings of their own.
+    assert.deepEqual(periods({}), [5000, 5000, 5000, 250]);
+    assert.deepEqual(periods({ HEARTBEAT_MS: '200' }), [1000, 1000, 1000, 50]);
+    assert.deepEqual(periods({ HEARTBEAT_MS: '4000' }), [20_000, 20_000, 20_000, 1000]);
+    // Floors: a lock renewed every half of it, and a registry read, stay sane at the shortest beat.
+    assert.deepEqual(periods({ HEARTBEAT_MS: '50' }), [250, 500, 250, 20]);
+    // Set, each wins alone (the tests shorten them that way).
+    assert.deepEqual(
+      periods({ HEARTBEAT_MS: '200', WORKER_TTL_MS: '1500', JOB_LOCK_MS: '2000', STALLED_INTERVAL_MS: '700', REGISTRY_REFRESH_MS: '100' }),
+      [1500, 2000, 700, 100],
+    );
+    assert.deepEqual(periods({ JOB_LOCK_MS: '1500' }), [5000, 1500, 5000, 250]);
+    assert.equal(loadLauncherConfig({ HEARTBEAT_MS: '300' }).WORKER_TTL_MS, 1500);
+  });
+
+  it('refuses a WORKER_TTL_MS that a worker would outlive between two beats', () => {
+    for (const load of [
+      () => loadWorkerConfig({ MODEL: 'm', HEARTBEAT_MS: '2000', WORKER_TTL_MS: '2000' }),
+      () => loadGatewayConfig({ WORKER_TTL_MS: '900' }),
+    ]) {
+      assert.throws(load, (err: unknown) => err instanceof ConfigError && /WORKER_TTL_MS: \d+ must exceed HEARTBEAT_MS/.test(err.message));
+    }
+  });
+
+  it('derives the HTTP timeouts from REQUEST_TIMEOUT_MS, at least a second each, unless each is set', () => {
+    const timeouts = (env: Record<string, string>) => {
+      const c = loadGatewayConfig(env);
+      return [c.HTTP_HEADERS_TIMEOUT_MS, c.HTTP_REQUEST_TIMEOUT_MS, c.HTTP_SEND_TIMEOUT_MS];
+    };
+    assert.deepEqual(timeouts({}), [10_000, 30_000, 30_000]);
+    assert.deepEqual(timeouts({ REQUEST_TIMEOUT_MS: '120000' }), [40_000, 120_000, 120_000]);
+    assert.deepEqual(timeouts({ REQUEST_TIMEOUT_MS: '2000' }), [1000, 2000, 2000]);
+    assert.deepEqual(timeouts({ REQUEST_TIMEOUT_MS: '300' }), [1000, 1000, 1000]);
+    assert.deepEqual(timeouts({ REQUEST_TIMEOUT_MS: '120000', HTTP_SEND_TIMEOUT_MS: '1000' }), [40_000, 120_000, 1000]);
+  });
+
+  it('derives the circuit breaker from REDIS_COMMAND_TIMEOUT_MS; its numbers are not settings', () => {
+    const breaker = (env: Record<string, string>) => {
+      const c = loadGatewayConfig(env);
+      return [c.BREAKER_TIMEOUT_MS, c.BREAKER_RESET_MS, c.BREAKER_ERROR_PERCENT, c.BREAKER_VOLUME];
+    };
+    assert.deepEqual(breaker({}), [2000, 5000, 50, 10]);
+    assert.deepEqual(breaker({ REDIS_COMMAND_TIMEOUT_MS: '500' }), [500, 1250, 50, 10]);
+    assert.deepEqual(breaker({ REDIS_COMMAND_TIMEOUT_MS: '30000' }), [30_000, 75_000, 50, 10]);
+    // An open breaker never probes more often than once a second.
+    assert.deepEqual(breaker({ REDIS_COMMAND_TIMEOUT_MS: '100' }), [100, 1000, 50, 10]);
+    assert.deepEqual(breaker({ BREAKER_VOLUME: '5', BREAKER_RESET_MS: '1', BREAKER_TIMEOUT_MS: '1', BREAKER_ERROR_PERCENT: '1' }), [2000, 5000, 50, 10]);
+    for (const shape of Object.values(SETTINGS)) assert.ok(!Object.keys(shape).some((name) => name.startsWith('BREAKER_')));
+  });
+
+  it('takes an empty value as unset: the default, or the derivation', () => {
+    const gateway = loadGatewayConfig({ RESULT_POLL_MS: '', HTTP_SEND_TIMEOUT_MS: ' ', REQUEST_TIMEOUT_MS: '60000', REDIS_URL: '' });
+    assert.equal(gateway.RESULT_POLL_MS, 1000);
+    assert.equal(gateway.HTTP_SEND_TIMEOUT_MS, 60_000);
+    assert.equal(gateway.REDIS_URL, 'redis://127.0.0.1:6379');
+    assert.equal(loadWorkerConfig({ MODEL: 'm', JOB_LOCK_MS: '', HEARTBEAT_MS: '400' }).JOB_LOCK_MS, 2000);
   });
 
   it('refuses a bad value with a message naming the setting', () => {
@@ -63,6 +129,29 @@ describe('settings', () => {
     assert.equal(launcher.match(/^ {2}MODEL /gm)?.length, 1);
     assert.match(launcher, /^ {2}MODEL +replica\/MiniLM-L6-H384-uncased-sst2 +model ids, comma-separated/m);
     assert.match(formatHelp('worker', ['worker', 'common']), /^ {2}BATCH_MAX_SIZE +32 cpu \/ 128 gpu +most sequences/m);
+  });
+
+  it('lists the user settings first and the advanced ones after, under their own heading; every derived setting is advanced', () => {
+    const launcher = formatHelp('launcher', ['launcher', 'gateway', 'worker', 'common']);
+    const [user, advanced] = launcher.split(/^Advanced settings \(.*\):$/m);
+    assert.ok(advanced, launcher);
+    const names = (text: string) => [...text.matchAll(/^ {2}([A-Z][A-Z0-9_]*) /gm)].map((m) => m[1]);
+    const all = Object.values(SETTINGS).flatMap((shape) => Object.entries(shape));
+    const expected = (tier: boolean) => new Set(all.filter(([, schema]) => isAdvanced(schema) === tier).map(([name]) => name));
+    assert.deepEqual(new Set(names(user)), expected(false));
+    assert.deepEqual(new Set(names(advanced)), expected(true));
+    for (const name of ['MODEL', 'DEVICE', 'DTYPE', 'PORT', 'REQUEST_TIMEOUT_MS', 'MAX_QUEUE_DEPTH', 'API_KEYS', 'BATCH_MAX_SIZE', 'WORKERS'])
+      assert.ok(expected(false).has(name), name);
+    // Few decisions for a user; the rest are knobs. A new setting is advanced unless a user must decide it.
+    assert.ok(expected(false).size <= 30, `${expected(false).size} user settings`);
+    for (const [name, schema] of all) {
+      const [, shown, description] = settingHelp(name, schema);
+      if (/derived unless set/.test(description)) {
+        assert.ok(isAdvanced(schema), `${name} is derived, so advanced`);
+        assert.match(shown, /[A-Z]+_[A-Z_]+/, `${name}'s default names the setting it is derived from`);
+      }
+    }
+    assert.match(formatSettingsMarkdown(), /^## User settings\n[^]*^## Advanced settings\n/m);
   });
 
   it("keeps docs/configuration.md's settings tables as generated from the declarations (npm run docs:settings)", () => {

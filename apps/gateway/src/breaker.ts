@@ -15,7 +15,9 @@ export interface RedisBreaker {
 /**
  * The circuit breaker on the gateway's one dependency, Redis. It opens on a sustained error rate
  * (after a minimum volume, so one cold failure does not trip it); while open, requests are
- * refused at once instead of each waiting out a dead connection; a half-open probe closes it.
+ * refused at once instead of each waiting out a dead connection; a half-open probe closes it. Its
+ * numbers are not settings: they follow REDIS_COMMAND_TIMEOUT_MS (breakerSettings in
+ * packages/config).
  */
 export function createRedisBreaker(config: GatewayConfig, logger: Logger): RedisBreaker {
   const breaker = new CircuitBreaker((call: () => Promise<unknown>) => call(), {

@@ -4,11 +4,12 @@ import type { Express } from 'express';
 /**
  * An HTTP server for an Express app whose requests and responses are born with the app's
  * prototypes. Express gives each request and response its prototype as it enters the app
- * (`Object.setPrototypeOf`), and V8 then keeps about 4 MB alive through every young-generation
- * collection: measured on a two-route app under 64 connections, each collection paused the event
- * loop 6-12 ms and the app answered 5,600 requests/s, against 1 ms and 16,600 requests/s for
- * the same app given the classes below (what Express's own issue #5998 proposes). Every refusal
- * waits behind those pauses, which were most of the tail of shedding under overload.
+ * (`Object.setPrototypeOf`), and V8 then keeps those objects' young neighbours alive through every
+ * young-generation collection: each collection paused the event loop several times longer, and the
+ * app answered a fraction of the requests a second of the same app given the classes below (what
+ * Express's own issue #5998 proposes; measured in bench/README.md, "Shedding and the gateway's
+ * memory"). Every refusal waits behind those pauses, which were most of the tail of shedding under
+ * overload.
  *
  * The classes carry Express's request and response methods, and become the app's `request` and
  * `response`, so that Express finds each object already of its prototype and leaves it alone. A

@@ -69,8 +69,8 @@ function modelAndTask(req: Request): { model: string; task?: Task } {
 /**
  * The classic pipeline path and the Inference API's. `answerErrors` ends each route: these routes
  * come before every protocol's, and an error leaving a route walks each later layer, matching its
- * path, on its way to the app's last handler. Under overload every 503 of shedding made that walk:
- * answering here cost 6% less gateway CPU per refusal (166 against 177 µs, five alternating pairs).
+ * path, on its way to the app's last handler. Under overload every 503 of shedding made that walk;
+ * answered here, a refusal costs the gateway less CPU (bench/HISTORY.md, figures moved from code).
  */
 export function inferenceRoutes(
   router: IRouter,

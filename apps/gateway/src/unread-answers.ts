@@ -6,12 +6,13 @@ export type UnreadReason = 'stalled' | 'over budget';
 /**
  * Bounds the answers a gateway holds for clients that do not read them. An answer is written
  * whole, and what its socket cannot take yet stays in the gateway's memory until the client reads
- * it: a client that asked for answers and never read them held 890 MB of a gateway with 24
- * requests of 30 KB (a vector per token, about 38 MB of JSON each; MAX_ANSWER_VALUES allows that),
- * for as long as it kept its connections open. So an answer that makes no progress for
- * `sendTimeoutMs` has its connection closed (nginx's send_timeout), and once the answers waiting
- * to be read pass `maxBytes`, those that have waited longest are closed first: a client that reads
- * takes its answer within moments, so what waits longest is what nobody reads.
+ * it: an answer can be many times the size of its request (a vector per token, which
+ * MAX_ANSWER_VALUES allows), so a client that asked for a few and never read them held much of a
+ * gateway's memory (bench/HISTORY.md), for as long as it kept its connections open. So an answer
+ * that makes no progress for `sendTimeoutMs` has its connection closed (nginx's send_timeout), and
+ * once the answers waiting to be read pass `maxBytes`, those that have waited longest are closed
+ * first: a client that reads takes its answer within moments, so what waits longest is what nobody
+ * reads.
  *
  * Only answers the socket did not take at once are watched: the rest are in the kernel's hands,
  * and a connection idle after its answer is the keep-alive timeout's.

@@ -69,9 +69,8 @@ export class Consumer {
       await running;
       // The batch starts as gathered: work that arrived while it waited forms the next batch, gathered
       // while this one runs. Topping it up first kept the model idle for a Redis round trip each
-      // batch: at c=64 on a 2-core machine, the model thread idled 8.3% of the time with the top-up
-      // and 1.5% without (medians of nine runs each). Only interactive work, which must not wait
-      // behind bulk (batch-class) work, is looked for first.
+      // batch, several times the idle share it has without (bench/HISTORY.md). Only interactive
+      // work, which must not wait behind bulk (batch-class) work, is looked for first.
       const ahead = waitedForModel && !this.stopping ? await this.interactiveAhead(jobs) : undefined;
       this.settling.tellTaken();
       modelBusy = true;

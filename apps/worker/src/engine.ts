@@ -149,7 +149,7 @@ export class Engine {
   /**
    * For a text not to be cut: a read that stops once the text alone overflows the position table
    * beside `specials`, where the runner refuses it, so that an over-long text costs a few hundred
-   * tokens' reading, not a megabyte's (about a second). Undefined where the table is unknown: read whole.
+   * tokens' reading, not a megabyte's. Undefined where the table is unknown: read whole.
    */
   private pastPositions(specials: number): { keep: number; direction: 'right' } | undefined {
     return this.loaded.positions === undefined ? undefined : { keep: this.loaded.positions - specials + 1, direction: 'right' };

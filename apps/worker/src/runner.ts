@@ -55,8 +55,8 @@ const SLICE_MS = 50;
 
 /**
  * Gives the event loop a turn once SLICE_MS of synchronous work has run since the last. Tokenizing
- * and post-processing are synchronous and some inputs take long (a megabyte of text to tokenize,
- * about a second; hundreds of fill-mask candidates); a batch of them done in one go would starve
+ * and post-processing are synchronous and some inputs take long (a megabyte of text to tokenize;
+ * hundreds of fill-mask candidates); a batch of them done in one go would starve
  * the heartbeat and the lock renewals, and gateways and BullMQ would count this worker dead and
  * send its work again.
  */
@@ -208,9 +208,9 @@ export class BatchRunner {
   }
 
   /**
-   * Refuses, before the model runs, a request whose answer would be too large to build: a 170 KB
-   * request for 64 inputs' token vectors asked for 12.5 million numbers, which held its worker's
-   * main thread past its heartbeats for 45 s and took it to 5 GB.
+   * Refuses, before the model runs, a request whose answer would be too large to build: a small
+   * request for many inputs' token vectors can ask for millions of numbers, and building them held
+   * its worker's main thread past its heartbeats and swelled its memory (bench/HISTORY.md).
    */
   private checkAnswerSize({ head, parameters }: Pending, encoded: Encoded[][]): void {
     if (!head.answerValues) return;

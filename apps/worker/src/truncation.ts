@@ -66,9 +66,9 @@ const isBertPunctuation = (code: number) =>
 
 let bertPunctuationTable: Uint8Array | undefined;
 /**
- * isBertPunctuation for every UTF-16 code unit, built once (a few milliseconds): a boundary is
- * looked for character by character, and testing the expression on each of a megabyte of letters
- * with none took about 110 ms.
+ * isBertPunctuation for every UTF-16 code unit, built once and cheaply: a boundary is looked for
+ * character by character, and testing the expression on each character of a long text without
+ * one costs far more than the table (bench/HISTORY.md, figures moved from code).
  */
 function bertPunctuation(): Uint8Array {
   if (!bertPunctuationTable) {
@@ -86,7 +86,7 @@ export type TokenBoundary = (code: number) => boolean;
  * pre-tokenizer `splitsAtWhitespace`; before each punctuation character where that is BERT's,
  * which makes each one a token of its own; and before each CJK ideograph where BERT's normalizer
  * puts spaces around them. So a text with no whitespace (Chinese or Japanese, or a megabyte of
- * "!", which took 0.7 s to read whole) can still be read in part. Undefined where no such place is known.
+ * "!", slow to read whole) can still be read in part. Undefined where no such place is known.
  */
 export function tokenBoundaries(
   tokenizer: { pre_tokenizer?: Parameters<typeof splitsAtWhitespace>[0]; normalizer?: { type?: string; handle_chinese_chars?: boolean } | null } | undefined,
@@ -99,8 +99,8 @@ export function tokenBoundaries(
 
 /**
  * The tokens a cut keeps from a long text (its first `keep`, or its last for a left cut),
- * tokenizing only as much of the text as that takes: tokenizing runs at about a microsecond a
- * character, and a megabyte of text cut to 512 tokens would be read whole for a few thousand
+ * tokenizing only as much of the text as that takes: tokenizing costs time for every character it
+ * reads, and a megabyte of text cut to 512 tokens would be read whole for a few thousand
  * characters' worth. The parts read (`growingParts`) end, or cut left begin, at a `boundary`, where
  * the tokenizer ends a token (see tokenBoundaries), so a part's tokens are the whole text's; the
  * first that holds `keep` and a margin serves. Answers the part's tokens (`whole` false: the text

@@ -3,11 +3,12 @@ import type { JobOutcome, RequestOutcome } from './wire.js';
 /**
  * How a worker records a JobOutcome too large to publish (OUTCOME_MESSAGE_MAX_BYTES), and how a
  * gateway reads it back. Recorded as one JSON text, a gateway would parse every number of an answer
- * and write each one again for its client, on its event loop: about 0.8 s of its CPU for an answer
- * of 38 MB (a vector per token of ten long inputs). Recorded instead as the outcome's JSON with its
- * outputs taken out, a newline, then each output's own JSON one after another, a gateway slices
- * each output's bytes out of what it read and, where its client is answered the outputs as they are
- * (the Hugging Face routes), writes those bytes unparsed.
+ * and write each one again for its client, on its event loop, which for a large answer (a vector
+ * per token of many long inputs) holds every other request it serves (bench/HISTORY.md). Recorded
+ * instead as the outcome's JSON with its outputs taken out, a newline, then each output's own JSON
+ * one after another, a gateway slices each output's bytes out of what it read and, where its
+ * client is answered the outputs as they are (the Hugging Face routes), writes those bytes
+ * unparsed.
  *
  * JSON.stringify writes a newline inside a string as `\n`, never as the byte, so the first newline
  * byte of a record ends its outcome.

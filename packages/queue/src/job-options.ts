@@ -1,8 +1,8 @@
 /**
  * Events BullMQ keeps in each queue's event stream; its default is 10,000. Nothing here reads them
  * (results travel over pub/sub), but each job's "completed" event holds the job's whole return value:
- * with embeddings that is about 200 KB for a job of 21 requests, and one CPU worker's stream reached
- * 94 MB within 20 seconds, on its way to about 500 MB at the default.
+ * with embeddings that is large for a job of many requests, and at the default one CPU worker's
+ * stream soon held a large share of Redis's memory (bench/HISTORY.md, figures moved from code).
  */
 export const EVENTS_KEPT = 100;
 

@@ -3,8 +3,8 @@
 /** Indices of the k largest values, largest first (the first of equal values first). */
 export function topK(values: ArrayLike<number>, k: number): number[] {
   if (k >= values.length) return Array.from({ length: values.length }, (_, i) => i).sort((a, b) => values[b] - values[a]);
-  // The best so far, kept in order by binary insertion: fill-mask over a 30k vocabulary re-sorted
-  // them at every newcomer, half a second for top_k 1000.
+  // The best so far, kept in order by binary insertion: re-sorting them at every newcomer made
+  // fill-mask over a whole vocabulary slow for a large top_k (bench/HISTORY.md).
   const best: number[] = [];
   for (let i = 0; i < values.length; i++) {
     if (best.length === k && values[i] <= values[best[k - 1]]) continue;

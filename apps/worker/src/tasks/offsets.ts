@@ -46,7 +46,7 @@ export interface Alignment {
 /**
  * Aligns the tokens within the part of the text they cover. Tokens cut from a long text (the first
  * 510 of a megabyte) lie in its first few thousand characters, and normalizing the whole text one
- * code point at a time took most of a second per megabyte: the part read ends where whitespace
+ * code point at a time costs time for all of it: the part read ends where whitespace
  * begins, where no word goes on, and grows fourfold until every token finds its word in it.
  */
 export function alignWords(text: string, tokens: string[], parts: TokenizerParts): Alignment {
@@ -138,8 +138,8 @@ export function sliceCodePoints(text: string, [start, end]: Span): string {
 /**
  * Slices of one text by code-point offsets, as `sliceCodePoints` cuts them, each in the time of its
  * own length once the text has been read once: question answering cuts thousands of candidate
- * answers from one long context, and a walk from its start for each held a worker's event loop for
- * 13 s (58 questions of 17 KB, top_k 100).
+ * answers from one long context, and a walk from its start for each held a worker's event loop
+ * past its heartbeats (bench/HISTORY.md, figures moved from code).
  */
 export function codePointSlicer(text: string): (span: Span) => string {
   // Without surrogates, code points are UTF-16 code units.

@@ -15,7 +15,7 @@ interface TokenInfo {
 /**
  * TEI's bound on a text it tokenizes whole (its MAX_CHAR_MULTIPLIER): characters per token of the
  * model's length. A longer one is refused before any tokenizing, which for a megabyte would hold
- * the worker's thread about a second and answer some 13 MB.
+ * the worker's thread long and answer many times the text's size (bench/HISTORY.md).
  */
 const CHARS_PER_TOKEN = 250;
 

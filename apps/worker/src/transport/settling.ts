@@ -94,8 +94,8 @@ export class Settling implements OutcomeSink {
    * back what arrived since and now sends it as one job. The consumer calls this as a batch starts on
    * the model rather than at fetch: told at fetch, a gateway sends at once a small job of what arrived
    * meanwhile, which waits in Redis for the next batch with everything after it held back behind it
-   * anyway; told at the start, it gathers all of that into one job (bench: 22 instead of 19 requests
-   * per job at c=64, a fifth fewer Redis commands per request at c=4 to c=64, latency no worse). A
+   * anyway; told at the start, it gathers all of that into one job (measured: more requests per job
+   * and fewer Redis commands per request under load, latency no worse; bench/HISTORY.md). A
    * busy worker with peers also calls it at fetch (see Consumer).
    */
   tellTaken(): void {
