@@ -1,7 +1,8 @@
 /**
- * Deployment files: docker-compose.yml, Dockerfile and .dockerignore agree with the code. No Docker
- * engine is needed: the compose file is parsed, its commands are checked against the built output,
- * its settings against the config package, and `docker-compose config -q` validates it when installed.
+ * Deployment files: docker-compose.yml, .env.example, Dockerfile and .dockerignore agree with the
+ * code. No Docker engine is needed: the compose file is parsed, its commands are checked against the
+ * built output, its settings against the config package, and `docker-compose config -q` validates it
+ * when installed.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -31,7 +32,14 @@ interface Service {
   container_name?: string;
   healthcheck?: { test: string | string[] };
   stop_grace_period?: string;
+  restart?: string;
+  depends_on?: string[] | Record<string, { condition?: string }>;
 }
+
+/** The model a worker serves with no settings at all. */
+const HUB_DEFAULT_MODEL = 'Xenova/distilbert-base-uncased-finetuned-sst-2-english';
+/** Where the hub-cache volume is mounted in the worker. */
+const HUB_CACHE = '/app/node_modules/@huggingface/transformers/.cache';
 
 const services = Object.entries(compose.services ?? {});
 const built = services.filter(([, s]) => s.build !== undefined);
@@ -164,12 +172,48 @@ describe('docker-compose.yml', () => {
     assert.equal(worker.ports, undefined, 'worker publishes ports: --scale worker=N would clash');
   });
 
-  it('the worker loads from MODEL_DIR=/models, mounted read-only', () => {
+  it("with no settings, the worker loads a hub model and keeps the download in a volume at transformers.js's cache", async () => {
     const e = env(compose.services.worker);
-    assert.equal(resolved(e.MODEL_DIR ?? ''), '/models', `worker MODEL_DIR: ${e.MODEL_DIR}`);
+    assert.equal(resolved(e.MODEL), HUB_DEFAULT_MODEL);
+    assert.equal(resolved(e.MODEL_DIR ?? ''), '', `worker MODEL_DIR defaults to ${e.MODEL_DIR}: not the hub`);
+    // The image's WORKDIR is /app and its node_modules are laid out as here (same lockfile).
+    const { env: transformers } = await import('@huggingface/transformers');
+    assert.equal(path.posix.join('/app', path.relative(ROOT, transformers.cacheDir ?? '')), HUB_CACHE, 'transformers.js caches elsewhere');
+    const cache = (compose.services.worker.volumes ?? []).map(mount).find(([, target]) => target === HUB_CACHE);
+    assert.ok(cache && Object.hasOwn(compose.volumes ?? {}, cache[0]), `no named volume at ${HUB_CACHE}`);
+    // The runtime user (1000) can write there: a new named volume takes the mount point's owner.
+    const runtime = dockerStages(path.join(ROOT, 'Dockerfile')).at(-1)!;
+    assert.ok(
+      runtime.lines.some((l) => l.includes(`chown 1000:1000 ${path.posix.relative('/app', HUB_CACHE)}`)),
+      `the Dockerfile does not give ${HUB_CACHE} to user 1000`,
+    );
+  });
+
+  it('MODELS_HOST_DIR is mounted read-only at /models, which WORKER_MODEL_DIR=/models loads from; unset, nothing of the host is', () => {
+    assert.equal(env(compose.services.worker).MODEL_DIR, '${WORKER_MODEL_DIR:-}');
     const models = (compose.services.worker.volumes ?? []).map(mount).find(([, target]) => target === '/models');
     assert.ok(models, 'nothing is mounted at /models');
     assert.equal(models[2], 'ro', `/models is writable: ${models.join(':')}`);
+    assert.match(models[0], /^\$\{MODELS_HOST_DIR:-[^}]+\}$/, `/models comes from ${models[0]}`);
+    // A missing host folder would be made by Docker (empty, root's) and fail the worker on "no config.json".
+    assert.ok(Object.hasOwn(compose.volumes ?? {}, defaultOf(models[0])), `without MODELS_HOST_DIR, /models is ${defaultOf(models[0])}, not a named volume`);
+  });
+
+  it('restarts a crashed worker a few times, not forever: one that cannot load its model would only repeat why', () => {
+    const m = /^on-failure:(\d+)$/.exec(compose.services.worker.restart ?? '');
+    assert.ok(m, `worker restart: ${compose.services.worker.restart}`);
+    assert.ok(Number(m[1]) >= 1 && Number(m[1]) <= 10, `worker restart: ${compose.services.worker.restart}`);
+    for (const name of ['redis', 'gateway', 'dashboard']) assert.equal(compose.services[name].restart, 'unless-stopped', name);
+  });
+
+  it('stops the gateways before the workers, so that what they answer on the way out still has workers', () => {
+    for (const name of ['gateway', 'dashboard']) {
+      const deps = compose.services[name].depends_on;
+      assert.ok(deps && !Array.isArray(deps), `${name}: no depends_on conditions`);
+      assert.equal(deps.redis?.condition, 'service_healthy', `${name} does not wait for Redis`);
+      // service_started, not healthy: a gateway that starts first says why no worker serves.
+      assert.equal(deps.worker?.condition, 'service_started', `${name} does not depend on the worker`);
+    }
   });
 
   it('redis persists (appendonly yes, named volume) and never evicts, with a healthcheck', () => {
@@ -213,6 +257,8 @@ describe('docker-compose.yml', () => {
         const grace = Number(resolved(at(env(s).SHUTDOWN_GRACE_MS ?? '10000')));
         const stop = durationMs(resolved(at(s.stop_grace_period)));
         assert.ok(stop > grace, `${name}: with SHUTDOWN_GRACE_SECONDS=${seconds}, stop_grace_period ${stop} ms <= SHUTDOWN_GRACE_MS ${grace}`);
+        // Seconds, not minutes: a gateway that hangs is killed soon after its grace.
+        assert.ok(stop - grace <= 60_000, `${name}: with SHUTDOWN_GRACE_SECONDS=${seconds}, stop_grace_period ${stop} ms is far past the grace`);
       }
     }
     assert.ok(compose.services.worker.stop_grace_period, 'worker: no stop_grace_period');
@@ -246,7 +292,7 @@ describe('docker-compose.yml', () => {
 
   it('does not start the dashboard without its profile, and takes the model from WORKER_MODEL', () => {
     assert.deepEqual((compose.services.dashboard as { profiles?: string[] }).profiles, ['dashboard']);
-    assert.equal(env(compose.services.worker).MODEL, '${WORKER_MODEL:-replica/MiniLM-L6-H384-uncased-sst2}');
+    assert.equal(env(compose.services.worker).MODEL, `\${WORKER_MODEL:-${HUB_DEFAULT_MODEL}}`);
   });
 
   it('passes `docker-compose config -q` (docker-compose 1.x)', (t) => {
@@ -291,6 +337,33 @@ function defaultsEnv(): NodeJS.ProcessEnv {
   const used = new Set([...COMPOSE_TEXT.matchAll(/\$\{([A-Za-z_][A-Za-z0-9_]*)/g)].map((m) => m[1]));
   return Object.fromEntries(Object.entries(process.env).filter(([k]) => !used.has(k)));
 }
+
+describe('.env.example', () => {
+  const entries = fs
+    .readFileSync(path.join(ROOT, '.env.example'), 'utf8')
+    .split('\n')
+    .map((line) => /^(#?)([A-Z][A-Z0-9_]*)=(.*)$/.exec(line))
+    .filter((m) => m !== null)
+    .map(([, hash, name, value]) => ({ active: hash === '', name, value }));
+
+  it('names only variables that docker-compose.yml reads', () => {
+    const used = new Set([...COMPOSE_TEXT.matchAll(/\$\{([A-Za-z_][A-Za-z0-9_]*)/g)].map((m) => m[1]));
+    assert.ok(entries.length > 3);
+    for (const { name } of entries) assert.ok(used.has(name), `.env.example sets ${name}, which docker-compose.yml does not read`);
+  });
+
+  it('runs as no .env does on a fresh clone; local models are a pair of lines to uncomment', () => {
+    const active = entries.filter((e) => e.active);
+    for (const { name, value } of active) {
+      const fallback = new RegExp(`\\$\\{${name}:-([^}]*)\\}`).exec(COMPOSE_TEXT)?.[1];
+      assert.equal(value, fallback, `.env.example sets ${name}=${value}; without a .env it is ${fallback}`);
+    }
+    const commented = new Map(entries.filter((e) => !e.active).map((e) => [e.name, e.value]));
+    assert.ok(commented.has('MODELS_HOST_DIR'), 'MODELS_HOST_DIR is not shown');
+    assert.equal(commented.get('WORKER_MODEL_DIR'), '/models');
+    for (const { name, value } of entries) assert.ok(!value.includes('shared/'), `${name}=${value} exists only in this repository's layout`);
+  });
+});
 
 describe('Dockerfile', () => {
   const stages = dockerStages(path.join(ROOT, 'Dockerfile'));
