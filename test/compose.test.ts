@@ -1,9 +1,12 @@
 /**
- * Deployment files: docker-compose.yml, Dockerfile and .dockerignore agree with the code. No Docker
- * engine is needed: the compose file is parsed, its commands are checked against the built output,
- * its settings against the config package, and `docker-compose config -q` validates it when installed.
+ * Deployment files: docker-compose.yml, .env.example, Dockerfile and .dockerignore agree with the
+ * code. The first part needs no Docker engine: the compose file is parsed, its commands are checked
+ * against the built output, its settings against the config package, and `docker-compose config -q`
+ * validates it when installed. The last part runs it for real where a Docker engine is usable: it
+ * builds the image, starts the stack, serves, scales and stops it under load (skipped, with the
+ * reason, where Docker is not usable).
  */
-import { describe, it } from 'node:test';
+import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -11,6 +14,9 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parse } from 'yaml';
 import { loadGatewayConfig, loadWorkerConfig, SETTINGS, settingHelp } from '@tserve/config';
+import http from 'node:http';
+import { ComposeProject, followLogs, httpRequest, inspect, jsonLines, logs, runOk, whyNoDocker } from './helpers/docker.ts';
+import { MODEL_DIR, waitFor } from './helpers/processes.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const COMPOSE_FILE = path.join(ROOT, 'docker-compose.yml');
@@ -31,7 +37,14 @@ interface Service {
   container_name?: string;
   healthcheck?: { test: string | string[] };
   stop_grace_period?: string;
+  restart?: string;
+  depends_on?: string[] | Record<string, { condition?: string }>;
 }
+
+/** The model a worker serves with no settings at all. */
+const HUB_DEFAULT_MODEL = 'Xenova/distilbert-base-uncased-finetuned-sst-2-english';
+/** Where the hub-cache volume is mounted in the worker. */
+const HUB_CACHE = '/app/node_modules/@huggingface/transformers/.cache';
 
 const services = Object.entries(compose.services ?? {});
 const built = services.filter(([, s]) => s.build !== undefined);
@@ -164,12 +177,48 @@ describe('docker-compose.yml', () => {
     assert.equal(worker.ports, undefined, 'worker publishes ports: --scale worker=N would clash');
   });
 
-  it('the worker loads from MODEL_DIR=/models, mounted read-only', () => {
+  it("with no settings, the worker loads a hub model and keeps the download in a volume at transformers.js's cache", async () => {
     const e = env(compose.services.worker);
-    assert.equal(resolved(e.MODEL_DIR ?? ''), '/models', `worker MODEL_DIR: ${e.MODEL_DIR}`);
+    assert.equal(resolved(e.MODEL), HUB_DEFAULT_MODEL);
+    assert.equal(resolved(e.MODEL_DIR ?? ''), '', `worker MODEL_DIR defaults to ${e.MODEL_DIR}: not the hub`);
+    // The image's WORKDIR is /app and its node_modules are laid out as here (same lockfile).
+    const { env: transformers } = await import('@huggingface/transformers');
+    assert.equal(path.posix.join('/app', path.relative(ROOT, transformers.cacheDir ?? '')), HUB_CACHE, 'transformers.js caches elsewhere');
+    const cache = (compose.services.worker.volumes ?? []).map(mount).find(([, target]) => target === HUB_CACHE);
+    assert.ok(cache && Object.hasOwn(compose.volumes ?? {}, cache[0]), `no named volume at ${HUB_CACHE}`);
+    // The runtime user (1000) can write there: a new named volume takes the mount point's owner.
+    const runtime = dockerStages(path.join(ROOT, 'Dockerfile')).at(-1)!;
+    assert.ok(
+      runtime.lines.some((l) => l.includes(`chown 1000:1000 ${path.posix.relative('/app', HUB_CACHE)}`)),
+      `the Dockerfile does not give ${HUB_CACHE} to user 1000`,
+    );
+  });
+
+  it('MODELS_HOST_DIR is mounted read-only at /models, which WORKER_MODEL_DIR=/models loads from; unset, nothing of the host is', () => {
+    assert.equal(env(compose.services.worker).MODEL_DIR, '${WORKER_MODEL_DIR:-}');
     const models = (compose.services.worker.volumes ?? []).map(mount).find(([, target]) => target === '/models');
     assert.ok(models, 'nothing is mounted at /models');
     assert.equal(models[2], 'ro', `/models is writable: ${models.join(':')}`);
+    assert.match(models[0], /^\$\{MODELS_HOST_DIR:-[^}]+\}$/, `/models comes from ${models[0]}`);
+    // A missing host folder would be made by Docker (empty, root's) and fail the worker on "no config.json".
+    assert.ok(Object.hasOwn(compose.volumes ?? {}, defaultOf(models[0])), `without MODELS_HOST_DIR, /models is ${defaultOf(models[0])}, not a named volume`);
+  });
+
+  it('restarts a crashed worker a few times, not forever: one that cannot load its model would only repeat why', () => {
+    const m = /^on-failure:(\d+)$/.exec(compose.services.worker.restart ?? '');
+    assert.ok(m, `worker restart: ${compose.services.worker.restart}`);
+    assert.ok(Number(m[1]) >= 1 && Number(m[1]) <= 10, `worker restart: ${compose.services.worker.restart}`);
+    for (const name of ['redis', 'gateway', 'dashboard']) assert.equal(compose.services[name].restart, 'unless-stopped', name);
+  });
+
+  it('stops the gateways before the workers, so that what they answer on the way out still has workers', () => {
+    for (const name of ['gateway', 'dashboard']) {
+      const deps = compose.services[name].depends_on;
+      assert.ok(deps && !Array.isArray(deps), `${name}: no depends_on conditions`);
+      assert.equal(deps.redis?.condition, 'service_healthy', `${name} does not wait for Redis`);
+      // service_started, not healthy: a gateway that starts first says why no worker serves.
+      assert.equal(deps.worker?.condition, 'service_started', `${name} does not depend on the worker`);
+    }
   });
 
   it('redis persists (appendonly yes, named volume) and never evicts, with a healthcheck', () => {
@@ -213,6 +262,8 @@ describe('docker-compose.yml', () => {
         const grace = Number(resolved(at(env(s).SHUTDOWN_GRACE_MS ?? '10000')));
         const stop = durationMs(resolved(at(s.stop_grace_period)));
         assert.ok(stop > grace, `${name}: with SHUTDOWN_GRACE_SECONDS=${seconds}, stop_grace_period ${stop} ms <= SHUTDOWN_GRACE_MS ${grace}`);
+        // Seconds, not minutes: a gateway that hangs is killed soon after its grace.
+        assert.ok(stop - grace <= 60_000, `${name}: with SHUTDOWN_GRACE_SECONDS=${seconds}, stop_grace_period ${stop} ms is far past the grace`);
       }
     }
     assert.ok(compose.services.worker.stop_grace_period, 'worker: no stop_grace_period');
@@ -260,7 +311,7 @@ describe('docker-compose.yml', () => {
 
   it('does not start the dashboard without its profile, and takes the model from WORKER_MODEL', () => {
     assert.deepEqual((compose.services.dashboard as { profiles?: string[] }).profiles, ['dashboard']);
-    assert.equal(env(compose.services.worker).MODEL, '${WORKER_MODEL:-replica/MiniLM-L6-H384-uncased-sst2}');
+    assert.equal(env(compose.services.worker).MODEL, `\${WORKER_MODEL:-${HUB_DEFAULT_MODEL}}`);
   });
 
   it('passes `docker-compose config -q` (docker-compose 1.x)', (t) => {
@@ -305,6 +356,33 @@ function defaultsEnv(): NodeJS.ProcessEnv {
   const used = new Set([...COMPOSE_TEXT.matchAll(/\$\{([A-Za-z_][A-Za-z0-9_]*)/g)].map((m) => m[1]));
   return Object.fromEntries(Object.entries(process.env).filter(([k]) => !used.has(k)));
 }
+
+describe('.env.example', () => {
+  const entries = fs
+    .readFileSync(path.join(ROOT, '.env.example'), 'utf8')
+    .split('\n')
+    .map((line) => /^(#?)([A-Z][A-Z0-9_]*)=(.*)$/.exec(line))
+    .filter((m) => m !== null)
+    .map(([, hash, name, value]) => ({ active: hash === '', name, value }));
+
+  it('names only variables that docker-compose.yml reads', () => {
+    const used = new Set([...COMPOSE_TEXT.matchAll(/\$\{([A-Za-z_][A-Za-z0-9_]*)/g)].map((m) => m[1]));
+    assert.ok(entries.length > 3);
+    for (const { name } of entries) assert.ok(used.has(name), `.env.example sets ${name}, which docker-compose.yml does not read`);
+  });
+
+  it('runs as no .env does on a fresh clone; local models are a pair of lines to uncomment', () => {
+    const active = entries.filter((e) => e.active);
+    for (const { name, value } of active) {
+      const fallback = new RegExp(`\\$\\{${name}:-([^}]*)\\}`).exec(COMPOSE_TEXT)?.[1];
+      assert.equal(value, fallback, `.env.example sets ${name}=${value}; without a .env it is ${fallback}`);
+    }
+    const commented = new Map(entries.filter((e) => !e.active).map((e) => [e.name, e.value]));
+    assert.ok(commented.has('MODELS_HOST_DIR'), 'MODELS_HOST_DIR is not shown');
+    assert.equal(commented.get('WORKER_MODEL_DIR'), '/models');
+    for (const { name, value } of entries) assert.ok(!value.includes('shared/'), `${name}=${value} exists only in this repository's layout`);
+  });
+});
 
 describe('Dockerfile', () => {
   const stages = dockerStages(path.join(ROOT, 'Dockerfile'));
@@ -373,5 +451,255 @@ describe('.dockerignore', () => {
     for (const name of ['node_modules', 'dist', '.git', 'models', 'bench/results', 'test/artifacts', '.env']) {
       assert.ok(covered(name), `.dockerignore does not exclude ${name}`);
     }
+  });
+});
+
+/** The image the real run builds: a tag of its own, so that a user's tserve:latest is left alone, kept for the layer cache. */
+const IMAGE = 'tserve:compose-test';
+const LOCAL_MODEL = 'replica/MiniLM-L6-H384-uncased-sst2';
+/** A hub id that exists nowhere, so that loading fails whether or not the hub is reachable. */
+const MISSING_MODEL = 'tserve-compose-test/no-such-model';
+/** The 503s a gateway answers at admission, before it queues anything: safe to send again. */
+const REFUSALS = new Set(['overloaded', 'unavailable']);
+
+/** Only `settings` and the compose file's own defaults: nothing from the caller's environment that the file or Compose reads. */
+function composeEnv(settings: Record<string, string>): NodeJS.ProcessEnv {
+  const base = Object.entries(defaultsEnv()).filter(([k]) => !k.startsWith('COMPOSE_'));
+  return { ...Object.fromEntries(base), ...settings };
+}
+
+interface Label {
+  label: string;
+  score: number;
+}
+
+/** The texts REFERENCE.json has for a model. */
+function referenceTexts(model: string): string[] {
+  const all = JSON.parse(fs.readFileSync(path.join(MODEL_DIR, 'REFERENCE.json'), 'utf8')) as Record<string, { cases: Array<{ text: string }> }>;
+  return all[model].cases.map((c) => c.text);
+}
+
+async function readyBody(url: string): Promise<{ status: number; body: { reasons: string[]; models: Record<string, { workers: number }> } }> {
+  const res = await httpRequest(`${url}/ready`);
+  return { status: res.status, body: JSON.parse(res.body) as { reasons: string[]; models: Record<string, { workers: number }> } };
+}
+
+const noDocker = whyNoDocker();
+
+describe('docker compose, for real', { skip: noDocker }, () => {
+  const projects: ComposeProject[] = [];
+  const project = (settings: Record<string, string>) => {
+    const p = new ComposeProject(COMPOSE_FILE, composeEnv({ TSERVE_IMAGE: IMAGE, GATEWAY_PORT: '0', ...settings }));
+    projects.push(p);
+    return p;
+  };
+  const retries = Number(/^on-failure:(\d+)$/.exec(compose.services.worker.restart ?? '')?.[1]);
+  let buildTimes = '';
+
+  before(async () => {
+    const started = Date.now();
+    // No registry is reachable from CI: the base images are made here when missing (a no-op otherwise).
+    await runOk('bash', [path.join(ROOT, 'scripts/docker-base-images.sh')], { timeoutMs: 15 * 60_000 });
+    const based = Date.now();
+    // All three services share one image; the layer cache redoes only what changed since the last build.
+    await project({}).compose(['build', 'worker'], 15 * 60_000);
+    buildTimes = `base images ${((based - started) / 1000).toFixed(0)} s, image build ${((Date.now() - based) / 1000).toFixed(0)} s`;
+  });
+
+  after(async () => {
+    for (const p of projects) await p.down();
+  });
+
+  it('with no .env but the model: a worker that cannot load it says why, and Docker gives up after a few restarts', async (t) => {
+    t.diagnostic(buildTimes);
+    // The hub path, as with no .env at all; only the model is one that exists nowhere.
+    const p = project({ WORKER_MODEL: MISSING_MODEL });
+    await p.compose(['up', '-d'], 300_000);
+    const worker = await p.container('worker');
+    const final = await waitFor(
+      `the worker to stop for good after ${retries} restarts`,
+      async () => {
+        const c = await inspect(worker);
+        return c.State.Status === 'exited' && c.RestartCount === retries && c;
+      },
+      180_000,
+      250,
+    );
+    assert.equal(final.State.ExitCode, 1);
+    const said = (await logs(worker)).split('\n').filter((line) => line.includes(`cannot load model "${MISSING_MODEL}"`));
+    assert.equal(said.length, retries + 1, `the worker ran ${retries + 1} times; it said why ${said.length} times`);
+    assert.match(said[0], /from the Hugging Face hub/);
+
+    const url = await p.url('gateway', 8000);
+    await waitFor('/ready to give the reason', async () => {
+      const { status, body } = await readyBody(url);
+      return status === 503 && body.reasons.some((r) => r.startsWith(`model ${MISSING_MODEL} is not served: cannot load model`));
+    });
+
+    // Downloads would go to the hub-cache volume: transformers.js's cache folder, writable by the worker's user.
+    const mounts = final.Mounts as Array<{ Type: string; Name?: string; Destination: string; RW: boolean }>;
+    const cache = mounts.find((m) => m.Destination === HUB_CACHE);
+    assert.deepEqual([cache?.Type, cache?.Name, cache?.RW], ['volume', `${p.name}_hub-cache`, true]);
+    const models = mounts.find((m) => m.Destination === '/models');
+    assert.deepEqual([models?.Type, models?.RW], ['volume', false], 'without MODELS_HOST_DIR, /models is an empty volume, not a host folder');
+    const probe = `const { env } = await import('@huggingface/transformers');
+      const fs = await import('node:fs');
+      fs.writeFileSync(env.cacheDir + '/probe', 'x');
+      fs.rmSync(env.cacheDir + '/probe');
+      console.log(JSON.stringify({ cacheDir: env.cacheDir, uid: process.getuid() }));`;
+    const out = await p.compose(['run', '--rm', '--no-deps', '-T', 'worker', 'node', '--input-type=module', '-e', probe], 120_000);
+    const seen = JSON.parse(out.trim().split('\n').at(-1) ?? '') as { cacheDir: string; uid: number };
+    assert.deepEqual([path.posix.resolve(seen.cacheDir), seen.uid], [HUB_CACHE, 1000]);
+
+    await p.down();
+    assert.deepEqual(await p.leftovers(), []);
+  });
+
+  let local: ComposeProject | undefined;
+  let url = '';
+
+  it('serves a local model (MODELS_HOST_DIR, WORKER_MODEL_DIR=/models): POST / answers as transformers.js does', async () => {
+    local = project({ MODELS_HOST_DIR: MODEL_DIR, WORKER_MODEL_DIR: '/models', WORKER_MODEL: LOCAL_MODEL });
+    await local.compose(['up', '-d'], 300_000);
+    url = await local.url('gateway', 8000);
+    await waitFor('/ready', async () => (await readyBody(url)).body.models[LOCAL_MODEL]?.workers === 1, 180_000, 250);
+    const gateway = await local.container('gateway');
+    // Docker's own view, from the healthcheck in the compose file (its first check comes after `interval`).
+    await waitFor('the gateway to be healthy', async () => (await inspect(gateway)).State.Health?.Status === 'healthy', 120_000, 500);
+
+    // The container answers as transformers.js does in this process for the same file, to 1e-4 as in
+    // reference.test.ts (q8 kernels differ between CPUs, so REFERENCE.json's own figures may not).
+    const transformers = await import('@huggingface/transformers');
+    transformers.env.allowRemoteModels = false;
+    transformers.env.localModelPath = `${MODEL_DIR}/`;
+    const pipe = (await transformers.pipeline('text-classification', LOCAL_MODEL, { dtype: 'q8' })) as unknown as (text: string) => Promise<Label[]>;
+    for (const text of referenceTexts(LOCAL_MODEL)) {
+      const res = await httpRequest(`${url}/`, { method: 'POST', body: text, headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+      assert.equal(res.status, 200, res.body);
+      const answer = JSON.parse(res.body) as Label[];
+      const [best] = await pipe(text);
+      assert.equal(answer.length, 1, JSON.stringify(answer));
+      assert.equal(answer[0].label, best.label, text);
+      assert.ok(Math.abs(answer[0].score - best.score) <= 1e-4, `"${text}": ${answer[0].score}, in-process ${best.score}`);
+    }
+
+    // What reached Docker: the stop period in seconds, the restart limit, the models read-only.
+    const stop = durationMs(resolved(compose.services.gateway.stop_grace_period ?? '')) / 1000;
+    assert.equal((await inspect(gateway)).Config.StopTimeout, stop);
+    const worker = await inspect(await local.container('worker'));
+    assert.deepEqual(worker.HostConfig.RestartPolicy, { Name: 'on-failure', MaximumRetryCount: retries });
+    const models = (worker.Mounts as Array<{ Type: string; Source: string; Destination: string; RW: boolean }>).find((m) => m.Destination === '/models');
+    assert.deepEqual([models?.Type, models?.Source, models?.RW], ['bind', MODEL_DIR, false]);
+  });
+
+  it('scales to two workers with `up -d --scale worker=2`', async () => {
+    assert.ok(local, 'needs the stack of the test before');
+    await local.compose(['up', '-d', '--scale', 'worker=2'], 300_000);
+    await waitFor('/ready to count two workers', async () => (await readyBody(url)).body.models[LOCAL_MODEL]?.workers === 2, 180_000, 250);
+    assert.equal((await local.containers('worker')).length, 2);
+  });
+
+  it('`down` under load answers every request the gateway accepted; the others were refused before it took them', async (t) => {
+    // What "accepted" means, precisely. The gateway logs every request its HTTP handler took, with
+    // its x-request-id and status, once the answer is sent or the client gone (request-log.ts); on
+    // SIGTERM it stops listening, and exits by itself when no connection is left, logging "stopped".
+    // A request it took and answered 503 overloaded/unavailable was refused at admission: nothing was
+    // queued, and it is safe to send again. A request it never took (its listener had closed, so the
+    // connection was refused, or reset by Docker's port proxy) was refused before acceptance as well.
+    // Every other request it took is accepted, and must be answered 200 with the whole answer.
+    assert.ok(local, 'needs the stack of the test before');
+    // Requests that keep the workers busy for a while, so that they wait in the gateway, not on the
+    // way: at any moment most of the clients' requests are in its hands.
+    const texts = Array.from({ length: 6 }, () => referenceTexts(LOCAL_MODEL)).flat();
+    const gatewayLog = followLogs(await local.container('gateway'), 300_000);
+    const workerLogs = (await local.containers('worker')).map((id) => followLogs(id, 300_000));
+
+    interface Outcome {
+      sent: number;
+      done: number;
+      status?: number;
+      id?: string;
+      body?: string;
+      error?: string;
+    }
+    const outcomes: Outcome[] = [];
+    let stop = false;
+    // A connection per request. A stopping gateway still takes the requests that come on keep-alive
+    // connections it has open (it closes each only when it finds it idle), so clients that reuse them
+    // without a pause can keep it busy until its grace runs out: a matter for the gateway, not Compose.
+    const agent = new http.Agent({ keepAlive: false });
+    const client = async () => {
+      while (!stop) {
+        const sent = Date.now();
+        try {
+          const res = await httpRequest(`${url}/`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify({ inputs: texts }),
+            agent,
+            timeoutMs: 60_000,
+          });
+          outcomes.push({ sent, done: Date.now(), status: res.status, id: String(res.headers['x-request-id']), body: res.body });
+        } catch (err) {
+          outcomes.push({ sent, done: Date.now(), error: (err as NodeJS.ErrnoException).code ?? String(err) });
+          // The gateway is no longer listening for this client.
+          return;
+        }
+      }
+    };
+    const loadStart = Date.now();
+    const clients = Array.from({ length: 8 }, client);
+    await waitFor('the load to run', async () => outcomes.filter((o) => o.status === 200).length >= 32, 120_000, 50);
+    // No --timeout: the stop_grace_period of each service applies, as for users.
+    await local.compose(['down', '--volumes', '--remove-orphans'], 300_000);
+    stop = true;
+    await Promise.all(clients);
+    agent.destroy();
+    const [gatewayText, ...workerTexts] = await Promise.all([gatewayLog, ...workerLogs]);
+
+    const lines = jsonLines(gatewayText);
+    const stopping = lines.find((l) => String(l.msg).startsWith('stopping'));
+    const stopped = lines.find((l) => l.msg === 'stopped');
+    assert.ok(stopping && stopped, `the gateway did not log a graceful stop (killed?):\n${gatewayText.slice(-2000)}`);
+    const graceMs = Number(resolved(env(compose.services.gateway).SHUTDOWN_GRACE_MS ?? ''));
+    assert.ok(stopped.time - stopping.time < graceMs, `the gateway's grace ran out (${stopped.time - stopping.time} ms): it did not answer everything`);
+
+    const took = lines.filter((l) => l.method === 'POST' && l.path === '/' && l.time >= loadStart);
+    for (const l of took) {
+      const ok = (l.status === 200 && !l.aborted) || (l.status === 503 && REFUSALS.has(l.error_type));
+      assert.ok(ok, `the gateway took a request and did not answer it: ${JSON.stringify(l)}`);
+    }
+    const answered = outcomes.filter((o) => o.status !== undefined);
+    const key = (id: unknown, status: unknown) => `${String(id)} ${String(status)}`;
+    assert.deepEqual(
+      answered.map((o) => key(o.id, o.status)).sort(),
+      took.map((l) => key(l.reqId, l.status)).sort(),
+      'the answers the clients got are not those the gateway logged',
+    );
+    for (const o of answered) {
+      const body = JSON.parse(o.body ?? '') as unknown;
+      if (o.status === 200) {
+        assert.ok(Array.isArray(body) && body.length === texts.length, `an incomplete answer: ${o.body}`);
+      } else {
+        assert.ok(REFUSALS.has((body as { error_type?: string }).error_type ?? ''), `${o.status}: ${o.body}`);
+      }
+    }
+    const refused = outcomes.filter((o) => o.error !== undefined);
+    for (const o of refused) assert.ok(o.done >= stopping.time, `a request failed (${o.error}) before the gateway began to stop`);
+
+    // The run did cover the stop: requests were being answered across SIGTERM, and later ones refused.
+    const across = took.filter((l) => l.status === 200 && l.time - l.duration_ms < stopping.time && l.time > stopping.time);
+    assert.ok(across.length > 0, 'no request was in flight when the gateway got SIGTERM');
+    assert.ok(refused.length > 0, 'no request came after the gateway stopped listening');
+    // Compose stopped the workers after the gateway (it depends on them), so they answered to the end.
+    for (const text of workerTexts) {
+      const signalled = jsonLines(text).find((l) => String(l.msg).startsWith('stopping'));
+      assert.ok(signalled && signalled.time >= stopped.time, `a worker was stopped before the gateway had finished:\n${text.slice(-1000)}`);
+    }
+    t.diagnostic(
+      `down under load: ${answered.length} answered (${across.length} across SIGTERM), ${refused.length} refused before acceptance; ` +
+        `the gateway drained in ${stopped.time - stopping.time} ms`,
+    );
+    assert.deepEqual(await local.leftovers(), []);
   });
 });

@@ -52,6 +52,21 @@ const sameOriginWrites: RequestHandler = (req, res, next) => {
   sendError(res, new ApiError('forbidden', "dashboard changes are accepted from the dashboard's own pages only"));
 };
 
+/** A `<link>` to another origin; bull-board's page has one, to a public font CDN. */
+const FOREIGN_LINK = /<link\b[^>]*\bhref="(?:[a-z][a-z0-9+.-]*:)?\/\/[^"]*"[^>]*>\s*/gi;
+
+/**
+ * Serves bull-board's page without its links to other origins: a private network cannot reach its
+ * font CDN (the page falls back to system fonts), and the CDN would learn who opens the dashboard.
+ * bull-board has no option for this: its uiConfig sets the title, logo, favicon and menu, not the <head>.
+ */
+const ownOriginOnly: RequestHandler = (req, res, next) => {
+  const render = res.render.bind(res);
+  res.render = (view: string, options?: object) =>
+    render(view, options ?? {}, (err: Error | null, html: string) => (err ? req.next?.(err) : res.send(html.replace(FOREIGN_LINK, ''))));
+  next();
+};
+
 /**
  * The bull-board queue dashboard at /admin/queues, one queue per model the workers announce;
  * models that lost their workers stay listed, since that is when their queue is worth a look.
@@ -101,6 +116,6 @@ export function dashboard(parts: DashboardParts): Express {
 
   const boardApp = serverAdapter.getRouter() as Express;
   boardApp.disable('x-powered-by');
-  app.use(authenticate(config), sameOriginWrites, showNewModels, boardApp);
+  app.use(authenticate(config), sameOriginWrites, showNewModels, ownOriginOnly, boardApp);
   return app;
 }
