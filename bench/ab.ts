@@ -70,7 +70,8 @@ try {
     const floor: number[] = [];
     for (let r = 0; r < rounds; r++) {
       floor.push((await measureSingles(inProcess, text, 200)).p50);
-      for (const side of r % 2 ? ['B', 'A'] : ['A', 'B']) {
+      const order: Side[] = r % 2 ? ['B', 'A'] : ['A', 'B'];
+      for (const side of order) {
         results[side].c1.push(await point(side, model, text, 1));
         results[side].c64.push(await point(side, model, text, 64));
       }
