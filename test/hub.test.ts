@@ -170,6 +170,8 @@ describe('models from the hub or a mirror', () => {
         `estimated_time ${refused.body.estimated_time} s, yet ${rest.toFixed(1)} s of download remain`,
       );
 
+      // Slower still, so that the download is surely under way when the worker is killed below.
+      mirror.bytesPerSecond = 100_000;
       const progress = await waitFor(
         'a progress line in the log',
         async () =>
@@ -181,6 +183,7 @@ describe('models from the hub or a mirror', () => {
         10_000,
       );
       assert.equal(progress.file, WEIGHTS);
+      assert.ok((progress.percent as number) < 100);
       assert.ok((progress.bytesPerSecond as number) > 0 && (progress.totalBytes as number) > 0 && (progress.bytes as number) > 0);
 
       // Killed halfway: what it leaves is an .incomplete file, never the weights file itself.
@@ -226,5 +229,25 @@ describe('models from the hub or a mirror', () => {
     );
     assert.equal(mirror.requests.length, asked, 'an offline worker asked the mirror');
     await stopWorker(cached, MODEL);
+  });
+
+  it('weights that do not match their etag are fetched again; a hub that cannot be reached leaves the cache to serve', async () => {
+    const cache = newCache();
+    mirror.corruptOnce.add(WEIGHTS);
+    const worker = hubWorker(MODEL, cache);
+    await system.waitForWorkers(MODEL);
+    assert.match(worker.output, /its sha256 [0-9a-f]{64} is not the [0-9a-f]{64} the server named/);
+    assert.equal(sha256(path.join(snapshot(cache, MODEL), WEIGHTS)), sha256(path.join(MODEL_DIR, MODEL, WEIGHTS)));
+    await stopWorker(worker, MODEL);
+
+    // Online, but nothing answers at HF_ENDPOINT: the cached revision is loaded, with a warning.
+    const fallback = hubWorker(MODEL, cache, { HF_ENDPOINT: `http://127.0.0.1:${await freePort()}` });
+    await system.waitForWorkers(MODEL);
+    assert.match(fallback.output, /cannot reach the hub; loading the model from the cache/);
+    assert.deepEqual(
+      (await answers(MODEL)).map((a) => [a.body, a.revision]),
+      local.map((a) => [a.body, HubMirror.COMMIT]),
+    );
+    await stopWorker(fallback, MODEL);
   });
 });

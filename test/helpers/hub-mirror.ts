@@ -35,6 +35,8 @@ export class HubMirror {
   bytesPerSecond?: number;
   /** Files (e.g. onnx/model_quantized.onnx) whose next download storage cuts off halfway, once each. */
   readonly cutOnce = new Set<string>();
+  /** Files whose next download storage sends with one byte changed (the length stays), once each. */
+  readonly corruptOnce = new Set<string>();
   private readonly hashes = new Map<string, { sha256: string; gitSha1: string }>();
   private hub?: http.Server;
   private storage?: http.Server;
@@ -133,7 +135,7 @@ export class HubMirror {
       return;
     }
     const file = m[2];
-    const bytes = fs.readFileSync(path.join(repo.dir, file));
+    let bytes = fs.readFileSync(path.join(repo.dir, file));
     const range = /^bytes=(\d+)-$/.exec(req.headers.range ?? '');
     const from = range ? Number(range[1]) : 0;
     const headers = { 'content-type': 'application/octet-stream', 'accept-ranges': 'bytes', etag: `"${this.hashesOf(path.join(repo.dir, file)).sha256}"` };
@@ -147,6 +149,10 @@ export class HubMirror {
       return;
     }
     const cutAt = this.cutOnce.delete(file) ? Math.floor(bytes.length / 2) : undefined;
+    if (this.corruptOnce.delete(file)) {
+      bytes = Buffer.from(bytes);
+      bytes[bytes.length >> 1] ^= 0xff;
+    }
     const chunk = 64 * 1024;
     for (let at = from; at < bytes.length; at += chunk) {
       if (res.destroyed) return;

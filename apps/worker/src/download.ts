@@ -171,7 +171,10 @@ class HubFetch {
         ...wanted.map((file, i) => [file, metas[i]!] as [string, FileMeta]),
         ...extras.filter((e): e is [string, FileMeta] => e[1] !== undefined),
       ];
-      if (queue.length === 0) return { dir, revision, sha256 };
+      if (queue.length === 0) {
+        if (sha256.size) progress.finish();
+        return { dir, revision, sha256 };
+      }
       progress.expect(queue.reduce((n, [, meta]) => n + (meta.size ?? 0), 0));
       this.logger.info(
         { endpoint: this.hub.endpoint, revision, files: queue.map(([file]) => file), bytes: progress.total, cache: this.hub.cacheDir },
@@ -181,7 +184,7 @@ class HubFetch {
       progress.finish();
       return { dir, revision, sha256 };
     } catch (err) {
-      throw err instanceof Unreachable ? this.failure(`lost ${this.hub.endpoint} (${err.message})`) : err;
+      throw err instanceof Unreachable ? this.failure(`lost the connection (${err.message})`) : err;
     } finally {
       progress.stop();
     }
@@ -241,7 +244,8 @@ class HubFetch {
   private async request(url: string, init: { method: 'HEAD' | 'GET'; from?: number; signal?: AbortSignal }, stopAtOtherOrigin: boolean): Promise<Response> {
     let current = new URL(url);
     for (let hop = 0; hop < 10; hop++) {
-      const headers: Record<string, string> = { 'user-agent': USER_AGENT };
+      // identity: sizes, ranges and etags are the file's own bytes, never a compressed copy's.
+      const headers: Record<string, string> = { 'user-agent': USER_AGENT, 'accept-encoding': 'identity' };
       if (this.hub.token && current.origin === this.origin) headers.authorization = `Bearer ${this.hub.token}`;
       if (init.from) headers.range = `bytes=${init.from}-`;
       let res: Response;
@@ -289,6 +293,13 @@ class HubFetch {
     const handle = await fsp.open(temp, 'w');
     let received = 0;
     let check = new Check(meta);
+    /** Drops what arrived so far: the next try fetches the file whole. */
+    const restart = async () => {
+      progress.add(-received);
+      received = 0;
+      check = new Check(meta);
+      await handle.truncate(0);
+    };
     progress.startFile(file);
     try {
       for (let attempt = 1; ; attempt++) {
@@ -296,6 +307,12 @@ class HubFetch {
         let timer = setTimeout(() => stall.abort(), STALL_MS);
         try {
           const res = await this.request(this.url(revision, file), { method: 'GET', from: received, signal: stall.signal }, false);
+          if (res.status === 416 && received > 0) {
+            // The range asked for is past what the server holds now: start the file over.
+            await res.body?.cancel();
+            await restart();
+            throw new Retryable('the server refused the range to resume from');
+          }
           if (res.status >= 400) {
             await res.body?.cancel();
             if (res.status >= 500 || res.status === 408 || res.status === 429) throw new Retryable(`${this.hub.endpoint} answered ${res.status}`);
@@ -303,10 +320,7 @@ class HubFetch {
           }
           if (received > 0 && res.status !== 206) {
             // The server ignored the Range: start the file over.
-            progress.add(-received);
-            received = 0;
-            check = new Check(meta);
-            await handle.truncate(0);
+            await restart();
           }
           if (!res.body) throw new Retryable('an empty answer');
           for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
@@ -320,11 +334,8 @@ class HubFetch {
           if (meta.size !== undefined && received !== meta.size) throw new Retryable(`the connection ended after ${received} of ${meta.size} bytes`);
           const mismatch = check.mismatch(received);
           if (mismatch) {
-            // Not what the server said it holds: fetch it whole once more, then give up.
-            progress.add(-received);
-            received = 0;
-            check = new Check(meta);
-            await handle.truncate(0);
+            // Not what the server said it holds: fetch it whole again, within the same tries.
+            await restart();
             throw new Retryable(mismatch);
           }
           await handle.datasync();
@@ -413,22 +424,23 @@ async function removeStaleTemps(dest: string): Promise<void> {
 
 /**
  * The hashes of a file as it arrives: its sha256 (what the worker announces), and the check its
- * etag allows: the hub's etag is the sha256 of an LFS file and the git blob sha1 of the others.
+ * etag allows. The hub's etag is the sha256 of an LFS file and the git blob sha1 of the others;
+ * some mirrors (Artifactory) give the plain sha1 of the content instead: either is accepted.
  */
 class Check {
   private readonly sha = crypto.createHash('sha256');
-  private readonly gitSha1?: crypto.Hash;
+  private readonly sha1s?: [crypto.Hash, crypto.Hash];
   private digest?: string;
 
   constructor(private readonly meta: FileMeta) {
     if (meta.etag && /^[0-9a-f]{40}$/.test(meta.etag) && meta.size !== undefined) {
-      this.gitSha1 = crypto.createHash('sha1').update(`blob ${meta.size}\0`);
+      this.sha1s = [crypto.createHash('sha1').update(`blob ${meta.size}\0`), crypto.createHash('sha1')];
     }
   }
 
   update(chunk: Uint8Array): void {
     this.sha.update(chunk);
-    this.gitSha1?.update(chunk);
+    for (const hash of this.sha1s ?? []) hash.update(chunk);
   }
 
   /** Why the bytes are not the file the server named, if they are not. */
@@ -436,8 +448,8 @@ class Check {
     this.digest = this.sha.digest('hex');
     const etag = this.meta.etag;
     if (etag && /^[0-9a-f]{64}$/.test(etag) && etag !== this.digest) return `its sha256 ${this.digest} is not the ${etag} the server named (${received} bytes)`;
-    const sha1 = this.gitSha1?.digest('hex');
-    if (sha1 !== undefined && sha1 !== etag) return `its git sha1 ${sha1} is not the ${etag} the server named (${received} bytes)`;
+    const sha1s = this.sha1s?.map((hash) => hash.digest('hex'));
+    if (sha1s && !sha1s.includes(etag!)) return `its sha1 ${sha1s[1]} (git blob ${sha1s[0]}) is not the ${etag} the server named (${received} bytes)`;
     return undefined;
   }
 
