@@ -64,10 +64,11 @@ RUN if [ "$GPU" = "true" ]; then \
     fi
 ENV NVIDIA_DRIVER_CAPABILITIES=compute,utility,graphics
 
-# transformers.js caches hub downloads inside its own package folder; the one writable path.
+# Workers download hub models into HF_HOME's cache (docs/models.md); the one writable path.
 # A named volume mounted here inherits this ownership on first use.
-RUN mkdir -p node_modules/@huggingface/transformers/.cache \
- && chown 1000:1000 node_modules/@huggingface/transformers/.cache
+ENV HF_HOME=/cache/huggingface
+RUN mkdir -p /cache/huggingface \
+ && chown 1000:1000 /cache/huggingface
 
 # The base image's `node` user, by number so that runtimes can check it is not root.
 USER 1000:1000

@@ -44,7 +44,8 @@ interface Service {
 /** The model a worker serves with no settings at all. */
 const HUB_DEFAULT_MODEL = 'Xenova/distilbert-base-uncased-finetuned-sst-2-english';
 /** Where the hub-cache volume is mounted in the worker. */
-const HUB_CACHE = '/app/node_modules/@huggingface/transformers/.cache';
+/** Where workers keep hub downloads in the image (HF_HOME; docs/models.md). */
+const HUB_CACHE = '/cache/huggingface';
 
 const services = Object.entries(compose.services ?? {});
 const built = services.filter(([, s]) => s.build !== undefined);
@@ -177,19 +178,17 @@ describe('docker-compose.yml', () => {
     assert.equal(worker.ports, undefined, 'worker publishes ports: --scale worker=N would clash');
   });
 
-  it("with no settings, the worker loads a hub model and keeps the download in a volume at transformers.js's cache", async () => {
+  it('with no settings, the worker loads a hub model and keeps the download in a volume at HF_HOME', () => {
     const e = env(compose.services.worker);
     assert.equal(resolved(e.MODEL), HUB_DEFAULT_MODEL);
     assert.equal(resolved(e.MODEL_DIR ?? ''), '', `worker MODEL_DIR defaults to ${e.MODEL_DIR}: not the hub`);
-    // The image's WORKDIR is /app and its node_modules are laid out as here (same lockfile).
-    const { env: transformers } = await import('@huggingface/transformers');
-    assert.equal(path.posix.join('/app', path.relative(ROOT, transformers.cacheDir ?? '')), HUB_CACHE, 'transformers.js caches elsewhere');
+    assert.equal(resolved(e.HF_HOME ?? ''), HUB_CACHE, 'the worker keeps its downloads elsewhere');
     const cache = (compose.services.worker.volumes ?? []).map(mount).find(([, target]) => target === HUB_CACHE);
     assert.ok(cache && Object.hasOwn(compose.volumes ?? {}, cache[0]), `no named volume at ${HUB_CACHE}`);
     // The runtime user (1000) can write there: a new named volume takes the mount point's owner.
     const runtime = dockerStages(path.join(ROOT, 'Dockerfile')).at(-1)!;
     assert.ok(
-      runtime.lines.some((l) => l.includes(`chown 1000:1000 ${path.posix.relative('/app', HUB_CACHE)}`)),
+      runtime.lines.some((l) => l.includes(`chown 1000:1000 ${HUB_CACHE}`)),
       `the Dockerfile does not give ${HUB_CACHE} to user 1000`,
     );
   });
@@ -536,17 +535,17 @@ describe('docker compose, for real', { skip: noDocker }, () => {
       return status === 503 && body.reasons.some((r) => r.startsWith(`model ${MISSING_MODEL} is not served: cannot load model`));
     });
 
-    // Downloads would go to the hub-cache volume: transformers.js's cache folder, writable by the worker's user.
+    // Downloads would go to the hub-cache volume at HF_HOME, writable by the worker's user.
     const mounts = final.Mounts as Array<{ Type: string; Name?: string; Destination: string; RW: boolean }>;
     const cache = mounts.find((m) => m.Destination === HUB_CACHE);
     assert.deepEqual([cache?.Type, cache?.Name, cache?.RW], ['volume', `${p.name}_hub-cache`, true]);
     const models = mounts.find((m) => m.Destination === '/models');
     assert.deepEqual([models?.Type, models?.RW], ['volume', false], 'without MODELS_HOST_DIR, /models is an empty volume, not a host folder');
-    const probe = `const { env } = await import('@huggingface/transformers');
-      const fs = await import('node:fs');
-      fs.writeFileSync(env.cacheDir + '/probe', 'x');
-      fs.rmSync(env.cacheDir + '/probe');
-      console.log(JSON.stringify({ cacheDir: env.cacheDir, uid: process.getuid() }));`;
+    const probe = `const fs = await import('node:fs');
+      const dir = process.env.HF_HOME;
+      fs.writeFileSync(dir + '/probe', 'x');
+      fs.rmSync(dir + '/probe');
+      console.log(JSON.stringify({ cacheDir: dir, uid: process.getuid() }));`;
     const out = await p.compose(['run', '--rm', '--no-deps', '-T', 'worker', 'node', '--input-type=module', '-e', probe], 120_000);
     const seen = JSON.parse(out.trim().split('\n').at(-1) ?? '') as { cacheDir: string; uid: number };
     assert.deepEqual([path.posix.resolve(seen.cacheDir), seen.uid], [HUB_CACHE, 1000]);

@@ -11,6 +11,8 @@ function readyModel(m: ModelStatus): ReadyModel {
         queue_depth: m.depth,
         held: m.held,
         devices: [...new Set(m.workers.map((w) => `${w.device}/${w.dtype}`))],
+        ...(m.weights?.revision ? { revision: m.weights.revision } : {}),
+        ...(m.weights?.sha256 ? { weights_sha256: m.weights.sha256 } : {}),
       };
     case 'lost':
       return { task: m.task, workers: 0 };
@@ -18,7 +20,22 @@ function readyModel(m: ModelStatus): ReadyModel {
     case 'mismatched':
       return { workers: 0, error: m.error };
     case 'loading':
-      return { workers: 0, loading: true, estimated_time: m.estimatedSeconds };
+      return {
+        workers: 0,
+        loading: true,
+        estimated_time: m.estimatedSeconds,
+        ...(m.download
+          ? {
+              download: {
+                file: m.download.file,
+                percent: m.download.percent,
+                bytes: m.download.bytes,
+                total_bytes: m.download.totalBytes,
+                bytes_per_second: m.download.bytesPerSecond,
+              },
+            }
+          : {}),
+      };
   }
 }
 
@@ -32,7 +49,10 @@ function notReadyReasons(snap: GatewaySnapshot, defaultModel?: string): string[]
     if (m.state === 'lost') reasons.push(`model ${m.id} has no live worker`);
     if (m.state === 'failed') reasons.push(`model ${m.id} is not served: ${m.error}`);
     if (m.state === 'mismatched') reasons.push(m.error!);
-    if (m.state === 'loading') reasons.push(`model ${m.id} is loading (about ${m.estimatedSeconds} s)`);
+    if (m.state === 'loading') {
+      const downloading = m.download ? `, downloading: ${m.download.percent}%` : '';
+      reasons.push(`model ${m.id} is loading (about ${m.estimatedSeconds} s${downloading})`);
+    }
   }
   if (defaultModel && !snap.models.some((m) => m.id === defaultModel)) reasons.push(`default model ${defaultModel} has no live worker`);
   return reasons;

@@ -14,7 +14,7 @@ import {
   type TaskParameters,
 } from '@tserve/contract';
 import type { GatewayConfig } from '@tserve/config';
-import type { ModelRegistry, ServedModel } from './model-registry.js';
+import type { ModelRegistry, ModelWeights, ServedModel } from './model-registry.js';
 import type { Admission } from './admission.js';
 import { SendFailed, type Transport } from './transport/index.js';
 
@@ -57,6 +57,8 @@ export interface InferenceResult {
   timing: RequestTiming;
   /** Tokens the model read, special tokens included. */
   tokens: number;
+  /** Which weights answered, as the model's workers announce them (where they agree). */
+  weights: ModelWeights;
 }
 
 /**
@@ -132,6 +134,7 @@ export class InferenceService {
         warnings,
         timing,
         tokens: tokens ?? 0,
+        weights: (this.registry.get(call.model) ?? served).weights,
       };
     } finally {
       leave();

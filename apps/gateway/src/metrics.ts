@@ -195,6 +195,16 @@ export function createMetrics({ snapshot, transport, bodies, unread }: MetricSou
     },
   });
   new Gauge({
+    name: 'tserve_model_download_ratio',
+    help: "Share (0 to 1) of a loading model's files downloaded by the worker likely ready first, while it downloads them",
+    labelNames: ['model'] as const,
+    registers,
+    collect() {
+      this.reset();
+      for (const model of snapshot().models) if (model.download) this.set({ model: model.id }, model.download.percent / 100);
+    },
+  });
+  new Gauge({
     name: 'tserve_live_workers',
     help: 'Workers announcing each model; 0 for a model that lost all its workers or that its worker could not load',
     labelNames: ['model'] as const,
@@ -213,6 +223,20 @@ export function createMetrics({ snapshot, transport, bodies, unread }: MetricSou
       this.reset();
       for (const model of snapshot().models) {
         for (const w of model.workers) this.inc({ model: model.id, device: w.device, dtype: w.dtype });
+      }
+    },
+  });
+  new Gauge({
+    name: 'tserve_model_weights',
+    help: 'Live workers by model, hub revision (commit; "local" for a MODEL_DIR folder) and sha256 of the weights file they loaded',
+    labelNames: ['model', 'revision', 'sha256'] as const,
+    registers,
+    collect() {
+      this.reset();
+      for (const model of snapshot().models) {
+        for (const w of model.workers) {
+          if (w.weightsSha256) this.inc({ model: model.id, revision: w.revision ?? 'local', sha256: w.weightsSha256 });
+        }
       }
     },
   });

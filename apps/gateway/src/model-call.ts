@@ -108,5 +108,8 @@ export async function runModelCall(service: InferenceService, req: Request, res:
   res.setHeader('x-batch-size', String(result.timing.batch_size));
   res.setHeader('x-total-time', (performance.now() - startedAt).toFixed(3));
   if (result.warnings.length) res.setHeader('x-warnings', JSON.stringify(result.warnings));
+  // Which weights answered; left out while the model's workers disagree (a rollout in progress).
+  if (result.weights.revision) res.setHeader('x-model-revision', result.weights.revision);
+  if (result.weights.sha256) res.setHeader('x-model-sha256', result.weights.sha256);
   return result;
 }

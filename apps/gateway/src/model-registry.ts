@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { PROTOCOL, type DefaultScoreFunction, type Task, type WorkerInfo } from '@tserve/contract';
+import { PROTOCOL, type DefaultScoreFunction, type ModelDownload, type Task, type WorkerInfo } from '@tserve/contract';
 import { listLiveWorkers, listLoadFailures, listLoadTimes, type LoadFailure } from '@tserve/queue';
 
 export interface ServedModel {
@@ -16,6 +16,14 @@ export interface ServedModel {
   /** Longest sequence the model accepts, in tokens. */
   maxLength: number;
   workers: WorkerInfo[];
+  /** The weights its workers loaded, where they all agree (a rollout may mix two for a while). */
+  weights: ModelWeights;
+}
+
+/** Which weights answer: the hub revision (a commit id where known) and the weights file's sha256. */
+export interface ModelWeights {
+  revision?: string;
+  sha256?: string;
 }
 
 /** Before any worker of a model has announced its batch size; the worker's own default. */
@@ -35,8 +43,13 @@ export interface MismatchedModel {
 /** A model whose workers are all still loading it. */
 export interface LoadingModel {
   id: string;
-  /** Seconds until the first of its workers is likely ready: its last measured load time, less the time spent so far. */
+  /**
+   * Seconds until the first of its workers is likely ready: the rest of its download at the rate
+   * measured, then its last measured load time, less the time spent loading so far.
+   */
   estimatedSeconds: number;
+  /** The download of the worker likely ready first, while it downloads the model's files. */
+  download?: ModelDownload;
 }
 
 /**
@@ -169,10 +182,12 @@ export class ModelRegistry {
         // Finishing what it holds, serving nothing new.
         if (w.state === 'draining') continue;
         if (w.state === 'loading' || !w.task) {
-          const known = loadTimes.get(w.model);
-          const left = known === undefined ? UNKNOWN_LOAD_SECONDS : Math.max(1, Math.ceil((known - (Date.now() - w.startedAt)) / 1000));
+          const left = secondsToReady(w, loadTimes.get(w.model));
           const entry = loading.get(w.model);
-          loading.set(w.model, { id: w.model, estimatedSeconds: Math.min(entry?.estimatedSeconds ?? Infinity, left) });
+          if (!entry || left < entry.estimatedSeconds) {
+            const download = w.download && w.download.doneAt === undefined ? w.download : undefined;
+            loading.set(w.model, { id: w.model, estimatedSeconds: left, ...(download ? { download } : {}) });
+          }
           continue;
         }
         const entry = byModel.get(w.model) ?? {
@@ -183,10 +198,12 @@ export class ModelRegistry {
           scoreFunction: w.scoreFunction,
           maxLength: w.maxTokens,
           workers: [],
+          weights: {},
         };
         entry.workers.push(w);
         byModel.set(w.model, entry);
       }
+      for (const m of byModel.values()) m.weights = agreedWeights(m.workers);
       for (const id of byModel.keys()) loading.delete(id);
       for (const m of byModel.values()) this.known.set(m.id, m.task);
       this.models = byModel;
@@ -210,6 +227,28 @@ export class ModelRegistry {
     this.reportedMismatches.add(worker.id);
     this.logger.warn({ worker: worker.id, model: worker.model, protocol: worker.protocol, ours: PROTOCOL }, mismatchOf(worker.model, [worker.protocol]).reason);
   }
+}
+
+/** A loading worker's seconds to ready: the rest of its download at its measured rate, then its load. */
+function secondsToReady(w: WorkerInfo, knownLoadMs: number | undefined): number {
+  const now = Date.now();
+  const d = w.download;
+  if (d && d.doneAt === undefined) {
+    const rest = Math.max(0, d.totalBytes - d.bytes);
+    const downloadSeconds = rest === 0 ? 0 : d.bytesPerSecond > 0 ? rest / d.bytesPerSecond : UNKNOWN_LOAD_SECONDS;
+    return Math.max(1, Math.ceil(downloadSeconds + (knownLoadMs ?? UNKNOWN_LOAD_SECONDS * 1000) / 1000));
+  }
+  if (knownLoadMs === undefined) return UNKNOWN_LOAD_SECONDS;
+  // Loading began when the download ended, if there was one.
+  return Math.max(1, Math.ceil((knownLoadMs - (now - (d?.doneAt ?? w.startedAt))) / 1000));
+}
+
+/** The revision and weights hash every worker announces; a field they differ on is left out. */
+function agreedWeights(workers: WorkerInfo[]): ModelWeights {
+  const one = (values: Array<string | undefined>) => (new Set(values).size === 1 ? values[0] : undefined);
+  const revision = one(workers.map((w) => w.revision));
+  const sha256 = one(workers.map((w) => w.weightsSha256));
+  return { ...(revision ? { revision } : {}), ...(sha256 ? { sha256 } : {}) };
 }
 
 function mismatchOf(model: string, protocols: number[]): MismatchedModel {

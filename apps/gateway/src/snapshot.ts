@@ -1,5 +1,5 @@
-import type { Task, WorkerInfo } from '@tserve/contract';
-import type { ModelRegistry } from './model-registry.js';
+import type { ModelDownload, Task, WorkerInfo } from '@tserve/contract';
+import type { ModelRegistry, ModelWeights } from './model-registry.js';
 import type { QueueDepth } from './overload.js';
 import type { BreakerState, RedisBreaker } from './breaker.js';
 
@@ -23,6 +23,10 @@ export interface ModelStatus {
   held: number;
   /** Loading: seconds until its first worker is likely ready. */
   estimatedSeconds?: number;
+  /** Loading: the download of that worker, while it downloads the model's files. */
+  download?: ModelDownload;
+  /** Served: which weights its workers loaded, where they agree. */
+  weights?: ModelWeights;
   /** Failed, or mismatched: why no worker serves it. */
   error?: string;
 }
@@ -45,7 +49,7 @@ export function createSnapshot(registry: ModelRegistry, depth: QueueDepth, break
     const holding = held();
     const served: ModelStatus[] = registry
       .served()
-      .map((m) => ({ id: m.id, state: 'served', task: m.task, workers: m.workers, depth: depth.of(m.id), held: holding.get(m.id) ?? 0 }));
+      .map((m) => ({ id: m.id, state: 'served', task: m.task, workers: m.workers, depth: depth.of(m.id), held: holding.get(m.id) ?? 0, weights: m.weights }));
     // A model that was served and then failed to load again is reported as failed: the more telling of the two.
     const failed: ModelStatus[] = registry
       .failed()
@@ -55,9 +59,16 @@ export function createSnapshot(registry: ModelRegistry, depth: QueueDepth, break
       .lost()
       .filter((id) => !failedIds.has(id))
       .map((id) => ({ id, state: 'lost', task: registry.taskOf(id), workers: [], depth: 0, held: 0 }));
-    const loading: ModelStatus[] = registry
-      .loadingAll()
-      .map((m) => ({ id: m.id, state: 'loading', task: registry.taskOf(m.id), workers: [], depth: 0, held: 0, estimatedSeconds: m.estimatedSeconds }));
+    const loading: ModelStatus[] = registry.loadingAll().map((m) => ({
+      id: m.id,
+      state: 'loading',
+      task: registry.taskOf(m.id),
+      workers: [],
+      depth: 0,
+      held: 0,
+      estimatedSeconds: m.estimatedSeconds,
+      download: m.download,
+    }));
     const mismatched: ModelStatus[] = registry
       .mismatchedAll()
       .map((m) => ({ id: m.id, state: 'mismatched', task: registry.taskOf(m.id), workers: [], depth: 0, held: 0, error: m.reason }));

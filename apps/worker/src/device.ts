@@ -20,6 +20,11 @@ const DTYPE_FILES: Record<Dtype, string> = {
   bnb4: 'model_bnb4.onnx',
 };
 
+/** The weights file transformers.js loads for a dtype, relative to the model's folder. */
+export function dtypeFile(dtype: Dtype): string {
+  return `onnx/${DTYPE_FILES[dtype]}`;
+}
+
 /** Integer-quantised weights: their kernels exist on the CPU only, so on a GPU each call copies back and forth. */
 const CPU_ONLY: Dtype[] = ['q8', 'int8', 'uint8', 'bnb4'];
 

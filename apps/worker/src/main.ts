@@ -1,11 +1,13 @@
 #!/usr/bin/env node
 import os from 'node:os';
-import { pino } from 'pino';
-import { ConfigError, formatHelp, loadWorkerConfig } from '@tserve/config';
+import path from 'node:path';
+import { pino, type Logger } from 'pino';
+import { ConfigError, formatHelp, loadWorkerConfig, type WorkerConfig } from '@tserve/config';
 import { defaultScoreFunction, PROTOCOL, type WorkerInfo } from '@tserve/contract';
 import { clearLoadFailure, createRedis, keys, queueNameFor, recordLoadTime, reportLoadFailure, whenReady } from '@tserve/queue';
-import { chooseRuntime, describeModel, ModelLoadError } from './model.js';
-import { isGpu } from './device.js';
+import { chooseRuntime, describeModel, hubFilePlan, localModelFolder, ModelLoadError } from './model.js';
+import { dtypeFile, isGpu } from './device.js';
+import { fetchModel, hubSettings, sha256File } from './download.js';
 import { ModelThread } from './model-thread.js';
 import { Engine } from './engine.js';
 import { headsFor } from './tasks/index.js';
@@ -65,20 +67,29 @@ async function main(): Promise<void> {
       logger.warn({ err: String(err), nice: config.WORKER_NICE }, "could not change the worker's priority; running at the default");
     }
   }
+  // A hub model is downloaded into the cache first (its progress rides on the heartbeat), then
+  // loaded from there like a MODEL_DIR model.
+  const source = await locateModel(config, info, logger).catch(reportFailure);
   // Config and tokenizer first: a model that is not there is reported by its path.
-  const loaded = await describeModel(config).catch(reportFailure);
+  const loaded = await describeModel(config, source.dir).catch(reportFailure);
   const runtime = await Promise.resolve()
-    .then(() => chooseRuntime(config))
+    .then(() => chooseRuntime(config, source.dir))
     .catch(reportFailure);
   for (const warning of runtime.warnings) logger.warn(warning);
   // The model thread loads exactly what was chosen here.
   const resolved = { ...config, DEVICE: runtime.device, DTYPE: runtime.dtype };
   Object.assign(info, { device: runtime.device, dtype: runtime.dtype } satisfies Partial<WorkerInfo>);
-  const thread = await ModelThread.start(resolved, loaded.task, (reason) => {
-    // Its jobs stay locked until the lock expires; then another worker's stalled check runs them.
-    logger.fatal({ reason }, 'model thread died; exiting');
-    process.exit(1);
-  }).catch(reportFailure);
+  const weights = dtypeFile(runtime.dtype);
+  // Which weights answer, named by their hash: computed once, while the model thread loads them.
+  const [thread, weightsSha256] = await Promise.all([
+    ModelThread.start(resolved, loaded.task, source.dir, (reason) => {
+      // Its jobs stay locked until the lock expires; then another worker's stalled check runs them.
+      logger.fatal({ reason }, 'model thread died; exiting');
+      process.exit(1);
+    }),
+    source.sha256.get(weights) ?? sha256File(path.join(source.dir, weights)),
+  ]).catch(reportFailure);
+  Object.assign(info, { weightsSha256 } satisfies Partial<WorkerInfo>);
   const engine = new Engine(loaded, thread);
   heartbeat.reportModelBusy(() => engine.busyMs);
   // The first call of a session allocates its buffers; pay that before taking any job.
@@ -92,9 +103,20 @@ async function main(): Promise<void> {
     const longest = { text: warmText, ids: [sample.ids[0], ...Array<number>(length - 1).fill(sample.ids[1])] };
     await engine.forward(Array.from({ length: rows }, () => longest)).catch(reportFailure);
   }
-  const loadMs = performance.now() - started;
+  // A download's time is not a load's: gateways estimate the rest of a download from its rate.
+  const loadMs = performance.now() - started - source.downloadMs;
   logger.info(
-    { task: loaded.task, dtype: runtime.dtype, device: runtime.device, batchMaxSize: config.BATCH_MAX_SIZE, loadMs: Math.round(loadMs) },
+    {
+      task: loaded.task,
+      dtype: runtime.dtype,
+      device: runtime.device,
+      batchMaxSize: config.BATCH_MAX_SIZE,
+      loadMs: Math.round(loadMs),
+      ...(source.downloadMs ? { downloadMs: Math.round(source.downloadMs) } : {}),
+      ...(source.revision ? { revision: source.revision } : {}),
+      weights,
+      sha256: weightsSha256,
+    },
     'model loaded',
   );
 
@@ -140,6 +162,7 @@ async function main(): Promise<void> {
           .map((i) => loaded.config.id2label![i])
       : undefined;
   const scoreFunction = loaded.tasks.includes('text-classification') ? defaultScoreFunction(loaded.config) : undefined;
+  delete info.download;
   Object.assign(info, {
     state: 'ready',
     task: loaded.task,
@@ -167,6 +190,28 @@ async function main(): Promise<void> {
   };
   process.on('SIGTERM', () => void shutdown('SIGTERM'));
   process.on('SIGINT', () => void shutdown('SIGINT'));
+}
+
+interface ModelSource {
+  /** The folder the model is loaded from. */
+  dir: string;
+  /** The hub revision (its commit, where the hub named one); none for MODEL_DIR. */
+  revision?: string;
+  /** sha256 of the files downloaded by this start. */
+  sha256: Map<string, string>;
+  /** Time spent getting the files from the hub (resolving and downloading). */
+  downloadMs: number;
+}
+
+/** MODEL_DIR's folder for the model, or its snapshot in the hub cache, downloaded as needed. */
+async function locateModel(config: WorkerConfig, info: WorkerInfo, logger: Logger): Promise<ModelSource> {
+  if (config.MODEL_DIR) return { dir: localModelFolder(config.MODEL_DIR, config.MODEL), sha256: new Map(), downloadMs: 0 };
+  const started = performance.now();
+  const hub = hubSettings(config);
+  logger.info({ endpoint: hub.endpoint, revision: hub.revision, cache: hub.cacheDir, offline: hub.offline }, 'getting the model from the hub');
+  const fetched = await fetchModel(config.MODEL, hub, hubFilePlan(config), (download) => (info.download = download), logger);
+  info.revision = fetched.revision;
+  return { dir: fetched.dir, revision: fetched.revision, sha256: fetched.sha256, downloadMs: performance.now() - started };
 }
 
 /** Best effort, bounded: the gateway then answers 503 with this reason instead of 404 for the model. */

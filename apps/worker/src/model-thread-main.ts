@@ -10,12 +10,12 @@ import type { Task } from '@tserve/contract';
 import { loadSession } from './model.js';
 import type { ForwardRequest, ThreadMessage } from './model-thread-protocol.js';
 
-const { config, task } = workerData as { config: WorkerConfig; task: Task };
+const { config, task, dir } = workerData as { config: WorkerConfig; task: Task; dir: string };
 const port = parentPort!;
 const send = (message: ThreadMessage, transfer: ArrayBuffer[] = []) => port.postMessage(message, transfer);
 
 try {
-  const model = await loadSession(config, task);
+  const model = await loadSession(config, task, dir);
   // The handler answers every failure itself ('failed'), so no rejection is left for the emitter to drop.
   // eslint-disable-next-line @typescript-eslint/no-misused-promises
   port.on('message', async (request: ForwardRequest) => {

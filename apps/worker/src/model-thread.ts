@@ -18,9 +18,9 @@ export class ModelThread {
 
   private constructor(private readonly thread: Worker) {}
 
-  /** Starts the thread and waits until its session is loaded. */
-  static async start(config: WorkerConfig, task: Task, onDeath: (reason: string) => void): Promise<ModelThread> {
-    const thread = new Worker(new URL('./model-thread-main.js', import.meta.url), { workerData: { config, task } });
+  /** Starts the thread and waits until its session is loaded from the model's folder `dir`. */
+  static async start(config: WorkerConfig, task: Task, dir: string, onDeath: (reason: string) => void): Promise<ModelThread> {
+    const thread = new Worker(new URL('./model-thread-main.js', import.meta.url), { workerData: { config, task, dir } });
     const handle = new ModelThread(thread);
     await new Promise<void>((resolve, reject) => {
       const onMessage = (message: ThreadMessage) => {

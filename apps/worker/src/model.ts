@@ -10,13 +10,25 @@ import {
   AutoModelForTokenClassification,
   AutoModelForQuestionAnswering,
   LogLevel,
+  ModelRegistry,
   type PreTrainedModel,
   type PreTrainedTokenizer,
 } from '@huggingface/transformers';
 import { TASKS, type Task } from '@tserve/contract';
 import type { WorkerConfig } from '@tserve/config';
 import { taskFromConfig, tasksServed } from './tasks/detect.js';
-import { checkDtypeFile, chooseDtype, DeviceChoiceError, isGpu, isNoAdapterError, noAdapterMessage, resolveDevice, type Device, type Dtype } from './device.js';
+import {
+  checkDtypeFile,
+  chooseDtype,
+  DeviceChoiceError,
+  dtypeFile,
+  isGpu,
+  isNoAdapterError,
+  noAdapterMessage,
+  resolveDevice,
+  type Device,
+  type Dtype,
+} from './device.js';
 
 /** What the worker's main thread knows of its model; the session itself lives in the model thread. */
 export interface LoadedModel {
@@ -68,29 +80,31 @@ const AUTO_CLASS: Record<Task, { from_pretrained: typeof AutoModel.from_pretrain
   'sentence-similarity': AutoModel,
 };
 
-function where(config: WorkerConfig): string {
-  return config.MODEL_DIR ? path.join(path.resolve(config.MODEL_DIR), config.MODEL) : `the Hugging Face hub (${config.MODEL})`;
+/** The folder of a MODEL_DIR model (a hub model's is its snapshot in the download cache). */
+export function localModelFolder(modelDir: string, model: string): string {
+  return path.join(path.resolve(modelDir), model);
 }
 
-/** Points transformers.js at MODEL_DIR (offline) or the hub; both threads call it before loading. */
-function configureLoading(config: WorkerConfig): void {
+/**
+ * Points transformers.js at local files only; both threads call it before loading. A hub model
+ * has been downloaded into a local folder by then (download.ts), so transformers.js never fetches.
+ */
+function configureLoading(): void {
   // The worker logs errors itself, once, without dumping input tensors.
   env.logLevel = LogLevel.NONE;
-  if (config.MODEL_DIR) {
-    env.allowRemoteModels = false;
-    env.allowLocalModels = true;
-    env.localModelPath = path.resolve(config.MODEL_DIR);
-  }
+  env.allowRemoteModels = false;
+  env.allowLocalModels = true;
+  env.useFSCache = false;
 }
 
-function loadError(config: WorkerConfig, err: unknown): ModelLoadError {
+function loadError(config: WorkerConfig, dir: string, err: unknown): ModelLoadError {
   if (err instanceof ModelLoadError) return err;
   const reason = err instanceof Error ? err.message : String(err);
   const device = resolveDevice(config.DEVICE);
   if (isGpu(device) && isNoAdapterError(reason)) {
     return new ModelLoadError(`cannot load model "${config.MODEL}": ${noAdapterMessage(device, reason.split('\n')[0].replace(/^.*?(Failed to get)/, '$1'))}`);
   }
-  return new ModelLoadError(`cannot load model "${config.MODEL}" (dtype ${config.DTYPE}, device ${config.DEVICE}) from ${where(config)}: ${reason}`);
+  return new ModelLoadError(`cannot load model "${config.MODEL}" (dtype ${config.DTYPE}, device ${config.DEVICE}) from ${dir}: ${reason}`);
 }
 
 /** The device and dtype a worker runs, decided before loading; warnings are for the start-up log. */
@@ -100,10 +114,11 @@ export interface Runtime {
   warnings: string[];
 }
 
-export function chooseRuntime(config: WorkerConfig): Runtime {
+/** `dir`: the model's folder; its onnx/ files decide what DTYPE=auto loads. */
+export function chooseRuntime(config: WorkerConfig, dir: string): Runtime {
   const device = resolveDevice(config.DEVICE);
-  const onnx = config.MODEL_DIR ? path.join(path.resolve(config.MODEL_DIR), config.MODEL, 'onnx') : undefined;
-  const available = onnx ? (fs.existsSync(onnx) ? fs.readdirSync(onnx) : []) : undefined;
+  const onnx = path.join(dir, 'onnx');
+  const available = fs.existsSync(onnx) ? fs.readdirSync(onnx) : [];
   try {
     const { dtype, warning } = chooseDtype(config.DTYPE, device, available, config.DTYPE_FORCE);
     checkDtypeFile(config.MODEL, dtype, available);
@@ -114,17 +129,56 @@ export function chooseRuntime(config: WorkerConfig): Runtime {
   }
 }
 
-/** Config, task and tokenizer: everything but the session, for the main thread. */
-export async function describeModel(config: WorkerConfig): Promise<LoadedModel> {
-  configureLoading(config);
-  if (config.MODEL_DIR) {
-    const dir = path.join(path.resolve(config.MODEL_DIR), config.MODEL);
-    if (!fs.existsSync(path.join(dir, 'config.json'))) {
-      throw new ModelLoadError(`cannot load model "${config.MODEL}": no config.json in ${dir}`);
+/** The files a model needs, decided from its config.json and what the server (or the cache) holds. */
+interface FilePlan {
+  required: string[];
+  /** Loaded when present (transformers.js reads them without failing when absent). */
+  optional: string[];
+}
+
+export type PlanFiles = (modelConfig: Record<string, unknown>, has: (file: string) => Promise<boolean>) => Promise<FilePlan>;
+
+/**
+ * The files a hub model needs for this worker's device and dtype, as transformers.js will read
+ * them: the weights file (and its external data) that `ModelRegistry.get_model_files` names, and
+ * the optional configs it may read. `has` says whether the server holds a file: DTYPE=auto on a
+ * GPU takes fp16 where the model has it.
+ */
+export function hubFilePlan(config: WorkerConfig): PlanFiles {
+  return async (modelConfig, has) => {
+    const device = resolveDevice(config.DEVICE);
+    const fp16 = dtypeFile('fp16');
+    const available = config.DTYPE === 'auto' && isGpu(device) ? ((await has(fp16)) ? [fp16] : [dtypeFile('fp32')]) : undefined;
+    let dtype: Dtype;
+    try {
+      dtype = chooseDtype(
+        config.DTYPE,
+        device,
+        available?.map((f) => path.basename(f)),
+        config.DTYPE_FORCE,
+      ).dtype;
+    } catch (err) {
+      if (err instanceof DeviceChoiceError) throw new ModelLoadError(`cannot load model "${config.MODEL}": ${err.message}`);
+      throw err;
     }
+    const files = await ModelRegistry.get_model_files(config.MODEL, {
+      config: modelConfig as never,
+      dtype,
+      device,
+    });
+    const weights = files.filter((f) => f.startsWith('onnx/'));
+    return { required: weights, optional: files.filter((f) => f !== 'config.json' && !weights.includes(f)) };
+  };
+}
+
+/** Config, task and tokenizer from the model's folder: everything but the session, for the main thread. */
+export async function describeModel(config: WorkerConfig, dir: string): Promise<LoadedModel> {
+  configureLoading();
+  if (!fs.existsSync(path.join(dir, 'config.json'))) {
+    throw new ModelLoadError(`cannot load model "${config.MODEL}": no config.json in ${dir}`);
   }
   try {
-    const modelConfig = (await AutoConfig.from_pretrained(config.MODEL)) as unknown as ModelConfig;
+    const modelConfig = (await AutoConfig.from_pretrained(dir)) as unknown as ModelConfig;
     const task = (config.TASK ?? taskFromConfig(modelConfig)) as Task | undefined;
     if (!task || !TASKS.includes(task)) {
       throw new ModelLoadError(
@@ -132,7 +186,7 @@ export async function describeModel(config: WorkerConfig): Promise<LoadedModel> 
           `; set TASK to one of ${TASKS.join(', ')}`,
       );
     }
-    const tokenizer = await AutoTokenizer.from_pretrained(config.MODEL);
+    const tokenizer = await AutoTokenizer.from_pretrained(dir);
     const positions = positionLimit(modelConfig);
     // Tokenizers without a stated limit report a huge number; 512 is the BERT family's table.
     const maxLength = Math.min(
@@ -149,7 +203,7 @@ export async function describeModel(config: WorkerConfig): Promise<LoadedModel> 
       positions,
     };
   } catch (err) {
-    throw loadError(config, err);
+    throw loadError(config, dir, err);
   }
 }
 
@@ -161,16 +215,16 @@ export function sessionOptions(config: Pick<WorkerConfig, 'INTRA_OP_THREADS' | '
   };
 }
 
-/** The ONNX Runtime session, for the model thread. */
-export async function loadSession(config: WorkerConfig, task: Task): Promise<PreTrainedModel> {
-  configureLoading(config);
+/** The ONNX Runtime session from the model's folder, for the model thread. */
+export async function loadSession(config: WorkerConfig, task: Task, dir: string): Promise<PreTrainedModel> {
+  configureLoading();
   try {
-    return await AUTO_CLASS[task].from_pretrained(config.MODEL, {
+    return await AUTO_CLASS[task].from_pretrained(dir, {
       dtype: config.DTYPE,
       device: config.DEVICE,
       session_options: sessionOptions(config),
     });
   } catch (err) {
-    throw loadError(config, err);
+    throw loadError(config, dir, err);
   }
 }

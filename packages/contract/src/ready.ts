@@ -17,6 +17,20 @@ export interface ReadyModel {
   /** Loading: seconds until its first worker is likely ready. */
   loading?: true;
   estimated_time?: number;
+  /** Loading: the download of its furthest-along worker, while one downloads the model's files. */
+  download?: ReadyDownload;
+  /** Served: the hub revision (commit id) and the sha256 of the weights file its workers loaded, where they agree. */
+  revision?: string;
+  weights_sha256?: string;
+}
+
+/** A model download in `GET /ready`. */
+interface ReadyDownload {
+  file: string;
+  percent: number;
+  bytes: number;
+  total_bytes: number;
+  bytes_per_second: number;
 }
 
 /** The body of `GET /ready` (200 when ready, 503 when not; `reasons` says what is missing). */

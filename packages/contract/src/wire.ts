@@ -211,6 +211,27 @@ export interface WorkerInfo {
   maxTokens: number;
   /** Milliseconds the model has spent in calls since the worker started: its rate is the share of time the model computed. */
   modelBusyMs?: number;
+  /** The model's files this start downloads from the hub or a mirror (`state` stays `loading`); absent when none were needed. */
+  download?: ModelDownload;
+  /** The hub revision loaded: the commit id where the hub named one, else the revision asked for; absent for a local folder. */
+  revision?: string;
+  /** sha256 (hex) of the ONNX weights file loaded, computed once at load. */
+  weightsSha256?: string;
+}
+
+/** A worker's download of its model's files, announced in its heartbeat while it loads. */
+export interface ModelDownload {
+  /** The file on its way now (the last one, once done). */
+  file: string;
+  /** Bytes received so far, over all the files this start downloads. */
+  bytes: number;
+  /** Bytes to download in all; 0 when the server does not say. */
+  totalBytes: number;
+  percent: number;
+  /** The rate measured over the last few seconds. */
+  bytesPerSecond: number;
+  /** Epoch ms when the last file was complete; absent while downloading. */
+  doneAt?: number;
 }
 
 /**

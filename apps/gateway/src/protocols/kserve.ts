@@ -150,7 +150,11 @@ export function kserveRoutes(router: IRouter, { config, service, registry, snaps
       platform: 'onnxruntime_onnx',
       inputs: [{ name: 'text', datatype: 'BYTES', shape: [-1] }],
       outputs: kind ? outputsOf(m).map((output) => ({ name: output, datatype: 'FP32', shape: [-1, width] })) : [],
-      ...(kind === 'classifier' ? { parameters: { labels: m.labels ?? [] } } : {}),
+      parameters: {
+        ...(kind === 'classifier' ? { labels: m.labels ?? [] } : {}),
+        ...(m.weights.revision ? { revision: m.weights.revision } : {}),
+        ...(m.weights.sha256 ? { weights_sha256: m.weights.sha256 } : {}),
+      },
     });
   });
 

@@ -258,7 +258,9 @@ export function teiRoutes(router: IRouter, { config, service, registry, admissio
     const smallest = (values: Array<number | undefined>) => Math.min(...values.filter((v): v is number => v !== undefined));
     res.json({
       model_id: m.id,
-      model_sha: null,
+      // TEI's model_sha is the hub revision (commit) served; null for a local folder, or while workers disagree.
+      model_sha: m.weights.revision ?? null,
+      model_weights_sha256: m.weights.sha256 ?? null,
       served_model_name: m.id,
       model_dtype: [...new Set(m.workers.map((w) => w.dtype))].join(','),
       model_type: modelType(m),
