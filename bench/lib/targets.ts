@@ -26,7 +26,7 @@ const RSS_GROWTH = 1.2;
  * the top concurrency. A lone request is a BullMQ job of its own: BullMQ's scripts to add, fetch and
  * complete it, and its share of the removal of old completed jobs (bench/HISTORY.md, issue 43).
  */
-const REDIS_COMMANDS_ALONE = 70;
+const REDIS_COMMANDS_ALONE = 90;
 const REDIS_COMMANDS_LOADED = 5;
 const REDIS_USEC_LOADED = 25;
 
