@@ -4,7 +4,7 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { TestSystem, sleep, uniquePrefix, waitFor } from './helpers/system.ts';
+import { processMemory, TestSystem, sleep, uniquePrefix, waitFor } from './helpers/system.ts';
 import { CLASSIFIER as MODEL } from './helpers/replicas.ts';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
@@ -177,6 +177,22 @@ describe('metrics, timing headers and request logs', () => {
     const busy = await busySeconds();
     const alive = (performance.now() - workerStartedAt) / 1000;
     assert.ok(busy < alive, `busy ${busy} s within the ${alive} s the worker has run`);
+  });
+
+  it("reports each worker's resident memory, its peak, and the largest call it ran, from its heartbeats", async () => {
+    const labels = { model: MODEL, worker: (await scrape()).find((s) => s.name === 'tserve_model_busy_seconds_total')!.labels.worker };
+    // The sixteen inputs of the test above ran as one call of 16 rows.
+    const samples = await waitFor('the largest call in a heartbeat', async () => {
+      const now = await scrape();
+      return value(now, 'tserve_worker_largest_call_tokens', labels) >= 16 && now;
+    });
+    const rss = value(samples, 'tserve_worker_resident_memory_bytes', labels);
+    const peak = value(samples, 'tserve_worker_peak_resident_memory_bytes', labels);
+    const actual = processMemory(worker.pid)!;
+    // A live process of a few hundred MiB; the gauge is as of the last beat, so within a margin of now.
+    assert.ok(rss > 100 * 2 ** 20 && Math.abs(rss / 2 ** 20 - actual.rss) < 64, `RSS ${rss} bytes against ${actual.rss} MiB`);
+    assert.ok(peak >= rss && peak <= actual.peak * 2 ** 20, `peak ${peak} bytes, RSS ${rss}, VmHWM ${actual.peak} MiB`);
+    assert.ok(!samples.some((s) => s.name === 'tserve_worker_memory_budget_bytes'), 'no budget series without WORKER_MEMORY_MB');
   });
 
   it('shows waiting jobs as queue depth while the worker is paused', async () => {

@@ -4,6 +4,7 @@
  * Importing it starts nothing.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
 import { once } from 'node:events';
 import net from 'node:net';
 import path from 'node:path';
@@ -44,6 +45,34 @@ export function metricValue(text: string, name: string, labels: Record<string, s
     if (wanted.every((w) => line.includes(w))) return Number(line.slice(line.lastIndexOf(' ') + 1));
   }
   return 0;
+}
+
+/**
+ * A process's resident memory in MiB from /proc/<pid>/status: `rss` now (VmRSS) and `peak`, the
+ * most it has held since it started or since `resetPeakMemory` (VmHWM, which the kernel keeps:
+ * no sampling can miss a peak between two reads). Undefined where the process is gone.
+ */
+export function processMemory(pid: number | undefined): { rss: number; peak: number } | undefined {
+  if (!pid) return undefined;
+  try {
+    const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
+    const mib = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+)\\s+kB`, 'm').exec(status)?.[1] ?? NaN) / 1024;
+    const [rss, peak] = [mib('VmRSS'), mib('VmHWM')];
+    return Number.isFinite(rss) && Number.isFinite(peak) ? { rss, peak } : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Starts a process's peak (VmHWM) over from what it holds now (Linux's clear_refs 5); false where that is not allowed. */
+export function resetPeakMemory(pid: number | undefined): boolean {
+  if (!pid) return false;
+  try {
+    fs.writeFileSync(`/proc/${pid}/clear_refs`, '5');
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /** Polls `probe` until it gives a truthy value; a probe that throws counts as "not yet". */

@@ -11,7 +11,7 @@ import { queueNameFor } from '@tserve/queue';
 import type { ReadyBody } from '@tserve/contract';
 import { cleanPrefix, freePort, MODEL_DIR, readMetric, startNode, waitFor, type Env, type Proc } from './processes.ts';
 
-export { cleanPrefix, freePort, metricValue, MODEL_DIR, PrivateRedis, Proc, redisAnswers, ROOT, sleep, waitFor } from './processes.ts';
+export { cleanPrefix, freePort, metricValue, MODEL_DIR, PrivateRedis, processMemory, Proc, redisAnswers, ROOT, sleep, waitFor } from './processes.ts';
 
 /** The tests' Redis: what test/setup.ts found or started, else the local default. */
 export const REDIS_URL = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';

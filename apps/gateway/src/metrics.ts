@@ -1,6 +1,6 @@
 import type { Request, RequestHandler, Response } from 'express';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { RequestTiming } from '@tserve/contract';
+import type { RequestTiming, WorkerInfo } from '@tserve/contract';
 import type { InferenceObserver } from './inference.js';
 import type { ApiKey } from './api-keys.js';
 import type { QuotaReason } from './quotas.js';
@@ -252,6 +252,35 @@ export function createMetrics({ snapshot, transport, bodies, unread }: MetricSou
       }
     },
   });
+  // Each worker's memory, from its heartbeat: what to set its container's limit against (docs/memory.md).
+  const workerGauge = (name: string, help: string, read: (w: WorkerInfo) => number | undefined) =>
+    new Gauge({
+      name,
+      help,
+      labelNames: ['model', 'worker'] as const,
+      registers,
+      collect() {
+        this.reset();
+        for (const model of snapshot().models) {
+          for (const w of model.workers) {
+            const v = read(w);
+            if (v !== undefined) this.set({ model: model.id, worker: w.id }, v);
+          }
+        }
+      },
+    });
+  workerGauge('tserve_worker_resident_memory_bytes', "Each live worker process's resident memory (RSS), as of its last heartbeat", (w) => w.rssBytes);
+  workerGauge(
+    'tserve_worker_peak_resident_memory_bytes',
+    'The most resident memory each live worker process has held since it started (VmHWM), as of its last heartbeat',
+    (w) => w.peakRssBytes,
+  );
+  workerGauge('tserve_worker_memory_budget_bytes', "Each live worker's WORKER_MEMORY_MB, in bytes, where set", (w) => w.memoryBudgetBytes);
+  workerGauge(
+    'tserve_worker_largest_call_tokens',
+    'Padded tokens (rows x longest) of the largest model call each live worker has run since it started: its tensors, and its memory, grew with it',
+    (w) => w.largestCallTokens,
+  );
   new Gauge({
     name: 'tserve_breaker_state',
     help: 'Circuit breaker state: 1 for the current state, 0 for the others',

@@ -46,6 +46,8 @@ interface InnerTokenizer {
 export class Engine {
   /** Milliseconds spent in model calls (`forward`), warm-up included. */
   busyMs = 0;
+  /** Padded tokens (rows × longest) of the largest model call so far: what its tensors grew with. */
+  largestCallTokens = 0;
   private readonly padId: number;
   private readonly inner: InnerTokenizer;
   /** Special tokens the template adds around one text, and around a pair. */
@@ -174,6 +176,7 @@ export class Engine {
         if (e.typeIds) types[r * width + i] = BigInt(e.typeIds[i]);
       }
     });
+    this.largestCallTokens = Math.max(this.largestCallTokens, rows * width);
     const started = performance.now();
     try {
       return await this.thread.forward(rows, width, inputIds, attention, types);

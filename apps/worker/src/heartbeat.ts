@@ -11,7 +11,7 @@ export class Heartbeat {
   private timer?: NodeJS.Timeout;
   private failing = false;
   private peerCount = 0;
-  private modelBusyMs?: () => number;
+  private usage?: () => Partial<WorkerInfo>;
 
   constructor(
     private readonly redis: Redis,
@@ -43,9 +43,9 @@ export class Heartbeat {
     await Promise.race([withdrawWorker(this.redis, this.prefix, this.info).catch(() => {}), new Promise((r) => setTimeout(r, timeoutMs).unref())]);
   }
 
-  /** From now on each beat also carries the model's busy time (`WorkerInfo.modelBusyMs`). */
-  reportModelBusy(busyMs: () => number): void {
-    this.modelBusyMs = busyMs;
+  /** From now on each beat also carries what `read` measures then: the model's busy time, the process's memory. */
+  reportUsage(read: () => Partial<WorkerInfo>): void {
+    this.usage = read;
   }
 
   /** Other ready workers serving this worker's model, at the last beat. */
@@ -55,7 +55,7 @@ export class Heartbeat {
 
   /** Announces at once (after the announcement changed, e.g. loading → ready). */
   async beat(): Promise<void> {
-    if (this.modelBusyMs) this.info.modelBusyMs = Math.round(this.modelBusyMs() * 1000) / 1000;
+    if (this.usage) Object.assign(this.info, this.usage());
     try {
       const ready = await announceWorker(this.redis, this.prefix, this.info, this.ttlMs);
       this.peerCount = Math.max(0, ready - (this.info.state === 'ready' ? 1 : 0));

@@ -6,6 +6,7 @@ import { ConfigError, formatHelp, loadWorkerConfig, type WorkerConfig } from '@t
 import { defaultScoreFunction, PROTOCOL, type WorkerInfo } from '@tserve/contract';
 import { clearLoadFailure, createRedis, keys, queueNameFor, recordLoadTime, reportLoadFailure, whenReady } from '@tserve/queue';
 import { chooseRuntime, describeModel, hubFilePlan, localModelFolder, ModelLoadError } from './model.js';
+import { residentMemory } from './memory.js';
 import { dtypeFile, isGpu } from './device.js';
 import { fetchModel, hubSettings, sha256File } from './download.js';
 import { ModelThread } from './model-thread.js';
@@ -91,7 +92,11 @@ async function main(): Promise<void> {
   ]).catch(reportFailure);
   Object.assign(info, { weightsSha256 } satisfies Partial<WorkerInfo>);
   const engine = new Engine(loaded, thread);
-  heartbeat.reportModelBusy(() => engine.busyMs);
+  heartbeat.reportUsage(() => ({
+    modelBusyMs: Math.round(engine.busyMs * 1000) / 1000,
+    largestCallTokens: engine.largestCallTokens,
+    ...residentMemory(),
+  }));
   // The first call of a session allocates its buffers; pay that before taking any job.
   const warmText = loaded.tokenizer.mask_token ? `warm ${loaded.tokenizer.mask_token} up` : 'warm up';
   await engine.forward([engine.encode(warmText, true)]).catch(reportFailure);

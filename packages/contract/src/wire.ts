@@ -217,6 +217,14 @@ export interface WorkerInfo {
   revision?: string;
   /** sha256 (hex) of the ONNX weights file loaded, computed once at load. */
   weightsSha256?: string;
+  /** The worker process's resident memory at its last beat, in bytes. */
+  rssBytes?: number;
+  /** The most resident memory the worker process has held since it started, in bytes (Linux: VmHWM). */
+  peakRssBytes?: number;
+  /** WORKER_MEMORY_MB in bytes, where set: what the peak is kept under. */
+  memoryBudgetBytes?: number;
+  /** Padded tokens (rows × longest) of the largest model call the worker has run. */
+  largestCallTokens?: number;
 }
 
 /** A worker's download of its model's files, announced in its heartbeat while it loads. */
