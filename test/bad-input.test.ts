@@ -5,7 +5,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { gzipSync } from 'node:zlib';
-import { TestSystem, uniquePrefix } from './helpers/system.ts';
+import { TestSystem, uniquePrefix, waitFor } from './helpers/system.ts';
 import { textOfTokens } from './helpers/queue-client.ts';
 import { CLASSIFIER, EMBEDDER, FILL_MASK } from './helpers/replicas.ts';
 
@@ -130,5 +130,47 @@ describe('bad input', () => {
     assert.equal(ok.status, 200);
     const mask = await system.infer(FILL_MASK, 'still [MASK] here');
     assert.equal(mask.status, 200);
+  });
+});
+
+/**
+ * Issue 50: an input whose model call would not fit the worker's memory budget even alone is refused
+ * 413 before any call runs, and a budget that cannot hold the model at rest stops the worker at
+ * start-up with the reason, which the gateway reports, instead of the kernel killing it mid-batch.
+ */
+describe('a worker with a small memory budget', () => {
+  const system = new TestSystem(uniquePrefix('memory-budget'));
+  after(() => system.stop());
+
+  it('refuses 413 an input too long for its budget, and answers the rest', async () => {
+    await system.startGateway();
+    // MiniLM holds about 230 MiB at rest: 330 leaves room for calls of a few hundred tokens, not 512.
+    system.startWorker({ model: EMBEDDER, env: { WORKER_MEMORY_MB: 330 } });
+    await system.waitForWorkers(EMBEDDER);
+    const refused = await system.infer(EMBEDDER, ['a short one', textOfTokens(600, 'word')]);
+    assert.equal(refused.status, 413, JSON.stringify(refused.body));
+    assert.deepEqual(Object.keys(refused.body).sort(), ['error', 'error_type']);
+    assert.equal(refused.body.error_type, 'payload_too_large');
+    assert.match(
+      refused.body.error,
+      /^inputs\[1\]: input is 512 tokens long, but this worker's memory budget \(WORKER_MEMORY_MB\) holds model calls of at most \d+ tokens per input/,
+    );
+    const ok = await system.infer(EMBEDDER, ['a short one', textOfTokens(100, 'word')]);
+    assert.equal(ok.status, 200, JSON.stringify(ok.body));
+    assert.equal(await system.metric('tserve_worker_memory_budget_bytes', { model: EMBEDDER }), 330 * 2 ** 20);
+  });
+
+  it('a budget the model fills at rest: the worker exits saying so, and the gateway answers 503 with the reason', async () => {
+    const worker = system.startWorker({ model: CLASSIFIER, env: { WORKER_MEMORY_MB: 200 } });
+    assert.notEqual(await worker.exited, 0);
+    assert.match(worker.output, /WORKER_MEMORY_MB=200 leaves no room for a model call: the worker holds about \d+ MiB at rest.*give it at least \d+/);
+    await waitFor(
+      'the reason at the gateway',
+      async () => {
+        const r = await system.infer(CLASSIFIER, 'hello');
+        return r.status === 503 && /WORKER_MEMORY_MB=200 leaves no room/.test(r.body.error);
+      },
+      10_000,
+    );
   });
 });

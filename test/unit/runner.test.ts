@@ -11,7 +11,9 @@ import type { TaskHead } from '../../apps/worker/src/tasks/index.ts';
  * holding the word "poison", and a clock that advances by 10 ms per model call. The default head
  * answers a sequence with its text and row.
  */
-function harness(options: { abandoned?: string[]; head?: TaskHead; maxSize?: number; onEncode?: (text: string) => void; maxAnswerValues?: number } = {}) {
+function harness(
+  options: { abandoned?: string[]; head?: TaskHead; maxSize?: number; onEncode?: (text: string) => void; maxAnswerValues?: number; longest?: number } = {},
+) {
   let now = 1_000_000;
   const calls: string[][] = [];
   const engine = {
@@ -32,7 +34,7 @@ function harness(options: { abandoned?: string[]; head?: TaskHead; maxSize?: num
   const runner = new BatchRunner(
     engine,
     () => head,
-    { maxSize: options.maxSize ?? 4, maxPaddedTokens: 1000 },
+    { maxSize: options.maxSize ?? 4, maxPaddedTokens: 1000, longest: options.longest },
     {
       record: (request, outcome) => {
         assert.ok(!finished.has(request.id), `${request.id} finished twice`);
@@ -123,6 +125,23 @@ describe('BatchRunner', () => {
     assert.match(refused('mixed') ?? '', /^inputs\[1\]: input is 600 tokens long/);
     assert.ok(finished.get('a')!.ok && finished.get('b')!.ok);
     assert.deepEqual(calls, [['x1', 'x4']], "one call, without the refused requests' inputs");
+  });
+
+  it('refuses unrun, 413, an input whose call would not fit the memory budget even alone; the rest of the batch runs', async () => {
+    const { runner, finished, calls, request } = harness({ maxSize: 8, longest: 100 });
+    const long = Array(101).fill('w').join(' ');
+    await runner.run([request('a', ['x1']), request('long', [long]), request('mixed', ['x2', long]), request('fits', [Array(100).fill('w').join(' ')])]);
+    const refused = (id: string) => {
+      const outcome = finished.get(id)!;
+      return !outcome.ok && outcome.error.error_type === 'payload_too_large' ? outcome.error.error : undefined;
+    };
+    assert.equal(
+      refused('long'),
+      "input is 101 tokens long, but this worker's memory budget (WORKER_MEMORY_MB) holds model calls of at most 100 tokens per input; send a shorter input",
+    );
+    assert.match(refused('mixed') ?? '', /^inputs\[1\]: input is 101 tokens long/);
+    assert.ok(finished.get('a')!.ok && finished.get('fits')!.ok);
+    assert.deepEqual(calls.flat().length, 2, "the refused requests' inputs never ran");
   });
 
   it('drops expired and abandoned requests unrun, and re-checks deadlines between calls', async () => {

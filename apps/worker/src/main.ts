@@ -5,8 +5,8 @@ import { pino, type Logger } from 'pino';
 import { ConfigError, formatHelp, loadWorkerConfig, type WorkerConfig } from '@tserve/config';
 import { defaultScoreFunction, PROTOCOL, type WorkerInfo } from '@tserve/contract';
 import { clearLoadFailure, createRedis, keys, queueNameFor, recordLoadTime, reportLoadFailure, whenReady } from '@tserve/queue';
-import { chooseRuntime, describeModel, hubFilePlan, localModelFolder, ModelLoadError } from './model.js';
-import { residentMemory } from './memory.js';
+import { chooseRuntime, describeModel, hubFilePlan, localModelFolder, ModelLoadError, type LoadedModel, type Runtime } from './model.js';
+import { limitsWithin, MemoryBudgetError, modelShape, residentMemory, restingBytes, type BudgetInput } from './memory.js';
 import { dtypeFile, isGpu } from './device.js';
 import { fetchModel, hubSettings, sha256File } from './download.js';
 import { ModelThread } from './model-thread.js';
@@ -77,6 +77,9 @@ async function main(): Promise<void> {
     .then(() => chooseRuntime(config, source.dir))
     .catch(reportFailure);
   for (const warning of runtime.warnings) logger.warn(warning);
+  const budget = await Promise.resolve()
+    .then(() => memoryBudget(config, loaded, runtime, logger))
+    .catch(reportFailure);
   // The model thread loads exactly what was chosen here.
   const resolved = { ...config, DEVICE: runtime.device, DTYPE: runtime.dtype };
   Object.assign(info, { device: runtime.device, dtype: runtime.dtype } satisfies Partial<WorkerInfo>);
@@ -100,6 +103,31 @@ async function main(): Promise<void> {
   // The first call of a session allocates its buffers; pay that before taking any job.
   const warmText = loaded.tokenizer.mask_token ? `warm ${loaded.tokenizer.mask_token} up` : 'warm up';
   await engine.forward([engine.encode(warmText, true)]).catch(reportFailure);
+  // What the worker holds at rest is measured now, with the session's weights and its first call's
+  // buffers in, and taken where it is more than the estimate.
+  const limits =
+    budget &&
+    (await Promise.resolve()
+      .then(() => boundedCalls(config.MODEL, { ...budget, restingBytes: Math.max(budget.restingBytes, residentMemory().rssBytes) }))
+      .catch(reportFailure));
+  if (budget && limits) {
+    logger.info(
+      {
+        budgetMiB: config.WORKER_MEMORY_MB,
+        callBudgetMiB: Math.round(limits.callBudgetBytes / 2 ** 20),
+        batchMaxSize: limits.maxSize,
+        batchMaxTokens: limits.maxPaddedTokens,
+        longestInput: limits.longest,
+      },
+      'model calls bounded by the memory budget',
+    );
+    Object.assign(info, {
+      batchMaxSize: limits.maxSize,
+      batchMaxTokens: limits.maxPaddedTokens,
+      memoryBudgetBytes: budget.budgetBytes,
+    } satisfies Partial<WorkerInfo>);
+  }
+  const batchLimits = limits ?? { maxSize: config.BATCH_MAX_SIZE, maxPaddedTokens: config.BATCH_MAX_TOKENS };
   if (isGpu(runtime.device)) {
     // A GPU compiles its kernels for each new shape: the largest batch is paid here, not by the first users.
     const rows = config.BATCH_MAX_SIZE;
@@ -135,20 +163,12 @@ async function main(): Promise<void> {
   );
   const cancelled = new Cancellations();
   const settling = new Settling(publisher, cancelled, { prefix: config.QUEUE_PREFIX, model: config.MODEL, token: workerId }, logger);
-  const runner = new BatchRunner(
-    engine,
-    headsFor(loaded),
-    { maxSize: config.BATCH_MAX_SIZE, maxPaddedTokens: config.BATCH_MAX_TOKENS },
-    settling,
-    (id) => cancelled.has(id),
-    Date.now,
-    config.MAX_ANSWER_VALUES,
-  );
+  const runner = new BatchRunner(engine, headsFor(loaded), batchLimits, settling, (id) => cancelled.has(id), Date.now, config.MAX_ANSWER_VALUES);
   const consumer = new Consumer(
     intake,
     runner,
     settling,
-    { limits: { maxSize: config.BATCH_MAX_SIZE, maxWaitMs: config.BATCH_MAX_WAIT_MS }, hasPeers: () => heartbeat.peers > 0 },
+    { limits: { maxSize: batchLimits.maxSize, maxWaitMs: config.BATCH_MAX_WAIT_MS }, hasPeers: () => heartbeat.peers > 0 },
     logger,
   );
   cancellationChannel.on('message', (_channel: string, message: string) => {
@@ -217,6 +237,45 @@ async function locateModel(config: WorkerConfig, info: WorkerInfo, logger: Logge
   const fetched = await fetchModel(config.MODEL, hub, hubFilePlan(config), (download) => (info.download = download), logger);
   info.revision = fetched.revision;
   return { dir: fetched.dir, revision: fetched.revision, sha256: fetched.sha256, downloadMs: performance.now() - started };
+}
+
+/**
+ * WORKER_MEMORY_MB, checked against the model before it loads: a budget that cannot hold the model
+ * at rest fails now, with the reason, rather than after the load or in the kernel's OOM killer. A GPU
+ * holds the call's tensors in its own memory, so there the budget bounds nothing.
+ */
+function memoryBudget(config: WorkerConfig, loaded: LoadedModel, runtime: Runtime, logger: Logger): BudgetInput | undefined {
+  if (config.WORKER_MEMORY_MB === undefined) return undefined;
+  if (isGpu(runtime.device)) {
+    logger.warn({ device: runtime.device }, 'WORKER_MEMORY_MB bounds the model calls of CPU workers only; ignored on a GPU');
+    return undefined;
+  }
+  const shape = modelShape(loaded.config);
+  if (!shape) {
+    throw new ModelLoadError(
+      `cannot bound model "${config.MODEL}" by WORKER_MEMORY_MB: its config.json names no hidden size, attention heads or layers; unset WORKER_MEMORY_MB and bound its calls with BATCH_MAX_TOKENS`,
+    );
+  }
+  const input = {
+    budgetBytes: config.WORKER_MEMORY_MB * 2 ** 20,
+    restingBytes: restingBytes(shape, runtime.dtype),
+    shape,
+    maxSize: config.BATCH_MAX_SIZE,
+    maxPaddedTokens: config.BATCH_MAX_TOKENS,
+    maxLength: loaded.maxLength,
+  };
+  boundedCalls(config.MODEL, input);
+  return input;
+}
+
+/** The limits a budget sets; a budget too small for any call fails the worker as a load failure, with the reason. */
+function boundedCalls(model: string, input: BudgetInput): ReturnType<typeof limitsWithin> {
+  try {
+    return limitsWithin(input);
+  } catch (err) {
+    if (err instanceof MemoryBudgetError) throw new ModelLoadError(`cannot serve model "${model}": ${err.message}`);
+    throw err;
+  }
 }
 
 /** Best effort, bounded: the gateway then answers 503 with this reason instead of 404 for the model. */

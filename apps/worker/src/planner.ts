@@ -10,12 +10,15 @@ export interface PlanLimits {
   maxSize: number;
   /** Padded tokens (longest × count) one model call may hold. */
   maxPaddedTokens: number;
+  /** The most rows of `length` tokens one call may hold within the worker's memory budget (memory.ts). */
+  maxRows?: (length: number) => number;
 }
 
 /**
  * Splits gathered sequences into model calls. Sequences are sorted by length so each call pads
  * to a near neighbour, and a call closes when it would exceed the size cap, the padded-token
- * cap, or pad more than half of its tokens (one long input must not pad many short ones).
+ * cap, the rows its length may have under the memory budget, or pad more than half of its tokens
+ * (one long input must not pad many short ones).
  * Shortest calls come first: they finish first, so short requests are answered first.
  */
 export function planBatches<T>(sequences: Sequence<T>[], limits: PlanLimits): Sequence<T>[][] {
@@ -26,7 +29,11 @@ export function planBatches<T>(sequences: Sequence<T>[], limits: PlanLimits): Se
   for (const seq of sorted) {
     const length = seq.encoded.ids.length;
     const padded = (current.length + 1) * length;
-    const fits = current.length < limits.maxSize && padded <= limits.maxPaddedTokens && padded <= 2 * (realTokens + length);
+    const fits =
+      current.length < limits.maxSize &&
+      padded <= limits.maxPaddedTokens &&
+      current.length < (limits.maxRows?.(length) ?? Number.POSITIVE_INFINITY) &&
+      padded <= 2 * (realTokens + length);
     if (current.length > 0 && !fits) {
       chunks.push(current);
       current = [];

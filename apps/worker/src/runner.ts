@@ -95,7 +95,8 @@ export class BatchRunner {
   constructor(
     private readonly engine: Engine,
     private readonly heads: TaskHeads,
-    private readonly limits: PlanLimits,
+    /** `longest`: the longest sequence the memory budget takes (a longer one is refused 413); absent without a budget. */
+    private readonly limits: PlanLimits & { longest?: number },
     private readonly outcomes: OutcomeSink,
     /** True for a request whose client has gone away. */
     private readonly isAbandoned: (requestId: string) => boolean = () => false,
@@ -256,6 +257,7 @@ export class BatchRunner {
         // culprit (runIsolated) would cost every other input in it several calls: refused before any.
         const { positions } = this.engine.loaded;
         if (positions !== undefined && encoded.ids.length > positions) throw this.tooLong(encoded);
+        if (this.limits.longest !== undefined && encoded.ids.length > this.limits.longest) throw this.overBudget(encoded, this.limits.longest);
         head.check?.(encoded, parameters);
       }
       return sequences;
@@ -268,6 +270,17 @@ export class BatchRunner {
     return new ApiError(
       'validation',
       `input is ${encoded.readInPart ? 'at least ' : ''}${encoded.ids.length} tokens long but this model accepts at most ${this.engine.loaded.maxLength}; shorten it or leave "truncation" on`,
+    );
+  }
+
+  /**
+   * A sequence whose call would not fit the worker's memory budget even alone: run, it would take
+   * the process past its container's limit, and the kernel would kill it with every request it holds.
+   */
+  private overBudget(encoded: Encoded, longest: number): ApiError {
+    return new ApiError(
+      'payload_too_large',
+      `input is ${encoded.readInPart ? 'at least ' : ''}${encoded.ids.length} tokens long, but this worker's memory budget (WORKER_MEMORY_MB) holds model calls of at most ${longest} tokens per input; send a shorter input`,
     );
   }
 

@@ -130,6 +130,13 @@ const workerShape = {
   BATCH_MAX_SIZE: setting(z.coerce.number().int().min(1).optional(), 'most sequences in one model call', '32 cpu / 128 gpu'),
   BATCH_MAX_WAIT_MS: setting(z.coerce.number().min(0).default(2), 'the one deadline, after the first job, for gathering a batch').meta(ADVANCED),
   BATCH_MAX_TOKENS: setting(z.coerce.number().int().min(1).optional(), 'most padded tokens (longest x count) in one model call', '16384 cpu / 65536 gpu'),
+  // A model call's tensors grow with its padded tokens and, for attention, with rows x length squared.
+  WORKER_MEMORY_MB: setting(
+    // Empty is unset, as compose passes a variable it was not given.
+    z.preprocess((v) => (typeof v === 'string' && v.trim() === '' ? undefined : v), z.coerce.number().int().min(1).optional()),
+    "the most memory (peak RSS, MiB) the worker process may hold; set it a quarter under its container's limit (docs/memory.md): from the model's config the worker derives the largest model call that fits beside the weights and runtime, lowers BATCH_MAX_TOKENS and BATCH_MAX_SIZE to it, and refuses (413) an input too long to fit even alone; on a GPU it bounds nothing",
+    '(off)',
+  ),
   MAX_ANSWER_VALUES: int(
     2_000_000,
     1,
