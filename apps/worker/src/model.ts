@@ -211,6 +211,12 @@ export async function describeModel(config: WorkerConfig, dir: string): Promise<
 export function sessionOptions(config: Pick<WorkerConfig, 'INTRA_OP_THREADS' | 'INTRA_OP_SPINNING'>): Record<string, unknown> {
   return {
     ...(config.INTRA_OP_THREADS > 0 ? { intraOpNumThreads: config.INTRA_OP_THREADS } : {}),
+    // A memory pattern is one block for all of a call's tensors, planned the first time a shape runs
+    // and taken whole from the CPU arena each time it runs again: it cannot reuse the pieces the
+    // arena already holds, so under repeated shapes the arena grew far past the largest call. Without
+    // it the arena stays near the largest call, which WORKER_MEMORY_MB reckons with, and calls were
+    // no slower (docs/memory.md). The arena itself stays: without it every call was much slower.
+    enableMemPattern: false,
     extra: { session: { intra_op: { allow_spinning: config.INTRA_OP_SPINNING ? '1' : '0' } } },
   };
 }
