@@ -87,6 +87,8 @@ export interface LoadResult {
   cpu?: CpuUsage;
   timeline?: SecondStats[];
   redis?: RedisCost;
+  /** The worker's resident memory as the point started and its peak over the point (VmHWM, reset at the start), MiB. */
+  workerMemory?: { startMiB: number; peakMiB: number };
 }
 
 const HEADER_NAMES = ['x-batch-size', 'x-queue-time', 'x-inference-time', 'x-total-time'] as const;

@@ -7,6 +7,8 @@ import { measurePaired } from './paired.ts';
 import { round, type Summary } from './stats.ts';
 import { pairedMedian } from './targets.ts';
 import { craftText, loadTokenizer } from './texts.ts';
+import { processMemory, resetPeakMemory } from '../../test/helpers/processes.ts';
+import { variedTexts } from '../../test/helpers/texts.ts';
 import type { InputText, MixedRun, ModelResults, PairedComparison, ServerPoint } from './types.ts';
 
 /**
@@ -33,7 +35,8 @@ function describe(load: LoadResult, model: string): string {
     : [];
   const cpu = load.cpu ? ` cpu[${procs.join(' ')} other ${load.cpu.other}%]` : '';
   const redis = load.redis ? ` redis[${round(load.redis.commandsPerRequest, 1)} cmd ${round(load.redis.processUsecPerRequest, 1)} µs cpu per req]` : '';
-  return `${round(load.rps, 1)} req/s p50 ${round(load.latency.p50)} ms p99 ${round(load.latency.p99)} ms batch ${round(load.server.batchMean, 1)} errors ${load.errors}${cpu}${redis}`;
+  const memory = load.workerMemory ? ` worker RSS ${load.workerMemory.startMiB} MiB, peak ${load.workerMemory.peakMiB}` : '';
+  return `${round(load.rps, 1)} req/s p50 ${round(load.latency.p50)} ms p99 ${round(load.latency.p99)} ms batch ${round(load.server.batchMean, 1)} errors ${load.errors}${cpu}${redis}${memory}`;
 }
 
 export async function runModelPhase(ctx: BenchContext, model: string): Promise<ModelPhaseResult> {
@@ -101,6 +104,7 @@ export async function runModelPhase(ctx: BenchContext, model: string): Promise<M
     if (!options.skip.has('pairs')) results.paired = await measurePairs(ctx, inproc, results, points);
 
     const mixed = options.skip.has('mixed') ? undefined : await runMixed(ctx, inproc, model, texts, points);
+    if (!options.skip.has('varied')) await runVaried(ctx, model, points);
     return { results, points, mixed };
   } finally {
     await inproc.dispose();
@@ -135,9 +139,15 @@ async function checkAnswer(ctx: BenchContext, inproc: InProcessModel, text: stri
   };
 }
 
+/**
+ * One closed-loop point, with the worker's peak memory over it: its high-water mark (VmHWM) is reset
+ * as the point starts, so the peak is this workload's, above what the worker already held then.
+ */
 function serverPoint(ctx: BenchContext, model: string, text: string, concurrency: number, body?: () => string): Promise<LoadResult> {
-  const run = () =>
-    runLoad({
+  const worker = ctx.system?.workers.get(model)?.pid;
+  const run = async () => {
+    const start = resetPeakMemory(worker) ? processMemory(worker) : undefined;
+    const load = await runLoad({
       url: ctx.url(),
       path: inferPath(model),
       body: body ?? inferBody(text),
@@ -147,7 +157,19 @@ function serverPoint(ctx: BenchContext, model: string, text: string, concurrency
       pids: ctx.pids(),
       redisUrl: ctx.system?.redisUrl,
     });
+    const end = processMemory(worker);
+    return start && end ? { ...load, workerMemory: { startMiB: round(start.rss, 1), peakMiB: round(end.peak, 1) } } : load;
+  };
   return measureQuietly(ctx, model, run, (load) => load.cpu?.other);
+}
+
+/** The varied load: texts of 1 to 400 words, the same ones in the same order every run, at the mixed run's concurrency. */
+async function runVaried(ctx: BenchContext, model: string, points: ServerPoint[]): Promise<void> {
+  const texts = variedTexts(4096).map((text) => inferBody(text));
+  let sent = 0;
+  const load = await serverPoint(ctx, model, '', ctx.options.mixedConcurrency, () => texts[sent++ % texts.length]);
+  points.push({ model, tokens: 402, concurrency: ctx.options.mixedConcurrency, kind: 'varied', load });
+  ctx.log(`${short(model)} varied (1 to 400 words) c=${ctx.options.mixedConcurrency}: ${describe(load, model)}`);
 }
 
 /** In-process pipe(list) at every (rounded) mean batch size the server formed, per length. */

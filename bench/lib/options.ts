@@ -36,13 +36,14 @@ export interface BenchOptions {
   logLevel: string;
 }
 
-const PHASES = ['sweep', 'batch1', 'pairs', 'mixed', 'soak'] as const;
+const PHASES = ['sweep', 'batch1', 'pairs', 'mixed', 'varied', 'soak'] as const;
 type Phase = (typeof PHASES)[number];
 
 const DEFAULT_MODELS = ['replica/MiniLM-L6-H384-uncased-sst2', 'replica/distilbert-base-uncased-finetuned-sst-2-english'];
 
-export const HELP = `tserve benchmark: closed-loop concurrency sweep, batching gain, mixed lengths and an overload soak,
-each compared with the same model run in-process (transformers.js) in this process.
+export const HELP = `tserve benchmark: closed-loop concurrency sweep, batching gain, mixed and varied lengths and an
+overload soak, each compared with the same model run in-process (transformers.js) in this process, and
+the worker's peak memory in each.
 
 Usage: npm run bench -- [options]        (builds first)
        node --import tsx bench/run.ts [options]
@@ -69,6 +70,7 @@ Options:
   --mixed-concurrency N    concurrency of the mixed-length run (default 64)
   --mixed-every N          one input in N is long (default 64)
   --mixed-long-tokens N    length of the long inputs (default 400)
+                           (the varied run: texts of 1 to 400 words, at --mixed-concurrency)
   --skip a,b               phases to leave out: ${PHASES.join(', ')}
   --url URL                use a running gateway (no restarts: batch1 is skipped, the soak uses
                            that gateway's own MAX_QUEUE_DEPTH/REQUEST_TIMEOUT_MS)

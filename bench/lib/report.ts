@@ -67,6 +67,33 @@ function soakTimeline(s: NonNullable<BenchResults['soak']>): string[] {
   ];
 }
 
+/** Per model: the short sweep, the long sweep, the mixed run and the varied run, each point's worker memory gathered. */
+function workerMemoryRows(r: BenchResults): Cell[][] {
+  const rows: Cell[][] = [];
+  for (const { model } of r.models) {
+    const sweep = r.points.filter((p) => p.model === model && p.kind === 'sweep');
+    const lengths = sweep.map((p) => p.tokens);
+    const workloads: Array<[string, Array<ServerPoint['load']>]> = [
+      [`short (${Math.min(...lengths)} tok)`, sweep.filter((p) => p.tokens === Math.min(...lengths)).map((p) => p.load)],
+      [`long (${Math.max(...lengths)} tok)`, sweep.filter((p) => p.tokens === Math.max(...lengths)).map((p) => p.load)],
+      ['mixed', r.mixed.filter((m) => m.model === model).map((m) => m.mixed)],
+      ['varied (1-400 words)', r.points.filter((p) => p.model === model && p.kind === 'varied').map((p) => p.load)],
+    ];
+    for (const [name, loads] of workloads) {
+      const measured = loads.filter((l) => l.workerMemory);
+      if (!measured.length) continue;
+      rows.push([
+        short(model),
+        name,
+        measured[0].workerMemory!.startMiB,
+        maxOf(measured.map((l) => l.workerMemory!.peakMiB)),
+        measured.length === 1 ? round(measured[0].rps, 1) : undefined,
+      ]);
+    }
+  }
+  return rows;
+}
+
 export function formatReport(r: BenchResults): string {
   const out: string[] = [];
   const m = r.meta;
@@ -213,6 +240,16 @@ export function formatReport(r: BenchResults): string {
           ];
         }),
       ),
+      '',
+    );
+  }
+
+  const memoryRows = workerMemoryRows(r);
+  if (memoryRows.length) {
+    out.push(
+      "Worker memory by workload (MiB): the peak (VmHWM, its high-water mark reset as each point starts) over the workload's points,",
+      "above what the worker held as the workload started (ONNX Runtime's arena keeps what its largest call took). docs/memory.md explains them.",
+      table(['model', 'workload', 'RSS at start', 'peak', 'req/s'], memoryRows),
       '',
     );
   }

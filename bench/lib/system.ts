@@ -102,19 +102,20 @@ export class BenchSystem {
     return { ...this.colocated, ...process.env };
   }
 
-  async startWorker(model: string, extra: Env = {}): Promise<void> {
+  /** `root`: another built checkout to run this worker from (an A/B of workers behind one gateway). */
+  async startWorker(model: string, extra: Env = {}, root = this.options.root): Promise<void> {
     // The environment reaches the worker anyway (startProgram); these fill in what it leaves unset.
     const unset = Object.fromEntries(Object.entries(this.colocated).filter(([name]) => process.env[name] === undefined));
-    const worker = startProgram(`worker ${model}`, 'apps/worker/dist/main.js', this.env({ ...unset, MODEL: model, ...extra }), this.options.root);
+    const worker = startProgram(`worker ${model}`, 'apps/worker/dist/main.js', this.env({ ...unset, MODEL: model, ...extra }), root);
     this.workers.set(model, worker);
     await this.waitForWorkers(model, 1, worker);
   }
 
   /** Replaces a model's worker, e.g. with BATCH_MAX_SIZE=1; waits until the gateway routes to the new one only. */
-  async restartWorker(model: string, extra: Env = {}): Promise<void> {
+  async restartWorker(model: string, extra: Env = {}, root?: string): Promise<void> {
     await this.workers.get(model)?.stop();
     await this.waitForWorkers(model, 0);
-    await this.startWorker(model, extra);
+    await this.startWorker(model, extra, root);
   }
 
   async waitForWorkers(model: string, count: number, child?: Proc, gatewayUrl = this.url): Promise<void> {

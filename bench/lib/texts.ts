@@ -1,18 +1,10 @@
 import { AutoTokenizer, env } from '@huggingface/transformers';
+import { PROSE } from '../../test/helpers/texts.ts';
 
 /**
  * Inputs of an exact token length for one model's tokenizer, special tokens included: the
  * server pads and batches by token count, so "16 tokens" must mean 16 to the model, not 16 words.
  */
-
-// A plain review, so the tokenizer sees ordinary words; sub-word splits are dealt with below.
-const PROSE = `the film opens with a quiet scene in a small town where a family is getting ready for a long
-winter and the story moves slowly at first but the acting is strong and the music stays with you long after
-the end . the director takes time with each character , and while some parts run too long the final hour
-is honest , warm and often very funny . it is not a perfect movie but it is one i would watch again with
-friends on a cold night , and i think most people will find something to love in it .`
-  .split(/\s+/)
-  .filter(Boolean);
 
 type Tokenizer = Awaited<ReturnType<typeof AutoTokenizer.from_pretrained>>;
 

@@ -27,8 +27,8 @@ export interface ServerPoint {
   model: string;
   tokens: number;
   concurrency: number;
-  /** 'sweep': default settings; 'batch1': worker restarted with BATCH_MAX_SIZE=1. */
-  kind: 'sweep' | 'batch1';
+  /** 'sweep': default settings; 'batch1': worker restarted with BATCH_MAX_SIZE=1; 'varied': texts of 1 to 400 words (`tokens` is the longest's). */
+  kind: 'sweep' | 'batch1' | 'varied';
   load: LoadResult;
 }
 
