@@ -308,6 +308,23 @@ describe('docker-compose.yml', () => {
     }
   });
 
+  it("the worker's mem_limit stands a quarter over its WORKER_MEMORY_MB, by default and with the GPU override (which turns the budget off)", () => {
+    // Docker's units: b, k, m, g (powers of 1024).
+    const bytes = (v: string) => {
+      const m = /^(\d+)([bkmg]?)$/i.exec(v);
+      assert.ok(m, `mem_limit ${v}`);
+      return Number(m[1]) * 1024 ** 'bkmg'.indexOf((m[2] || 'b').toLowerCase());
+    };
+    const worker = compose.services.worker as Service & { mem_limit?: string };
+    const budget = Number(resolved(env(worker).WORKER_MEMORY_MB ?? ''));
+    assert.ok(budget > 0, 'the worker has a WORKER_MEMORY_MB');
+    const limit = bytes(resolved(worker.mem_limit ?? ''));
+    assert.ok(limit >= 1.25 * budget * 2 ** 20, `mem_limit ${worker.mem_limit} under 1.25 x WORKER_MEMORY_MB ${budget} MiB`);
+    const gpu = (parse(fs.readFileSync(path.join(ROOT, 'docker-compose.gpu.yml'), 'utf8')) as { services: Record<string, any> }).services.worker;
+    assert.equal(gpu.environment.WORKER_MEMORY_MB, '', 'the GPU override turns the budget off');
+    assert.ok(bytes(resolved(gpu.mem_limit)) >= limit);
+  });
+
   it('does not start the dashboard without its profile, and takes the model from WORKER_MODEL', () => {
     assert.deepEqual((compose.services.dashboard as { profiles?: string[] }).profiles, ['dashboard']);
     assert.equal(env(compose.services.worker).MODEL, `\${WORKER_MODEL:-${HUB_DEFAULT_MODEL}}`);

@@ -18,7 +18,8 @@ import { Deployment, StatefulSet } from 'kubernetes-models/apps/v1';
 import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2';
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
 import { ScaledObject } from '@kubernetes-models/keda/keda.sh/v1alpha1';
-import { MODEL_DIR, ROOT, TestSystem, sleep, uniquePrefix, waitFor } from './helpers/system.ts';
+import { MODEL_DIR, processMemory, ROOT, TestSystem, sleep, uniquePrefix, waitFor, type Proc } from './helpers/system.ts';
+import { variedTexts } from './helpers/texts.ts';
 
 type K8sObject = { apiVersion: string; kind: string; metadata: { name: string; namespace?: string }; spec?: any; data?: Record<string, string> };
 
@@ -55,6 +56,9 @@ function environment(container: any, objects: K8sObject[]): Record<string, strin
   for (const e of container.env ?? []) env[e.name] = e.value ?? `(from ${Object.keys(e.valueFrom ?? {}).join(',')})`;
   return env;
 }
+
+/** How far a CPU worker's memory limit stands over its WORKER_MEMORY_MB: room for what the budget's estimate misses. */
+const LIMIT_OVER_BUDGET = 1.25;
 
 /** A memory quantity in bytes ("512Mi", "1Gi", "128M"). */
 function bytesOf(quantity: string): number {
@@ -276,6 +280,17 @@ describe('Kubernetes manifests', { skip: hasKubectl ? false : 'kubectl is not in
           assert.ok(config.MODEL);
           assert.ok(pod.terminationGracePeriodSeconds >= 30, `${d.metadata.name}: a worker needs time to finish its batch`);
           if (overlay === 'gpu') assert.equal(container.resources.limits['nvidia.com/gpu'], '1');
+          // A worker's memory is bounded by its budget on a CPU, and its limit leaves room beside the budget.
+          const { requests, limits } = container.resources;
+          assert.ok(limits?.memory && requests?.memory && bytesOf(requests.memory) <= bytesOf(limits.memory), `${d.metadata.name}: memory request and limit`);
+          if (config.DEVICE === 'cpu') {
+            assert.ok(config.WORKER_MEMORY_MB, `${d.metadata.name}: a CPU worker keeps its calls within WORKER_MEMORY_MB`);
+            const budget = config.WORKER_MEMORY_MB * 2 ** 20;
+            assert.ok(
+              bytesOf(limits.memory) >= LIMIT_OVER_BUDGET * budget,
+              `${d.metadata.name}: memory limit ${limits.memory} under ${LIMIT_OVER_BUDGET} x WORKER_MEMORY_MB (${config.WORKER_MEMORY_MB} MiB)`,
+            );
+          } else assert.equal(config.WORKER_MEMORY_MB, undefined, `${d.metadata.name}: WORKER_MEMORY_MB bounds nothing on a GPU`);
         }
       }
       const gateway = objects.find((o) => o.kind === 'Deployment' && o.metadata.name === 'tserve-gateway')!;
@@ -422,3 +437,68 @@ describe(
     });
   },
 );
+
+/**
+ * Issue 50: a worker run as the cpu overlay runs it (its model, dtype, threads and WORKER_MEMORY_MB)
+ * under mixed-length load keeps its peak resident memory under the manifest's limit. The load is
+ * bounded in requests: inputs long enough to be cut to the model's 512 tokens, 64 at once, so that
+ * the largest calls the budget allows run, then the varied load (1 to 400 words) from 64 clients.
+ * The peak is the kernel's own (VmHWM), which no sampling can miss; the limit stands a quarter over
+ * the budget, and the budget over the peak, so that noise cannot cross it.
+ */
+describe("a worker with the manifests' memory settings", { skip: hasKubectl ? false : 'kubectl is not installed (it renders the kustomizations)' }, () => {
+  let system: TestSystem;
+  let model: string;
+  let limitBytes: number;
+  let budgetMiB: number;
+  let worker: Proc;
+
+  before(async () => {
+    const objects = render('cpu');
+    const deployment = objects.find((o) => o.kind === 'Deployment' && o.metadata.name.startsWith('tserve-worker'))!;
+    const { container, env } = containerOf(objects, deployment.metadata.name)!;
+    limitBytes = bytesOf(container.resources.limits.memory);
+    model = env.MODEL;
+    // What the manifest sets for the worker itself; where Redis, the models and the heartbeats are is the test's.
+    const own = Object.fromEntries(
+      Object.entries(env).filter(
+        ([name]) => !['REDIS_URL', 'QUEUE_PREFIX', 'LOG_LEVEL', 'HEARTBEAT_MS', 'WORKER_TTL_MS', 'MODEL_DIR', 'WORKER_ID'].includes(name),
+      ),
+    );
+    budgetMiB = loadWorkerConfig(env).WORKER_MEMORY_MB!;
+    system = new TestSystem(uniquePrefix('memory'));
+    await system.startGateway();
+    worker = system.startWorker({ model, env: own });
+    await system.waitForWorkers(model);
+  });
+  after(async () => {
+    await system?.stop();
+  });
+
+  it('keeps its peak RSS under the memory limit through the largest calls its budget allows and the varied load', async (t) => {
+    const long = variedTexts(64, 520, 600, 2);
+    const texts = [...long, ...variedTexts(192)];
+    let next = 0;
+    const statuses: number[] = [];
+    await Promise.all(
+      Array.from({ length: 64 }, async () => {
+        while (next < texts.length) statuses.push((await system.infer(model, texts[next++])).status);
+      }),
+    );
+    assert.ok(
+      statuses.every((s) => s === 200),
+      `every request answered: ${tally(statuses)}`,
+    );
+    const peak = processMemory(worker.pid)!.peak;
+    // The heartbeat's report of the largest call, once it carries one.
+    const largest = await waitFor(
+      'the largest call in a heartbeat',
+      async () => (await system.metric('tserve_worker_largest_call_tokens', { model })) || undefined,
+    );
+    t.diagnostic(
+      `peak RSS ${peak.toFixed(0)} MiB (budget ${budgetMiB} MiB, limit ${limitBytes / 2 ** 20} MiB); largest call ${largest} tokens; ${statuses.length} requests`,
+    );
+    assert.ok(largest >= 4 * 512, `calls of several 512-token rows ran: the largest held ${largest} tokens`);
+    assert.ok(peak * 2 ** 20 < limitBytes, `peak RSS ${peak} MiB under the limit ${limitBytes / 2 ** 20} MiB`);
+  });
+});
