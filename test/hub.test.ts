@@ -15,7 +15,8 @@ import { freePort, MODEL_DIR, TestSystem, uniquePrefix, waitFor, type Proc } fro
 
 const MODEL = 'replica/tiny-bert-sst2';
 const GATED = 'private/tiny-bert-sst2';
-const WEIGHTS = 'onnx/model_quantized.onnx';
+/** DTYPE=auto on the CPU takes fp32 where the hub has it, as it does here. */
+const WEIGHTS = 'onnx/model.onnx';
 const TOKEN = `hf_${crypto.randomBytes(12).toString('hex')}`;
 const TEXTS = ['This restaurant is awesome', 'This restaurant is awful', 'the service was slow but the food was fine'];
 
@@ -101,7 +102,11 @@ describe('models from the hub or a mirror', () => {
     const snap = snapshot(cache, MODEL);
     assert.equal(fs.readFileSync(path.join(cache, `models--replica--tiny-bert-sst2`, 'refs', 'main'), 'utf8'), HubMirror.COMMIT);
     assert.equal(sha256(path.join(snap, WEIGHTS)), weightsSha);
-    assert.deepEqual(fs.readdirSync(path.join(snap, 'onnx')), ['model_quantized.onnx'], 'only the weights of the dtype loaded, and no .incomplete file');
+    assert.deepEqual(
+      fs.readdirSync(path.join(snap, 'onnx')),
+      ['model.onnx'],
+      'only the weights of the dtype loaded (fp32, though the hub has q8 too), and no .incomplete file',
+    );
     // The weights came through the hub's redirect to its storage, which never saw a token.
     assert.ok(mirror.requests.some((r) => r.server === 'storage' && r.method === 'GET'));
     await stopWorker(worker, MODEL);
@@ -142,7 +147,7 @@ describe('models from the hub or a mirror', () => {
 
   it('a slow download shows its progress in the log and /ready, and the 503 counts the rest of it', async () => {
     const cache = newCache();
-    // The weights (4.5 MB) take about four seconds at this pace.
+    // The weights (fp32, 17.6 MB) take about 17 seconds at this pace.
     mirror.bytesPerSecond = 1_000_000;
     let victim: Proc | undefined;
     try {
@@ -193,7 +198,7 @@ describe('models from the hub or a mirror', () => {
       mirror.bytesPerSecond = undefined;
     }
     const onnx = path.join(snapshot(cache, MODEL), 'onnx');
-    assert.ok(!fs.existsSync(path.join(onnx, 'model_quantized.onnx')), 'a half download was left as the weights file');
+    assert.ok(!fs.existsSync(path.join(onnx, 'model.onnx')), 'a half download was left as the weights file');
     assert.ok(
       fs.readdirSync(onnx).some((f) => f.endsWith('.incomplete')),
       'the killed download leaves its partial file under a temporary name',
@@ -201,7 +206,7 @@ describe('models from the hub or a mirror', () => {
 
     // Offline, the half file counts for nothing: the load fails, naming what is missing.
     const offline = await failure(hubWorker(MODEL, cache, { HF_HUB_OFFLINE: 1, HF_ENDPOINT: `http://127.0.0.1:${await freePort()}` }));
-    assert.match(offline, /from the cache at \S+: HF_HUB_OFFLINE=1, and \S+ lacks onnx\/model_quantized\.onnx/);
+    assert.match(offline, /from the cache at \S+: HF_HUB_OFFLINE=1, and \S+ lacks onnx\/model\.onnx/);
 
     // Online again, through a connection cut halfway: the download resumes where it broke.
     mirror.cutOnce.add(WEIGHTS);
@@ -212,7 +217,7 @@ describe('models from the hub or a mirror', () => {
       mirror.requests.some((r) => r.server === 'storage' && r.range && r.range !== 'bytes=0-'),
       'the retry asked for the rest of the file only',
     );
-    assert.equal(sha256(path.join(onnx, 'model_quantized.onnx')), sha256(path.join(MODEL_DIR, MODEL, WEIGHTS)));
+    assert.equal(sha256(path.join(onnx, 'model.onnx')), sha256(path.join(MODEL_DIR, MODEL, WEIGHTS)));
     assert.deepEqual(
       (await answers(MODEL)).map((a) => a.body),
       local.map((a) => a.body),

@@ -134,7 +134,7 @@ describe('metrics, timing headers and request logs', () => {
     const samples = await scrape();
     const model = { model: MODEL };
     assert.equal(value(samples, 'tserve_live_workers', model), 1);
-    assert.equal(value(samples, 'tserve_workers', { ...model, device: 'cpu', dtype: 'q8' }), 1, 'workers by device and dtype');
+    assert.equal(value(samples, 'tserve_workers', { ...model, device: 'cpu', dtype: 'fp32' }), 1, 'workers by device and dtype');
     assert.equal(value(samples, 'tserve_breaker_state', { breaker: 'redis', state: 'closed' }), 1);
     assert.equal(value(samples, 'tserve_breaker_state', { breaker: 'redis', state: 'open' }), 0);
     assert.equal(value(samples, 'tserve_breaker_state', { breaker: 'redis', state: 'half-open' }), 0);

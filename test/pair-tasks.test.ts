@@ -46,7 +46,7 @@ describe('pair tasks on /models/<id>', () => {
 
   before(async () => {
     await Promise.all([system.startGateway(), fp32.startGateway()]);
-    for (const model of [RERANKER, QA, NLI, EMBEDDER, CLASSIFIER]) system.startWorker({ model });
+    for (const model of [RERANKER, QA, NLI, EMBEDDER, CLASSIFIER]) system.startWorker({ model, env: { DTYPE: 'q8' } });
     fp32.startWorker({ model: NLI, env: { DTYPE: 'fp32' } });
     for (const model of [RERANKER, QA, NLI, EMBEDDER, CLASSIFIER]) await system.waitForWorkers(model);
     await fp32.waitForWorkers(NLI);

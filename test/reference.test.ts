@@ -89,7 +89,8 @@ describe('reference outputs through the gateway', () => {
 
   before(async () => {
     await system.startGateway({ DEFAULT_MODEL });
-    for (const model of MODELS) system.startWorker({ model });
+    // REFERENCE.json is the q8 files' output.
+    for (const model of MODELS) system.startWorker({ model, env: { DTYPE: 'q8' } });
     for (const model of MODELS) await system.waitForWorkers(model);
   });
   after(() => system.stop());

@@ -12,7 +12,8 @@ describe('device and dtype choice', () => {
     assert.equal(resolveDevice('cpu'), 'cpu');
   });
 
-  it('auto: q8 on the CPU; on a GPU fp16 when the model has it, else fp32', () => {
+  it('auto: on the CPU fp32 when the model has it, else q8; on a GPU fp16 when the model has it, else fp32', () => {
+    assert.deepEqual(chooseDtype('auto', 'cpu', both, false), { dtype: 'fp32' });
     assert.deepEqual(chooseDtype('auto', 'cpu', ['model_quantized.onnx'], false), { dtype: 'q8' });
     assert.deepEqual(chooseDtype('auto', 'webgpu', both, false), { dtype: 'fp16' });
     assert.deepEqual(chooseDtype('auto', 'webgpu', ['model.onnx'], false), { dtype: 'fp32' });

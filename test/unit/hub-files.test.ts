@@ -17,9 +17,17 @@ const plan = (env: Record<string, string>, config = bertConfig, onServer: string
 };
 
 describe('which files a worker fetches from the hub', () => {
-  it('on the CPU: the weights of its dtype, asking the server nothing', async () => {
-    assert.deepEqual(await plan({}), { required: ['onnx/model_quantized.onnx'], optional: [], asked: [] });
-    assert.deepEqual((await plan({ DTYPE: 'fp32' })).required, ['onnx/model.onnx']);
+  it('a DTYPE named: the weights of that dtype, asking the server nothing', async () => {
+    assert.deepEqual(await plan({ DTYPE: 'q8' }), { required: ['onnx/model_quantized.onnx'], optional: [], asked: [] });
+    assert.deepEqual(await plan({ DTYPE: 'fp32' }), { required: ['onnx/model.onnx'], optional: [], asked: [] });
+  });
+
+  it('DTYPE=auto on the CPU: fp32 where the server has it, else q8, and fp32 named missing where it has neither', async () => {
+    const both = await plan({}, bertConfig, ['onnx/model.onnx', 'onnx/model_quantized.onnx']);
+    assert.deepEqual([both.required, both.asked], [['onnx/model.onnx'], ['onnx/model.onnx']]);
+    const q8 = await plan({}, bertConfig, ['onnx/model_quantized.onnx']);
+    assert.deepEqual([q8.required, q8.asked], [['onnx/model_quantized.onnx'], ['onnx/model.onnx', 'onnx/model_quantized.onnx']]);
+    assert.deepEqual((await plan({}, bertConfig, [])).required, ['onnx/model.onnx']);
   });
 
   it('DTYPE=auto on a GPU: fp16 where the server has it, else fp32', async () => {

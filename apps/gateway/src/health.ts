@@ -1,5 +1,5 @@
 import type { IRouter } from 'express';
-import { ApiError, type BacklogBody, type ReadyBody, type ReadyModel } from '@tserve/contract';
+import { ApiError, batchWarning, type BacklogBody, type ReadyBody, type ReadyModel } from '@tserve/contract';
 import type { GatewaySnapshot, ModelStatus, Snapshot } from './snapshot.js';
 
 function readyModel(m: ModelStatus): ReadyModel {
@@ -11,6 +11,7 @@ function readyModel(m: ModelStatus): ReadyModel {
         queue_depth: m.depth,
         held: m.held,
         devices: [...new Set(m.workers.map((w) => `${w.device}/${w.dtype}`))],
+        ...batchWarning(m.workers),
         ...(m.weights?.revision ? { revision: m.weights.revision } : {}),
         ...(m.weights?.sha256 ? { weights_sha256: m.weights.sha256 } : {}),
       };

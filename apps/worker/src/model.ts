@@ -14,7 +14,7 @@ import {
   type PreTrainedModel,
   type PreTrainedTokenizer,
 } from '@huggingface/transformers';
-import { TASKS, type Task } from '@tserve/contract';
+import { TASKS, batchDependence, type Task } from '@tserve/contract';
 import type { WorkerConfig } from '@tserve/config';
 import { taskFromConfig, tasksServed } from './tasks/detect.js';
 import {
@@ -122,7 +122,7 @@ export function chooseRuntime(config: WorkerConfig, dir: string): Runtime {
   try {
     const { dtype, warning } = chooseDtype(config.DTYPE, device, available, config.DTYPE_FORCE);
     checkDtypeFile(config.MODEL, dtype, available);
-    return { device, dtype, warnings: warning ? [warning] : [] };
+    return { device, dtype, warnings: [warning, batchDependence(dtype)].filter((w) => w !== undefined) };
   } catch (err) {
     if (err instanceof DeviceChoiceError) throw new ModelLoadError(`cannot load model "${config.MODEL}": ${err.message}`);
     throw err;
@@ -141,14 +141,16 @@ export type PlanFiles = (modelConfig: Record<string, unknown>, has: (file: strin
 /**
  * The files a hub model needs for this worker's device and dtype, as transformers.js will read
  * them: the weights file (and its external data) that `ModelRegistry.get_model_files` names, and
- * the optional configs it may read. `has` says whether the server holds a file: DTYPE=auto on a
- * GPU takes fp16 where the model has it.
+ * the optional configs it may read. `has` says whether the server holds a file: DTYPE=auto takes
+ * fp16 on a GPU and fp32 on a CPU where the model has it.
  */
 export function hubFilePlan(config: WorkerConfig): PlanFiles {
   return async (modelConfig, has) => {
     const device = resolveDevice(config.DEVICE);
-    const fp16 = dtypeFile('fp16');
-    const available = config.DTYPE === 'auto' && isGpu(device) ? ((await has(fp16)) ? [fp16] : [dtypeFile('fp32')]) : undefined;
+    // DTYPE=auto takes the file the device prefers where the server holds it (chooseDtype).
+    const [preferred, fallback] = isGpu(device) ? [dtypeFile('fp16'), dtypeFile('fp32')] : [dtypeFile('fp32'), dtypeFile('q8')];
+    // Where the server (or, offline, the cache) has neither, the preferred file is the one named missing.
+    const available = config.DTYPE === 'auto' ? [(await has(preferred)) || !(await has(fallback)) ? preferred : fallback] : undefined;
     let dtype: Dtype;
     try {
       dtype = chooseDtype(

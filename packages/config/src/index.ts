@@ -122,7 +122,7 @@ const workerShape = {
   MODEL: setting(z.string({ error: MODEL_REQUIRED }).min(1, MODEL_REQUIRED), 'model id, e.g. replica/MiniLM-L6-H384-uncased-sst2', '(required)'),
   MODEL_DIR: optionalString('local models root (transformers.js layout); when set, models load offline from it', '(hub)'),
   // q8's kernels are CPU kernels: on a GPU they fall back to the CPU.
-  DTYPE: setting(z.enum(DTYPES).default('auto'), `${DTYPES.join(' | ')}; auto: q8 on cpu, fp16 (else fp32) on a GPU`),
+  DTYPE: setting(z.enum(DTYPES).default('auto'), `${DTYPES.join(' | ')}; auto: fp32 (else q8) on cpu, fp16 (else fp32) on a GPU`),
   DTYPE_FORCE: bool(false, 'run q8 on a GPU anyway (its integer kernels fall back to the CPU, many times slower)').meta(ADVANCED),
   DEVICE: setting(z.enum(DEVICES).default('cpu'), `${DEVICES.join(' | ')}; gpu: webgpu (Vulkan), the GPU backend onnxruntime-node ships`),
   TASK: optionalString('override the task', '(from config.json)'),

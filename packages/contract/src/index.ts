@@ -4,3 +4,4 @@ export * from './wire.js';
 export * from './ready.js';
 export * from './score-functions.js';
 export * from './recorded-outcome.js';
+export * from './dtypes.js';

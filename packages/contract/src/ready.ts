@@ -12,6 +12,8 @@ export interface ReadyModel {
   held?: number;
   /** Served: its workers' `device/dtype`, each once. */
   devices?: string[];
+  /** Served by a dtype whose answers shift with batch mates (q8): says so, and what to do. */
+  warning?: string;
   /** Failed, or served only by workers of another wire protocol: why no worker serves it. */
   error?: string;
   /** Loading: seconds until its first worker is likely ready. */

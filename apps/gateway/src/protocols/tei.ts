@@ -1,6 +1,6 @@
 import type { IRouter, Request } from 'express';
 import { z } from 'zod';
-import { ApiError, describeIssues, type ErrorType } from '@tserve/contract';
+import { ApiError, batchWarning, describeIssues, type ErrorType } from '@tserve/contract';
 import type { ServedModel } from '../model-registry.js';
 import { BodyTooLarge, errorHandler, type ErrorFormat } from '../http-errors.js';
 import { jsonBody, runModelCall, type ProtocolParts } from '../model-call.js';
@@ -263,6 +263,7 @@ export function teiRoutes(router: IRouter, { config, service, registry, admissio
       model_weights_sha256: m.weights.sha256 ?? null,
       served_model_name: m.id,
       model_dtype: [...new Set(m.workers.map((w) => w.dtype))].join(','),
+      ...batchWarning(m.workers),
       model_type: modelType(m),
       task: m.task,
       tasks: m.tasks,
