@@ -18,6 +18,7 @@ import { Intake } from './transport/intake.js';
 import { Settling } from './transport/settling.js';
 import { Cancellations } from './cancellations.js';
 import { Heartbeat } from './heartbeat.js';
+import { InferenceStatistics } from './stats.js';
 
 if (process.argv.includes('--help') || process.argv.includes('-h')) {
   process.stdout.write(
@@ -50,6 +51,7 @@ async function main(): Promise<void> {
     startedAt: Date.now(),
     batchMaxSize: config.BATCH_MAX_SIZE,
     batchMaxTokens: config.BATCH_MAX_TOKENS,
+    batchMaxWaitMs: config.BATCH_MAX_WAIT_MS,
     maxTokens: 0,
   };
   const heartbeat = new Heartbeat(publisher, config.QUEUE_PREFIX, info, config.HEARTBEAT_MS, config.WORKER_TTL_MS, logger);
@@ -95,7 +97,9 @@ async function main(): Promise<void> {
   ]).catch(reportFailure);
   Object.assign(info, { weightsSha256 } satisfies Partial<WorkerInfo>);
   const engine = new Engine(loaded, thread);
+  const stats = new InferenceStatistics();
   heartbeat.reportUsage(() => ({
+    stats: stats.snapshot(),
     modelBusyMs: Math.round(engine.busyMs * 1000) / 1000,
     largestCallTokens: engine.largestCallTokens,
     ...residentMemory(),
@@ -163,7 +167,7 @@ async function main(): Promise<void> {
   );
   const cancelled = new Cancellations();
   const settling = new Settling(publisher, cancelled, { prefix: config.QUEUE_PREFIX, model: config.MODEL, token: workerId }, logger);
-  const runner = new BatchRunner(engine, headsFor(loaded), batchLimits, settling, (id) => cancelled.has(id), Date.now, config.MAX_ANSWER_VALUES);
+  const runner = new BatchRunner(engine, headsFor(loaded), batchLimits, settling, (id) => cancelled.has(id), Date.now, config.MAX_ANSWER_VALUES, stats);
   const consumer = new Consumer(
     intake,
     runner,

@@ -3,6 +3,7 @@ import { ApiError, type QueuedRequest, type RequestOutcome, type TaskInput, type
 import type { Engine, Encoded, BatchOutput } from './engine.js';
 import type { TaskHead, TaskHeads } from './tasks/index.js';
 import { planBatches, type PlanLimits, type Sequence } from './planner.js';
+import { InferenceStatistics } from './stats.js';
 
 /** Where the runner sends each request's outcome, once per request (transport/settling.ts gathers them by job). */
 export interface OutcomeSink {
@@ -46,6 +47,18 @@ interface Pending {
   inferenceMs: number;
   batchSize: number;
   failed: boolean;
+  /** Its phases, for the statistics: tokenizing, its share of model calls, and decoding. */
+  inputMs: number;
+  inferMs: number;
+  outputMs: number;
+  /** Sequences its inputs ran as: its tokenizing is shared among them in each call's statistics. */
+  sequenceCount: number;
+}
+
+/** Where a model call's time went, over the calls that isolating a culprit may split it into. */
+interface CallTiming {
+  forwardMs: number;
+  decodeMs: number;
 }
 
 type Result = { ok: true; value: unknown } | { ok: false; error: ApiError };
@@ -103,6 +116,7 @@ export class BatchRunner {
     private readonly now: () => number = Date.now,
     /** MAX_ANSWER_VALUES: numbers one request's answer may hold (see TaskHead.answerValues). */
     private readonly maxAnswerValues = Number.POSITIVE_INFINITY,
+    private readonly stats = new InferenceStatistics(),
   ) {}
 
   async run(requests: QueuedRequest[]): Promise<BatchReport> {
@@ -132,17 +146,25 @@ export class BatchRunner {
           inferenceMs: 0,
           batchSize: 0,
           failed: false,
+          inputMs: 0,
+          inferMs: 0,
+          outputMs: 0,
+          sequenceCount: 0,
         };
         if (pending.head.answer) {
           const outputs: unknown[] = [];
           for (const [i, input] of request.inputs.entries()) {
             if (i > 0) await turns.take();
+            const started = performance.now();
             try {
               outputs.push(pending.head.answer(input, request.parameters, this.engine));
             } catch (err) {
               throw namingInput(err, i, request.inputs.length);
             }
+            pending.inputMs += performance.now() - started;
           }
+          const queueMs = Math.max(0, this.now() - request.enqueuedAt);
+          this.stats.succeeded(this.now(), queueMs, { queueMs, inputMs: pending.inputMs, inferMs: 0, outputMs: 0, inputs: request.inputs.length });
           this.outcomes.record(request, {
             id: request.id,
             ok: true,
@@ -155,11 +177,14 @@ export class BatchRunner {
         const encoded: Encoded[][] = [];
         for (const [i, input] of request.inputs.entries()) {
           if (i > 0) await turns.take();
+          const started = performance.now();
           encoded.push(this.prepareInput(input, i, request.inputs.length, pending));
+          pending.inputMs += performance.now() - started;
         }
         this.checkAnswerSize(pending, encoded);
         pending.parts = encoded.map((sequences) => new Array<unknown>(sequences.length));
         pending.remaining = encoded.reduce((n, sequences) => n + sequences.length, 0);
+        pending.sequenceCount = pending.remaining;
         pending.tokens = encoded.reduce((n, sequences) => n + sequences.reduce((m, e) => m + e.ids.length, 0), 0);
         encoded.forEach((sequences, input) => sequences.forEach((e, part) => batch.sequences.push({ owner: { pending, input, part }, encoded: e })));
         // Nothing for the model to run (tokenization alone): answered now.
@@ -185,14 +210,19 @@ export class BatchRunner {
       if (live.length === 0) continue;
       const started = performance.now();
       const startedAt = this.now();
-      const results = await this.runIsolated(live, report);
+      const timing: CallTiming = { forwardMs: 0, decodeMs: 0 };
+      const results = await this.runIsolated(live, report, timing);
       const elapsed = performance.now() - started;
       // A request with several inputs in this call spent the call's time once, not once per input.
       for (const pending of new Set(live.map(({ owner }) => owner.pending))) {
         pending.inferenceMs += elapsed;
+        pending.inferMs += timing.forwardMs;
+        pending.outputMs += timing.decodeMs;
         pending.batchSize = Math.max(pending.batchSize, live.length);
         pending.queueMs ??= Math.max(0, startedAt - pending.request.enqueuedAt);
       }
+      const inputMs = live.reduce((ms, { owner }) => ms + owner.pending.inputMs / Math.max(1, owner.pending.sequenceCount), 0);
+      this.stats.executed(live.length, inputMs, timing.forwardMs, timing.decodeMs);
       const turns = new LoopTurns();
       for (const [i, { owner }] of live.entries()) await this.recordResult(owner, results[i], turns);
     }
@@ -285,18 +315,21 @@ export class BatchRunner {
   }
 
   /** Runs a call; if it fails, halves it until each failure is pinned on the input that caused it. */
-  private async runIsolated(chunk: Sequence<Owner>[], report: BatchReport): Promise<Result[]> {
+  private async runIsolated(chunk: Sequence<Owner>[], report: BatchReport, timing: CallTiming): Promise<Result[]> {
     let output: BatchOutput;
+    const started = performance.now();
     try {
       report.callSizes.push(chunk.length);
       output = await this.engine.forward(chunk.map((s) => s.encoded));
     } catch (err) {
+      timing.forwardMs += performance.now() - started;
       if (chunk.length === 1) return [{ ok: false, error: this.culpritError(chunk[0].encoded, err) }];
       const middle = Math.ceil(chunk.length / 2);
-      const left = await this.runIsolated(chunk.slice(0, middle), report);
-      const right = await this.runIsolated(chunk.slice(middle), report);
+      const left = await this.runIsolated(chunk.slice(0, middle), report, timing);
+      const right = await this.runIsolated(chunk.slice(middle), report, timing);
       return [...left, ...right];
     }
+    timing.forwardMs += performance.now() - started;
     const turns = new LoopTurns();
     const results: Result[] = [];
     for (const [row, { owner }] of chunk.entries()) {
@@ -309,11 +342,13 @@ export class BatchRunner {
         results.push({ ok: false, error: new ApiError('cancelled', 'not post-processed') });
         continue;
       }
+      const decoding = performance.now();
       try {
         results.push({ ok: true, value: owner.pending.head.decode(output, row, chunk[row].encoded, owner.pending.parameters) });
       } catch (err) {
         results.push({ ok: false, error: new ApiError('internal', `post-processing failed: ${firstLine(String(err))}`) });
       }
+      timing.decodeMs += performance.now() - decoding;
     }
     return results;
   }
@@ -344,7 +379,9 @@ export class BatchRunner {
     try {
       for (const [i, parts] of pending.parts.entries()) {
         if (i > 0) await turns.take();
+        const started = performance.now();
         outputs.push(head.combine ? head.combine(parts, request.inputs[i], parameters) : parts[0]);
+        pending.outputMs += performance.now() - started;
       }
     } catch (err) {
       const error = err instanceof ApiError ? err : new ApiError('internal', `post-processing failed: ${firstLine(String(err))}`);
@@ -360,10 +397,13 @@ export class BatchRunner {
       timing: { queue_ms: pending.queueMs ?? 0, inference_ms: round(pending.inferenceMs), batch_size: pending.batchSize },
       tokens: pending.tokens,
     });
+    const { queueMs = 0, inputMs, inferMs, outputMs } = pending;
+    this.stats.succeeded(this.now(), Math.max(0, this.now() - request.enqueuedAt), { queueMs, inputMs, inferMs, outputMs, inputs: request.inputs.length });
   }
 
   private fail(request: QueuedRequest, error: ApiError): void {
     this.outcomes.record(request, { id: request.id, ok: false, error: error.toBody() });
+    this.stats.failed(Math.max(0, this.now() - request.enqueuedAt));
   }
 }
 

@@ -225,6 +225,40 @@ export interface WorkerInfo {
   memoryBudgetBytes?: number;
   /** Padded tokens (rows × longest) of the largest model call the worker has run. */
   largestCallTokens?: number;
+  /** What the worker has done since it started, for Triton's statistics (GET /v2/models/<id>/stats). */
+  stats?: InferenceStats;
+  /** BATCH_MAX_WAIT_MS: how long a worker waits to fill a batch, for Triton's model configuration. */
+  batchMaxWaitMs?: number;
+}
+
+/** A count and the nanoseconds it took in all, as Triton's statistics give them. */
+export interface Duration {
+  count: number;
+  ns: number;
+}
+
+/** A worker's counts since it started, in the terms of Triton's statistics extension. */
+export interface InferenceStats {
+  /** Requests answered, and their time from enqueue to answer. */
+  success: Duration;
+  /** Requests failed or refused, and their time from enqueue to failure. */
+  fail: Duration;
+  /** Answered requests' wait from enqueue to their first model call. */
+  queue: Duration;
+  /** Their tokenization. */
+  computeInput: Duration;
+  /** Their model calls. */
+  computeInfer: Duration;
+  /** Their post-processing. */
+  computeOutput: Duration;
+  /** Inputs answered (a request of three texts counts three). */
+  inferenceCount: number;
+  /** Model calls. */
+  executionCount: number;
+  /** Epoch ms of the last answer; 0 before any. */
+  lastInference: number;
+  /** Model calls by their number of sequences. */
+  batches: Record<string, { computeInput: Duration; computeInfer: Duration; computeOutput: Duration }>;
 }
 
 /** A worker's download of its model's files, announced in its heartbeat while it loads. */

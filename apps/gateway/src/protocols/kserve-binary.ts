@@ -81,23 +81,34 @@ export function readInferBody(body: Buffer, headerLength: string | undefined): u
   return request;
 }
 
-export interface OutputTensor {
-  name: string;
-  datatype: 'FP32';
-  shape: number[];
-  data: number[];
+export type OutputTensor = { name: string; shape: number[] } & ({ datatype: 'FP32'; data: number[] } | { datatype: 'BYTES'; data: string[] });
+
+/** A tensor's binary form: FP32 little-endian, or each BYTES element as its length then its UTF-8 bytes. */
+function tensorBytes(tensor: OutputTensor): Buffer {
+  if (tensor.datatype === 'BYTES') {
+    return Buffer.concat(
+      tensor.data.flatMap((element) => {
+        const bytes = Buffer.from(element);
+        const length = Buffer.alloc(4);
+        length.writeUInt32LE(bytes.length);
+        return [length, bytes];
+      }),
+    );
+  }
+  const bytes = Buffer.alloc(tensor.data.length * 4);
+  tensor.data.forEach((v, i) => bytes.writeFloatLE(v, i * 4));
+  return bytes;
 }
 
 /**
  * The response body: JSON when no output goes as binary, else the JSON header (the binary outputs
- * carry `binary_data_size` instead of `data`) followed by their FP32 bytes, and the header's length.
+ * carry `binary_data_size` instead of `data`) followed by their bytes, and the header's length.
  */
 export function writeInferResponse(response: Json & { outputs: OutputTensor[] }, binary: (output: string) => boolean): { body: Buffer; headerLength?: number } {
   const chunks: Buffer[] = [];
   const outputs = response.outputs.map((tensor) => {
     if (!binary(tensor.name)) return tensor;
-    const bytes = Buffer.alloc(tensor.data.length * 4);
-    tensor.data.forEach((v, i) => bytes.writeFloatLE(v, i * 4));
+    const bytes = tensorBytes(tensor);
     chunks.push(bytes);
     return { name: tensor.name, datatype: tensor.datatype, shape: tensor.shape, parameters: { binary_data_size: bytes.length } };
   });

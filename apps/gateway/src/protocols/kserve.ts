@@ -6,6 +6,7 @@ import type { Snapshot } from '../snapshot.js';
 import { errorHandler, type ErrorFormat } from '../http-errors.js';
 import { rawBody, runModelCall, wildcardPath, type ProtocolParts } from '../model-call.js';
 import { HEADER_LENGTH, readInferBody, writeInferResponse, type OutputTensor } from './kserve-binary.js';
+import { modelConfig, modelStats, type TritonModel } from './triton.js';
 
 /**
  * The KServe v2 / Open Inference Protocol over HTTP (what Triton speaks): health, server and model
@@ -57,7 +58,36 @@ function outputsOf(m: ServedModel): string[] {
   return kindOf(m) === 'classifier' ? ['probabilities', 'logits'] : ['embeddings'];
 }
 
+function tritonModel(m: ServedModel): TritonModel {
+  const kind = kindOf(m);
+  return { model: m, version: VERSION, outputs: kind ? outputsOf(m) : [], width: kind === 'classifier' ? (m.labels?.length ?? -1) : -1 };
+}
+
 const tensor = (name: string, rows: number[][]): OutputTensor => ({ name, datatype: 'FP32', shape: [rows.length, rows[0]?.length ?? 0], data: rows.flat() });
+
+/**
+ * Triton's classification extension: an output asked for with `classification: k` answers, per
+ * row, the k largest values as BYTES "value:index:label", largest first.
+ */
+function classes(name: string, rows: number[][], labels: string[], k: number): OutputTensor {
+  const top = rows.map((row) =>
+    row
+      .map((value, index) => ({ value, index }))
+      .sort((a, b) => b.value - a.value)
+      .slice(0, k)
+      .map(({ value, index }) => `${value.toFixed(6)}:${index}:${labels[index] ?? ''}`),
+  );
+  return { name, datatype: 'BYTES', shape: [rows.length, Math.min(k, rows[0]?.length ?? 0)], data: top.flat() };
+}
+
+/** The k an output asks for with `classification` (tritonclient's class_count); undefined when it asks for the tensor itself. */
+function classCount(output: { name: string; parameters?: Record<string, unknown> } | undefined): number | undefined {
+  const k = output?.parameters?.classification;
+  if (k === undefined) return undefined;
+  if (!Number.isInteger(k) || (k as number) < 1)
+    throw new ApiError('validation', `output ${output!.name}: parameters.classification must be a positive integer (the number of classes)`);
+  return k as number;
+}
 
 /** A classifier call's parameters for one output: every label's score, raw for the logits. */
 const classifierParameters = (output: string) => ({ top_k: null, ...(output === 'logits' ? { function_to_apply: 'none' } : {}) });
@@ -70,11 +100,14 @@ function classifierRows(m: ServedModel, outputs: unknown): number[][] {
   });
 }
 
-/** `/v2/models/<name>[/versions/<v>][/ready|/infer]`: the name may itself hold slashes. */
-function parsePath(req: Request): { name: string; version?: string; action: 'metadata' | 'ready' | 'infer' } {
+type Action = 'metadata' | 'ready' | 'infer' | 'config' | 'stats';
+
+/** `/v2/models/<name>[/versions/<v>][/ready|/infer|/config|/stats]`, and `/v2/models/stats`: the name may itself hold slashes. */
+function parsePath(req: Request): { name: string; version?: string; action: Action } {
   let path = wildcardPath(req, 'path');
-  let action: 'metadata' | 'ready' | 'infer' = 'metadata';
-  for (const suffix of ['ready', 'infer'] as const) {
+  if (path === 'stats') return { name: '', action: 'stats' };
+  let action: Action = 'metadata';
+  for (const suffix of ['ready', 'infer', 'config', 'stats'] as const) {
     if (path.endsWith(`/${suffix}`)) {
       action = suffix;
       path = path.slice(0, -suffix.length - 1);
@@ -135,6 +168,15 @@ export function kserveRoutes(router: IRouter, { config, service, registry, snaps
     const { name, version, action } = parsePath(req);
     checkVersion(version);
     if (action === 'infer') throw new ApiError('validation', 'inference is POST /v2/models/<name>/infer');
+    if (action === 'stats') {
+      const models = name === '' ? registry.served() : [served(name)];
+      res.json({ model_stats: models.map((m) => modelStats(tritonModel(m))) });
+      return;
+    }
+    if (action === 'config') {
+      res.json(modelConfig(tritonModel(served(name))));
+      return;
+    }
     if (action === 'ready') {
       const m = registry.get(name);
       if (!m && !registry.loading(name) && !registry.taskOf(name)) throw new ApiError('not_found', `model ${name} is not served`);
@@ -143,13 +185,13 @@ export function kserveRoutes(router: IRouter, { config, service, registry, snaps
     }
     const m = served(name);
     const kind = kindOf(m);
-    const width = kind === 'classifier' ? (m.labels?.length ?? -1) : -1;
+    const { outputs, width } = tritonModel(m);
     res.json({
       name: m.id,
       versions: [VERSION],
       platform: 'onnxruntime_onnx',
       inputs: [{ name: 'text', datatype: 'BYTES', shape: [-1] }],
-      outputs: kind ? outputsOf(m).map((output) => ({ name: output, datatype: 'FP32', shape: [-1, width] })) : [],
+      outputs: outputs.map((output) => ({ name: output, datatype: 'FP32', shape: [-1, width] })),
       parameters: {
         ...(kind === 'classifier' ? { labels: m.labels ?? [] } : {}),
         ...(m.weights.revision ? { revision: m.weights.revision } : {}),
@@ -193,6 +235,9 @@ export function kserveRoutes(router: IRouter, { config, service, registry, snaps
     const unknown = wanted.filter((w) => !offered.includes(w));
     if (unknown.length) throw new ApiError('validation', `unknown output(s) ${unknown.join(', ')}; model ${name} offers ${offered.join(', ')}`);
     const { timeoutMs, priority } = controls(body.parameters);
+    const counts = new Map(wanted.map((output) => [output, classCount(body.outputs?.find((o) => o.name === output))]));
+    if (kind === 'embedding' && [...counts.values()].some((k) => k !== undefined))
+      throw new ApiError('validation', `parameters.classification applies to a classifier's outputs; model ${name} answers embeddings`);
 
     const call = (output: string, i: number, parameters: Record<string, unknown>) =>
       runModelCall(service, req, res, {
@@ -221,6 +266,13 @@ export function kserveRoutes(router: IRouter, { config, service, registry, snaps
         }),
       );
     }
+    tensors = tensors.map((t) => {
+      const k = counts.get(t.name);
+      if (k === undefined || t.datatype !== 'FP32') return t;
+      const width = t.shape[1];
+      const rows = Array.from({ length: t.shape[0] }, (_, r) => t.data.slice(r * width, (r + 1) * width));
+      return classes(t.name, rows, m.labels ?? [], k);
+    });
     // An output's own binary_data decides, else the request's binary_data_output (Triton's client sets it when it names no outputs).
     const binary = (output: string) => (body.outputs?.find((o) => o.name === output)?.parameters?.binary_data ?? body.parameters?.binary_data_output) === true;
     const answer = writeInferResponse(
