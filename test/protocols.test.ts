@@ -85,7 +85,20 @@ describe('protocols', () => {
       const cases: Array<[unknown, number, RegExp]> = [
         [{ model: EMBEDDER }, 400, /input is required/],
         [{ model: EMBEDDER, input: [] }, 400, /empty list/],
-        [{ model: EMBEDDER, input: [1, 2, 3] }, 400, /token arrays are not accepted/],
+        [{ model: EMBEDDER, input: [1, 2, 3] }, 400, /token arrays are not accepted.*check_embedding_ctx_length=False/],
+        // What LangChain's OpenAIEmbeddings sends by default: each text as tiktoken's token ids.
+        [
+          {
+            model: EMBEDDER,
+            input: [
+              [9906, 1917],
+              [40, 3021, 420],
+            ],
+            encoding_format: 'base64',
+          },
+          400,
+          /check_embedding_ctx_length=False/,
+        ],
         [{ model: EMBEDDER, input: 'x', encoding_format: 'int8' }, 400, /encoding_format/],
         [{ model: EMBEDDER, input: 'x', dimensions: 5000 }, 400, /dimensions must be at most 384/],
         [{ model: CLASSIFIER, input: 'x' }, 400, /not an embedding model/],

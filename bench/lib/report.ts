@@ -106,6 +106,8 @@ export function formatReport(r: BenchResults): string {
         .join(' ') || '(defaults)'
     }`,
     `options: ${m.options.quick ? 'quick' : 'full'}, ${String(m.options.durationSeconds)} s per point after ${String(m.options.warmupSeconds)} s warm-up; waited ${round(m.quietWaitSeconds, 1)} s for a quiet machine, re-ran ${m.quietRetries} disturbed measurement(s)`,
+    // fp32 and q8 differ in speed and in whether batches move answers (docs/models.md): every figure of a model is of this dtype.
+    `models (device/dtype, in-process and on the workers): ${r.models.map((x) => `${short(x.model)} ${x.device ?? '?'}/${x.dtype ?? '?'}`).join(', ')}`,
     '',
   );
 

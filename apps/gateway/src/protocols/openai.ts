@@ -61,7 +61,12 @@ export function openAiRoutes(router: IRouter, { config, service, registry, admis
     async (req, res) => {
       const raw = (req.body as { input?: unknown } | undefined)?.input;
       if (Array.isArray(raw) && raw.some((v) => typeof v === 'number' || Array.isArray(v))) {
-        throw new ApiError('validation', 'input must be text: token arrays are not accepted, send the strings');
+        // LangChain's OpenAIEmbeddings sends tiktoken's token ids by default; they are OpenAI's
+        // vocabulary, not the model's, so they cannot be read here.
+        throw new ApiError(
+          'validation',
+          "input must be text: token arrays are not accepted, send the strings (LangChain's OpenAIEmbeddings: set check_embedding_ctx_length=False)",
+        );
       }
       const parsed = embeddingsRequest.safeParse(req.body);
       if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
