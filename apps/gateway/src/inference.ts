@@ -133,7 +133,7 @@ export class InferenceService {
         outputsJson,
         warnings,
         timing,
-        tokens: tokens ?? 0,
+        tokens: tokens?.reduce((n, t) => n + t, 0) ?? 0,
         weights: (this.registry.get(call.model) ?? served).weights,
       };
     } finally {
