@@ -20,7 +20,7 @@ const outcome: JobOutcome = {
       ],
       warnings: ['cut'],
       timing,
-      tokens: 7,
+      tokens: [3, 4],
     },
     { id: 'b', ok: false, error: { error: 'too long', error_type: 'validation' } },
     // Text of several bytes a character, and a newline inside a string: lengths are bytes, and the first newline byte ends the head.

@@ -1,7 +1,8 @@
 import type { Express } from 'express';
 import type { Logger } from 'pino';
+import type { Redis } from 'ioredis';
 import type { GatewayConfig } from '@tserve/config';
-import { createRedis, exchangeDepths, whenReady } from '@tserve/queue';
+import { createRedis, exchangeDepths, keys, whenReady } from '@tserve/queue';
 import { ModelRegistry } from './model-registry.js';
 import { QueueDepth, BodyBudget } from './overload.js';
 import { createRedisBreaker } from './breaker.js';
@@ -13,6 +14,7 @@ import { KeyStore, parseKeyFile } from './api-keys.js';
 import { Quotas } from './quotas.js';
 import { Admission } from './admission.js';
 import { InferenceService } from './inference.js';
+import { ResponseCache } from './response-cache.js';
 import { createApp } from './app.js';
 
 /** A start-up failure whose message says all a user needs: printed alone, no stack. */
@@ -32,6 +34,19 @@ function loadKeys(config: GatewayConfig, logger: Logger): KeyStore | undefined {
   } catch (err) {
     throw new StartupError(`gateway: cannot load API keys: ${err instanceof Error ? err.message : String(err)}`);
   }
+}
+
+/** The response cache (RESPONSE_CACHE_TTL_S), under a prefix of its own beside the queues' keys. */
+function responseCache(config: GatewayConfig, redis: Redis, logger: Logger): ResponseCache {
+  // A Redis that fails every command would log once a request: once a period is enough to see it.
+  let loggedAt = 0;
+  const onError = (err: unknown) => {
+    if (Date.now() - loggedAt < 10_000) return;
+    loggedAt = Date.now();
+    logger.warn({ err: String(err) }, 'response cache: Redis failed; requests are computed afresh meanwhile');
+  };
+  logger.info(`response cache on: answers kept ${config.RESPONSE_CACHE_TTL_S} s, at most ${config.RESPONSE_CACHE_MAX_MB} MB`);
+  return new ResponseCache(redis, keys.responseCache(config.QUEUE_PREFIX), config.RESPONSE_CACHE_TTL_S, config.RESPONSE_CACHE_MAX_MB, onError);
 }
 
 export interface Gateway {
@@ -72,7 +87,9 @@ export function createGateway(config: GatewayConfig, gatewayId: string, logger: 
   const unread = new UnreadAnswers(config.MAX_UNREAD_ANSWERS_BYTES, config.HTTP_SEND_TIMEOUT_MS, (reason, unreadBytes) =>
     logger.warn({ reason, unreadBytes }, 'closed a connection whose client did not read its answer'),
   );
-  const metrics = createMetrics({ snapshot, transport, bodies, unread });
+  const cacheRedis = config.RESPONSE_CACHE_REDIS_URL ? createRedis(config.RESPONSE_CACHE_REDIS_URL, 'gateway', config.REDIS_COMMAND_TIMEOUT_MS) : redis;
+  const cache = config.RESPONSE_CACHE_TTL_S > 0 ? responseCache(config, cacheRedis, logger) : undefined;
+  const metrics = createMetrics({ snapshot, transport, bodies, unread, cache });
   const apiKeys = loadKeys(config, logger);
   const admission = new Admission({
     keys: apiKeys,
@@ -85,7 +102,7 @@ export function createGateway(config: GatewayConfig, gatewayId: string, logger: 
     requestTimeoutMs: config.REQUEST_TIMEOUT_MS,
     onQuotaRejected: metrics.quotaRejected,
   });
-  const service = new InferenceService(config, registry, admission, transport, metrics);
+  const service = new InferenceService(config, registry, admission, transport, metrics, cache);
   const app = createApp({
     config,
     logger,
@@ -119,7 +136,7 @@ export function createGateway(config: GatewayConfig, gatewayId: string, logger: 
       depth.stop();
       apiKeys?.stop();
       await transport.stop();
-      await Promise.allSettled([redis.quit(), subscriber.quit()]);
+      await Promise.allSettled([redis.quit(), subscriber.quit(), ...(cacheRedis === redis ? [] : [cacheRedis.quit()])]);
     },
   };
 }

@@ -10,6 +10,7 @@ import {
   type Operation,
   type Priority,
   type QueuedRequest,
+  type ReadRequestOutcome,
   type TaskInput,
   type TaskParameters,
 } from '@tserve/contract';
@@ -17,6 +18,7 @@ import type { GatewayConfig } from '@tserve/config';
 import type { ModelRegistry, ModelWeights, ServedModel } from './model-registry.js';
 import type { Admission } from './admission.js';
 import { SendFailed, type Transport } from './transport/index.js';
+import type { ResponseCache } from './response-cache.js';
 
 export interface InferenceCall {
   model: string;
@@ -39,6 +41,8 @@ export interface InferenceCall {
   api: 'inference-api' | 'pipeline';
   /** Wait for a model that is still loading (until the deadline) instead of answering 503 at once. */
   waitForModel?: boolean;
+  /** `x-use-cache` / `options.use_cache`: false computes every input afresh, even with the response cache on. */
+  useCache?: boolean;
 }
 
 export interface InferenceObserver {
@@ -59,6 +63,8 @@ export interface InferenceResult {
   tokens: number;
   /** Which weights answered, as the model's workers announce them (where they agree). */
   weights: ModelWeights;
+  /** With the response cache on: whether every input was answered from it (`x-cache: hit`). */
+  cache?: 'hit' | 'miss';
 }
 
 /**
@@ -72,6 +78,7 @@ export class InferenceService {
     private readonly admission: Admission,
     private readonly transport: Transport,
     private readonly observer: InferenceObserver,
+    private readonly cache?: ResponseCache,
   ) {}
 
   /** The model `POST /` serves, if there is one yet: DEFAULT_MODEL, or the only one served. */
@@ -98,7 +105,10 @@ export class InferenceService {
         throw new ApiError('timeout', `the request deadline passed while model ${call.model} was loading`);
       }
     }
-    const served = this.registry.get(call.model);
+    const live = this.registry.get(call.model);
+    // With no worker left, the response cache still answers what the model's last workers computed.
+    const gone = live || !this.cache || call.useCache === false ? undefined : this.registry.gone(call.model);
+    const served = live ?? gone;
     if (!served) throw this.unknownModel(call.model);
     const task = this.taskFor(served, call);
     const { inputs, single } = this.checkInputs(task, call.inputs);
@@ -106,6 +116,43 @@ export class InferenceService {
     const sequences = inputs.reduce((n: number, input) => n + sequencesOf(task, input, parameters), 0);
     this.admission.afterBody(call.model, call.priority, { inputs: inputs.length, sequences });
 
+    const compute = (subset: TaskInput[]) =>
+      gone ? Promise.reject(this.unknownModel(call.model)) : this.compute(call, served, task, subset, parameters, deadline);
+    const sha256 = served.weights.sha256;
+    // A model whose live workers disagree on their weights (a rollout) is computed afresh, never cached.
+    const cached =
+      this.cache && call.useCache !== false && sha256
+        ? await this.cache.answer({ model: call.model, sha256, task, parameters }, inputs, (places) => compute(places.map((i) => inputs[i])))
+        : undefined;
+    const outcome = cached ? cached.outcome : await compute(inputs);
+    if (!outcome.ok) throw ApiError.fromBody(outcome.error);
+    const { warnings, timing, tokens, outputsJson } = outcome;
+    // Read only by a route that needs the values: a recorded outcome's are parsed then (decodeRecordedOutcome).
+    return {
+      task,
+      single,
+      get outputs() {
+        return outcome.outputs;
+      },
+      outputsJson,
+      warnings,
+      timing,
+      tokens: tokens?.reduce((n, t) => n + t, 0) ?? 0,
+      weights: (this.registry.get(call.model) ?? served).weights,
+      ...(this.cache ? { cache: cached?.hits === inputs.length ? 'hit' : 'miss' } : {}),
+    };
+  }
+
+  /** Sends inputs to the model's workers and resolves with their outcome. */
+  private async compute(
+    call: InferenceCall,
+    served: ServedModel,
+    task: Operation,
+    inputs: TaskInput[],
+    parameters: TaskParameters,
+    deadline: number,
+  ): Promise<ReadRequestOutcome> {
+    const sequences = inputs.reduce((n: number, input) => n + sequencesOf(task, input, parameters), 0);
     const request: QueuedRequest = {
       id: call.requestId,
       ...(task === served.task ? {} : { task }),
@@ -120,22 +167,8 @@ export class InferenceService {
       const outcome = await this.transport.send({ model: call.model, request, priority: call.priority, signal: call.signal }).catch((err: unknown) => {
         throw err instanceof SendFailed ? this.admission.enqueueFailure() : err;
       });
-      if (!outcome.ok) throw ApiError.fromBody(outcome.error);
-      this.observer.answered(call.model, outcome.timing);
-      const { warnings, timing, tokens, outputsJson } = outcome;
-      // Read only by a route that needs the values: a recorded outcome's are parsed then (decodeRecordedOutcome).
-      return {
-        task,
-        single,
-        get outputs() {
-          return outcome.outputs;
-        },
-        outputsJson,
-        warnings,
-        timing,
-        tokens: tokens ?? 0,
-        weights: (this.registry.get(call.model) ?? served).weights,
-      };
+      if (outcome.ok) this.observer.answered(call.model, outcome.timing);
+      return outcome;
     } finally {
       leave();
     }

@@ -8,6 +8,7 @@ import type { Snapshot } from './snapshot.js';
 import type { UnreadAnswers } from './unread-answers.js';
 import type { BodyBudget } from './overload.js';
 import type { Transport } from './transport/index.js';
+import type { ResponseCache } from './response-cache.js';
 
 /** Latencies of a server whose model calls take about a millisecond and whose deadline is tens of seconds. */
 const SECONDS_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
@@ -59,6 +60,8 @@ export interface MetricSources {
   transport: Pick<Transport, 'abandoned' | 'skipped' | 'enqueued'>;
   bodies: Pick<BodyBudget, 'held'>;
   unread: Pick<UnreadAnswers, 'held' | 'closed'>;
+  /** The response cache, when RESPONSE_CACHE_TTL_S turns it on; its series exist only then. */
+  cache?: Pick<ResponseCache, 'counts' | 'bytes' | 'storedBytes'>;
 }
 
 /**
@@ -67,7 +70,7 @@ export interface MetricSources {
  * other parts count (queue depth, workers, the breaker, abandoned requests, unread answers) is read
  * from them when scraped, so it costs nothing between scrapes.
  */
-export function createMetrics({ snapshot, transport, bodies, unread }: MetricSources): GatewayMetrics {
+export function createMetrics({ snapshot, transport, bodies, unread, cache }: MetricSources): GatewayMetrics {
   const series = new Registry();
   collectDefaultMetrics({ register: series });
   const registers = [series];
@@ -292,6 +295,8 @@ export function createMetrics({ snapshot, transport, bodies, unread }: MetricSou
     },
   });
 
+  if (cache) responseCacheSeries(cache, registers);
+
   const track: RequestHandler = (req, res, next) => {
     const started = performance.now();
     // 'close' comes once per response, answered or abandoned; 'finish' never comes for the latter.
@@ -323,4 +328,38 @@ export function createMetrics({ snapshot, transport, bodies, unread }: MetricSou
       res.send(body);
     },
   };
+}
+
+/** The response cache's series: inputs answered from it and computed, and the bytes it holds. */
+function responseCacheSeries(cache: NonNullable<MetricSources['cache']>, registers: Registry[]): void {
+  const perModel = (name: string, help: string, read: (counts: { hits: number; misses: number }) => number) =>
+    new Counter({
+      name,
+      help,
+      labelNames: ['model'] as const,
+      registers,
+      collect() {
+        this.reset();
+        for (const [model, counts] of cache.counts) this.inc({ model }, read(counts));
+      },
+    });
+  perModel('tserve_response_cache_hits_total', 'Inputs answered from the response cache, by model', (c) => c.hits);
+  perModel('tserve_response_cache_misses_total', 'Inputs looked up in the response cache and not found there (then computed), by model', (c) => c.misses);
+  new Counter({
+    name: 'tserve_response_cache_stored_bytes_total',
+    help: 'Bytes of entries this gateway stored in the response cache, counted as its bound counts them',
+    registers,
+    collect() {
+      this.reset();
+      this.inc(cache.storedBytes);
+    },
+  });
+  new Gauge({
+    name: 'tserve_response_cache_bytes',
+    help: "Bytes the response cache holds in Redis (all gateways), as counted at this gateway's last store; RESPONSE_CACHE_MAX_MB bounds it",
+    registers,
+    collect() {
+      this.set(cache.bytes);
+    },
+  });
 }

@@ -44,6 +44,16 @@ export function isJson(req: Request): boolean {
   return req.is('application/json') === 'application/json' || Boolean(req.is('+json'));
 }
 
+/** A boolean header of the Hugging Face clients; anything but true/false is refused, never ignored. */
+export function booleanHeader(req: Request, name: string): boolean | undefined {
+  const raw = req.get(name);
+  if (raw === undefined) return undefined;
+  const value = raw.trim().toLowerCase();
+  if (['true', '1'].includes(value)) return true;
+  if (['false', '0'].includes(value)) return false;
+  throw new ApiError('validation', `${name} must be true or false`);
+}
+
 /** A client may shorten its deadline with this header as well as in the body. */
 function headerTimeout(req: Request): number | undefined {
   const raw = req.get('x-request-timeout-ms');
@@ -79,6 +89,8 @@ export interface ModelCall {
   priority?: Priority;
   api?: InferenceCall['api'];
   waitForModel?: boolean;
+  /** The body's own `use_cache`, if the protocol has one; else the `x-use-cache` header decides. */
+  useCache?: boolean;
   /** Tells apart several calls made for one HTTP request (each needs its own request id). */
   part?: string;
 }
@@ -102,11 +114,14 @@ export async function runModelCall(service: InferenceService, req: Request, res:
     signal: clientGone(res),
     api: call.api ?? 'inference-api',
     waitForModel: call.waitForModel,
+    useCache: booleanHeader(req, 'x-use-cache') ?? call.useCache,
   });
   res.setHeader('x-queue-time', String(result.timing.queue_ms));
   res.setHeader('x-inference-time', String(result.timing.inference_ms));
   res.setHeader('x-batch-size', String(result.timing.batch_size));
   res.setHeader('x-total-time', (performance.now() - startedAt).toFixed(3));
+  // As the Hugging Face Inference API says it: hit when every input was answered from the response cache.
+  if (result.cache) res.setHeader('x-cache', result.cache);
   if (result.warnings.length) res.setHeader('x-warnings', JSON.stringify(result.warnings));
   // Which weights answered; left out while the model's workers disagree (a rollout in progress).
   if (result.weights.revision) res.setHeader('x-model-revision', result.weights.revision);

@@ -61,6 +61,8 @@ export class ModelRegistry {
   private models = new Map<string, ServedModel>();
   /** Models that had a live worker at some point; one with none left is reported as down. */
   private readonly known = new Map<string, Task>();
+  /** Each model as its live workers last announced it: what the response cache answers from once none is left. */
+  private readonly lastServed = new Map<string, ServedModel>();
   /** Models whose worker reported it could not load them, and has no live worker since. */
   private failures = new Map<string, LoadFailure>();
   /** Models announced only by workers of another protocol. */
@@ -153,6 +155,15 @@ export class ModelRegistry {
     return [...this.mismatched.values()];
   }
 
+  /**
+   * A model with no live worker left, none loading it, as its workers last announced it: the
+   * response cache may still answer what they computed, by the weights they had.
+   */
+  gone(model: string): ServedModel | undefined {
+    if (this.models.has(model) || this.loadingModels.has(model) || this.mismatched.has(model)) return undefined;
+    return this.lastServed.get(model);
+  }
+
   taskOf(model: string): Task | undefined {
     return this.known.get(model);
   }
@@ -205,7 +216,10 @@ export class ModelRegistry {
       }
       for (const m of byModel.values()) m.weights = agreedWeights(m.workers);
       for (const id of byModel.keys()) loading.delete(id);
-      for (const m of byModel.values()) this.known.set(m.id, m.task);
+      for (const m of byModel.values()) {
+        this.known.set(m.id, m.task);
+        this.lastServed.set(m.id, m);
+      }
       this.models = byModel;
       this.loadingModels = loading;
       this.mismatched = new Map(

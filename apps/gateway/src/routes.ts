@@ -3,7 +3,7 @@ import { ApiError, describeIssues, inferenceRequestSchema, TASKS, type Task } fr
 import type { GatewayConfig } from '@tserve/config';
 import type { InferenceResult, InferenceService } from './inference.js';
 import type { Admission } from './admission.js';
-import { isJson, jsonBody, runModelCall, textBody, wildcardPath } from './model-call.js';
+import { booleanHeader, isJson, jsonBody, runModelCall, textBody, wildcardPath } from './model-call.js';
 
 /**
  * The body of an answer: one output for a single input, else the list. The Inference API answers a
@@ -34,23 +34,8 @@ function parseInferenceBody(body: unknown) {
   return { inputs, parameters: parameters ?? {}, timeoutMs: options?.timeout_ms, priority: options?.priority, options };
 }
 
-/** A boolean header of the Hugging Face clients; anything but true/false is refused, never ignored. */
-function booleanHeader(req: Request, name: string): boolean | undefined {
-  const raw = req.get(name);
-  if (raw === undefined) return undefined;
-  const value = raw.trim().toLowerCase();
-  if (['true', '1'].includes(value)) return true;
-  if (['false', '0'].includes(value)) return false;
-  throw new ApiError('validation', `${name} must be true or false`);
-}
-
-/**
- * `x-wait-for-model` / `options.wait_for_model`: wait while the model loads. `x-use-cache` /
- * `options.use_cache` are accepted and always honoured: this server keeps no cache of answers, so
- * every answer is computed afresh.
- */
+/** `x-wait-for-model` / `options.wait_for_model`: wait while the model loads. */
 function waitForModel(req: Request, body?: { wait_for_model?: boolean }): boolean {
-  booleanHeader(req, 'x-use-cache');
   return booleanHeader(req, 'x-wait-for-model') ?? body?.wait_for_model ?? false;
 }
 
@@ -90,6 +75,8 @@ export function inferenceRoutes(
       priority: call.priority,
       api,
       waitForModel: waitForModel(req, call.options),
+      // `x-use-cache` / `options.use_cache`: false bypasses the response cache (RESPONSE_CACHE_TTL_S).
+      useCache: call.options?.use_cache,
     });
     respond(res, result, api);
   };

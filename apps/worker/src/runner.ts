@@ -39,8 +39,8 @@ interface Pending {
   parts: unknown[][];
   /** Sequences not yet decoded. */
   remaining: number;
-  /** Tokens of all its sequences. */
-  tokens: number;
+  /** Tokens of each input's sequences. */
+  tokens: number[];
   warnings: string[];
   /** From enqueue to its first model call; gateway and worker clocks must agree (NTP) for this across machines. */
   queueMs?: number;
@@ -141,7 +141,7 @@ export class BatchRunner {
           parameters: request.parameters,
           parts: [],
           remaining: 0,
-          tokens: 0,
+          tokens: [],
           warnings: [],
           inferenceMs: 0,
           batchSize: 0,
@@ -185,7 +185,7 @@ export class BatchRunner {
         pending.parts = encoded.map((sequences) => new Array<unknown>(sequences.length));
         pending.remaining = encoded.reduce((n, sequences) => n + sequences.length, 0);
         pending.sequenceCount = pending.remaining;
-        pending.tokens = encoded.reduce((n, sequences) => n + sequences.reduce((m, e) => m + e.ids.length, 0), 0);
+        pending.tokens = encoded.map((sequences) => sequences.reduce((m, e) => m + e.ids.length, 0));
         encoded.forEach((sequences, input) => sequences.forEach((e, part) => batch.sequences.push({ owner: { pending, input, part }, encoded: e })));
         // Nothing for the model to run (tokenization alone): answered now.
         if (pending.remaining === 0) await this.finishRequest(pending, turns);

@@ -192,7 +192,7 @@ const gatewayShape = {
     10,
     'Redis commands fail after this instead of hanging; an enqueue slower than this counts as a failure of the circuit breaker on Redis, which, once open, probes Redis again after 2.5 times this (at least a second)',
   ).meta(ADVANCED),
-  SHUTDOWN_GRACE_MS: int(10000, 0, 'time to answer in-flight requests on SIGTERM'),
+  SHUTDOWN_GRACE_MS: int(10000, 0, 'time to answer in-flight requests on SIGTERM').meta(ADVANCED),
   HTTP_HEADERS_TIMEOUT_MS: derived(100, 'REQUEST_TIMEOUT_MS / 3', 'a client must send its request headers within this (408 after)', 1000),
   HTTP_REQUEST_TIMEOUT_MS: derived(
     100,
@@ -216,6 +216,17 @@ const gatewayShape = {
     1,
     'client connections the gateway holds open; one more is closed at once, so that a flood of connections cannot take the memory and file descriptors that the requests in hand need',
   ).meta(ADVANCED),
+  // Off by default: a cached answer is one some worker computed earlier, which a client must opt into trusting.
+  RESPONSE_CACHE_TTL_S: int(
+    0,
+    0,
+    "seconds an answer stays in the response cache shared by every gateway (one entry per input, keyed by the weights' sha256, task, parameters and input); 0 turns the cache off",
+  ),
+  RESPONSE_CACHE_MAX_MB: setting(
+    z.coerce.number().positive().default(256),
+    "the response cache's own memory bound: past it, its oldest entries are evicted (never queue data, whatever Redis's maxmemory-policy)",
+  ).meta(ADVANCED),
+  RESPONSE_CACHE_REDIS_URL: optionalString('a Redis of its own for the response cache', '(REDIS_URL)').meta(ADVANCED),
   DASHBOARD_USER: optionalString('basic auth user for /admin/queues (with DASHBOARD_PASSWORD)'),
   DASHBOARD_PASSWORD: optionalString('basic auth password for /admin/queues'),
   DASHBOARD_TOKEN: optionalString('bearer token for /admin/queues'),

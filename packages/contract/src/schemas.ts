@@ -213,8 +213,9 @@ const optionsSchema = z
     timeout_ms: z.number().int().min(1).optional(),
     /** May lower the class an API key gives, never raise it. */
     priority: z.enum(PRIORITIES).optional(),
-    // Accepted for Hugging Face Inference API compatibility; the model is always loaded.
+    /** Wait while the model loads instead of answering 503 at once. */
     wait_for_model: z.boolean().optional(),
+    /** false: compute afresh, bypassing the response cache (when RESPONSE_CACHE_TTL_S turns it on). */
     use_cache: z.boolean().optional(),
   })
   .strict();

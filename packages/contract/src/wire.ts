@@ -10,7 +10,7 @@ import type { DefaultScoreFunction } from './score-functions.js';
  * (`queueNameFor`), and a gateway routes only to workers of its own number. Change it whenever
  * a message changes shape; there is no other compatibility code.
  */
-export const PROTOCOL = 1;
+export const PROTOCOL = 2;
 
 /** One client request inside a job: already validated by the gateway, so the worker trusts its inputs. */
 export interface QueuedRequest {
@@ -96,8 +96,11 @@ const requestOutcomeSchema = z.discriminatedUnion('ok', [
     outputs: z.array(z.unknown()),
     warnings: z.array(z.string()),
     timing: z.object({ queue_ms: z.number(), inference_ms: z.number(), batch_size: z.number() }),
-    /** Tokens the model read for this request, special tokens included (OpenAI's usage). */
-    tokens: z.number().optional(),
+    /**
+     * Tokens the model read for each input, special tokens included (OpenAI's usage): per input, so
+     * that an answer kept in the response cache keeps its own count.
+     */
+    tokens: z.array(z.number()).optional(),
   }),
   z.object({ id: z.string(), ok: z.literal(false), error: errorBodySchema }),
 ]);
