@@ -5,7 +5,7 @@ import type { GatewayConfig } from '@tserve/config';
 import type { Logger } from 'pino';
 import type { InferenceCall, InferenceResult, InferenceService } from './inference.js';
 import { admittedOf, type Admission } from './admission.js';
-import type { ModelRegistry } from './model-registry.js';
+import type { ModelRegistry, ServedModel } from './model-registry.js';
 import { requestIdOf } from './request-id.js';
 import { effectivePriority } from './api-keys.js';
 
@@ -53,6 +53,25 @@ function headerTimeout(req: Request): number | undefined {
   return value;
 }
 
+/** A boolean header of the Hugging Face clients; anything but true/false is refused, never ignored. */
+export function booleanHeader(req: Request, name: string): boolean | undefined {
+  const raw = req.get(name);
+  if (raw === undefined) return undefined;
+  const value = raw.trim().toLowerCase();
+  if (['true', '1'].includes(value)) return true;
+  if (['false', '0'].includes(value)) return false;
+  throw new ApiError('validation', `${name} must be true or false`);
+}
+
+/**
+ * Whether to wait for a model whose first worker is still to come: the call's own say (the
+ * Inference API's body option), else the `x-wait-for-model` header, which every protocol's routes
+ * honour alike.
+ */
+function waitsForModel(req: Request, call: { waitForModel?: boolean }): boolean {
+  return call.waitForModel ?? booleanHeader(req, 'x-wait-for-model') ?? false;
+}
+
 /** Aborts when the client closes the connection before its answer was sent. */
 function clientGone(res: Response): AbortSignal {
   const controller = new AbortController();
@@ -88,6 +107,15 @@ export function wildcardPath(req: Request, name: string): string {
   return ([] as string[]).concat(req.params[name]).join('/');
 }
 
+/**
+ * The model once a worker serves it, for a route that needs it before its call (to shape its
+ * outputs): a model whose first worker is still to come is waited for, or refused, as a call is.
+ */
+export function servedModel(service: InferenceService, req: Request, res: Response, model: string, timeoutMs?: number): Promise<ServedModel> {
+  const deadline = service.deadline(minDefined(timeoutMs, headerTimeout(req)));
+  return service.whenServed(model, { waitForModel: waitsForModel(req, {}), deadline, signal: clientGone(res) });
+}
+
 /** Runs a call for an HTTP request, and sets the timing headers on its response. */
 export async function runModelCall(service: InferenceService, req: Request, res: Response, call: ModelCall): Promise<InferenceResult> {
   const startedAt = performance.now();
@@ -101,7 +129,7 @@ export async function runModelCall(service: InferenceService, req: Request, res:
     requestId: call.part ? `${requestIdOf(res)}-${call.part}` : requestIdOf(res),
     signal: clientGone(res),
     api: call.api ?? 'inference-api',
-    waitForModel: call.waitForModel,
+    waitForModel: waitsForModel(req, call),
   });
   res.setHeader('x-queue-time', String(result.timing.queue_ms));
   res.setHeader('x-inference-time', String(result.timing.inference_ms));

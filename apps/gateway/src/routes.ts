@@ -3,7 +3,7 @@ import { ApiError, describeIssues, inferenceRequestSchema, TASKS, type Task } fr
 import type { GatewayConfig } from '@tserve/config';
 import type { InferenceResult, InferenceService } from './inference.js';
 import type { Admission } from './admission.js';
-import { isJson, jsonBody, runModelCall, textBody, wildcardPath } from './model-call.js';
+import { booleanHeader, isJson, jsonBody, runModelCall, textBody, wildcardPath } from './model-call.js';
 
 /**
  * The body of an answer: one output for a single input, else the list. The Inference API answers a
@@ -32,16 +32,6 @@ function parseInferenceBody(body: unknown) {
   if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
   const { inputs, parameters, options } = parsed.data;
   return { inputs, parameters: parameters ?? {}, timeoutMs: options?.timeout_ms, priority: options?.priority, options };
-}
-
-/** A boolean header of the Hugging Face clients; anything but true/false is refused, never ignored. */
-function booleanHeader(req: Request, name: string): boolean | undefined {
-  const raw = req.get(name);
-  if (raw === undefined) return undefined;
-  const value = raw.trim().toLowerCase();
-  if (['true', '1'].includes(value)) return true;
-  if (['false', '0'].includes(value)) return false;
-  throw new ApiError('validation', `${name} must be true or false`);
 }
 
 /**
