@@ -25,13 +25,15 @@ export function uniquePrefix(name: string): string {
 }
 
 /** The tests run the programs quietly (LOG_LEVEL warn) unless a test asks for more. */
-function startProgram(name: string, script: string, env: Env): Proc {
-  return startNode({ name, script, env: { LOG_LEVEL: 'warn', ...env } });
+function startProgram(name: string, script: string, env: Env, nodeArgs?: string[]): Proc {
+  return startNode({ name, script, env: { LOG_LEVEL: 'warn', ...env }, nodeArgs });
 }
 
 export interface WorkerOptions {
   model: string;
   env?: Env;
+  /** Node's own flags, before the program: a preload (`--import`), for one. */
+  nodeArgs?: string[];
 }
 
 /** One test's system: a prefix in Redis, one gateway, any number of workers. */
@@ -68,6 +70,7 @@ export class TestSystem {
       `worker ${options.model}`,
       'apps/worker/dist/main.js',
       this.env({ MODEL: options.model, JOB_LOCK_MS: 2000, STALLED_INTERVAL_MS: 1000, ...options.env }),
+      options.nodeArgs,
     );
     this.procs.push(worker);
     return worker;
