@@ -113,7 +113,7 @@ describe('a model scaled to zero', () => {
   });
 });
 
-/** A worker whose wall clock is `skewMs` off: Date.now() and new Date() read it (test/helpers/clock-skew.mjs). */
+/** A process whose wall clock is `skewMs` off: Date.now() and new Date() read it (test/helpers/clock-skew.mjs). */
 const skewed = (skewMs: number) => ({ nodeArgs: ['--import', path.join(ROOT, 'test/helpers/clock-skew.mjs')], env: { CLOCK_SKEW_MS: skewMs } });
 
 describe('workers on several hosts', () => {
@@ -178,5 +178,37 @@ describe('workers on several hosts', () => {
     // Still both counted after many heartbeats with clocks 4 s apart.
     assert.equal((await ready(system)).body.models[MODEL]?.workers, 2);
     t.diagnostic(`both took work within ${rounds} round(s) of 32 requests`);
+  });
+});
+
+describe('gateways on several hosts', () => {
+  const system = new TestSystem(uniquePrefix('gateways'));
+  // A second gateway on the same Redis and prefix, on a host whose clock is 3 s behind.
+  const behind = new TestSystem(system.prefix);
+
+  before(async () => {
+    await system.startGateway({ MODELS: MODEL });
+    const { nodeArgs, env } = skewed(-3000);
+    await behind.startGateway({ MODELS: MODEL, ...env }, nodeArgs);
+  });
+  after(async () => {
+    // Its gateway only: the prefix is the first system's, cleaned by its own stop().
+    await Promise.all(behind.procs.map((p) => p.stop('SIGKILL')));
+    await system.stop();
+  });
+
+  it("count each other's requests in the backlog with clocks 3 s apart, and drop a request whose client left", async () => {
+    const controller = new AbortController();
+    const waiting = fetch(`${behind.url}/models/${MODEL}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-wait-for-model': 'true' },
+      body: JSON.stringify({ inputs: 'waiting at the gateway behind' }),
+      signal: controller.signal,
+    }).catch(() => 'left');
+    // Read from the other gateway: the count crossed over, stamped on Redis's clock.
+    await waitFor("the first gateway to count the other gateway's waiting request", async () => (await backlog(system)) >= 1, 10_000, 50);
+    controller.abort();
+    assert.equal(await waiting, 'left');
+    for (const g of [behind, system]) await waitFor('the backlog at 0 once the client left', async () => (await backlog(g)) === 0, 10_000, 50);
   });
 });

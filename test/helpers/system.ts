@@ -56,9 +56,15 @@ export class TestSystem {
     return { REDIS_URL: this.redisUrl, QUEUE_PREFIX: this.prefix, MODEL_DIR, HEARTBEAT_MS: 200, WORKER_TTL_MS: 1500, ...this.common, ...extra };
   }
 
-  async startGateway(env: Env = {}): Promise<Proc> {
+  /** `nodeArgs`: Node's own flags, before the program (a preload, for one). */
+  async startGateway(env: Env = {}, nodeArgs?: string[]): Promise<Proc> {
     this.port = this.port || (await freePort());
-    const gateway = startProgram('gateway', 'apps/gateway/dist/main.js', this.env({ PORT: this.port, HOST: '127.0.0.1', REGISTRY_REFRESH_MS: 100, ...env }));
+    const gateway = startProgram(
+      'gateway',
+      'apps/gateway/dist/main.js',
+      this.env({ PORT: this.port, HOST: '127.0.0.1', REGISTRY_REFRESH_MS: 100, ...env }),
+      nodeArgs,
+    );
     this.gateway = gateway;
     this.procs.push(gateway);
     await waitFor('gateway /health', async () => (await fetch(`${this.url}/health`)).ok, 20_000);
