@@ -50,6 +50,9 @@ describe('a model scaled to zero', () => {
     assert.equal(before.status, 200, JSON.stringify(before.body));
     assert.equal(before.body.models[MODEL]?.scaled_to_zero, true, JSON.stringify(before.body));
     assert.equal(await backlog(system), 0);
+    // KServe's server readiness likewise; the model itself is not ready until a worker serves it.
+    assert.equal((await fetch(`${system.url}/v2/health/ready`)).status, 200);
+    assert.deepEqual(await (await fetch(`${system.url}/v2/models/${MODEL}/ready`)).json(), { name: MODEL, ready: false });
 
     // 1. Requests that wait: the Inference API's and, with the same header, KServe's.
     const waiting = system.post(`/models/${MODEL}`, { inputs: 'a request from zero' }, { 'x-wait-for-model': 'true' });

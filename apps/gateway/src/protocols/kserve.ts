@@ -160,7 +160,8 @@ export function kserveRoutes(router: IRouter, { config, service, registry, snaps
   });
   router.get('/v2/health/ready', (_req, res) => {
     const snap = snapshot();
-    const ready = snap.redisHealthy && snap.breaker !== 'open' && snap.models.some((m) => m.state === 'served');
+    // A model scaled to zero counts, as in /ready: the server takes the request that wakes its worker.
+    const ready = snap.redisHealthy && snap.breaker !== 'open' && snap.models.some((m) => m.state === 'served' || m.state === 'idle');
     res.status(ready ? 200 : 503).json({ ready });
   });
 
