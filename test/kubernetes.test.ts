@@ -35,7 +35,7 @@ const VALIDATORS: Record<string, (o: any) => { validate(): void }> = {
   'keda.sh/v1alpha1/ScaledObject': (o) => new ScaledObject(o),
 };
 
-const OVERLAYS = ['cpu', 'gpu'];
+const OVERLAYS = ['cpu', 'gpu', 'gpu-scale-to-zero'];
 const hasKubectl = !spawnSync('kubectl', ['version', '--client'], { encoding: 'utf8' }).error;
 
 function render(overlay: string): K8sObject[] {
@@ -314,6 +314,16 @@ describe('Kubernetes manifests', { skip: hasKubectl ? false : 'kubectl is not in
       assert.ok(backlogTriggers(objects).length >= 1);
       assert.deepEqual(triggerMismatches(objects), []);
     });
+
+    it(`overlays/${overlay}: the gateways' MODELS are the models of the worker Deployments`, () => {
+      const objects = render(overlay);
+      const gateway = containerOf(objects, 'tserve-gateway')!;
+      const served = objects
+        .filter((o) => o.kind === 'Deployment' && o.metadata.name.startsWith('tserve-worker'))
+        .map((d) => containerOf(objects, d.metadata.name)!.env.MODEL)
+        .sort();
+      assert.deepEqual([...loadGatewayConfig(gateway.env).MODELS].sort(), served);
+    });
   }
 
   it('a ScaledObject that disagrees with its workers or the gateway Service is caught', () => {
@@ -437,6 +447,56 @@ describe(
     });
   },
 );
+
+/**
+ * Issue 46: the scale-to-zero variant of the GPU overlay. Its trigger, read as KEDA reads it from a
+ * real gateway started with the manifests' MODELS and no worker, asks for no worker at rest, for one
+ * while a request waits, and for none again once that request is answered and the worker is gone. The
+ * worker runs on this machine's CPU: what is tested is the signal, not the GPU.
+ */
+describe('the GPU overlay scaled to zero', { skip: hasKubectl ? false : 'kubectl is not installed (it renders the kustomizations)' }, () => {
+  let trigger: BacklogTrigger;
+  let model: string;
+  let gatewayEnv: Record<string, string>;
+  let system: TestSystem;
+
+  before(async () => {
+    const objects = render('gpu-scale-to-zero');
+    [trigger] = backlogTriggers(objects);
+    model = containerOf(objects, trigger.target)!.env.MODEL;
+    gatewayEnv = containerOf(objects, 'tserve-gateway')!.env;
+    system = new TestSystem(uniquePrefix('zero'));
+    await system.startGateway({ MODELS: gatewayEnv.MODELS });
+  });
+  after(async () => {
+    await system?.stop();
+  });
+
+  it('scales from zero on a waiting request, and back to zero once it is answered', async (t) => {
+    assert.equal(trigger.minReplicas, 0);
+    const objects = render('gpu-scale-to-zero');
+    assert.equal(objects.find((o) => o.kind === 'Deployment' && o.metadata.name === trigger.target)!.spec.replicas, 0, 'no worker before KEDA acts');
+    // A waiting request may outlast a cold start (docs/operations.md).
+    assert.ok(loadGatewayConfig(gatewayEnv).REQUEST_TIMEOUT_MS >= 120_000, 'the gateways wait long enough for a cold start');
+    assert.equal(await kedaReads(trigger, system.url), 0);
+    assert.equal(replicasFor(trigger, 0), 0, 'no worker at rest');
+    // Ready with no worker: the Service keeps the gateway, which must take the request that wakes one.
+    assert.equal((await fetch(`${system.url}/ready`)).status, 200);
+    const waiting = system.post(`/models/${model}`, { inputs: 'a request from zero' }, { 'x-wait-for-model': 'true' });
+    const read = await waitFor('the trigger to read the waiting request', async () => {
+      const value = await kedaReads(trigger, system.url);
+      return value > trigger.activationTargetValue && value;
+    });
+    assert.ok(replicasFor(trigger, read) >= 1, `KEDA asks for ${replicasFor(trigger, read)} workers at ${read}`);
+    const worker = system.startWorker({ model });
+    const answered = await waiting;
+    assert.equal(answered.status, 200, JSON.stringify(answered.body));
+    await worker.stop('SIGTERM');
+    await waitFor('the trigger to read 0 with no worker and no traffic', async () => (await kedaReads(trigger, system.url)) === 0, 10_000, 50);
+    assert.equal(replicasFor(trigger, 0), 0);
+    t.diagnostic(`read ${read} while the request waited (KEDA asks for ${replicasFor(trigger, read)} worker); 0 after`);
+  });
+});
 
 /**
  * Issue 50: a worker run as the cpu overlay runs it (its model, dtype, threads and WORKER_MEMORY_MB)

@@ -80,12 +80,16 @@ describe('overload', () => {
     const prefix = uniquePrefix('depths');
     const key = keys.depth(prefix, MODEL);
     const staleMs = 2000;
-    const now = Date.now();
+    // Reports are stamped and judged on Redis's clock, whatever the gateways' clocks say.
+    const [secs, micros] = await redis.time();
+    const now = Number(secs) * 1000 + Math.floor(Number(micros) / 1000);
     try {
       await redis.hset(key, 'live', `3@${now - 100}`, 'stopped', `5@${now - 10 * staleMs}`, 'garbled', 'x');
-      const others = await exchangeDepths(redis, prefix, 'me', new Map([[MODEL, 2]]), staleMs, now);
+      const others = await exchangeDepths(redis, prefix, 'me', new Map([[MODEL, 2]]), staleMs);
       assert.equal(others.get(MODEL), 3, 'the live gateway only');
       assert.deepEqual((await redis.hkeys(key)).sort(), ['live', 'me'], 'the stopped and unreadable reports removed');
+      const [count, at] = (await redis.hget(key, 'me'))!.split('@').map(Number);
+      assert.ok(count === 2 && at >= now && at - now < staleMs, `its own report stamped by Redis: ${count}@${at}`);
     } finally {
       await redis.del(key);
     }

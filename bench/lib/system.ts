@@ -36,6 +36,8 @@ export class BenchSystem {
   gateway?: Proc;
   port = 0;
   readonly workers = new Map<string, Proc>();
+  /** Workers beside each model's first, for measuring several of one model (`addWorker`). */
+  readonly moreWorkers: Array<{ model: string; proc: Proc }> = [];
   /** Gateways beside the first, for measuring several sharing one Redis (`addGateway`). */
   readonly moreGateways: Array<{ proc: Proc; url: string }> = [];
   readonly prefix = `bench-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
@@ -111,6 +113,15 @@ export class BenchSystem {
     await this.waitForWorkers(model, 1, worker);
   }
 
+  /** Starts one more worker of a model that has one; resolves once the gateway routes to all of them. */
+  async addWorker(model: string, extra: Env = {}): Promise<void> {
+    const unset = Object.fromEntries(Object.entries(this.colocated).filter(([name]) => process.env[name] === undefined));
+    const n = this.moreWorkers.filter((w) => w.model === model).length + 2;
+    const proc = startProgram(`worker ${model} #${n}`, 'apps/worker/dist/main.js', this.env({ ...unset, MODEL: model, ...extra }), this.options.root);
+    this.moreWorkers.push({ model, proc });
+    await this.waitForWorkers(model, n, proc);
+  }
+
   /** Replaces a model's worker, e.g. with BATCH_MAX_SIZE=1; waits until the gateway routes to the new one only. */
   async restartWorker(model: string, extra: Env = {}, root?: string): Promise<void> {
     await this.workers.get(model)?.stop();
@@ -134,12 +145,14 @@ export class BenchSystem {
   pids(): Record<string, number | undefined> {
     const pids: Record<string, number | undefined> = { gateway: this.gateway?.pid, redis: this.redis?.proc?.pid, bench: process.pid };
     for (const [model, w] of this.workers) pids[`worker:${model.split('/').pop()}`] = w.pid;
+    this.moreWorkers.forEach((w, i) => (pids[`worker:${w.model.split('/').pop()}#${i + 2}`] = w.proc.pid));
+    this.moreGateways.forEach((g, i) => (pids[`gateway#${i + 2}`] = g.proc.pid));
     return pids;
   }
 
   /** SIGTERM first (workers leave the registry, NODE_OPTIONS=--cpu-prof profiles get written), then SIGKILL. */
   async stop(): Promise<void> {
-    await Promise.allSettled([...this.workers.values()].map((w) => w.stop('SIGTERM', 3000)));
+    await Promise.allSettled([...this.workers.values(), ...this.moreWorkers.map((w) => w.proc)].map((w) => w.stop('SIGTERM', 3000)));
     await Promise.allSettled(this.moreGateways.map((g) => g.proc.stop('SIGTERM', 3000)));
     await this.gateway?.stop('SIGTERM', 3000);
     if (this.redis) await this.redis.stop();

@@ -25,13 +25,15 @@ export function uniquePrefix(name: string): string {
 }
 
 /** The tests run the programs quietly (LOG_LEVEL warn) unless a test asks for more. */
-function startProgram(name: string, script: string, env: Env): Proc {
-  return startNode({ name, script, env: { LOG_LEVEL: 'warn', ...env } });
+function startProgram(name: string, script: string, env: Env, nodeArgs?: string[]): Proc {
+  return startNode({ name, script, env: { LOG_LEVEL: 'warn', ...env }, nodeArgs });
 }
 
 export interface WorkerOptions {
   model: string;
   env?: Env;
+  /** Node's own flags, before the program: a preload (`--import`), for one. */
+  nodeArgs?: string[];
 }
 
 /** One test's system: a prefix in Redis, one gateway, any number of workers. */
@@ -54,9 +56,15 @@ export class TestSystem {
     return { REDIS_URL: this.redisUrl, QUEUE_PREFIX: this.prefix, MODEL_DIR, HEARTBEAT_MS: 200, WORKER_TTL_MS: 1500, ...this.common, ...extra };
   }
 
-  async startGateway(env: Env = {}): Promise<Proc> {
+  /** `nodeArgs`: Node's own flags, before the program (a preload, for one). */
+  async startGateway(env: Env = {}, nodeArgs?: string[]): Promise<Proc> {
     this.port = this.port || (await freePort());
-    const gateway = startProgram('gateway', 'apps/gateway/dist/main.js', this.env({ PORT: this.port, HOST: '127.0.0.1', REGISTRY_REFRESH_MS: 100, ...env }));
+    const gateway = startProgram(
+      'gateway',
+      'apps/gateway/dist/main.js',
+      this.env({ PORT: this.port, HOST: '127.0.0.1', REGISTRY_REFRESH_MS: 100, ...env }),
+      nodeArgs,
+    );
     this.gateway = gateway;
     this.procs.push(gateway);
     await waitFor('gateway /health', async () => (await fetch(`${this.url}/health`)).ok, 20_000);
@@ -68,6 +76,7 @@ export class TestSystem {
       `worker ${options.model}`,
       'apps/worker/dist/main.js',
       this.env({ MODEL: options.model, JOB_LOCK_MS: 2000, STALLED_INTERVAL_MS: 1000, ...options.env }),
+      options.nodeArgs,
     );
     this.procs.push(worker);
     return worker;

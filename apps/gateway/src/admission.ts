@@ -28,7 +28,7 @@ export interface AdmissionParts {
   /** The request bodies this gateway may hold at once, and the largest one (MAX_BODY_BYTES). */
   bodies: { budget: BodyBudget; maxBytes: number };
   breaker: RedisBreaker;
-  /** Whether a worker serves the model now: only a served model's queue can be full. */
+  /** Whether a worker serves the model now, or it is configured (MODELS): only their queues can be full. */
   isServed: (model: string) => boolean;
   /** The longest a request may live: slots in flight expire after it. */
   requestTimeoutMs: number;

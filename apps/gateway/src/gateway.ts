@@ -65,7 +65,7 @@ export interface Gateway {
 export function createGateway(config: GatewayConfig, gatewayId: string, logger: Logger): Gateway {
   const redis = createRedis(config.REDIS_URL, 'gateway', config.REDIS_COMMAND_TIMEOUT_MS);
   const subscriber = createRedis(config.REDIS_URL, 'subscriber');
-  const registry = new ModelRegistry(redis, config.QUEUE_PREFIX, config.REGISTRY_REFRESH_MS, config.LOAD_FAILURE_TTL_MS, logger);
+  const registry = new ModelRegistry(redis, config.QUEUE_PREFIX, config.REGISTRY_REFRESH_MS, config.LOAD_FAILURE_TTL_MS, logger, config.MODELS);
   // A gateway's report older than a few refreshes is from one that stopped, and is ignored.
   const depthStaleMs = Math.max(3 * config.REGISTRY_REFRESH_MS, 2000);
   const depth = new QueueDepth((mine) => exchangeDepths(redis, config.QUEUE_PREFIX, gatewayId, mine, depthStaleMs));
@@ -98,7 +98,7 @@ export function createGateway(config: GatewayConfig, gatewayId: string, logger: 
     depth,
     bodies: { budget: bodies, maxBytes: config.MAX_BODY_BYTES },
     breaker,
-    isServed: (model) => registry.get(model) !== undefined,
+    isServed: (model) => registry.get(model) !== undefined || registry.configured().includes(model),
     requestTimeoutMs: config.REQUEST_TIMEOUT_MS,
     onQuotaRejected: metrics.quotaRejected,
   });
@@ -129,7 +129,8 @@ export function createGateway(config: GatewayConfig, gatewayId: string, logger: 
       // start-up is reported by /ready, and the gateway starts anyway.
       await whenReady(redis, config.REDIS_COMMAND_TIMEOUT_MS);
       await registry.start();
-      await depth.start(() => registry.served().map((m) => m.id), config.REGISTRY_REFRESH_MS);
+      // A configured model is shared with no worker too: its backlog is what wakes one.
+      await depth.start(() => [...new Set([...registry.served().map((m) => m.id), ...registry.configured()])], config.REGISTRY_REFRESH_MS);
     },
     async stop() {
       registry.stop();

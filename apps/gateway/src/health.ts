@@ -20,6 +20,8 @@ function readyModel(m: ModelStatus): ReadyModel {
     case 'failed':
     case 'mismatched':
       return { workers: 0, error: m.error };
+    case 'idle':
+      return { ...(m.task ? { task: m.task } : {}), workers: 0, scaled_to_zero: true, queue_depth: m.depth, estimated_time: m.estimatedSeconds };
     case 'loading':
       return {
         workers: 0,
@@ -45,7 +47,8 @@ function notReadyReasons(snap: GatewaySnapshot, defaultModel?: string): string[]
   const reasons: string[] = [];
   if (!snap.redisHealthy) reasons.push(`Redis is not answering${snap.redisError ? ` (${snap.redisError})` : ''}`);
   if (snap.breaker === 'open') reasons.push('circuit breaker to Redis is open');
-  if (!snap.models.some((m) => m.state === 'served' || m.state === 'loading')) reasons.push('no live worker serves any model');
+  // A model scaled to zero is no fault: the gateway must stay ready (in the Service) to take the request that wakes a worker.
+  if (!snap.models.some((m) => m.state === 'served' || m.state === 'loading' || m.state === 'idle')) reasons.push('no live worker serves any model');
   for (const m of snap.models) {
     if (m.state === 'lost') reasons.push(`model ${m.id} has no live worker`);
     if (m.state === 'failed') reasons.push(`model ${m.id} is not served: ${m.error}`);
@@ -61,8 +64,9 @@ function notReadyReasons(snap: GatewaySnapshot, defaultModel?: string): string[]
 
 /**
  * `/health`: the process answers. `/ready`: it can serve: Redis answers, the breaker is closed, and
- * every model it has seen (and DEFAULT_MODEL) has a live worker, none still loading. 503 says which
- * of these is missing.
+ * every model it has seen (and DEFAULT_MODEL) has a live worker, none still loading, except one
+ * configured (MODELS) with no worker at all: scaled to zero, it is served by waking a worker. 503
+ * says which of these is missing.
  */
 export function healthRoutes(router: IRouter, snapshot: Snapshot, backlog: (model: string) => number, defaultModel?: string): void {
   router.get('/health', (_req, res) => {

@@ -39,10 +39,21 @@ export interface InferenceCall {
    * transformers pipeline called on the text (`POST /`, the classic pipeline web server).
    */
   api: 'inference-api' | 'pipeline';
-  /** Wait for a model that is still loading (until the deadline) instead of answering 503 at once. */
+  /**
+   * Wait for a model whose first worker is still to come (loading, or configured and scaled to
+   * zero) until the deadline, instead of answering 503 "currently loading" at once.
+   */
   waitForModel?: boolean;
   /** `x-use-cache` / `options.use_cache`: false computes every input afresh, even with the response cache on. */
   useCache?: boolean;
+}
+
+/** What `whenServed` needs of a call: whether to wait for a model still to come, until when, and while the client is there. */
+export interface ModelWait {
+  waitForModel?: boolean;
+  /** Epoch ms. */
+  deadline: number;
+  signal?: AbortSignal;
 }
 
 export interface InferenceObserver {
@@ -81,11 +92,41 @@ export class InferenceService {
     private readonly cache?: ResponseCache,
   ) {}
 
-  /** The model `POST /` serves, if there is one yet: DEFAULT_MODEL, or the only one served. */
+  /** The model `POST /` serves, if there is one yet: DEFAULT_MODEL, or the only one served or configured. */
   defaultModel(): string | undefined {
     if (this.config.DEFAULT_MODEL) return this.config.DEFAULT_MODEL;
-    const served = this.registry.served();
-    return served.length === 1 ? served[0].id : undefined;
+    const ids = new Set([...this.registry.served().map((m) => m.id), ...this.registry.configured()]);
+    return ids.size === 1 ? [...ids][0] : undefined;
+  }
+
+  /**
+   * The model once a worker serves it. One whose first worker is still to come (loading, or
+   * configured with none: scaled to zero) is waited for with `waitForModel`, until the deadline,
+   * else refused with the Inference API's 503 "currently loading". Either way the request counts
+   * in the model's backlog (GET /backlog, what the autoscaler reads) meanwhile: a refused one until
+   * a worker serves the model or its deadline passes, as if it had waited, since its client is told
+   * to come back then. Any other model is refused saying why (404 if nothing knows it).
+   */
+  async whenServed(model: string, wait: ModelWait): Promise<ServedModel> {
+    const served = this.registry.get(model);
+    if (served) return served;
+    const starting = this.registry.starting(model);
+    if (!starting) throw this.unknownModel(model);
+    const leave = this.admission.enter(model);
+    if (!wait.waitForModel) {
+      void this.registry.whenServed(model, wait.deadline).then(leave);
+      // The Inference API's answer; clients retry after estimated_time (or send x-wait-for-model).
+      throw new ApiError('unavailable', `Model ${model} is currently loading`, starting.estimatedSeconds, { estimated_time: starting.estimatedSeconds });
+    }
+    try {
+      if (!(await this.registry.whenServed(model, wait.deadline, wait.signal))) {
+        if (wait.signal?.aborted) throw new ApiError('cancelled', `the client went away while model ${model} was loading`);
+        throw new ApiError('timeout', `the request deadline passed while model ${model} was loading`);
+      }
+    } finally {
+      leave();
+    }
+    return this.registry.get(model) ?? this.whenServed(model, wait);
   }
 
   /** The model `POST /` serves, or a 503/400 that says why there is none. */
@@ -97,27 +138,27 @@ export class InferenceService {
     throw new ApiError('validation', `several models are served (${served.map((m) => m.id).join(', ')}); use POST /models/<model id> or set DEFAULT_MODEL`);
   }
 
+  /** A request's deadline (epoch ms): its client's timeout, at most REQUEST_TIMEOUT_MS, from now. */
+  deadline(timeoutMs?: number): number {
+    return Date.now() + Math.min(timeoutMs ?? this.config.REQUEST_TIMEOUT_MS, this.config.REQUEST_TIMEOUT_MS);
+  }
+
   async infer(call: InferenceCall): Promise<InferenceResult> {
-    const timeout = Math.min(call.timeoutMs ?? this.config.REQUEST_TIMEOUT_MS, this.config.REQUEST_TIMEOUT_MS);
-    const deadline = Date.now() + timeout;
-    if (!this.registry.get(call.model) && call.waitForModel && this.registry.loading(call.model)) {
-      if (!(await this.registry.whenServed(call.model, deadline))) {
-        throw new ApiError('timeout', `the request deadline passed while model ${call.model} was loading`);
-      }
-    }
+    const deadline = this.deadline(call.timeoutMs);
+    const wait: ModelWait = { waitForModel: call.waitForModel, deadline, signal: call.signal };
     const live = this.registry.get(call.model);
-    // With no worker left, the response cache still answers what the model's last workers computed.
+    // With no worker left, the response cache still answers what the model's last workers computed;
+    // what it lacks waits for a worker, or is refused, as any request for the model would be.
     const gone = live || !this.cache || call.useCache === false ? undefined : this.registry.gone(call.model);
-    const served = live ?? gone;
-    if (!served) throw this.unknownModel(call.model);
+    const served = live ?? gone ?? (await this.whenServed(call.model, wait));
     const task = this.taskFor(served, call);
     const { inputs, single } = this.checkInputs(task, call.inputs);
     const parameters = this.checkParameters(task, call.parameters, call.api);
     const sequences = inputs.reduce((n: number, input) => n + sequencesOf(task, input, parameters), 0);
     this.admission.afterBody(call.model, call.priority, { inputs: inputs.length, sequences });
 
-    const compute = (subset: TaskInput[]) =>
-      gone ? Promise.reject(this.unknownModel(call.model)) : this.compute(call, served, task, subset, parameters, deadline);
+    const compute = async (subset: TaskInput[]) =>
+      this.compute(call, gone ? await this.whenServed(call.model, wait) : served, task, subset, parameters, deadline);
     const sha256 = served.weights.sha256;
     // A model whose live workers disagree on their weights (a rollout) is computed afresh, never cached.
     const cached =
@@ -208,12 +249,8 @@ export class InferenceService {
     return new ApiError('unavailable', 'no worker is serving any model yet; retry shortly', 2);
   }
 
+  /** Why a model no worker serves, and none is to come (whenServed waits for those), is refused. */
   private unknownModel(model: string): ApiError {
-    const loading = this.registry.loading(model);
-    if (loading) {
-      // The Inference API's answer for a loading model; clients retry after estimated_time (or send x-wait-for-model).
-      return new ApiError('unavailable', `Model ${model} is currently loading`, loading.estimatedSeconds, { estimated_time: loading.estimatedSeconds });
-    }
     const mismatch = this.registry.mismatch(model);
     if (mismatch) return new ApiError('unavailable', mismatch.reason, 5);
     const failure = this.registry.failure(model);

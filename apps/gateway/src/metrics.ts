@@ -162,13 +162,13 @@ export function createMetrics({ snapshot, transport, bodies, unread, cache }: Me
   });
   new Gauge({
     name: 'tserve_queue_depth',
-    help: 'Requests accepted and not yet answered for each served model, over all gateways (this one exactly, the others as of the last registry refresh)',
+    help: 'Requests accepted and not yet answered for each served model, and each configured one (MODELS) scaled to zero, over all gateways (this one exactly, the others as of the last registry refresh)',
     labelNames: ['model'] as const,
     registers,
     collect() {
       // Reset first: a model no longer served must drop out, not keep its last value.
       this.reset();
-      for (const model of snapshot().models) if (model.state === 'served') this.set({ model: model.id }, model.depth);
+      for (const model of snapshot().models) if (model.state === 'served' || model.state === 'idle') this.set({ model: model.id }, model.depth);
     },
   });
   new Gauge({

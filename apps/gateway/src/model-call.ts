@@ -5,7 +5,7 @@ import type { GatewayConfig } from '@tserve/config';
 import type { Logger } from 'pino';
 import type { InferenceCall, InferenceResult, InferenceService } from './inference.js';
 import { admittedOf, type Admission } from './admission.js';
-import type { ModelRegistry } from './model-registry.js';
+import type { ModelRegistry, ServedModel } from './model-registry.js';
 import { requestIdOf } from './request-id.js';
 import { effectivePriority } from './api-keys.js';
 
@@ -63,6 +63,15 @@ function headerTimeout(req: Request): number | undefined {
   return value;
 }
 
+/**
+ * Whether to wait for a model whose first worker is still to come: the call's own say (the
+ * Inference API's body option), else the `x-wait-for-model` header, which every protocol's routes
+ * honour alike.
+ */
+function waitsForModel(req: Request, call: { waitForModel?: boolean }): boolean {
+  return call.waitForModel ?? booleanHeader(req, 'x-wait-for-model') ?? false;
+}
+
 /** Aborts when the client closes the connection before its answer was sent. */
 function clientGone(res: Response): AbortSignal {
   const controller = new AbortController();
@@ -100,6 +109,15 @@ export function wildcardPath(req: Request, name: string): string {
   return ([] as string[]).concat(req.params[name]).join('/');
 }
 
+/**
+ * The model once a worker serves it, for a route that needs it before its call (to shape its
+ * outputs): a model whose first worker is still to come is waited for, or refused, as a call is.
+ */
+export function servedModel(service: InferenceService, req: Request, res: Response, model: string, timeoutMs?: number): Promise<ServedModel> {
+  const deadline = service.deadline(minDefined(timeoutMs, headerTimeout(req)));
+  return service.whenServed(model, { waitForModel: waitsForModel(req, {}), deadline, signal: clientGone(res) });
+}
+
 /** Runs a call for an HTTP request, and sets the timing headers on its response. */
 export async function runModelCall(service: InferenceService, req: Request, res: Response, call: ModelCall): Promise<InferenceResult> {
   const startedAt = performance.now();
@@ -113,7 +131,7 @@ export async function runModelCall(service: InferenceService, req: Request, res:
     requestId: call.part ? `${requestIdOf(res)}-${call.part}` : requestIdOf(res),
     signal: clientGone(res),
     api: call.api ?? 'inference-api',
-    waitForModel: call.waitForModel,
+    waitForModel: waitsForModel(req, call),
     useCache: booleanHeader(req, 'x-use-cache') ?? call.useCache,
   });
   res.setHeader('x-queue-time', String(result.timing.queue_ms));

@@ -40,9 +40,14 @@ export interface MismatchedModel {
   reason: string;
 }
 
-/** A model whose workers are all still loading it. */
+/**
+ * A model whose first worker is still to come: announced by workers still loading it, or, scaled to
+ * zero, configured (MODELS) with no worker at all, while the autoscaler starts one.
+ */
 export interface LoadingModel {
   id: string;
+  /** Configured and no worker runs: one is still to be started (by the autoscaler, on the backlog). */
+  idle?: true;
   /**
    * Seconds until the first of its workers is likely ready: the rest of its download at the rate
    * measured, then its last measured load time, less the time spent loading so far.
@@ -55,7 +60,8 @@ export interface LoadingModel {
 /**
  * What the workers say they serve (live, loading, failed to load), read from their heartbeats in
  * Redis in the background so that the request path reads it from memory: no Redis round trip per
- * request for routing. How loaded a model is, is admission's business (`overload.ts`).
+ * request for routing; and the models the gateway is configured to serve (MODELS), which may have no
+ * worker at all (scaled to zero). How loaded a model is, is admission's business (`overload.ts`).
  */
 export class ModelRegistry {
   private models = new Map<string, ServedModel>();
@@ -71,6 +77,8 @@ export class ModelRegistry {
   private readonly reportedMismatches = new Set<string>();
   /** Models announced by loading workers only. */
   private loadingModels = new Map<string, LoadingModel>();
+  /** How long each model's last load took (ms), as its workers measured it. */
+  private loadTimes = new Map<string, number>();
   /** Called after each successful refresh (requests waiting for a model to finish loading). */
   private readonly listeners = new Set<() => void>();
   private timer?: NodeJS.Timeout;
@@ -83,6 +91,8 @@ export class ModelRegistry {
     private readonly refreshMs: number,
     private readonly failureTtlMs: number,
     private readonly logger: Logger,
+    /** MODELS: served even with no worker (scaled to zero). */
+    private readonly configuredIds: readonly string[] = [],
   ) {}
 
   async start(): Promise<void> {
@@ -103,9 +113,35 @@ export class ModelRegistry {
     return [...this.models.values()];
   }
 
-  /** Models that were served earlier and have no live worker now. */
+  /** Models that were served earlier and have no live worker now (a configured one is idle, not lost). */
   lost(): string[] {
-    return [...this.known.keys()].filter((id) => !this.models.has(id) && !this.loadingModels.has(id));
+    return [...this.known.keys()].filter((id) => !this.models.has(id) && !this.loadingModels.has(id) && !this.configuredIds.includes(id));
+  }
+
+  /** MODELS: the models this gateway serves whether or not a worker runs. */
+  configured(): readonly string[] {
+    return this.configuredIds;
+  }
+
+  /**
+   * The model, if it is configured and no worker of it runs, loads, failed or speaks another
+   * protocol: scaled to zero. Its estimate is its last measured load time (a new pod's scheduling
+   * and start come on top: docs/operations.md).
+   */
+  idle(model: string): LoadingModel | undefined {
+    if (!this.configuredIds.includes(model) || this.models.has(model) || this.loadingModels.has(model)) return undefined;
+    if (this.failures.has(model) || this.mismatched.has(model)) return undefined;
+    const ms = this.loadTimes.get(model);
+    return { id: model, idle: true, estimatedSeconds: ms === undefined ? UNKNOWN_LOAD_SECONDS : Math.max(1, Math.ceil(ms / 1000)) };
+  }
+
+  idleAll(): LoadingModel[] {
+    return this.configuredIds.flatMap((id) => this.idle(id) ?? []);
+  }
+
+  /** The model, if its first worker is still to come: loading, or idle (scaled to zero). */
+  starting(model: string): LoadingModel | undefined {
+    return this.loadingModels.get(model) ?? this.idle(model);
   }
 
   /** The model, if it is announced only by workers still loading it. */
@@ -117,17 +153,21 @@ export class ModelRegistry {
     return [...this.loadingModels.values()];
   }
 
-  /** Resolves true once the model is served, or false when `deadline` (epoch ms) passes first. */
-  whenServed(model: string, deadline: number): Promise<boolean> {
+  /** Resolves true once the model is served, or false when `deadline` (epoch ms) passes or `signal` aborts first. */
+  whenServed(model: string, deadline: number, signal?: AbortSignal): Promise<boolean> {
     if (this.models.has(model)) return Promise.resolve(true);
+    if (signal?.aborted) return Promise.resolve(false);
     return new Promise((resolve) => {
       const done = (served: boolean) => {
         clearTimeout(timer);
         this.listeners.delete(check);
+        signal?.removeEventListener('abort', gone);
         resolve(served);
       };
       const check = () => this.models.has(model) && done(true);
-      const timer = setTimeout(() => done(false), Math.max(0, deadline - Date.now()));
+      const gone = () => done(false);
+      const timer = setTimeout(gone, Math.max(0, deadline - Date.now()));
+      signal?.addEventListener('abort', gone, { once: true });
       this.listeners.add(check);
     });
   }
@@ -222,6 +262,7 @@ export class ModelRegistry {
       }
       this.models = byModel;
       this.loadingModels = loading;
+      this.loadTimes = loadTimes;
       this.mismatched = new Map(
         [...foreign].filter(([id]) => !byModel.has(id) && !loading.has(id)).map(([id, protocols]) => [id, mismatchOf(id, [...protocols])]),
       );

@@ -123,11 +123,12 @@ export class QueueDepth {
    * overwritten) and takes the others' in the same round trip.
    */
   async share(models: string[]): Promise<void> {
-    const mine = new Map(models.map((id) => [id, this.outstanding.get(id) ?? 0]));
+    // And any model this gateway holds requests for: one waiting for its first worker, which no worker announces yet.
+    const mine = new Map([...new Set([...models, ...this.outstanding.keys()])].map((id) => [id, this.outstanding.get(id) ?? 0]));
     this.peers = await this.exchange(mine);
   }
 
-  /** Shares every `periodMs` the counts of the models `served` names. */
+  /** Shares every `periodMs` the counts of the models `served` names, and of those it holds requests for. */
   async start(served: () => string[], periodMs: number): Promise<void> {
     // A failed exchange keeps the peers' last counts; the model registry reports Redis being down.
     const share = () => this.share(served()).catch(() => {});

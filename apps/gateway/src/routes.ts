@@ -34,7 +34,7 @@ function parseInferenceBody(body: unknown) {
   return { inputs, parameters: parameters ?? {}, timeoutMs: options?.timeout_ms, priority: options?.priority, options };
 }
 
-/** `x-wait-for-model` / `options.wait_for_model`: wait while the model loads. */
+/** `x-wait-for-model` / `options.wait_for_model`: wait while the model loads, or for its first worker when it is scaled to zero. */
 function waitForModel(req: Request, body?: { wait_for_model?: boolean }): boolean {
   return booleanHeader(req, 'x-wait-for-model') ?? body?.wait_for_model ?? false;
 }

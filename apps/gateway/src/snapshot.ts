@@ -6,9 +6,10 @@ import type { BreakerState, RedisBreaker } from './breaker.js';
 /**
  * Where a model stands: served by live workers; loading (announced by workers still loading it);
  * failed (its worker could not load it, and none serves it since); lost (served earlier, no live
- * worker now); mismatched (its only workers speak another wire protocol).
+ * worker now); mismatched (its only workers speak another wire protocol); idle (configured, MODELS,
+ * and no worker at all: scaled to zero, which is no fault).
  */
-type ModelState = 'served' | 'loading' | 'failed' | 'lost' | 'mismatched';
+type ModelState = 'served' | 'loading' | 'failed' | 'lost' | 'mismatched' | 'idle';
 
 export interface ModelStatus {
   id: string;
@@ -17,11 +18,11 @@ export interface ModelStatus {
   task?: Task;
   /** Its live workers; none unless served. */
   workers: WorkerInfo[];
-  /** Requests accepted and not yet answered, over all gateways; 0 unless served. */
+  /** Requests accepted and not yet answered, over all gateways; 0 unless served, loading or idle. */
   depth: number;
   /** Requests this gateway holds, not yet sent to Redis (it sends a model's next job once a worker took the last). */
   held: number;
-  /** Loading: seconds until its first worker is likely ready. */
+  /** Loading: seconds until its first worker is likely ready; idle: its last measured load time. */
   estimatedSeconds?: number;
   /** Loading: the download of that worker, while it downloads the model's files. */
   download?: ModelDownload;
@@ -37,7 +38,7 @@ export interface GatewaySnapshot {
   /** Why the last refresh failed, if it did. */
   redisError?: string;
   breaker: BreakerState;
-  /** Every model the gateway knows of, once each: served, then lost, failed, loading, mismatched. */
+  /** Every model the gateway knows of, once each: served, then lost, failed, loading, mismatched, idle. */
   models: ModelStatus[];
 }
 
@@ -64,10 +65,19 @@ export function createSnapshot(registry: ModelRegistry, depth: QueueDepth, break
       state: 'loading',
       task: registry.taskOf(m.id),
       workers: [],
-      depth: 0,
+      depth: depth.of(m.id),
       held: 0,
       estimatedSeconds: m.estimatedSeconds,
       download: m.download,
+    }));
+    const idle: ModelStatus[] = registry.idleAll().map((m) => ({
+      id: m.id,
+      state: 'idle',
+      task: registry.taskOf(m.id),
+      workers: [],
+      depth: depth.of(m.id),
+      held: 0,
+      estimatedSeconds: m.estimatedSeconds,
     }));
     const mismatched: ModelStatus[] = registry
       .mismatchedAll()
@@ -76,7 +86,7 @@ export function createSnapshot(registry: ModelRegistry, depth: QueueDepth, break
       redisHealthy: registry.healthy,
       redisError: registry.lastError,
       breaker: breaker.state(),
-      models: [...served, ...lost, ...failed, ...loading, ...mismatched],
+      models: [...served, ...lost, ...failed, ...loading, ...mismatched, ...idle],
     };
   };
 }

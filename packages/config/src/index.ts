@@ -167,6 +167,22 @@ const gatewayShape = {
   PORT: int(8000, 0, 'HTTP port'),
   HOST: setting(z.string().default('0.0.0.0'), 'HTTP bind address'),
   DEFAULT_MODEL: optionalString('model for POST /', '(only model served)'),
+  // Kubernetes: the ConfigMap's list, beside one worker Deployment per model (deploy/kubernetes).
+  MODELS: setting(
+    z
+      .string()
+      .optional()
+      .transform((v) => [
+        ...new Set(
+          (v ?? '')
+            .split(',')
+            .map((m) => m.trim())
+            .filter(Boolean),
+        ),
+      ]),
+    'model ids, comma-separated, that this gateway serves even while no worker runs (scaled to zero): a request for one waits (x-wait-for-model) or gets 503 "currently loading", and counts in GET /backlog, which wakes a worker; other models are known from their workers\' heartbeats',
+    '(none)',
+  ).meta(ADVANCED),
   REQUEST_TIMEOUT_MS: int(30000, 1, "deadline of every request (clients may ask for less); the HTTP timeouts on a client's sending and reading follow it"),
   MAX_QUEUE_DEPTH: int(1000, 1, 'requests in flight per model (all gateways) before new ones get 503'),
   BATCH_QUEUE_SHARE: setting(

@@ -6,7 +6,7 @@ export interface ReadyModel {
   task?: Task;
   /** Live workers; 0 for a model loading, failed or lost. */
   workers: number;
-  /** Served: requests accepted and not yet answered, over all gateways. */
+  /** Served or scaled to zero: requests accepted and not yet answered, over all gateways. */
   queue_depth?: number;
   /** Served: of those, the requests this gateway holds, not yet sent to the queue (sent once a worker takes its last job). */
   held?: number;
@@ -18,6 +18,8 @@ export interface ReadyModel {
   error?: string;
   /** Loading: seconds until its first worker is likely ready. */
   loading?: true;
+  /** Configured (MODELS) with no worker at all: a request wakes one; estimated_time is its last measured load time. */
+  scaled_to_zero?: true;
   estimated_time?: number;
   /** Loading: the download of its furthest-along worker, while one downloads the model's files. */
   download?: ReadyDownload;

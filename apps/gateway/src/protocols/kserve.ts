@@ -4,7 +4,7 @@ import { ApiError, applyScoreFunction, describeIssues, type Priority } from '@ts
 import type { ServedModel } from '../model-registry.js';
 import type { Snapshot } from '../snapshot.js';
 import { errorHandler, type ErrorFormat } from '../http-errors.js';
-import { rawBody, runModelCall, wildcardPath, type ProtocolParts } from '../model-call.js';
+import { rawBody, runModelCall, servedModel, wildcardPath, type ProtocolParts } from '../model-call.js';
 import { HEADER_LENGTH, readInferBody, writeInferResponse, type OutputTensor } from './kserve-binary.js';
 import { modelConfig, modelStats, type TritonModel } from './triton.js';
 
@@ -160,7 +160,8 @@ export function kserveRoutes(router: IRouter, { config, service, registry, snaps
   });
   router.get('/v2/health/ready', (_req, res) => {
     const snap = snapshot();
-    const ready = snap.redisHealthy && snap.breaker !== 'open' && snap.models.some((m) => m.state === 'served');
+    // A model scaled to zero counts, as in /ready: the server takes the request that wakes its worker.
+    const ready = snap.redisHealthy && snap.breaker !== 'open' && snap.models.some((m) => m.state === 'served' || m.state === 'idle');
     res.status(ready ? 200 : 503).json({ ready });
   });
 
@@ -179,7 +180,7 @@ export function kserveRoutes(router: IRouter, { config, service, registry, snaps
     }
     if (action === 'ready') {
       const m = registry.get(name);
-      if (!m && !registry.loading(name) && !registry.taskOf(name)) throw new ApiError('not_found', `model ${name} is not served`);
+      if (!m && !registry.starting(name) && !registry.taskOf(name)) throw new ApiError('not_found', `model ${name} is not served`);
       res.status(m ? 200 : 503).json({ name, ready: Boolean(m) });
       return;
     }
@@ -211,7 +212,8 @@ export function kserveRoutes(router: IRouter, { config, service, registry, snaps
     const parsed = inferRequest.safeParse(readInferBody(Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0), req.get(HEADER_LENGTH)));
     if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
     const body = parsed.data;
-    const m = served(name);
+    const { timeoutMs, priority } = controls(body.parameters);
+    const m = registry.get(name) ?? (await servedModel(service, req, res, name, timeoutMs));
     const kind = kindOf(m);
     if (!kind) throw new ApiError('validation', `model ${name} serves ${m.task}; the v2 protocol here serves classifiers and embedding models`);
 
@@ -234,7 +236,6 @@ export function kserveRoutes(router: IRouter, { config, service, registry, snaps
     const wanted = body.outputs?.map((o) => o.name) ?? [offered[0]];
     const unknown = wanted.filter((w) => !offered.includes(w));
     if (unknown.length) throw new ApiError('validation', `unknown output(s) ${unknown.join(', ')}; model ${name} offers ${offered.join(', ')}`);
-    const { timeoutMs, priority } = controls(body.parameters);
     const counts = new Map(wanted.map((output) => [output, classCount(body.outputs?.find((o) => o.name === output))]));
     if (kind === 'embedding' && [...counts.values()].some((k) => k !== undefined))
       throw new ApiError('validation', `parameters.classification applies to a classifier's outputs; model ${name} answers embeddings`);

@@ -1,9 +1,9 @@
-import type { IRouter, Request } from 'express';
+import type { IRouter, Request, Response } from 'express';
 import { z } from 'zod';
 import { ApiError, batchWarning, describeIssues, type ErrorType } from '@tserve/contract';
 import type { ServedModel } from '../model-registry.js';
 import { BodyTooLarge, errorHandler, type ErrorFormat } from '../http-errors.js';
-import { jsonBody, runModelCall, type ProtocolParts } from '../model-call.js';
+import { jsonBody, runModelCall, servedModel, type ProtocolParts } from '../model-call.js';
 import { shorten } from './embedding-dimensions.js';
 
 /**
@@ -153,12 +153,18 @@ function modelType(m: ServedModel): Record<string, unknown> {
 export function teiRoutes(router: IRouter, { config, service, registry, admission, logger }: ProtocolParts): void {
   const json = jsonBody(config);
 
-  /** The model a request names (body `model`, header `x-model`), or the only served one of its kind. */
+  /**
+   * The model a request names (body `model`, header `x-model`), or the only served one of its kind,
+   * or, with none served at all, the only one configured (MODELS): scaled to zero, its kind is
+   * known once a worker serves it.
+   */
   const pick = (req: Request, kind: RouteKind, named?: string): string => {
     const asked = named ?? req.get('x-model');
     if (asked !== undefined) return asked;
     const fitting = registry.served().filter(kind.fits);
     if (fitting.length === 1) return fitting[0].id;
+    const configured = registry.configured();
+    if (registry.served().length === 0 && configured.length === 1) return configured[0];
     if (fitting.length === 0) {
       const served = registry.served().map((m) => m.id);
       throw new ApiError('unavailable', `no served model is ${kind.what}${served.length ? ` (served: ${served.join(', ')})` : ''}`, 2);
@@ -177,15 +183,16 @@ export function teiRoutes(router: IRouter, { config, service, registry, admissio
         return undefined;
       }
     });
-  const checkKind = (id: string, kind: RouteKind) => {
-    const served = registry.get(id);
-    if (served && !kind.fits(served)) throw new ApiError('validation', `model ${id} is not ${kind.what}; it serves ${served.tasks.join(', ')}`);
+  /** The model, once a worker serves it (one still to come is waited for, or refused, as a call is), checked to be of the route's kind. */
+  const checkKind = async (req: Request, res: Response, id: string, kind: RouteKind) => {
+    const served = registry.get(id) ?? (await servedModel(service, req, res, id));
+    if (!kind.fits(served)) throw new ApiError('validation', `model ${id} is not ${kind.what}; it serves ${served.tasks.join(', ')}`);
   };
 
   router.post('/embed', admit(EMBEDDING), json, async (req, res) => {
     const body = parse(embedRequest, req.body);
     const id = pick(req, EMBEDDING, body.model);
-    checkKind(id, EMBEDDING);
+    await checkKind(req, res, id, EMBEDDING);
     const result = await runModelCall(service, req, res, {
       model: id,
       task: 'feature-extraction',
@@ -201,7 +208,7 @@ export function teiRoutes(router: IRouter, { config, service, registry, admissio
   router.post('/predict', admit(CLASSIFIER), json, async (req, res) => {
     const body = parse(predictRequest, req.body);
     const id = pick(req, CLASSIFIER, body.model);
-    checkKind(id, CLASSIFIER);
+    await checkKind(req, res, id, CLASSIFIER);
     // A string or a two-string list is one input; any other list is a batch.
     const single = typeof body.inputs === 'string' || (body.inputs.length === 2 && body.inputs.every((x) => typeof x === 'string'));
     const sequences = (single ? [body.inputs] : body.inputs) as Array<string | [string, string]>;
@@ -223,7 +230,7 @@ export function teiRoutes(router: IRouter, { config, service, registry, admissio
   router.post('/rerank', admit(RERANKER), json, async (req, res) => {
     const body = parse(rerankRequest, req.body);
     const id = pick(req, RERANKER, body.model);
-    checkKind(id, RERANKER);
+    await checkKind(req, res, id, RERANKER);
     // Each (query, text) pair is one sequence of the worker's batches.
     const result = await runModelCall(service, req, res, {
       model: id,
