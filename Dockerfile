@@ -21,6 +21,7 @@ COPY package.json package-lock.json .npmrc ./
 COPY packages/config/package.json packages/config/
 COPY packages/contract/package.json packages/contract/
 COPY packages/queue/package.json packages/queue/
+COPY packages/telemetry/package.json packages/telemetry/
 COPY apps/gateway/package.json apps/gateway/
 COPY apps/worker/package.json apps/worker/
 COPY apps/launcher/package.json apps/launcher/
