@@ -25,6 +25,12 @@ export interface QueuedRequest {
   /** Epoch ms after which the request must not run: its client has been answered 504. */
   deadline: number;
   enqueuedAt: number;
+  /**
+   * The W3C trace context (`traceparent`, `tracestate`) of the gateway's span that sent it, where the
+   * gateway traces: the worker's spans for it join the client's trace. Optional, so a reader that
+   * predates it drops it and one that knows it reads jobs without it alike.
+   */
+  trace?: Record<string, string>;
 }
 
 /** Model sequences a queued request runs as: `sequences` when its inputs run as more (pairs, labels, sentences), else one per input. */
@@ -54,6 +60,7 @@ const queuedRequestSchema = z.object({
   sequences: z.number().int().positive().optional(),
   deadline: z.number(),
   enqueuedAt: z.number(),
+  trace: z.record(z.string(), z.string()).optional(),
 }) satisfies z.ZodType<QueuedRequest>;
 
 /**
