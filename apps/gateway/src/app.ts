@@ -1,4 +1,4 @@
-import express, { type Express } from 'express';
+import express, { type Express, type RequestHandler } from 'express';
 import type { Logger } from 'pino';
 import { ApiError } from '@tserve/contract';
 import type { GatewayConfig } from '@tserve/config';
@@ -31,6 +31,8 @@ export interface AppParts {
   admission: Admission;
   /** A model's requests accepted and not yet answered, over all gateways. */
   backlog: (model: string) => number;
+  /** The server span of each request that runs a model, where tracing is on. */
+  traceRequests?: RequestHandler;
 }
 
 /** What the gateway answers, for `--help` and for a request to any other route. */
@@ -43,6 +45,7 @@ export function createApp(parts: AppParts): Express {
   const { metrics, admission } = parts;
   // First, so that every request is counted, named and logged, refused and unknown ones included.
   app.use(metrics.track);
+  if (parts.traceRequests) app.use(parts.traceRequests);
   app.use(assignRequestId);
   app.use(requestLog(parts.logger));
   // Routes go on the app itself, not in a router each: an error (every 503 of shedding among them)

@@ -2,6 +2,7 @@ import type { Express } from 'express';
 import type { Logger } from 'pino';
 import type { Redis } from 'ioredis';
 import type { GatewayConfig } from '@tserve/config';
+import type { Tracing } from '@tserve/telemetry';
 import { createRedis, exchangeDepths, keys, whenReady } from '@tserve/queue';
 import { ModelRegistry } from './model-registry.js';
 import { QueueDepth, BodyBudget } from './overload.js';
@@ -16,6 +17,7 @@ import { Admission } from './admission.js';
 import { InferenceService } from './inference.js';
 import { ResponseCache } from './response-cache.js';
 import { createApp } from './app.js';
+import { GatewayTracing } from './tracing.js';
 
 /** A start-up failure whose message says all a user needs: printed alone, no stack. */
 export class StartupError extends Error {}
@@ -61,8 +63,8 @@ export interface Gateway {
   stop(): Promise<void>;
 }
 
-/** Builds the gateway's parts, each from those before it. */
-export function createGateway(config: GatewayConfig, gatewayId: string, logger: Logger): Gateway {
+/** Builds the gateway's parts, each from those before it. `tracing`: where OpenTelemetry is configured. */
+export function createGateway(config: GatewayConfig, gatewayId: string, logger: Logger, tracing?: Tracing): Gateway {
   const redis = createRedis(config.REDIS_URL, 'gateway', config.REDIS_COMMAND_TIMEOUT_MS);
   const subscriber = createRedis(config.REDIS_URL, 'subscriber');
   const registry = new ModelRegistry(redis, config.QUEUE_PREFIX, config.REGISTRY_REFRESH_MS, config.LOAD_FAILURE_TTL_MS, logger, config.MODELS);
@@ -102,8 +104,10 @@ export function createGateway(config: GatewayConfig, gatewayId: string, logger: 
     requestTimeoutMs: config.REQUEST_TIMEOUT_MS,
     onQuotaRejected: metrics.quotaRejected,
   });
-  const service = new InferenceService(config, registry, admission, transport, metrics, cache);
+  const traces = tracing && new GatewayTracing(tracing);
+  const service = new InferenceService(config, registry, admission, transport, metrics, cache, traces);
   const app = createApp({
+    traceRequests: traces?.middleware,
     config,
     logger,
     service,
@@ -137,7 +141,7 @@ export function createGateway(config: GatewayConfig, gatewayId: string, logger: 
       depth.stop();
       apiKeys?.stop();
       await transport.stop();
-      await Promise.allSettled([redis.quit(), subscriber.quit(), ...(cacheRedis === redis ? [] : [cacheRedis.quit()])]);
+      await Promise.allSettled([redis.quit(), subscriber.quit(), ...(cacheRedis === redis ? [] : [cacheRedis.quit()]), traces?.shutdown()]);
     },
   };
 }

@@ -19,6 +19,7 @@ import type { ModelRegistry, ModelWeights, ServedModel } from './model-registry.
 import type { Admission } from './admission.js';
 import { SendFailed, type Transport } from './transport/index.js';
 import type { ResponseCache } from './response-cache.js';
+import type { GatewayTracing } from './tracing.js';
 
 export interface InferenceCall {
   model: string;
@@ -90,6 +91,8 @@ export class InferenceService {
     private readonly transport: Transport,
     private readonly observer: InferenceObserver,
     private readonly cache?: ResponseCache,
+    /** Absent unless tracing is configured: then no step below does any tracing work. */
+    private readonly tracing?: GatewayTracing,
   ) {}
 
   /** The model `POST /` serves, if there is one yet: DEFAULT_MODEL, or the only one served or configured. */
@@ -155,7 +158,12 @@ export class InferenceService {
     const { inputs, single } = this.checkInputs(task, call.inputs);
     const parameters = this.checkParameters(task, call.parameters, call.api);
     const sequences = inputs.reduce((n: number, input) => n + sequencesOf(task, input, parameters), 0);
-    this.admission.afterBody(call.model, call.priority, { inputs: inputs.length, sequences });
+    const admitting = this.tracing?.admission(call.model);
+    try {
+      this.admission.afterBody(call.model, call.priority, { inputs: inputs.length, sequences });
+    } finally {
+      admitting?.end();
+    }
 
     const compute = async (subset: TaskInput[]) =>
       this.compute(call, gone ? await this.whenServed(call.model, wait) : served, task, subset, parameters, deadline);
@@ -166,6 +174,7 @@ export class InferenceService {
         ? await this.cache.answer({ model: call.model, sha256, task, parameters }, inputs, (places) => compute(places.map((i) => inputs[i])))
         : undefined;
     const outcome = cached ? cached.outcome : await compute(inputs);
+    this.tracing?.answering();
     if (!outcome.ok) throw ApiError.fromBody(outcome.error);
     const { warnings, timing, tokens, outputsJson } = outcome;
     // Read only by a route that needs the values: a recorded outcome's are parsed then (decodeRecordedOutcome).
@@ -204,10 +213,13 @@ export class InferenceService {
       enqueuedAt: Date.now(),
     };
     const leave = this.admission.enter(call.model);
+    const trip = this.tracing?.trip(call.model, request);
     try {
       const outcome = await this.transport.send({ model: call.model, request, priority: call.priority, signal: call.signal }).catch((err: unknown) => {
+        trip?.end(undefined, err);
         throw err instanceof SendFailed ? this.admission.enqueueFailure() : err;
       });
+      trip?.end(outcome);
       if (outcome.ok) this.observer.answered(call.model, outcome.timing);
       return outcome;
     } finally {

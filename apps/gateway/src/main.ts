@@ -6,6 +6,7 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import { pino } from 'pino';
 import { ConfigError, formatHelp, loadGatewayConfig } from '@tserve/config';
+import { startTracing, TracingConfigError } from '@tserve/telemetry';
 import { createGateway, StartupError } from './gateway.js';
 import { ROUTES } from './app.js';
 import { expressServer } from './http-server.js';
@@ -30,7 +31,9 @@ async function main(): Promise<void> {
     logger.error({ err: reason instanceof Error ? { message: reason.message, stack: reason.stack } : String(reason) }, 'unhandled rejection');
   });
 
-  const gateway = createGateway(config, gatewayId, logger);
+  const tracing = await startTracing('tserve-gateway');
+  if (tracing) logger.info('tracing on: exporting spans over OTLP (docs/tracing.md)');
+  const gateway = createGateway(config, gatewayId, logger, tracing);
   await gateway.start();
 
   // Slow-drip clients may not pin connections: a request must arrive whole within these bounds
@@ -81,6 +84,8 @@ async function main(): Promise<void> {
 }
 
 main().catch((err) => {
-  process.stderr.write(`${err instanceof ConfigError || err instanceof StartupError ? err.message : `gateway failed: ${String(err)}`}\n`);
+  process.stderr.write(
+    `${err instanceof ConfigError || err instanceof StartupError || err instanceof TracingConfigError ? err.message : `gateway failed: ${String(err)}`}\n`,
+  );
   process.exit(1);
 });
