@@ -4,6 +4,7 @@ import path from 'node:path';
 import { pino, type Logger } from 'pino';
 import { ConfigError, formatHelp, loadWorkerConfig, type WorkerConfig } from '@tserve/config';
 import { defaultScoreFunction, PROTOCOL, type WorkerInfo } from '@tserve/contract';
+import { startTracing, TracingConfigError } from '@tserve/telemetry';
 import { clearLoadFailure, createRedis, keys, queueNameFor, recordLoadTime, reportLoadFailure, whenReady } from '@tserve/queue';
 import { chooseRuntime, describeModel, hubFilePlan, localModelFolder, ModelLoadError, type LoadedModel, type Runtime } from './model.js';
 import { limitsWithin, MemoryBudgetError, modelShape, residentMemory, restingBytes, type BudgetInput } from './memory.js';
@@ -19,6 +20,7 @@ import { Settling } from './transport/settling.js';
 import { Cancellations } from './cancellations.js';
 import { Heartbeat } from './heartbeat.js';
 import { InferenceStatistics } from './stats.js';
+import { WorkerTracing } from './tracing.js';
 
 if (process.argv.includes('--help') || process.argv.includes('-h')) {
   process.stdout.write(
@@ -34,6 +36,9 @@ async function main(): Promise<void> {
   const config = loadWorkerConfig();
   const workerId = config.WORKER_ID ?? `${os.hostname()}-${process.pid}`;
   const logger = pino({ level: config.LOG_LEVEL, base: { service: 'worker', model: config.MODEL, worker: workerId } });
+  const tracing = await startTracing('tserve-worker');
+  if (tracing) logger.info('tracing on: exporting spans over OTLP (docs/tracing.md)');
+  const traces = tracing && new WorkerTracing(tracing);
 
   const started = performance.now();
   const publisher = createRedis(config.REDIS_URL, 'worker', undefined, { enableAutoPipelining: true });
@@ -167,7 +172,17 @@ async function main(): Promise<void> {
   );
   const cancelled = new Cancellations();
   const settling = new Settling(publisher, cancelled, { prefix: config.QUEUE_PREFIX, model: config.MODEL, token: workerId }, logger);
-  const runner = new BatchRunner(engine, headsFor(loaded), batchLimits, settling, (id) => cancelled.has(id), Date.now, config.MAX_ANSWER_VALUES, stats);
+  const runner = new BatchRunner(
+    engine,
+    headsFor(loaded),
+    batchLimits,
+    traces ? traces.sink(settling) : settling,
+    (id) => cancelled.has(id),
+    Date.now,
+    config.MAX_ANSWER_VALUES,
+    stats,
+    traces,
+  );
   const consumer = new Consumer(
     intake,
     runner,
@@ -213,7 +228,7 @@ async function main(): Promise<void> {
     await consumer.stop();
     await heartbeat.stop();
     await thread.stop();
-    await Promise.allSettled([connection.quit(), publisher.quit(), cancellationChannel.quit()]);
+    await Promise.allSettled([connection.quit(), publisher.quit(), cancellationChannel.quit(), tracing?.shutdown()]);
     logger.info('stopped');
     process.exit(0);
   };
@@ -296,7 +311,8 @@ async function leaveFailureReport(url: string, prefix: string, model: string, re
 }
 
 main().catch((err) => {
-  const message = err instanceof ModelLoadError || err instanceof ConfigError ? err.message : `worker failed: ${String(err)}`;
+  const message =
+    err instanceof ModelLoadError || err instanceof ConfigError || err instanceof TracingConfigError ? err.message : `worker failed: ${String(err)}`;
   process.stderr.write(`${message}\n`);
   process.exit(1);
 });

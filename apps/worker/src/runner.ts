@@ -10,6 +10,23 @@ export interface OutcomeSink {
   record(request: QueuedRequest, outcome: RequestOutcome): void;
 }
 
+/** One model call, as the runner reports it to an observer (tracing). */
+export interface ModelCall {
+  /** The requests whose sequences it ran, each once. */
+  requests: QueuedRequest[];
+  sequences: number;
+  /** Rows × the longest row: what the model computed over. */
+  paddedTokens: number;
+  /** The forward pass alone. */
+  modelMs: number;
+  /** The forward pass and the decoding of its rows. */
+  callMs: number;
+}
+
+export interface ModelCallObserver {
+  ran(call: ModelCall): void;
+}
+
 export interface BatchReport {
   /** Sequences in each model call that ran. */
   callSizes: number[];
@@ -117,6 +134,8 @@ export class BatchRunner {
     /** MAX_ANSWER_VALUES: numbers one request's answer may hold (see TaskHead.answerValues). */
     private readonly maxAnswerValues = Number.POSITIVE_INFINITY,
     private readonly stats = new InferenceStatistics(),
+    /** Told of each model call, where tracing is on. */
+    private readonly calls?: ModelCallObserver,
   ) {}
 
   async run(requests: QueuedRequest[]): Promise<BatchReport> {
@@ -213,6 +232,13 @@ export class BatchRunner {
       const timing: CallTiming = { forwardMs: 0, decodeMs: 0 };
       const results = await this.runIsolated(live, report, timing);
       const elapsed = performance.now() - started;
+      this.calls?.ran({
+        requests: [...new Set(live.map(({ owner }) => owner.pending.request))],
+        sequences: live.length,
+        paddedTokens: live.length * live.reduce((n, { encoded }) => Math.max(n, encoded.ids.length), 0),
+        modelMs: timing.forwardMs,
+        callMs: elapsed,
+      });
       // A request with several inputs in this call spent the call's time once, not once per input.
       for (const pending of new Set(live.map(({ owner }) => owner.pending))) {
         pending.inferenceMs += elapsed;
