@@ -5,8 +5,12 @@
  * neither. Per model, round and side: p50 at c=1 (16 tokens), requests/s at c=64, and Redis
  * commands per answered request at both; per round, in-process pipe(text) p50 beside them, the
  * floor of the c=1 figure. It prints each figure's median over the rounds, and B/A.
- * Usage: npm run bench:ab -- --against <built checkout> [--models a,b] [--rounds 4] [--seconds 5]
+ * `--traces`: B's gateway and workers export their spans (OTEL_EXPORTER_OTLP_ENDPOINT) to a
+ * receiver here that reads and drops them, to measure tracing on against a checkout without it.
+ * Usage: npm run bench:ab -- --against <built checkout> [--models a,b] [--rounds 4] [--seconds 5] [--traces]
  */
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { parseArgs } from 'node:util';
 import path from 'node:path';
 import { BenchSystem } from './lib/system.ts';
@@ -23,6 +27,7 @@ const { values } = parseArgs({
     models: { type: 'string', default: 'replica/MiniLM-L6-H384-uncased-sst2,replica/distilbert-base-uncased-finetuned-sst-2-english' },
     rounds: { type: 'string', default: '4' },
     seconds: { type: 'string', default: '5' },
+    traces: { type: 'boolean', default: false },
   },
 });
 if (!values.against) {
@@ -32,6 +37,18 @@ if (!values.against) {
 const models = values.models.split(',');
 const rounds = Number(values.rounds);
 const seconds = Number(values.seconds);
+let spansReceived = 0;
+const receiver = values.traces
+  ? http.createServer((req, res) => {
+      req.on('data', () => {});
+      req.on('end', () => {
+        spansReceived++;
+        res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+      });
+    })
+  : undefined;
+if (receiver) await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
+const tracesEnv = receiver ? { OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${(receiver.address() as AddressInfo).port}` } : {};
 const sides = {
   A: new BenchSystem({ modelDir: MODEL_DIR, logLevel: 'error', root: path.resolve(values.against) }),
   B: new BenchSystem({ modelDir: MODEL_DIR, logLevel: 'error' }),
@@ -58,12 +75,12 @@ async function point(side: Side, model: string, text: string, connections: numbe
 }
 
 try {
-  for (const side of Object.values(sides)) {
+  for (const [name, side] of Object.entries(sides)) {
     await side.startRedis();
-    await side.startGateway();
+    await side.startGateway(name === 'B' ? tracesEnv : {});
   }
   for (const model of models) {
-    for (const side of Object.values(sides)) await side.startWorker(model);
+    for (const [name, side] of Object.entries(sides)) await side.startWorker(model, name === 'B' ? tracesEnv : {});
     const text = craftText(await loadTokenizer(model, MODEL_DIR), 16);
     const inProcess = await loadInProcess(model, MODEL_DIR);
     const results: Record<Side, { c1: Point[]; c64: Point[] }> = { A: { c1: [], c64: [] }, B: { c1: [], c64: [] } };
@@ -84,7 +101,9 @@ try {
       const each = (side: Side) => results[side][at].map((p) => round(p[figure], digits)).join(' ');
       return `  ${name.padEnd(26)} A ${String(round(a, digits)).padStart(8)}  B ${String(round(b, digits)).padStart(8)}  B/A ${round(b / a, 3)}   (A: ${each('A')}; B: ${each('B')})`;
     };
-    console.log(`${model}, 16 tokens, ${rounds} interleaved rounds of ${seconds} s per point; medians`);
+    console.log(
+      `${model}, 16 tokens, ${rounds} interleaved rounds of ${seconds} s per point; medians${receiver ? `; B traces on (${spansReceived} exports received so far)` : ''}`,
+    );
     console.log(`  in-process pipe(text) p50 ${round(median(floor), 2)} ms (${floor.map((f) => round(f, 2)).join(' ')})`);
     console.log(row('c=1 p50 (ms)', 'c1', 'p50', 2));
     console.log(
@@ -98,4 +117,5 @@ try {
   }
 } finally {
   await Promise.allSettled(Object.values(sides).map((side) => side.stop()));
+  receiver?.close();
 }
