@@ -195,6 +195,26 @@ describe('traces', () => {
     assert.ok(spans.every((s) => !s.error));
   });
 
+  it('traces a protocol route the same way (KServe v2, through the shared model call)', async () => {
+    const client = traceparent();
+    const res = await system.post(
+      `/v2/models/${MODEL}/infer`,
+      { inputs: [{ name: 'text', shape: [1], datatype: 'BYTES', data: ['a protocol route, traced'] }] },
+      { traceparent: client.header },
+    );
+    assert.equal(res.status, 200, JSON.stringify(res.body));
+    const spans = await receiver.until('the server, trip and inference spans', () => {
+      const spans = receiver.trace(client.traceId);
+      return ['tserve.queue', 'tserve.inference', 'tserve.answer'].every((name) => spans.some((s) => s.name === name)) && spans.some((s) => s.kind === 2)
+        ? spans
+        : undefined;
+    });
+    const server = spans.find((s) => s.kind === 2)!;
+    assert.equal(server.name, 'POST /v2/models/*path');
+    assert.equal(server.parentSpanId, client.spanId);
+    assert.equal(one(spans, 'tserve-gateway', 'tserve.queue')?.parentSpanId, server.spanId, 'the request path saw the server span as current');
+  });
+
   it('links every request a model call ran, each in its own trace', async () => {
     const admin = new Redis(REDIS_URL);
     const queue = new Queue(queueNameFor(MODEL), { connection: admin, prefix: system.prefix, skipMetasUpdate: true });
