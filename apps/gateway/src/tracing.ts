@@ -42,7 +42,9 @@ export class GatewayTracing {
       const route = (req.route as { path?: string } | undefined)?.path;
       if (route !== undefined) span.rename(`POST ${route}`);
       const requestId = res.getHeader('x-request-id');
+      const cache = res.getHeader('x-cache');
       span.set({
+        ...(typeof cache === 'string' ? { 'tserve.cache': cache } : {}),
         'http.response.status_code': res.statusCode,
         ...(route === undefined ? {} : { 'http.route': route }),
         ...(typeof requestId === 'string' ? { 'tserve.request_id': requestId } : {}),
