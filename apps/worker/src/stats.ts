@@ -1,4 +1,4 @@
-import type { Duration, InferenceStats } from '@tserve/contract';
+import { emptyInferenceStats, noDuration, type Duration, type InferenceStats } from '@tserve/contract';
 
 /** Milliseconds as whole nanoseconds, the unit Triton's statistics count in. */
 const ns = (ms: number) => Math.round(ms * 1e6);
@@ -7,7 +7,6 @@ const add = (d: Duration, ms: number) => {
   d.count++;
   d.ns += ns(ms);
 };
-const zero = (): Duration => ({ count: 0, ns: 0 });
 
 /**
  * What this worker has done since it started, as Triton's statistics extension counts it: each
@@ -15,18 +14,7 @@ const zero = (): Duration => ({ count: 0, ns: 0 });
  * heartbeat; the gateway sums the model's workers (GET /v2/models/<id>/stats).
  */
 export class InferenceStatistics {
-  private readonly stats: InferenceStats = {
-    success: zero(),
-    fail: zero(),
-    queue: zero(),
-    computeInput: zero(),
-    computeInfer: zero(),
-    computeOutput: zero(),
-    inferenceCount: 0,
-    executionCount: 0,
-    lastInference: 0,
-    batches: {},
-  };
+  private readonly stats: InferenceStats = emptyInferenceStats();
 
   /** A request answered: `totalMs` from enqueue to its answer, and the time of each phase it went through. */
   succeeded(at: number, totalMs: number, phases: { queueMs: number; inputMs: number; inferMs: number; outputMs: number; inputs: number }): void {
@@ -47,7 +35,7 @@ export class InferenceStatistics {
   /** One model call of `size` sequences: tokenizing its sequences, running it, and decoding its rows. */
   executed(size: number, inputMs: number, inferMs: number, outputMs: number): void {
     this.stats.executionCount++;
-    const batch = (this.stats.batches[size] ??= { computeInput: zero(), computeInfer: zero(), computeOutput: zero() });
+    const batch = (this.stats.batches[size] ??= { computeInput: noDuration(), computeInfer: noDuration(), computeOutput: noDuration() });
     add(batch.computeInput, inputMs);
     add(batch.computeInfer, inferMs);
     add(batch.computeOutput, outputMs);

@@ -271,6 +271,24 @@ export interface InferenceStats {
   batches: Record<string, { computeInput: Duration; computeInfer: Duration; computeOutput: Duration }>;
 }
 
+export const noDuration = (): Duration => ({ count: 0, ns: 0 });
+
+/** Statistics with nothing counted: a worker's at start, and the sum of none. */
+export function emptyInferenceStats(): InferenceStats {
+  return {
+    success: noDuration(),
+    fail: noDuration(),
+    queue: noDuration(),
+    computeInput: noDuration(),
+    computeInfer: noDuration(),
+    computeOutput: noDuration(),
+    inferenceCount: 0,
+    executionCount: 0,
+    lastInference: 0,
+    batches: {},
+  };
+}
+
 /** A worker's download of its model's files, announced in its heartbeat while it loads. */
 export interface ModelDownload {
   /** The file on its way now (the last one, once done). */

@@ -1,4 +1,4 @@
-import type { Duration, InferenceStats, WorkerInfo } from '@tserve/contract';
+import { emptyInferenceStats, noDuration, type Duration, type InferenceStats, type WorkerInfo } from '@tserve/contract';
 import type { ServedModel } from '../model-registry.js';
 
 /**
@@ -68,23 +68,11 @@ export function modelConfig({ model, outputs, width }: TritonModel): object {
   };
 }
 
-const zero = (): Duration => ({ count: 0, ns: 0 });
 const sum = (a: Duration, b: Duration): Duration => ({ count: a.count + b.count, ns: a.ns + b.ns });
 
 /** The model's live workers' statistics added up; counts start again when a worker restarts. */
 function total(workers: WorkerInfo[]): InferenceStats {
-  const out: InferenceStats = {
-    success: zero(),
-    fail: zero(),
-    queue: zero(),
-    computeInput: zero(),
-    computeInfer: zero(),
-    computeOutput: zero(),
-    inferenceCount: 0,
-    executionCount: 0,
-    lastInference: 0,
-    batches: {},
-  };
+  const out = emptyInferenceStats();
   for (const { stats } of workers) {
     if (!stats) continue;
     for (const key of ['success', 'fail', 'queue', 'computeInput', 'computeInfer', 'computeOutput'] as const) out[key] = sum(out[key], stats[key]);
@@ -92,7 +80,7 @@ function total(workers: WorkerInfo[]): InferenceStats {
     out.executionCount += stats.executionCount;
     out.lastInference = Math.max(out.lastInference, stats.lastInference);
     for (const [size, batch] of Object.entries(stats.batches)) {
-      const into = (out.batches[size] ??= { computeInput: zero(), computeInfer: zero(), computeOutput: zero() });
+      const into = (out.batches[size] ??= { computeInput: noDuration(), computeInfer: noDuration(), computeOutput: noDuration() });
       into.computeInput = sum(into.computeInput, batch.computeInput);
       into.computeInfer = sum(into.computeInfer, batch.computeInfer);
       into.computeOutput = sum(into.computeOutput, batch.computeOutput);
@@ -118,8 +106,8 @@ export function modelStats({ model, version }: TritonModel): object {
       compute_infer: stats.computeInfer,
       compute_output: stats.computeOutput,
       // No response cache at the model: every request is computed.
-      cache_hit: zero(),
-      cache_miss: zero(),
+      cache_hit: noDuration(),
+      cache_miss: noDuration(),
     },
     response_stats: {},
     batch_stats: Object.entries(stats.batches)
