@@ -17,6 +17,7 @@ import { DASHBOARD_PATH, dashboard } from './dashboard.js';
 import { openAiRoutes } from './protocols/openai.js';
 import { teiRoutes } from './protocols/tei.js';
 import { kserveRoutes } from './protocols/kserve.js';
+import { openApiRoutes } from './openapi.js';
 
 export interface AppParts {
   config: GatewayConfig;
@@ -36,7 +37,7 @@ export interface AppParts {
 }
 
 /** What the gateway answers, for `--help` and for a request to any other route. */
-export const ROUTES = `POST /, POST /models/<model id>, POST /v1/embeddings, GET /v1/models, POST /embed, /predict, /rerank, /tokenize, GET /info, GET /v2/health/ready, /v2/models/<name>, POST /v2/models/<name>/infer, GET /health, GET /ready, GET /backlog?model=<model id>, GET /metrics, ${DASHBOARD_PATH}`;
+export const ROUTES = `POST /, POST /models/<model id>, POST /v1/embeddings, GET /v1/models, POST /embed, /predict, /rerank, /tokenize, GET /info, GET /v2/health/ready, /v2/models/<name>, POST /v2/models/<name>/infer, GET /health, GET /ready, GET /backlog?model=<model id>, GET /metrics, GET /openapi.json, /docs, ${DASHBOARD_PATH}`;
 
 export function createApp(parts: AppParts): Express {
   const app = express();
@@ -53,6 +54,7 @@ export function createApp(parts: AppParts): Express {
   // turn of the event loop waits behind all the I/O ready by then.
   healthRoutes(app, parts.snapshot, parts.backlog, parts.config.DEFAULT_MODEL);
   app.get('/metrics', metrics.scrape);
+  openApiRoutes(app, parts.config);
   app.use(DASHBOARD_PATH, dashboard(parts));
   const answerErrors = errorHandler(parts.logger);
   inferenceRoutes(app, parts.config, parts.service, admission, answerErrors);

@@ -1,3 +1,5 @@
+import { z } from 'zod';
+
 /**
  * Every error a client can see, as one JSON shape: `{"error": "...", "error_type": "..."}`.
  * Workers send these back through Redis, so an error keeps its status across processes.
@@ -22,12 +24,14 @@ export const ERROR_STATUS = {
 
 export type ErrorType = keyof typeof ERROR_STATUS;
 
-export interface ErrorBody {
-  error: string;
-  error_type: ErrorType;
+/** The native error body; the OpenAPI document (apps/gateway/src/openapi.ts) describes it from this schema. */
+export const errorBodySchema = z.strictObject({
+  error: z.string(),
+  error_type: z.enum(Object.keys(ERROR_STATUS) as [ErrorType, ...ErrorType[]]),
   /** For a model still loading: seconds until it is likely ready (the Inference API's field). */
-  estimated_time?: number;
-}
+  estimated_time: z.number().optional().meta({ description: 'for a model still loading: seconds until it is likely ready' }),
+});
+export type ErrorBody = z.infer<typeof errorBodySchema>;
 
 export class ApiError extends Error {
   readonly status: number;

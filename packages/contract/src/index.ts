@@ -5,3 +5,4 @@ export * from './ready.js';
 export * from './score-functions.js';
 export * from './recorded-outcome.js';
 export * from './dtypes.js';
+export * from './outputs.js';

@@ -207,7 +207,8 @@ export function sequencesOf(task: Operation, input: TaskInput, parameters: TaskP
 export const PRIORITIES = ['interactive', 'batch'] as const;
 export type Priority = (typeof PRIORITIES)[number];
 
-const optionsSchema = z
+/** The Inference API body's `options`. */
+export const optionsSchema = z
   .object({
     /** A client may shorten its deadline, never lengthen it past the server's. */
     timeout_ms: z.number().int().min(1).optional(),

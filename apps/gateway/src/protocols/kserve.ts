@@ -17,8 +17,10 @@ import { modelConfig, modelStats, type TritonModel } from './triton.js';
  * content type is not read.
  */
 
+const errorBody = z.strictObject({ error: z.string() });
+
 /** The protocol's error body: `{"error": "..."}`. */
-const kserveErrors: ErrorFormat = (error) => ({ status: error.status, body: { error: error.message } });
+const kserveErrors: ErrorFormat = (error) => ({ status: error.status, body: { error: error.message } satisfies z.infer<typeof errorBody> });
 
 const VERSION = '1';
 
@@ -44,6 +46,47 @@ const inferRequest = z
     outputs: z.array(z.object({ name: z.string(), parameters }).strict()).optional(),
   })
   .strict();
+
+const tensorMetadata = z.strictObject({ name: z.string(), datatype: z.string(), shape: z.array(z.number().int()) });
+const modelMetadata = z.strictObject({
+  name: z.string(),
+  versions: z.array(z.string()),
+  platform: z.string(),
+  inputs: z.array(tensorMetadata),
+  outputs: z.array(tensorMetadata),
+  parameters: z.strictObject({ labels: z.array(z.string()).optional(), revision: z.string().optional(), weights_sha256: z.string().optional() }),
+});
+const inferResponse = z.strictObject({
+  model_name: z.string(),
+  model_version: z.string(),
+  id: z.string().optional(),
+  outputs: z.array(
+    z.union([
+      z.strictObject({ name: z.string(), datatype: z.literal('FP32'), shape: z.array(z.number().int()), data: z.array(z.number()) }),
+      z
+        .strictObject({
+          name: z.string(),
+          datatype: z.literal('FP32'),
+          shape: z.array(z.number().int()),
+          parameters: z.strictObject({ binary_data_size: z.number().int() }),
+        })
+        .meta({ description: 'an output sent as binary data, after the JSON header' }),
+    ]),
+  ),
+});
+const serverMetadata = z.strictObject({ name: z.string(), version: z.string(), extensions: z.array(z.string()) });
+
+/** The shapes of this protocol's bodies, for the OpenAPI document. */
+export const kserveSchemas = {
+  serverMetadata,
+  live: z.strictObject({ live: z.boolean() }),
+  ready: z.strictObject({ ready: z.boolean() }),
+  modelReady: z.strictObject({ name: z.string(), ready: z.boolean() }),
+  modelMetadata,
+  inferRequest,
+  inferResponse,
+  error: errorBody,
+};
 
 type Kind = 'classifier' | 'embedding';
 
@@ -153,7 +196,7 @@ export function kserveRoutes(router: IRouter, { config, service, registry, snaps
   };
 
   router.get('/v2', (_req, res) => {
-    res.json({ name: 'tserve', version: '0.1.0', extensions: ['binary_tensor_data'] });
+    res.json({ name: 'tserve', version: '0.1.0', extensions: ['binary_tensor_data'] } satisfies z.infer<typeof serverMetadata>);
   });
   router.get('/v2/health/live', (_req, res) => {
     res.json({ live: true });
@@ -198,7 +241,7 @@ export function kserveRoutes(router: IRouter, { config, service, registry, snaps
         ...(m.weights.revision ? { revision: m.weights.revision } : {}),
         ...(m.weights.sha256 ? { weights_sha256: m.weights.sha256 } : {}),
       },
-    });
+    } satisfies z.infer<typeof modelMetadata>);
   });
 
   const modelOfInfer = (req: Request) => {

@@ -36,11 +36,33 @@ const OPENAI_TYPES: Partial<Record<ErrorType, { type: string; code: string | nul
   internal: { type: 'server_error', code: null },
 };
 
+const errorBody = z.strictObject({
+  error: z.strictObject({ message: z.string(), type: z.string(), param: z.null(), code: z.string().nullable() }),
+});
+
 /** OpenAI's error body: `{"error": {"message", "type", "param", "code"}}`. */
 const openAiErrors: ErrorFormat = (error) => {
   const { type, code } = OPENAI_TYPES[error.type] ?? { type: 'invalid_request_error', code: null };
-  return { status: error.status, body: { error: { message: error.message, type, param: null, code } } };
+  return { status: error.status, body: { error: { message: error.message, type, param: null, code } } satisfies z.infer<typeof errorBody> };
 };
+
+const modelSchema = z.strictObject({ id: z.string(), object: z.literal('model'), created: z.number().int(), owned_by: z.string() });
+const embeddingsResponse = z.strictObject({
+  object: z.literal('list'),
+  data: z.array(
+    z.strictObject({
+      object: z.literal('embedding'),
+      index: z.number().int(),
+      embedding: z.union([z.array(z.number()), z.string().meta({ description: 'little-endian float32, base64 (encoding_format "base64")' })]),
+    }),
+  ),
+  model: z.string(),
+  usage: z.strictObject({ prompt_tokens: z.number().int(), total_tokens: z.number().int() }),
+});
+const modelList = z.strictObject({ object: z.literal('list'), data: z.array(modelSchema) });
+
+/** The shapes of this protocol's bodies, for the OpenAPI document. */
+export const openAiSchemas = { embeddingsRequest, embeddingsResponse, model: modelSchema, modelList, error: errorBody };
 
 /** Little-endian float32 bytes, base64: what OpenAI sends for `encoding_format: "base64"`. */
 function toBase64(vector: number[]): string {
@@ -48,7 +70,7 @@ function toBase64(vector: number[]): string {
 }
 
 /** A served model as OpenAI's model object; created when its first live worker started. */
-function modelObject(m: ServedModel) {
+function modelObject(m: ServedModel): z.infer<typeof modelSchema> {
   return { id: m.id, object: 'model', created: Math.floor(Math.min(...m.workers.map((w) => w.startedAt)) / 1000), owned_by: 'tserve' };
 }
 
@@ -88,12 +110,12 @@ export function openAiRoutes(router: IRouter, { config, service, registry, admis
         }),
         model,
         usage: { prompt_tokens: result.tokens, total_tokens: result.tokens },
-      });
+      } satisfies z.infer<typeof embeddingsResponse>);
     },
   );
 
   router.get('/v1/models', (_req, res) => {
-    res.json({ object: 'list', data: registry.served().map(modelObject) });
+    res.json({ object: 'list', data: registry.served().map(modelObject) } satisfies z.infer<typeof modelList>);
   });
 
   router.get('/v1/models/*id', (req, res) => {

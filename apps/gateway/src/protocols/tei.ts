@@ -1,6 +1,6 @@
 import type { IRouter, Request, Response } from 'express';
 import { z } from 'zod';
-import { ApiError, batchWarning, describeIssues, type ErrorType } from '@tserve/contract';
+import { ApiError, batchWarning, describeIssues, TASKS, type ErrorType } from '@tserve/contract';
 import type { ServedModel } from '../model-registry.js';
 import { BodyTooLarge, errorHandler, type ErrorFormat } from '../http-errors.js';
 import { jsonBody, runModelCall, servedModel, type ProtocolParts } from '../model-call.js';
@@ -36,13 +36,16 @@ class EmptyInput extends ApiError {
   }
 }
 
+const errorBody = z.strictObject({ error: z.string(), error_type: z.string().meta({ description: 'Validation, Empty, Overloaded, Unhealthy, Backend, …' }) });
+type ErrorBody = z.infer<typeof errorBody>;
+
 /** TEI's error body: `{"error", "error_type"}`, with TEI's type names and statuses. */
 const teiErrors: ErrorFormat = (error) =>
   error instanceof EmptyInput
-    ? { status: 400, body: { error: error.message, error_type: 'Empty' } }
+    ? { status: 400, body: { error: error.message, error_type: 'Empty' } satisfies ErrorBody }
     : {
         status: error instanceof BodyTooLarge ? 413 : (TEI_STATUS[error.type] ?? error.status),
-        body: { error: error.message, error_type: TEI_TYPES[error.type] ?? error.type },
+        body: { error: error.message, error_type: TEI_TYPES[error.type] ?? error.type } satisfies ErrorBody,
       };
 
 /** TEI refuses an empty input or list as `Empty` before anything else. */
@@ -108,6 +111,48 @@ const tokenizeRequest = z
   })
   .strict();
 
+const labelScores = z.array(z.strictObject({ label: z.string(), score: z.number() }));
+const offset = z.number().int().min(0).nullable().meta({ description: 'UTF-8 byte offset into the input; null for a special token' });
+const tokenInfo = z.strictObject({ id: z.number().int(), text: z.string(), special: z.boolean(), start: offset, stop: offset });
+const rankedText = z.strictObject({ index: z.number().int(), score: z.number(), text: z.string().optional() });
+const labelMap = z.strictObject({ id2label: z.record(z.string(), z.string()), label2id: z.record(z.string(), z.number().int()) });
+const info = z.strictObject({
+  model_id: z.string(),
+  model_sha: z.string().nullable(),
+  model_weights_sha256: z.string().nullable(),
+  served_model_name: z.string(),
+  model_dtype: z.string(),
+  model_type: z.union([
+    z.strictObject({ reranker: labelMap }),
+    z.strictObject({ classifier: labelMap }),
+    z.strictObject({ embedding: z.strictObject({ pooling: z.string() }) }),
+  ]),
+  task: z.enum(TASKS),
+  tasks: z.array(z.enum(TASKS)),
+  max_concurrent_requests: z.number().int(),
+  max_input_length: z.number().int(),
+  max_batch_tokens: z.number().int(),
+  max_batch_requests: z.number().int(),
+  max_client_batch_size: z.number().int(),
+  auto_truncate: z.boolean(),
+  tokenization_workers: z.number().int(),
+  version: z.string(),
+});
+
+/** The shapes of this protocol's bodies, for the OpenAPI document. */
+export const teiSchemas = {
+  embedRequest,
+  embedResponse: z.array(z.array(z.number())),
+  predictRequest,
+  predictResponse: z.union([labelScores, z.array(labelScores)]).meta({ description: 'one input: its labels; a batch: a list of them' }),
+  rerankRequest,
+  rerankResponse: z.array(rankedText).meta({ description: 'the texts by score, highest first' }),
+  tokenizeRequest,
+  tokenizeResponse: z.array(z.array(tokenInfo)),
+  info,
+  error: errorBody,
+};
+
 function parse<T extends z.ZodType>(schema: T, body: unknown): z.output<T> {
   if (body === undefined) throw new ApiError('validation', 'send a JSON body with Content-Type: application/json');
   refuseEmpty(body, ['inputs', 'texts', 'query']);
@@ -142,7 +187,7 @@ const RERANKER: RouteKind = {
 const ANY: RouteKind = { what: 'a model', fits: () => true };
 
 /** TEI's `model_type` for /info. */
-function modelType(m: ServedModel): Record<string, unknown> {
+function modelType(m: ServedModel): z.infer<typeof info>['model_type'] {
   const id2label = Object.fromEntries((m.labels ?? []).map((label, i) => [String(i), label]));
   const label2id = Object.fromEntries((m.labels ?? []).map((label, i) => [label, i]));
   if (RERANKER.fits(m)) return { reranker: { id2label, label2id } };
@@ -241,7 +286,7 @@ export function teiRoutes(router: IRouter, { config, service, registry, admissio
     const ranked = (result.outputs as Array<Array<{ score: number }>>)
       .map((scores, index) => ({ index, score: scores[0].score, ...(body.return_text ? { text: body.texts[index] } : {}) }))
       .sort((a, b) => b.score - a.score);
-    res.json(ranked);
+    res.json(ranked satisfies z.infer<typeof rankedText>[]);
   });
 
   router.post('/tokenize', admit(ANY), json, async (req, res) => {
@@ -282,7 +327,7 @@ export function teiRoutes(router: IRouter, { config, service, registry, admissio
       auto_truncate: false,
       tokenization_workers: m.workers.length,
       version: '0.1.0',
-    });
+    } satisfies z.infer<typeof info>);
   });
 
   for (const path of ['/embed', '/predict', '/rerank', '/tokenize', '/info']) router.use(path, errorHandler(logger, teiErrors));
