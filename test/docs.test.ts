@@ -27,92 +27,12 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
-import fs from 'node:fs';
-import path from 'node:path';
-import { promisify } from 'node:util';
 import type { ReadyBody } from '@tserve/contract';
-import { ROOT, TestSystem, sleep, uniquePrefix, type Proc } from './helpers/system.ts';
+import { TestSystem, sleep, uniquePrefix, type Proc } from './helpers/system.ts';
+import { curlExample, docExamples, readmeModels, type Example } from './helpers/doc-examples.ts';
 
-const run = promisify(execFile);
-
-const NOT_RUN = /^<!-- docs-test: not run\b.*-->$/;
-const SHOWN = /^# (?:(\d{3}) )?([[{].*)$/;
 /** How far a number the docs show with `…` may be from the server's, in an answer of an fp32 model. */
 const NUMBER_TOLERANCE = 0.01;
-const DOC_PORT = 'localhost:8000';
-
-interface Block {
-  file: string;
-  /** 1-based line of the opening fence. */
-  line: number;
-  lang: string;
-  notRun: boolean;
-  lines: string[];
-}
-
-interface Example {
-  /** Where the command starts, as file:line. */
-  where: string;
-  command: string;
-  shown?: { status?: number; body: string };
-}
-
-function blocks(file: string): Block[] {
-  const lines = fs.readFileSync(path.join(ROOT, file), 'utf8').split('\n');
-  const found: Block[] = [];
-  let lastText = '';
-  for (let i = 0; i < lines.length; i++) {
-    const fence = /^```(\S*)/.exec(lines[i]);
-    if (!fence) {
-      if (lines[i].trim()) lastText = lines[i].trim();
-      continue;
-    }
-    const start = i;
-    const body: string[] = [];
-    for (i++; i < lines.length && !lines[i].startsWith('```'); i++) body.push(lines[i]);
-    found.push({ file, line: start + 1, lang: fence[1], notRun: NOT_RUN.test(lastText), lines: body });
-    lastText = '';
-  }
-  return found;
-}
-
-function examplesOf(block: Block): Example[] {
-  const examples: Example[] = [];
-  const { lines } = block;
-  for (let i = 0; i < lines.length;) {
-    if (!lines[i].trim() || lines[i].trimStart().startsWith('#')) {
-      i++;
-      continue;
-    }
-    const where = `${block.file}:${block.line + 1 + i}`;
-    let command = lines[i++];
-    while (command.endsWith('\\') && i < lines.length) command += `\n${lines[i++]}`;
-    const shown = SHOWN.exec(lines[i] ?? '');
-    examples.push({ where, command, shown: shown ? { status: shown[1] ? Number(shown[1]) : undefined, body: shown[2] } : undefined });
-  }
-  return examples;
-}
-
-/** README.md and every Markdown file under docs/. */
-function docFiles(): string[] {
-  const docs = fs.existsSync(path.join(ROOT, 'docs')) ? (fs.readdirSync(path.join(ROOT, 'docs'), { recursive: true }) as string[]) : [];
-  return [
-    'README.md',
-    ...docs
-      .filter((f) => f.endsWith('.md'))
-      .map((f) => path.join('docs', f))
-      .sort(),
-  ];
-}
-
-/** The MODEL list of the README's set-up command. */
-function readmeModels(): string[] {
-  const setup = blocks('README.md').find((b) => b.lang === 'sh' && b.lines.some((l) => l.includes('npm start')));
-  const list = setup && /(?:^|\s)MODEL=(\S+)/.exec(setup.lines.join('\n'));
-  assert.ok(list, 'the README has a set-up command that starts the system with MODEL=…');
-  return list[1].split(',');
-}
 
 const escape = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&').replace(/\s+/g, '\\s*');
 
@@ -138,16 +58,7 @@ function assertShown(shown: string, answer: string, where: string, exactDigits: 
 
 /** Runs one example against the gateway at `port` and checks its answer. */
 async function runExample(example: Example, port: number, fp32: Set<string>): Promise<void> {
-  assert.match(example.command, /^curl /, `${example.where}: not a curl call; mark its block <!-- docs-test: not run (why) -->`);
-  assert.ok(example.command.includes(DOC_PORT), `${example.where}: does not call ${DOC_PORT}`);
-  const command = example.command.replaceAll(DOC_PORT, `127.0.0.1:${port}`);
-  const script = `curl() { command curl --silent --show-error --write-out '\\n%{http_code}' "$@"; }\n${command}`;
-  const { stdout } = await run('bash', ['-c', script], { timeout: 30_000, maxBuffer: 64 * 1024 * 1024 }).catch((err: Error & { stderr?: string }) => {
-    throw new Error(`${example.where}: ${err.message}${err.stderr ?? ''}`);
-  });
-  const cut = stdout.lastIndexOf('\n');
-  const body = stdout.slice(0, cut);
-  const status = Number(stdout.slice(cut + 1));
+  const { status, body } = await curlExample(example, port);
   const expected = example.shown?.status;
   if (expected) assert.equal(status, expected, `${example.where}: status ${status}, the doc shows ${expected}: ${body.slice(0, 1000)}`);
   else assert.ok(status >= 200 && status < 300, `${example.where}: status ${status}: ${body.slice(0, 1000)}`);
@@ -174,9 +85,8 @@ async function servedBy(system: TestSystem, model: string, worker: Proc): Promis
   }
 }
 
-const FILES = docFiles();
-const RUN = FILES.flatMap(blocks).filter((b) => b.lang === 'sh' && !b.notRun);
-const README_EXAMPLES = RUN.filter((b) => b.file === 'README.md').flatMap(examplesOf);
+const DOCS = docExamples();
+const README_EXAMPLES = DOCS.find((d) => d.file === 'README.md')?.examples ?? [];
 
 describe("the docs' examples, run as written", () => {
   const models = readmeModels();
@@ -203,9 +113,7 @@ describe("the docs' examples, run as written", () => {
     assert.ok(call(/localhost:8000\/v2\//).length, 'KServe v2');
   });
 
-  for (const file of FILES) {
-    const examples = RUN.filter((b) => b.file === file).flatMap(examplesOf);
-    if (!examples.length) continue;
+  for (const { file, examples } of DOCS) {
     describe(file, () => {
       for (const example of examples) {
         it(`${example.where} ${example.command.split('\n')[0].slice(0, 90)}`, () => runExample(example, system.port, fp32));
@@ -215,7 +123,9 @@ describe("the docs' examples, run as written", () => {
 
   it('fails an example whose model id is wrong, or whose answer is not what the doc shows', async () => {
     // The first example that names an fp32 model and shows its output, spoiled three ways.
-    const example = RUN.flatMap(examplesOf).find((e) => [...fp32].some((model) => e.command.includes(model)) && e.shown && /\d\.\d+…/.test(e.shown.body));
+    const example = DOCS.flatMap((d) => d.examples).find(
+      (e) => [...fp32].some((model) => e.command.includes(model)) && e.shown && /\d\.\d+…/.test(e.shown.body),
+    );
     assert.ok(example?.shown, 'the docs show the output of an example that names an fp32 model');
     await runExample(example, system.port, fp32);
     const wrongModel = { ...example, command: example.command.replace(/replica\/[\w.-]+/, '$&-missing') };
