@@ -173,13 +173,13 @@ const HEADERS = {
   ModelRevision: { description: 'the hub commit those weights came from', schema: { type: 'string' } },
 };
 
-export interface OpenApiOptions {
+interface OpenApiOptions {
   /** API keys are on: model calls need a key, and may be refused 401, 403 and 429. */
   keys: boolean;
 }
 
 /** The OpenAPI 3.1 document of the gateway's routes. */
-export function openApiDocument({ keys }: OpenApiOptions): Json {
+function openApiDocument({ keys }: OpenApiOptions): Json {
   /** A route that runs a model: admitted (keys, quotas, shedding), with the headers every model call reads. */
   const modelCall = (protocol: Protocol, operation: Json & { parameters?: Json[]; responses: Json }, statuses: number[]): Json => ({
     ...operation,
@@ -418,7 +418,8 @@ export function openApiDocument({ keys }: OpenApiOptions): Json {
   };
 }
 
-const swaggerUi = path.dirname(createRequire(import.meta.url).resolve('swagger-ui-dist/package.json'));
+const require = createRequire(import.meta.url);
+const swaggerUi = path.dirname(require.resolve('swagger-ui-dist/package.json'));
 
 // Relative URLs, so that the page works behind a proxy that serves the gateway under a prefix.
 const DOCS_PAGE = `<!doctype html>

@@ -18,7 +18,7 @@ const readyDownloadSchema = z.strictObject({
 });
 
 /** One model in `GET /ready`: what its fields say depends on where the model stands. */
-export const readyModelSchema = z.strictObject({
+const readyModelSchema = z.strictObject({
   task: z.enum(TASKS).optional().meta(d("served, or served earlier: the model's own task")),
   workers: z.number().int().min(0).meta(d('live workers; 0 for a model loading, failed or lost')),
   queue_depth: z.number().int().optional().meta(d('served or scaled to zero: requests accepted and not yet answered, over all gateways')),
