@@ -83,6 +83,18 @@ class Contract {
     this.seen.add(key);
   }
 
+  /** Throws unless the document's schema for the route's JSON body accepts one the server took (a 2xx). */
+  checkRequest(method: string, path: string, body: unknown): void {
+    const { key, operation } = this.route(method, path);
+    const schema = operation.requestBody?.content?.['application/json']?.schema;
+    assert.ok(schema, `${key}: the document describes no JSON body`);
+    const validate = this.validator(schema);
+    assert.ok(
+      validate(body),
+      `${key}: the document refuses a body the server accepted: ${this.ajv.errorsText(validate.errors)}\n body: ${JSON.stringify(body).slice(0, 1000)}`,
+    );
+  }
+
   private validator(schema: object): ValidateFunction {
     let validate = this.validators.get(schema);
     if (!validate) {
@@ -220,7 +232,13 @@ describe('the OpenAPI document', () => {
       for (const example of examples) {
         it(`${example.where} ${example.command.split('\n')[0].slice(0, 90)}`, async () => {
           const answer = await curlExample(example, system.port);
-          contract.check({ ...answer, path: answer.url.pathname + answer.url.search });
+          const path = answer.url.pathname + answer.url.search;
+          contract.check({ ...answer, path });
+          // The JSON body the example sends, when it sends one (-d '…' with a JSON content type).
+          const sent = /-d '([^']*)'/.exec(example.command)?.[1];
+          if (sent !== undefined && /content-type: application\/json/i.test(example.command) && answer.status < 300) {
+            contract.checkRequest(answer.method, path, JSON.parse(sent));
+          }
         });
       }
     });
@@ -233,6 +251,7 @@ describe('the OpenAPI document', () => {
       it(shown.join(' '), async () => {
         const answer = await send(system.url, method, path, init);
         contract.check(answer);
+        if (init?.headers['content-type'] === 'application/json' && answer.status < 300) contract.checkRequest(method, path, JSON.parse(String(init.body)));
       });
     }
   });
@@ -246,6 +265,8 @@ describe('the OpenAPI document', () => {
     assert.throws(() => contract.check(drift({ ...body, usage: { prompt_tokens: '3' } })), /does not have the document's shape/);
     assert.throws(() => contract.check({ ...good, status: 418 }), /status 418 is not in the document/);
     assert.throws(() => contract.check({ ...good, contentType: 'text/html' }), /answered text\/html/);
+    assert.throws(() => contract.checkRequest('POST', '/v1/embeddings', { model: EMBEDDER, input: 'x', extra: 1 }), /refuses a body/);
+    assert.throws(() => contract.checkRequest('POST', `/models/${EMBEDDER}`, { inputs: 'x', parameters: { pooling: 'sideways' } }), /refuses a body/);
     const error = await send(system.url, 'POST', '/embed', json({ inputs: 5, model: EMBEDDER }));
     assert.throws(() => contract.check({ ...error, body: JSON.stringify({ error: { message: 'OpenAI-shaped' } }) }), /does not have the document's shape/);
   });
