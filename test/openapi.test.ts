@@ -15,11 +15,14 @@ import { Validator } from '@seriousme/openapi-schema-validator';
 import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
 import openapiTS, { astToString } from 'openapi-typescript';
 import ts from 'typescript';
+import { chromium } from 'playwright-core';
 import { ROOT, TestSystem, uniquePrefix } from './helpers/system.ts';
 import { curlExample, docExamples, readmeModels } from './helpers/doc-examples.ts';
 import { EMBEDDER, DEFAULT_CLASSIFIER, RERANKER } from './helpers/replicas.ts';
 
 type Json = Record<string, any>;
+
+const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 
 interface Answer {
   method: string;
@@ -280,6 +283,35 @@ describe('the OpenAPI document', () => {
       const res = await fetch(url);
       assert.equal(res.status, 200, String(url));
       assert.ok((await res.arrayBuffer()).byteLength > 0, String(url));
+    }
+  });
+
+  const noBrowser = !fs.existsSync(CHROMIUM) && `no Chromium at ${CHROMIUM} (apt-get install chromium, as .ci/run does; or set CHROMIUM_PATH)`;
+  it('shows every route in a browser at /docs, asking nothing of any other origin', { skip: noBrowser }, async () => {
+    const browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run'] });
+    try {
+      const page = await browser.newPage();
+      const foreign: string[] = [];
+      await page.route(
+        (url) => url.origin !== system.url,
+        (route) => {
+          foreign.push(route.request().url());
+          return route.abort();
+        },
+      );
+      await page.goto(`${system.url}/docs`);
+      // Swagger UI lists each operation as a block that names its path.
+      await page.locator('.opblock').first().waitFor({ state: 'visible', timeout: 30_000 });
+      const shown = await page.locator('.opblock-summary-path').allTextContents();
+      const paths = Object.keys(contract.doc.paths);
+      assert.deepEqual(
+        paths.filter((p) => !shown.some((text) => text.replace(/\u200b/g, '') === p)),
+        [],
+        `paths /docs does not show; it shows ${shown.join(', ')}`,
+      );
+      assert.deepEqual(foreign, [], 'requests to other origins');
+    } finally {
+      await browser.close();
     }
   });
 

@@ -31,7 +31,7 @@ type Json = Record<string, unknown>;
 /** A zod schema as JSON Schema 2020-12 (OpenAPI 3.1's dialect): what a client sends, or what it gets. */
 function jsonSchema(schema: z.ZodType, io: 'input' | 'output'): Json {
   // Transforms (TEI's "Left" → "left") have no JSON Schema; in input mode the side before them is described.
-  const json = z.toJSONSchema(schema, { target: 'draft-2020-12', io, unrepresentable: 'any' }) as Json;
+  const json = z.toJSONSchema(schema, { target: 'draft-2020-12', io }) as Json;
   // The document names its dialect once (OpenAPI 3.1's default is 2020-12), not in every schema.
   delete json.$schema;
   return json;
@@ -428,7 +428,8 @@ const DOCS_PAGE = `<!doctype html>
 <body><div id="swagger-ui"></div><script src="docs/swagger-ui-bundle.js"></script><script src="docs/init.js"></script></body>
 </html>
 `;
-const DOCS_INIT = `window.ui = SwaggerUIBundle({ url: 'openapi.json', dom_id: '#swagger-ui' });\n`;
+// No online validator (validator.swagger.io): the page must work, and tell nothing, on a private network.
+const DOCS_INIT = `window.ui = SwaggerUIBundle({ url: 'openapi.json', dom_id: '#swagger-ui', validatorUrl: null });\n`;
 
 /** `GET /openapi.json`, and `GET /docs`: Swagger UI, its assets served from the swagger-ui-dist package. */
 export function openApiRoutes(router: IRouter, config: Pick<GatewayConfig, 'API_KEYS' | 'API_KEYS_FILE'>): void {
