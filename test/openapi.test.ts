@@ -166,6 +166,23 @@ const REQUESTS: Array<[string, string, ReturnType<typeof json>?]> = [
   ['GET', `/v2/models/${EMBEDDER}/versions/2`, undefined],
   ['GET', `/v2/models/${EMBEDDER}/versions/1/ready`, undefined],
   ['POST', `/v2/models/${EMBEDDER}/infer`, json({ inputs: [{ name: 'text', shape: [1], datatype: 'FP32', data: [1] }] })],
+  [
+    'POST',
+    `/v2/models/${EMBEDDER}/infer`,
+    json({ inputs: [{ name: 'text', shape: [1], datatype: 'BYTES', data: ['x'] }], outputs: [{ name: 'embeddings', parameters: { classification: 2 } }] }),
+  ],
+  [
+    'POST',
+    `/v2/models/${DEFAULT_CLASSIFIER}/infer`,
+    json({ inputs: [{ name: 'text', shape: [1], datatype: 'BYTES', data: ['x'] }], outputs: [{ name: 'probabilities', parameters: { classification: 1 } }] }),
+  ],
+  ['GET', '/v2/models/stats', undefined],
+  ['GET', `/v2/models/${DEFAULT_CLASSIFIER}/stats`, undefined],
+  ['GET', `/v2/models/${DEFAULT_CLASSIFIER}/versions/1/stats`, undefined],
+  ['GET', `/v2/models/${MISSING}/stats`, undefined],
+  ['GET', `/v2/models/${DEFAULT_CLASSIFIER}/config`, undefined],
+  ['GET', `/v2/models/${EMBEDDER}/versions/1/config`, undefined],
+  ['GET', `/v2/models/${MISSING}/config`, undefined],
   ['POST', `/v2/models/${EMBEDDER}/versions/1/infer`, json({ inputs: [{ name: 'text', shape: [1], datatype: 'BYTES', data: ['hello'] }] })],
   ['POST', `/v2/models/${EMBEDDER}/versions/1/infer`, json({ inputs: [] })],
   // Operations.

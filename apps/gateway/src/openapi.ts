@@ -19,6 +19,7 @@ import type { GatewayConfig } from '@tserve/config';
 import { openAiSchemas } from './protocols/openai.js';
 import { teiSchemas } from './protocols/tei.js';
 import { kserveSchemas } from './protocols/kserve.js';
+import { tritonSchemas } from './protocols/triton.js';
 
 /**
  * The OpenAPI 3.1 description of every route, built from the zod schemas the routes validate
@@ -221,7 +222,7 @@ function openApiDocument({ keys }: OpenApiOptions): Json {
       [400, 413, 422, 424, 500, 503, 504],
     );
 
-  const kserveModel = (action: '' | '/ready' | '/infer', versioned: boolean): Json => {
+  const kserveModel = (action: '' | '/ready' | '/infer' | '/config' | '/stats', versioned: boolean): Json => {
     const parameters = [ref('parameters', 'Model'), ...(versioned ? [ref('parameters', 'Version')] : [])];
     if (action === '/infer')
       return {
@@ -253,6 +254,24 @@ function openApiDocument({ keys }: OpenApiOptions): Json {
           },
           [400, 404, 413, 422, 500, 503, 504],
         ),
+      };
+    if (action === '/config')
+      return {
+        get: {
+          ...tag('KServe v2'),
+          summary: "the model's configuration, as Triton's model configuration extension gives it",
+          parameters,
+          responses: { 200: ok('the configuration', tritonSchemas.modelConfig), ...errors('kserve', [404]) },
+        },
+      };
+    if (action === '/stats')
+      return {
+        get: {
+          ...tag('KServe v2'),
+          summary: "the model's statistics, as Triton's statistics extension gives them, summed over its live workers",
+          parameters,
+          responses: { 200: ok('the statistics', tritonSchemas.statistics), ...errors('kserve', [404]) },
+        },
       };
     if (action === '/ready')
       return {
@@ -349,12 +368,19 @@ function openApiDocument({ keys }: OpenApiOptions): Json {
         responses: { 200: ok('ready', kserveSchemas.ready), 503: ok('not ready', kserveSchemas.ready) },
       },
     },
-    '/v2/models/{model}': kserveModel('', false),
-    '/v2/models/{model}/ready': kserveModel('/ready', false),
-    '/v2/models/{model}/infer': kserveModel('/infer', false),
-    '/v2/models/{model}/versions/{version}': kserveModel('', true),
-    '/v2/models/{model}/versions/{version}/ready': kserveModel('/ready', true),
-    '/v2/models/{model}/versions/{version}/infer': kserveModel('/infer', true),
+    '/v2/models/stats': {
+      get: {
+        ...tag('KServe v2'),
+        summary: "every served model's statistics, as Triton's statistics extension gives them",
+        responses: { 200: ok('the statistics', tritonSchemas.statistics) },
+      },
+    },
+    ...Object.fromEntries(
+      (['', '/ready', '/infer', '/config', '/stats'] as const).flatMap((action) => [
+        [`/v2/models/{model}${action}`, kserveModel(action, false)],
+        [`/v2/models/{model}/versions/{version}${action}`, kserveModel(action, true)],
+      ]),
+    ),
     '/health': { get: { ...tag('Operations'), summary: 'the process answers', responses: { 200: ok('alive', healthBodySchema) } } },
     '/ready': {
       get: {

@@ -6,7 +6,7 @@ import type { Snapshot } from '../snapshot.js';
 import { errorHandler, type ErrorFormat } from '../http-errors.js';
 import { rawBody, runModelCall, servedModel, wildcardPath, type ProtocolParts } from '../model-call.js';
 import { HEADER_LENGTH, readInferBody, writeInferResponse, type OutputTensor } from './kserve-binary.js';
-import { modelConfig, modelStats, type TritonModel } from './triton.js';
+import { modelConfig, modelStats, type Statistics, type TritonModel } from './triton.js';
 
 /**
  * The KServe v2 / Open Inference Protocol over HTTP (what Triton speaks): health, server and model
@@ -64,9 +64,12 @@ const inferResponse = z.strictObject({
     z.union([
       z.strictObject({ name: z.string(), datatype: z.literal('FP32'), shape: z.array(z.number().int()), data: z.array(z.number()) }),
       z
+        .strictObject({ name: z.string(), datatype: z.literal('BYTES'), shape: z.array(z.number().int()), data: z.array(z.string()) })
+        .meta({ description: 'an output asked for with parameters.classification k: per row, the k largest as "value:index:label"' }),
+      z
         .strictObject({
           name: z.string(),
-          datatype: z.literal('FP32'),
+          datatype: z.enum(['FP32', 'BYTES']),
           shape: z.array(z.number().int()),
           parameters: z.strictObject({ binary_data_size: z.number().int() }),
         })
@@ -214,7 +217,7 @@ export function kserveRoutes(router: IRouter, { config, service, registry, snaps
     if (action === 'infer') throw new ApiError('validation', 'inference is POST /v2/models/<name>/infer');
     if (action === 'stats') {
       const models = name === '' ? registry.served() : [served(name)];
-      res.json({ model_stats: models.map((m) => modelStats(tritonModel(m))) });
+      res.json({ model_stats: models.map((m) => modelStats(tritonModel(m))) } satisfies Statistics);
       return;
     }
     if (action === 'config') {

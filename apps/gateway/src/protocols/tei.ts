@@ -122,6 +122,7 @@ const info = z.strictObject({
   model_weights_sha256: z.string().nullable(),
   served_model_name: z.string(),
   model_dtype: z.string(),
+  warning: z.string().optional().meta({ description: 'served in a dtype whose answers shift with their batch mates (q8): says so, and what to do' }),
   model_type: z.union([
     z.strictObject({ reranker: labelMap }),
     z.strictObject({ classifier: labelMap }),

@@ -1,3 +1,4 @@
+import { z } from 'zod';
 import { emptyInferenceStats, noDuration, type Duration, type InferenceStats, type WorkerInfo } from '@tserve/contract';
 import type { ServedModel } from '../model-registry.js';
 
@@ -17,13 +18,79 @@ export interface TritonModel {
   width: number;
 }
 
+const int = z.number().int();
+const modelConfigSchema = z.strictObject({
+  name: z.string(),
+  platform: z.string(),
+  backend: z.string(),
+  version_policy: z.strictObject({ latest: z.strictObject({ num_versions: int }) }),
+  max_batch_size: int,
+  input: z.array(
+    z.strictObject({
+      name: z.string(),
+      data_type: z.string(),
+      format: z.string(),
+      dims: z.array(int),
+      reshape: z.strictObject({ shape: z.array(int) }),
+      is_shape_tensor: z.boolean(),
+      optional: z.boolean(),
+    }),
+  ),
+  output: z.array(z.strictObject({ name: z.string(), data_type: z.string(), dims: z.array(int), label_filename: z.string(), is_shape_tensor: z.boolean() })),
+  dynamic_batching: z.strictObject({
+    preferred_batch_size: z.array(int),
+    max_queue_delay_microseconds: int,
+    preserve_ordering: z.boolean(),
+    priority_levels: int,
+    default_priority_level: int,
+  }),
+  instance_group: z.array(
+    z.strictObject({
+      name: z.string(),
+      kind: z.enum(['KIND_GPU', 'KIND_CPU']),
+      count: int,
+      gpus: z.array(int),
+      profile: z.array(z.string()),
+      passive: z.boolean(),
+    }),
+  ),
+  parameters: z.record(z.string(), z.strictObject({ string_value: z.string() })),
+});
+
+const duration = z.strictObject({ count: int, ns: z.number() });
+const modelStatsSchema = z.strictObject({
+  name: z.string(),
+  version: z.string(),
+  last_inference: z.number(),
+  inference_count: int,
+  execution_count: int,
+  inference_stats: z.strictObject({
+    success: duration,
+    fail: duration,
+    queue: duration,
+    compute_input: duration,
+    compute_infer: duration,
+    compute_output: duration,
+    cache_hit: duration,
+    cache_miss: duration,
+  }),
+  response_stats: z.record(z.string(), z.unknown()),
+  batch_stats: z.array(z.strictObject({ batch_size: int, compute_input: duration, compute_infer: duration, compute_output: duration })),
+  memory_usage: z.array(z.unknown()),
+});
+const statisticsSchema = z.strictObject({ model_stats: z.array(modelStatsSchema) });
+export type Statistics = z.infer<typeof statisticsSchema>;
+
+/** The shapes of these routes' bodies, for the OpenAPI document. */
+export const tritonSchemas = { modelConfig: modelConfigSchema, statistics: statisticsSchema };
+
 const smallest = (values: Array<number | undefined>, fallback: number) => {
   const known = values.filter((v): v is number => v !== undefined);
   return known.length ? Math.min(...known) : fallback;
 };
 
 /** `GET /v2/models/<id>/config`: inputs, outputs, batch size and dynamic batching as Triton's model_config gives them. */
-export function modelConfig({ model, outputs, width }: TritonModel): object {
+export function modelConfig({ model, outputs, width }: TritonModel): z.infer<typeof modelConfigSchema> {
   const workers = model.workers;
   const gpu = workers.some((w) => w.device !== 'cpu');
   const maxBatchSize = smallest(
@@ -90,7 +157,7 @@ function total(workers: WorkerInfo[]): InferenceStats {
 }
 
 /** One entry of `model_stats` in `GET /v2/models[/<id>]/stats`, as Triton's statistics extension gives it. */
-export function modelStats({ model, version }: TritonModel): object {
+export function modelStats({ model, version }: TritonModel): z.infer<typeof modelStatsSchema> {
   const stats = total(model.workers);
   return {
     name: model.id,
