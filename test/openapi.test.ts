@@ -221,6 +221,9 @@ describe('the OpenAPI document', () => {
       assert.ok(result.valid, `${url}/openapi.json: ${JSON.stringify(result.errors, null, 1)}`);
       assert.equal(doc.openapi, '3.1.0');
     }
+    // Each operation has its own name, the one generated clients give the call.
+    const ids = Object.values(contract.doc.paths as Json).flatMap((item) => Object.values(item as Json).map((op) => (op as Json).operationId as string));
+    assert.ok(ids.every(Boolean) && new Set(ids).size === ids.length, `operationIds: ${ids.join(', ')}`);
     // A broken document fails the validator.
     const broken = structuredClone(contract.doc);
     broken.paths['/health'].get.responses = 'none';

@@ -174,6 +174,46 @@ const HEADERS = {
   ModelRevision: { description: 'the hub commit those weights came from', schema: { type: 'string' } },
 };
 
+/** The name a generated client gives each call (its method name in Go, Java, TypeScript clients). */
+const OPERATION_IDS: Record<string, string> = {
+  'POST /': 'runDefaultModel',
+  'POST /models/{model}': 'runModel',
+  'POST /models/{model}/pipeline/{task}': 'runModelForTask',
+  'POST /v1/embeddings': 'createEmbeddings',
+  'GET /v1/models': 'listModels',
+  'GET /v1/models/{model}': 'getModel',
+  'POST /embed': 'teiEmbed',
+  'POST /predict': 'teiPredict',
+  'POST /rerank': 'teiRerank',
+  'POST /tokenize': 'teiTokenize',
+  'GET /info': 'teiInfo',
+  'GET /v2': 'serverMetadata',
+  'GET /v2/health/live': 'serverLive',
+  'GET /v2/health/ready': 'serverReady',
+  'GET /v2/models/stats': 'allModelStatistics',
+  'GET /health': 'health',
+  'GET /ready': 'ready',
+  'GET /backlog': 'backlog',
+  'GET /metrics': 'metrics',
+  'GET /openapi.json': 'openApiDocument',
+  'GET /docs': 'docsPage',
+};
+
+/** The KServe model routes' names: `modelInfer`, `modelInferVersion`, … */
+const KSERVE_ACTIONS: Record<string, string> = {
+  '': 'modelMetadata',
+  ready: 'modelReady',
+  infer: 'modelInfer',
+  config: 'modelConfig',
+  stats: 'modelStatistics',
+};
+
+function operationIdOf(method: string, template: string): string | undefined {
+  const kserve = /^\/v2\/models\/\{model\}(\/versions\/\{version\})?(?:\/(\w+))?$/.exec(template);
+  if (kserve) return `${KSERVE_ACTIONS[kserve[2] ?? '']}${kserve[1] ? 'Version' : ''}`;
+  return OPERATION_IDS[`${method.toUpperCase()} ${template}`];
+}
+
 interface OpenApiOptions {
   /** API keys are on: model calls need a key, and may be refused 401, 403 and 429. */
   keys: boolean;
@@ -306,6 +346,7 @@ function openApiDocument({ keys }: OpenApiOptions): Json {
           parameters: [ref('parameters', 'WaitForModel'), ref('parameters', 'UseCache')],
           requestBody: {
             required: true,
+            description: 'a body of any content type but JSON is read as one text (curl -d sends it as a form)',
             content: {
               'text/plain': { schema: { type: 'string', minLength: 1 } },
               ...jsonContent(inferenceRequest, 'input'),
@@ -418,6 +459,15 @@ function openApiDocument({ keys }: OpenApiOptions): Json {
       },
     },
   };
+
+  for (const [template, item] of Object.entries(paths)) {
+    for (const [method, operation] of Object.entries(item as Record<string, Json>)) {
+      const operationId = operationIdOf(method, template);
+      if (!operationId) throw new Error(`openapi.ts: no operationId for ${method.toUpperCase()} ${template}; add one to OPERATION_IDS`);
+      // First, as generators list it: the name a generated client gives the call.
+      item[method] = { operationId, ...operation };
+    }
+  }
 
   return {
     openapi: '3.1.0',
