@@ -31,6 +31,8 @@ interface Answer {
   status: number;
   contentType: string;
   body: string;
+  /** The x-cache header, where the response cache answered or missed. */
+  cache?: string;
 }
 
 /** Checks real answers against one OpenAPI document, and records which operations it has seen. */
@@ -110,7 +112,14 @@ class Contract {
 
 async function send(base: string, method: string, path: string, init: { body?: string | Uint8Array; headers?: Record<string, string> } = {}): Promise<Answer> {
   const res = await fetch(`${base}${path}`, { method, headers: init.headers, body: init.body });
-  return { method, path, status: res.status, contentType: res.headers.get('content-type') ?? '', body: await res.text() };
+  return {
+    method,
+    path,
+    status: res.status,
+    contentType: res.headers.get('content-type') ?? '',
+    body: await res.text(),
+    cache: res.headers.get('x-cache') ?? undefined,
+  };
 }
 
 const json = (body: unknown, headers: Record<string, string> = {}) => ({
@@ -150,6 +159,7 @@ const REQUESTS: Array<[string, string, ReturnType<typeof json>?]> = [
   // TEI.
   ['POST', '/embed', json({ inputs: '', model: EMBEDDER })],
   ['POST', '/embed', json({ inputs: 5, model: EMBEDDER })],
+  ['POST', '/embed', json({ inputs: 'x', model: EMBEDDER }, { 'x-use-cache': 'maybe' })],
   ['POST', '/predict', json({ inputs: 5, model: DEFAULT_CLASSIFIER })],
   ['POST', '/predict', json({ inputs: [['a', 'b'], 'c'], model: DEFAULT_CLASSIFIER })],
   ['POST', '/rerank', json({ query: 'q', texts: [], model: RERANKER })],
@@ -195,7 +205,7 @@ const REQUESTS: Array<[string, string, ReturnType<typeof json>?]> = [
 describe('the OpenAPI document', () => {
   const models = readmeModels();
   const system = new TestSystem(uniquePrefix('openapi'));
-  // A second gateway, with API keys on, over the same workers.
+  // A second gateway, with API keys and the response cache on, over the same workers.
   const keyed = new TestSystem(system.prefix);
   const token = 'tsk_openapi1_secret';
   let contract: Contract;
@@ -204,7 +214,7 @@ describe('the OpenAPI document', () => {
     await system.startGateway({ DEFAULT_MODEL: models[0] });
     for (const model of models) system.startWorker({ model });
     const hash = `sha256:${(await import('node:crypto')).createHash('sha256').update('secret').digest('hex')}`;
-    await keyed.startGateway({ API_KEYS: JSON.stringify({ keys: [{ id: 'openapi1', name: 'openapi', hash }] }) });
+    await keyed.startGateway({ API_KEYS: JSON.stringify({ keys: [{ id: 'openapi1', name: 'openapi', hash }] }), RESPONSE_CACHE_TTL_S: 600 });
     for (const model of models) await system.waitForWorkers(model);
     await keyed.waitForWorkers(models[0]);
     contract = new Contract((await (await fetch(`${system.url}/openapi.json`)).json()) as Json);
@@ -248,6 +258,10 @@ describe('the OpenAPI document', () => {
       assert.equal(admitted.status, 200, admitted.body);
       keyedContract.check(admitted);
     }
+    // The second of the same request comes from the response cache, in the same shape.
+    const cached = await send(keyed.url, 'POST', '/v1/embeddings', json({ model: EMBEDDER, input: 'x' }, { 'x-api-key': token }));
+    assert.equal(cached.cache, 'hit');
+    keyedContract.check(cached);
   });
 
   for (const { file, examples } of docExamples()) {

@@ -86,6 +86,7 @@ function answer(description: string, content: Json): Json {
     'x-inference-time': 'InferenceTime',
     'x-batch-size': 'BatchSize',
     'x-total-time': 'TotalTime',
+    'x-cache': 'Cache',
     'x-warnings': 'Warnings',
     'x-model-sha256': 'ModelSha256',
     'x-model-revision': 'ModelRevision',
@@ -150,7 +151,7 @@ const HEADER_PARAMETERS = {
   UseCache: {
     name: 'x-use-cache',
     in: 'header',
-    description: 'accepted and always honoured: the server keeps no cache of answers',
+    description: 'false computes afresh, bypassing the response cache (RESPONSE_CACHE_TTL_S), as options.use_cache: false does',
     schema: { type: 'string', enum: ['true', 'false', '1', '0'] },
   },
   TeiModel: {
@@ -169,6 +170,10 @@ const HEADERS = {
   InferenceTime: numberHeader('ms of the model work that ran it'),
   BatchSize: numberHeader('sequences in the model call that ran the request'),
   TotalTime: numberHeader('ms from the gateway handing the request on to its outcome coming back'),
+  Cache: {
+    description: 'with the response cache on: hit when every input was answered from it (no model call), else miss',
+    schema: { type: 'string', enum: ['hit', 'miss'] },
+  },
   Warnings: { description: 'a JSON list, when there is something to say (an input was truncated)', schema: { type: 'string' } },
   ModelSha256: { description: 'sha256 of the weights file that answered', schema: { type: 'string' } },
   ModelRevision: { description: 'the hub commit those weights came from', schema: { type: 'string' } },
@@ -224,7 +229,7 @@ function openApiDocument({ keys }: OpenApiOptions): Json {
   /** A route that runs a model: admitted (keys, quotas, shedding), with the headers every model call reads. */
   const modelCall = (protocol: Protocol, operation: Json & { parameters?: Json[]; responses: Json }, statuses: number[]): Json => ({
     ...operation,
-    parameters: [...(operation.parameters ?? []), ref('parameters', 'RequestTimeout'), ref('parameters', 'Priority')],
+    parameters: [...(operation.parameters ?? []), ref('parameters', 'RequestTimeout'), ref('parameters', 'Priority'), ref('parameters', 'UseCache')],
     ...(keys ? { security: [{ bearer: [] }, { apiKey: [] }] } : {}),
     responses: {
       ...operation.responses,
@@ -242,7 +247,7 @@ function openApiDocument({ keys }: OpenApiOptions): Json {
       {
         ...tag('Inference API'),
         summary,
-        parameters: [...extra, ref('parameters', 'WaitForModel'), ref('parameters', 'UseCache')],
+        parameters: [...extra, ref('parameters', 'WaitForModel')],
         requestBody: { required: true, content: jsonContent(inferenceRequest, 'input') },
         responses: { 200: answer("the model's outputs", jsonContent(inferenceAnswer, 'output')) },
       },
@@ -343,7 +348,7 @@ function openApiDocument({ keys }: OpenApiOptions): Json {
         {
           ...tag('Inference API'),
           summary: 'run the default model: the whole body is one text, or a JSON body of the Inference API',
-          parameters: [ref('parameters', 'WaitForModel'), ref('parameters', 'UseCache')],
+          parameters: [ref('parameters', 'WaitForModel')],
           requestBody: {
             required: true,
             description: 'a body of any content type but JSON is read as one text (curl -d sends it as a form)',
