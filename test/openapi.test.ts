@@ -18,7 +18,7 @@ import ts from 'typescript';
 import { chromium } from 'playwright-core';
 import { ROOT, TestSystem, uniquePrefix } from './helpers/system.ts';
 import { curlExample, docExamples, readmeModels } from './helpers/doc-examples.ts';
-import { EMBEDDER, DEFAULT_CLASSIFIER, RERANKER } from './helpers/replicas.ts';
+import { CLASSIFIER, EMBEDDER, DEFAULT_CLASSIFIER, RERANKER } from './helpers/replicas.ts';
 
 type Json = Record<string, any>;
 
@@ -128,6 +128,8 @@ const json = (body: unknown, headers: Record<string, string> = {}) => ({
 });
 
 const MISSING = 'replica/no-such-model';
+/** Configured on the keyed gateway (MODELS) and served by no worker: scaled to zero. */
+const IDLE = CLASSIFIER;
 
 /**
  * A bad input for every route that reads one, and a request for each route the docs' examples do
@@ -205,7 +207,7 @@ const REQUESTS: Array<[string, string, ReturnType<typeof json>?]> = [
 describe('the OpenAPI document', () => {
   const models = readmeModels();
   const system = new TestSystem(uniquePrefix('openapi'));
-  // A second gateway, with API keys and the response cache on, over the same workers.
+  // A second gateway, with API keys and the response cache on, over the same workers, and a model scaled to zero.
   const keyed = new TestSystem(system.prefix);
   const token = 'tsk_openapi1_secret';
   let contract: Contract;
@@ -214,7 +216,7 @@ describe('the OpenAPI document', () => {
     await system.startGateway({ DEFAULT_MODEL: models[0] });
     for (const model of models) system.startWorker({ model });
     const hash = `sha256:${(await import('node:crypto')).createHash('sha256').update('secret').digest('hex')}`;
-    await keyed.startGateway({ API_KEYS: JSON.stringify({ keys: [{ id: 'openapi1', name: 'openapi', hash }] }), RESPONSE_CACHE_TTL_S: 600 });
+    await keyed.startGateway({ API_KEYS: JSON.stringify({ keys: [{ id: 'openapi1', name: 'openapi', hash }] }), RESPONSE_CACHE_TTL_S: 600, MODELS: IDLE });
     for (const model of models) await system.waitForWorkers(model);
     await keyed.waitForWorkers(models[0]);
     contract = new Contract((await (await fetch(`${system.url}/openapi.json`)).json()) as Json);
@@ -258,6 +260,19 @@ describe('the OpenAPI document', () => {
       assert.equal(admitted.status, 200, admitted.body);
       keyedContract.check(admitted);
     }
+    // A model scaled to zero: ready, and a request for it is told to come back once a worker loads it.
+    const idle = [
+      await send(keyed.url, 'GET', '/ready'),
+      await send(keyed.url, 'GET', `/v2/models/${IDLE}/ready`),
+      await send(keyed.url, 'POST', `/models/${IDLE}`, json({ inputs: 'x' }, { authorization: `Bearer ${token}` })),
+    ];
+    assert.deepEqual(
+      idle.map((a) => a.status),
+      [200, 503, 503],
+      idle.map((a) => a.body).join('\n'),
+    );
+    assert.equal((JSON.parse(idle[0].body) as Json).models[IDLE].scaled_to_zero, true);
+    for (const answer of idle) keyedContract.check(answer);
     // The second of the same request comes from the response cache, in the same shape.
     const cached = await send(keyed.url, 'POST', '/v1/embeddings', json({ model: EMBEDDER, input: 'x' }, { 'x-api-key': token }));
     assert.equal(cached.cache, 'hit');
