@@ -154,6 +154,12 @@ const HEADER_PARAMETERS = {
     description: 'false computes afresh, bypassing the response cache (RESPONSE_CACHE_TTL_S), as options.use_cache: false does',
     schema: { type: 'string', enum: ['true', 'false', '1', '0'] },
   },
+  TraceParent: {
+    name: 'traceparent',
+    in: 'header',
+    description: "W3C trace context: with tracing on (OTEL_EXPORTER_OTLP_ENDPOINT, docs/tracing.md) the request's spans continue this trace",
+    schema: { type: 'string', pattern: '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$' },
+  },
   TeiModel: {
     name: 'x-model',
     in: 'header',
@@ -229,7 +235,13 @@ function openApiDocument({ keys }: OpenApiOptions): Json {
   /** A route that runs a model: admitted (keys, quotas, shedding), with the headers every model call reads. */
   const modelCall = (protocol: Protocol, operation: Json & { parameters?: Json[]; responses: Json }, statuses: number[]): Json => ({
     ...operation,
-    parameters: [...(operation.parameters ?? []), ref('parameters', 'RequestTimeout'), ref('parameters', 'Priority'), ref('parameters', 'UseCache')],
+    parameters: [
+      ...(operation.parameters ?? []),
+      ref('parameters', 'RequestTimeout'),
+      ref('parameters', 'Priority'),
+      ref('parameters', 'UseCache'),
+      ref('parameters', 'TraceParent'),
+    ],
     ...(keys ? { security: [{ bearer: [] }, { apiKey: [] }] } : {}),
     responses: {
       ...operation.responses,
