@@ -6,16 +6,15 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { chromium } from 'playwright-core';
 import { queueNameFor } from '@tserve/queue';
 import { ROOT, TestSystem, uniquePrefix } from './helpers/system.ts';
 import { CLASSIFIER as MODEL } from './helpers/replicas.ts';
+import { foreignRequests, launchBrowser, noBrowser } from './helpers/browser.ts';
 
 const QUEUE = queueNameFor(MODEL);
 const USER = 'ops';
 const PASSWORD = `pw-${Math.random().toString(36).slice(2)}`;
 const TOKEN = `tok-${Math.random().toString(36).slice(2)}`;
-const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const SCREENSHOT = path.join(ROOT, 'test/artifacts/dashboard.png');
 
 const basic = (user: string, password: string) => `Basic ${Buffer.from(`${user}:${password}`).toString('base64')}`;
@@ -125,35 +124,15 @@ describe('queue dashboard', () => {
     assert.equal(badLogin.status, 401);
   });
 
-  const noBrowser = !fs.existsSync(CHROMIUM) && `no Chromium at ${CHROMIUM} (apt-get install chromium, as .ci/run does; or set CHROMIUM_PATH)`;
   it("shows the model's queue in a browser, with the jobs of ordinary requests and how many each carries", { skip: noBrowser }, async () => {
-    const browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: [
-        '--headless',
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-quic',
-        '--no-first-run',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-      ],
-    });
+    const browser = await launchBrowser();
     try {
       const context = await browser.newContext({ httpCredentials: { username: USER, password: PASSWORD }, viewport: { width: 1280, height: 800 } });
       const page = await context.newPage();
       // The dashboard must work on a private network: nothing outside the gateway is even asked for
       // (bull-board's own page links a public font CDN, which the gateway leaves out). Such requests
       // are recorded, and aborted so that none leaves this machine.
-      const foreign: string[] = [];
-      await page.route(
-        (url) => url.origin !== system.url,
-        (route) => {
-          foreign.push(route.request().url());
-          return route.abort();
-        },
-      );
+      const foreign = await foreignRequests(page, system.url);
       await page.goto(`${system.url}/admin/queues`);
       await page.getByText(QUEUE).first().waitFor({ state: 'visible', timeout: 30_000 });
       // Open the model's queue and wait for its job list, so the screenshot shows the board, not its spinner.

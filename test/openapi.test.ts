@@ -15,14 +15,12 @@ import { Validator } from '@seriousme/openapi-schema-validator';
 import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
 import openapiTS, { astToString } from 'openapi-typescript';
 import ts from 'typescript';
-import { chromium } from 'playwright-core';
 import { ROOT, TestSystem, uniquePrefix } from './helpers/system.ts';
 import { curlExample, docExamples, readmeModels } from './helpers/doc-examples.ts';
 import { CLASSIFIER, EMBEDDER, DEFAULT_CLASSIFIER, RERANKER } from './helpers/replicas.ts';
+import { foreignRequests, launchBrowser, noBrowser } from './helpers/browser.ts';
 
 type Json = Record<string, any>;
-
-const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 
 interface Answer {
   method: string;
@@ -335,19 +333,11 @@ describe('the OpenAPI document', () => {
     }
   });
 
-  const noBrowser = !fs.existsSync(CHROMIUM) && `no Chromium at ${CHROMIUM} (apt-get install chromium, as .ci/run does; or set CHROMIUM_PATH)`;
   it('shows every route in a browser at /docs, asking nothing of any other origin', { skip: noBrowser }, async () => {
-    const browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run'] });
+    const browser = await launchBrowser();
     try {
       const page = await browser.newPage();
-      const foreign: string[] = [];
-      await page.route(
-        (url) => url.origin !== system.url,
-        (route) => {
-          foreign.push(route.request().url());
-          return route.abort();
-        },
-      );
+      const foreign = await foreignRequests(page, system.url);
       await page.goto(`${system.url}/docs`);
       // Swagger UI lists each operation as a block that names its path.
       await page.locator('.opblock').first().waitFor({ state: 'visible', timeout: 30_000 });
