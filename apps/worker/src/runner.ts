@@ -189,7 +189,7 @@ export class BatchRunner {
             ok: true,
             outputs,
             warnings: [],
-            timing: { queue_ms: Math.max(0, this.now() - request.enqueuedAt), inference_ms: 0, batch_size: 0 },
+            timing: { queue_ms: queueMs, inference_ms: 0, batch_size: 0 },
           });
           continue;
         }

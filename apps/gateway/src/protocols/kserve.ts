@@ -296,6 +296,11 @@ export function kserveRoutes(router: IRouter, { config, service, registry, snaps
         timeoutMs,
         priority,
       });
+    // A classifier's output asked for with `classification` answers its top classes instead of the tensor.
+    const classifierTensor = (output: string, rows: number[][]): OutputTensor => {
+      const k = counts.get(output);
+      return k === undefined ? tensor(output, rows) : classes(output, rows, m.labels ?? [], k);
+    };
     let tensors: OutputTensor[];
     if (kind === 'embedding') {
       tensors = [tensor('embeddings', (await call('embeddings', 0, {})).outputs as number[][])];
@@ -304,22 +309,15 @@ export function kserveRoutes(router: IRouter, { config, service, registry, snaps
       const logits = classifierRows(m, (await call('logits', 0, classifierParameters('logits'))).outputs);
       const scoreFunction = m.scoreFunction;
       const byOutput = { logits, probabilities: logits.map((row) => Array.from(applyScoreFunction(scoreFunction, row))) };
-      tensors = wanted.map((output) => tensor(output, byOutput[output as keyof typeof byOutput]));
+      tensors = wanted.map((output) => classifierTensor(output, byOutput[output as keyof typeof byOutput]));
     } else {
       tensors = await Promise.all(
         wanted.map(async (output, i) => {
           const result = await call(output, i, classifierParameters(output));
-          return tensor(output, classifierRows(m, result.outputs));
+          return classifierTensor(output, classifierRows(m, result.outputs));
         }),
       );
     }
-    tensors = tensors.map((t) => {
-      const k = counts.get(t.name);
-      if (k === undefined || t.datatype !== 'FP32') return t;
-      const width = t.shape[1];
-      const rows = Array.from({ length: t.shape[0] }, (_, r) => t.data.slice(r * width, (r + 1) * width));
-      return classes(t.name, rows, m.labels ?? [], k);
-    });
     // An output's own binary_data decides, else the request's binary_data_output (Triton's client sets it when it names no outputs).
     const binary = (output: string) => (body.outputs?.find((o) => o.name === output)?.parameters?.binary_data ?? body.parameters?.binary_data_output) === true;
     const answer = writeInferResponse(
