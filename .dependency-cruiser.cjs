@@ -1,5 +1,5 @@
 // The layering rule: apps are leaves that may import packages/*, never each other; packages never
-// import apps; and no module imports itself back through others.
+// import apps; BullMQ stays behind each app's transport/; and no module imports itself back through others.
 /** @type {import('dependency-cruiser').IConfiguration} */
 module.exports = {
   forbidden: [
@@ -16,6 +16,13 @@ module.exports = {
       severity: 'error',
       from: { path: '^packages/' },
       to: { path: '^apps/' },
+    },
+    {
+      name: 'bullmq-outside-transport',
+      comment: "BullMQ is imported outside an app's transport/ folder; the transport is the one module on it (docs/protocol.md): add what you need to its API.",
+      severity: 'error',
+      from: { path: '^(apps|packages)/[^/]+/src/', pathNot: '^apps/[^/]+/src/transport/' },
+      to: { path: 'node_modules/bullmq/' },
     },
     {
       name: 'no-cycle',

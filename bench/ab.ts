@@ -19,6 +19,7 @@ import { costPerRequest, readRedisCpu, readRedisStats, resetRedisStats } from '.
 import { loadInProcess, measureSingles } from './lib/inprocess.ts';
 import { craftText, loadTokenizer } from './lib/texts.ts';
 import { median, round } from './lib/stats.ts';
+import { sampleCpu } from './lib/cpu.ts';
 import { MODEL_DIR } from '../test/helpers/processes.ts';
 
 const { values } = parseArgs({
@@ -59,6 +60,21 @@ interface Point {
   p50: number;
   rps: number;
   commands: number;
+  /** Lua script calls (EVALSHA and EVAL) per answered request: BullMQ's scripts. */
+  scripts: number;
+  /** The redis-server process's CPU per answered request (µs). */
+  redisUs: number;
+  /** CPU of every process of the side (gateway, worker, Redis) per answered request (ms). */
+  cpuMs: number;
+}
+
+/** User + system CPU of a side's processes (ms), from /proc: the bench's own process excluded. */
+function sideCpuMs(system: BenchSystem): number {
+  const { procs } = sampleCpu({ ...system.pids(), bench: undefined });
+  // A process that has left (the previous model's worker) reads as NaN.
+  return Object.values(procs)
+    .filter(Number.isFinite)
+    .reduce((sum, ticks) => sum + ticks * 10, 0);
 }
 
 /** One closed-loop point against a side, with what it cost that side's Redis per answered request. */
@@ -68,10 +84,21 @@ async function point(side: Side, model: string, text: string, connections: numbe
   await runLoad({ ...spec, warmupSeconds: 0, durationSeconds: 1 });
   await resetRedisStats(system.redisUrl);
   const cpu = await readRedisCpu(system.redisUrl);
+  const cpuBefore = sideCpuMs(system);
   const load = await runLoad({ ...spec, warmupSeconds: 0, durationSeconds: seconds });
-  const cost = costPerRequest(await readRedisStats(system.redisUrl), cpu, Math.round(load.rps * load.seconds));
+  const cpuMs = sideCpuMs(system) - cpuBefore;
+  const answered = Math.round(load.rps * load.seconds);
+  const cost = costPerRequest(await readRedisStats(system.redisUrl), cpu, answered);
   if (load.errors) throw new Error(`${side} ${model} c=${connections}: ${load.errors} errors`);
-  return { p50: load.latency.p50, rps: load.rps, commands: cost.commandsPerRequest };
+  const scripts = (cost.byCommand.evalsha ?? 0) + (cost.byCommand.eval ?? 0);
+  return {
+    p50: load.latency.p50,
+    rps: load.rps,
+    commands: cost.commandsPerRequest,
+    scripts,
+    redisUs: cost.processUsecPerRequest,
+    cpuMs: cpuMs / Math.max(1, answered),
+  };
 }
 
 try {
@@ -112,6 +139,11 @@ try {
     console.log(row('c=64 req/s', 'c64', 'rps', 0));
     console.log(row('c=1 Redis cmd/request', 'c1', 'commands', 1));
     console.log(row('c=64 Redis cmd/request', 'c64', 'commands', 2));
+    console.log(row('c=1 Lua scripts/request', 'c1', 'scripts', 2));
+    console.log(row('c=1 Redis CPU µs/request', 'c1', 'redisUs', 0));
+    console.log(row('c=64 Redis CPU µs/request', 'c64', 'redisUs', 0));
+    console.log(row('c=1 CPU ms/request, all', 'c1', 'cpuMs', 2));
+    console.log(row('c=64 CPU ms/request, all', 'c64', 'cpuMs', 2));
     for (const side of Object.values(sides)) await side.workers.get(model)?.stop('SIGTERM', 3000);
     for (const side of Object.values(sides)) await side.waitForWorkers(model, 0);
   }

@@ -34,7 +34,7 @@ try {
   await system.startRedis();
   // Before the server starts: the floors' processes have the machine to themselves.
   floor = await measurePathFloor(system.redisUrl, time);
-  least = await measureLeastServer(system.redisUrl, time, { model, modelDir: MODEL_DIR, dtype: local.dtype, device: local.device, text });
+  least = await measureLeastServer(system.redisUrl, time, { model, load: local.load, device: local.device, text });
   await system.startGateway({ DEFAULT_MODEL: model });
   await system.startWorker(model);
   server = await timeSequentialCalls(`${system.url}/`, text, calls);

@@ -38,12 +38,16 @@ def dequantize(model: onnx.ModelProto) -> int:
         x, x_scale = quantize.input[0], quantize.output[1]
         weights = numpy_helper.to_array(initializers[node.input[1]]).astype(np.float32)
         zero_point = numpy_helper.to_array(initializers[node.input[3]]).astype(np.float32) if len(node.input) > 3 and node.input[3] else 0.0
-        scales = next(c for c in consumers[x_scale] if c.op_type == 'Mul')
-        w_scale = numpy_helper.to_array(initializers[next(i for i in scales.input if i != x_scale)]).astype(np.float32)
         (cast,) = consumers[node.output[0]]
         (rescale,) = consumers[cast.output[0]]
         if cast.op_type != 'Cast' or rescale.op_type != 'Mul':
             raise SystemExit(f'{node.name}: followed by {cast.op_type} and {rescale.op_type}, not Cast and Mul')
+        # This MatMul's own x_scale * W_scale: the one its rescale multiplies by. A quantizer shared
+        # by several MatMuls (query, key, value) feeds one such Mul for each, with different W_scales.
+        scales = producer[next(i for i in rescale.input if i != cast.output[0])]
+        if scales.op_type != 'Mul' or x_scale not in scales.input:
+            raise SystemExit(f'{node.name}: rescaled by {scales.op_type}, not by x_scale * W_scale')
+        w_scale = numpy_helper.to_array(initializers[next(i for i in scales.input if i != x_scale)]).astype(np.float32)
         name = f'{node.input[1]}_fp32'
         if name not in initializers:
             initializers[name] = numpy_helper.from_array(((weights - zero_point) * w_scale).astype(np.float32), name)

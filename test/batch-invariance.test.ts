@@ -1,16 +1,19 @@
 /**
  * Issue 45: a server that batches behind the client's back must not change the client's answer.
- * With no DTYPE set, a CPU worker whose model ships onnx/model.onnx loads fp32, and every task on
- * every protocol route answers an input the same (to 1e-5) alone and batched with inputs of other
- * lengths, in one request and in concurrent ones; a reranker's order is the order of the scores
- * its documents get alone. A q8 worker, all a model without fp32 offers, answers the same input
- * differently in a batch: that shows the batches here do mix, and /ready and /info say so.
+ * Every task on every protocol route answers an input the same (to 1e-5) alone and batched with
+ * inputs of other lengths, in one request and in concurrent ones; a reranker's order is the order
+ * of the scores its documents get alone. So for DTYPE=fp32; for DTYPE=auto, which on a CPU runs
+ * int8 per row written from the fp32 file (issue 55); and for DTYPE=int8-row written from the
+ * shared folder's q8 files. A per-tensor q8 worker answers the same input differently in a batch:
+ * that shows the batches here do mix, and /ready and /info say so.
  */
 import { after, before, describe, it, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
 import type { ReadyBody } from '@tserve/contract';
 import { TestSystem, uniquePrefix } from './helpers/system.ts';
-import { fp32ModelDir } from './helpers/fp32-models.ts';
+import { fp32ModelDir, linkedModelDir } from './helpers/fp32-models.ts';
 import { CLASSIFIER, EMBEDDER, FILL_MASK, NER, NLI, QA, RERANKER } from './helpers/replicas.ts';
 
 const TOLERANCE = 1e-5;
@@ -47,8 +50,14 @@ function assertSame(alone: unknown, batched: unknown, how: string): void {
 
 describe('the same answer whatever the batch', () => {
   const models = fp32ModelDir(MODELS);
+  const q8Models = linkedModelDir(MODELS, { q8Only: true });
   const system = new TestSystem(uniquePrefix('batch-invariance'), undefined, { MODEL_DIR: models.dir });
-  const q8 = new TestSystem(uniquePrefix('batch-invariance-q8'));
+  /** DTYPE=auto on the fp32 folder: int8 per row from the fp32 weights. */
+  const auto = new TestSystem(uniquePrefix('batch-invariance-auto'), undefined, { MODEL_DIR: models.dir });
+  /** DTYPE=int8-row on q8 files: per-tensor quantizers rewritten per row. */
+  const rows = new TestSystem(uniquePrefix('batch-invariance-rows'), undefined, { MODEL_DIR: q8Models.dir });
+  const q8 = new TestSystem(uniquePrefix('batch-invariance-q8'), undefined, { MODEL_DIR: q8Models.dir });
+  const systems = [system, auto, rows, q8];
 
   /** The system a route's calls go to: the fp32 one, unless a test says otherwise. */
   let target = system;
@@ -148,39 +157,80 @@ describe('the same answer whatever the batch', () => {
   ];
 
   before(async () => {
-    await Promise.all([system.startGateway({ DEFAULT_MODEL: CLASSIFIER }), q8.startGateway({ DEFAULT_MODEL: CLASSIFIER })]);
-    // No DTYPE: auto must pick the fp32 file each model folder has.
-    for (const model of MODELS) system.startWorker({ model });
-    // The shared folder: the embedder has only q8, which auto takes; the others are asked for q8.
-    for (const model of MODELS) q8.startWorker({ model, env: model === EMBEDDER ? {} : { DTYPE: 'q8' } });
-    for (const model of MODELS) await Promise.all([system.waitForWorkers(model), q8.waitForWorkers(model)]);
+    await Promise.all(systems.map((s) => s.startGateway({ DEFAULT_MODEL: CLASSIFIER })));
+    for (const model of MODELS) {
+      system.startWorker({ model, env: { DTYPE: 'fp32' } });
+      // No DTYPE: auto must run int8 per row, from the fp32 file each model folder has.
+      auto.startWorker({ model });
+      rows.startWorker({ model, env: { DTYPE: 'int8-row' } });
+      q8.startWorker({ model, env: { DTYPE: 'q8' } });
+    }
+    for (const model of MODELS) await Promise.all(systems.map((s) => s.waitForWorkers(model)));
   });
   after(async () => {
-    await Promise.all([system.stop(), q8.stop()]);
+    await Promise.all(systems.map((s) => s.stop()));
     models.remove();
+    q8Models.remove();
   });
 
-  it('DTYPE=auto loads fp32 on the CPU where the model has it, and says nothing of batch mates', async () => {
-    const ready = (await (await fetch(`${system.url}/ready`)).json()) as ReadyBody;
-    for (const model of MODELS) {
-      assert.deepEqual(ready.models[model].devices, ['cpu/fp32'], model);
-      assert.equal(ready.models[model].warning, undefined, model);
+  it('DTYPE=auto runs int8 per row on the CPU, written from fp32 where the model has it, and says nothing of batch mates', async () => {
+    for (const [s, file] of [
+      [auto, 'onnx/model.onnx+int8-row-v1'],
+      [rows, 'onnx/model_quantized.onnx+int8-row-v1'],
+    ] as const) {
+      const ready = (await (await fetch(`${s.url}/ready`)).json()) as ReadyBody;
+      for (const model of MODELS) {
+        assert.deepEqual(ready.models[model].devices, ['cpu/int8-row'], model);
+        assert.equal(ready.models[model].weights_file, file, model);
+        assert.equal(ready.models[model].warning, undefined, model);
+      }
     }
-    const info = (await (await fetch(`${system.url}/info?model=${EMBEDDER}`)).json()) as { model_dtype: string; warning?: string };
-    assert.equal(info.model_dtype, 'fp32');
+    const info = (await (await fetch(`${auto.url}/info?model=${EMBEDDER}`)).json()) as { model_dtype: string; warning?: string };
+    assert.equal(info.model_dtype, 'int8-row');
     assert.equal(info.warning, undefined);
   });
 
-  for (const route of routes) {
-    it(`${route.name}: alone, batched in one request, and in concurrent requests`, async () => {
-      const inputs = route.inputs ?? BATCH;
-      const [alone] = await route.answers([inputs[1]]);
-      const [, batched] = await route.answers(inputs);
-      assertSame(alone, batched, 'batched in one request');
-      const concurrent = await Promise.all(inputs.map(async (input) => (await route.answers([input]))[0]));
-      assertSame(alone, concurrent[1], 'in concurrent requests');
-    });
+  for (const [dtype, on] of [
+    ['fp32', system],
+    ['auto (int8-row from fp32)', auto],
+    ['int8-row from q8', rows],
+  ] as const) {
+    for (const route of routes) {
+      it(`${dtype}, ${route.name}: alone, batched in one request, and in concurrent requests`, async () => {
+        target = on;
+        try {
+          const inputs = route.inputs ?? BATCH;
+          const [alone] = await route.answers([inputs[1]]);
+          const [, batched] = await route.answers(inputs);
+          assertSame(alone, batched, 'batched in one request');
+          const concurrent = await Promise.all(inputs.map(async (input) => (await route.answers([input]))[0]));
+          assertSame(alone, concurrent[1], 'in concurrent requests');
+        } finally {
+          target = system;
+        }
+      });
+    }
   }
+
+  it('a second start finds the int8-row file and does not rewrite it', async () => {
+    const onnx = path.join(q8Models.dir, CLASSIFIER, 'onnx');
+    const written = () => fs.readdirSync(onnx).filter((f) => f.startsWith('model_int8_row_'));
+    assert.equal(written().length, 1, 'the first start wrote one int8-row file beside the q8 one');
+    const before = fs.statSync(path.join(onnx, written()[0]));
+    const again = new TestSystem(uniquePrefix('batch-invariance-again'), undefined, { MODEL_DIR: q8Models.dir });
+    try {
+      await again.startGateway();
+      again.startWorker({ model: CLASSIFIER, env: { DTYPE: 'int8-row' } });
+      await again.waitForWorkers(CLASSIFIER);
+      // A rewrite would have renamed a new file over it: another inode.
+      const after = fs.statSync(path.join(onnx, written()[0]));
+      assert.deepEqual([written().length, after.ino, after.mtimeMs], [1, before.ino, before.mtimeMs]);
+      const [first, second] = await Promise.all([rows, again].map(async (s) => (await (await fetch(`${s.url}/ready`)).json()) as ReadyBody));
+      assert.equal(second.models[CLASSIFIER].weights_sha256, first.models[CLASSIFIER].weights_sha256);
+    } finally {
+      await again.stop();
+    }
+  });
 
   it('TEI /rerank: the order of a batch is the order of the scores each document gets alone', async () => {
     const documents = ['The waiter was friendly.', 'Cold soup.', 'A waiter in Paris who smiled at every table all evening long.', 'Trains to Berlin.'];
@@ -204,10 +254,10 @@ describe('the same answer whatever the batch', () => {
     ranked.forEach((r) => assert.ok(Math.abs(r.score - alone[r.index]) <= TOLERANCE));
   });
 
-  it('q8, all a model without fp32 offers: auto loads it, the same batches shift its answer, and /ready and /info say so', async (t: TestContext) => {
+  it('q8 (asked for: auto never takes it on a CPU): the same batches shift its answer, and /ready and /info say so', async (t: TestContext) => {
     const ready = (await (await fetch(`${q8.url}/ready`)).json()) as ReadyBody;
     assert.deepEqual(ready.models[EMBEDDER].devices, ['cpu/q8']);
-    assert.match(ready.models[EMBEDDER].warning ?? '', /answers shift with their batch mates.*DTYPE=fp32/);
+    assert.match(ready.models[EMBEDDER].warning ?? '', /answers shift with their batch mates.*DTYPE=int8-row/);
     const info = (await (await fetch(`${q8.url}/info?model=${EMBEDDER}`)).json()) as { model_dtype: string; warning?: string };
     assert.equal(info.model_dtype, 'q8');
     assert.match(info.warning ?? '', /batch mates/);

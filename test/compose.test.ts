@@ -17,6 +17,10 @@ import { loadGatewayConfig, loadWorkerConfig, SETTINGS, settingHelp } from '@tse
 import http from 'node:http';
 import { ComposeProject, followLogs, httpRequest, inspect, jsonLines, logs, runOk, whyNoDocker } from './helpers/docker.ts';
 import { MODEL_DIR, waitFor } from './helpers/processes.ts';
+import { linkedModelDir } from './helpers/fp32-models.ts';
+import { dtypeFile, int8RowSource } from '../apps/worker/src/device.ts';
+import { int8RowWeights } from '../apps/worker/src/int8-row/index.ts';
+import { sha256File } from '../apps/worker/src/download.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const COMPOSE_FILE = path.join(ROOT, 'docker-compose.yml');
@@ -583,12 +587,25 @@ describe('docker compose, for real', { skip: noDocker }, () => {
     // Docker's own view, from the healthcheck in the compose file (its first check comes after `interval`).
     await waitFor('the gateway to be healthy', async () => (await inspect(gateway)).State.Health?.Status === 'healthy', 120_000, 500);
 
-    // The container answers as transformers.js does in this process for the same file, to 1e-4 as in
-    // reference.test.ts (q8 kernels differ between CPUs, so REFERENCE.json's own figures may not).
+    // The worker runs DTYPE=auto: int8 per row, its file written into the hub-cache volume since
+    // /models is read-only. It answers as transformers.js does in this process for the same rewrite
+    // of the same file, to 1e-4 as in reference.test.ts (int8 kernels differ between CPUs).
+    const linked = linkedModelDir([LOCAL_MODEL]);
+    const folder = path.join(linked.dir, LOCAL_MODEL);
+    const from = int8RowSource(fs.readdirSync(path.join(folder, 'onnx')));
+    const file = dtypeFile(from);
+    const rows = await int8RowWeights(folder, { file, sha256: await sha256File(path.join(folder, file)), from }, path.join(linked.dir, 'cache'));
+    // A worker that ran on the host folder before (npm start, the other tests) left the file beside
+    // the model, where this one finds it; else it wrote its own into the volume.
+    const beside = fs.existsSync(path.join(MODEL_DIR, LOCAL_MODEL, rows.file));
+    const place = beside ? `/models/${LOCAL_MODEL}/${rows.file}` : `${HUB_CACHE}/hub/tserve-int8-row/`;
+    assert.ok((await logs(await local.container('worker'))).includes(`"to":"${place}`), `the worker loads its int8-row file from ${place}`);
     const transformers = await import('@huggingface/transformers');
     transformers.env.allowRemoteModels = false;
-    transformers.env.localModelPath = `${MODEL_DIR}/`;
-    const pipe = (await transformers.pipeline('text-classification', LOCAL_MODEL, { dtype: 'q8' })) as unknown as (text: string) => Promise<Label[]>;
+    transformers.env.localModelPath = `${linked.dir}/`;
+    const pipe = (await transformers.pipeline('text-classification', LOCAL_MODEL, { dtype: 'fp32', model_file_name: rows.fileName })) as unknown as (
+      text: string,
+    ) => Promise<Label[]>;
     for (const text of referenceTexts(LOCAL_MODEL)) {
       const res = await httpRequest(`${url}/`, { method: 'POST', body: text, headers: { 'content-type': 'application/x-www-form-urlencoded' } });
       assert.equal(res.status, 200, res.body);
@@ -598,6 +615,7 @@ describe('docker compose, for real', { skip: noDocker }, () => {
       assert.equal(answer[0].label, best.label, text);
       assert.ok(Math.abs(answer[0].score - best.score) <= 1e-4, `"${text}": ${answer[0].score}, in-process ${best.score}`);
     }
+    linked.remove();
 
     // What reached Docker: the stop period in seconds, the restart limit, the models read-only.
     const stop = durationMs(resolved(compose.services.gateway.stop_grace_period ?? '')) / 1000;
@@ -606,6 +624,18 @@ describe('docker compose, for real', { skip: noDocker }, () => {
     assert.deepEqual(worker.HostConfig.RestartPolicy, { Name: 'on-failure', MaximumRetryCount: retries });
     const models = (worker.Mounts as Array<{ Type: string; Source: string; Destination: string; RW: boolean }>).find((m) => m.Destination === '/models');
     assert.deepEqual([models?.Type, models?.Source, models?.RW], ['bind', MODEL_DIR, false]);
+  });
+
+  it("a worker's threads and memory budget follow its container's CPU quota and memory limit", async () => {
+    const help = (flags: string[]) =>
+      runOk('docker', ['run', '--rm', ...flags, IMAGE, 'node', 'apps/worker/dist/main.js', '--help'], { timeoutMs: 120_000 }).then(
+        (out) => /^Here: .*$/m.exec(out)?.[0] ?? out,
+      );
+    const limited = await help(['--cpus', '1', '--memory', '1g']);
+    assert.match(limited, /INTRA_OP_THREADS=0 runs 1 thread\(s\)/);
+    assert.match(limited, /WORKER_MEMORY_MB unset is 819 \(a quarter under the cgroup memory limit\)/);
+    const open = await help(['--cpuset-cpus', '0']);
+    assert.match(open, /runs 1 thread\(s\).*is 1024 \(no cgroup memory limit\)/);
   });
 
   it('scales to two workers with `up -d --scale worker=2`', async () => {

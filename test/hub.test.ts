@@ -81,7 +81,13 @@ describe('models from the hub or a mirror', () => {
     const worker = hubWorker(MODEL, cache);
     await system.waitForWorkers(MODEL);
     const fromHub = await answers(MODEL);
-    const weightsSha = sha256(path.join(MODEL_DIR, MODEL, WEIGHTS));
+    // DTYPE=auto runs int8 per row, written from the fp32 file at first load: beside the local
+    // folder's, and in the snapshot for the hub's. The same file from the same weights.
+    const snap = snapshot(cache, MODEL);
+    const rows = fs.readdirSync(path.join(snap, 'onnx')).find((file) => file.startsWith('model_int8_row_'));
+    assert.ok(rows, 'the int8-row file in the snapshot');
+    const weightsSha = sha256(path.join(snap, 'onnx', rows));
+    assert.equal(sha256(path.join(MODEL_DIR, MODEL, 'onnx', rows)), weightsSha);
     assert.deepEqual(
       fromHub.map((a) => a.body),
       local.map((a) => a.body),
@@ -99,13 +105,12 @@ describe('models from the hub or a mirror', () => {
     assert.equal(await system.metric('tserve_model_weights', { model: MODEL, revision: HubMirror.COMMIT, sha256: weightsSha }), 1);
 
     // huggingface_hub's layout: the ref names the commit, the snapshot holds whole files only.
-    const snap = snapshot(cache, MODEL);
     assert.equal(fs.readFileSync(path.join(cache, `models--replica--tiny-bert-sst2`, 'refs', 'main'), 'utf8'), HubMirror.COMMIT);
-    assert.equal(sha256(path.join(snap, WEIGHTS)), weightsSha);
+    assert.equal(sha256(path.join(snap, WEIGHTS)), sha256(path.join(MODEL_DIR, MODEL, WEIGHTS)));
     assert.deepEqual(
-      fs.readdirSync(path.join(snap, 'onnx')),
-      ['model.onnx'],
-      'only the weights of the dtype loaded (fp32, though the hub has q8 too), and no .incomplete file',
+      fs.readdirSync(path.join(snap, 'onnx')).sort(),
+      ['model.onnx', rows].sort(),
+      'only the weights int8-row is written from (fp32, though the hub has q8 too), the int8-row file, and no .incomplete file',
     );
     // The weights came through the hub's redirect to its storage, which never saw a token.
     assert.ok(mirror.requests.some((r) => r.server === 'storage' && r.method === 'GET'));

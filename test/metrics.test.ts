@@ -6,6 +6,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { processMemory, TestSystem, sleep, uniquePrefix, waitFor } from './helpers/system.ts';
 import { CLASSIFIER as MODEL } from './helpers/replicas.ts';
+import { containerLimits, defaultWorkerMemoryMiB } from '../apps/worker/src/container-limits.ts';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
@@ -134,7 +135,7 @@ describe('metrics, timing headers and request logs', () => {
     const samples = await scrape();
     const model = { model: MODEL };
     assert.equal(value(samples, 'tserve_live_workers', model), 1);
-    assert.equal(value(samples, 'tserve_workers', { ...model, device: 'cpu', dtype: 'fp32' }), 1, 'workers by device and dtype');
+    assert.equal(value(samples, 'tserve_workers', { ...model, device: 'cpu', dtype: 'int8-row' }), 1, 'workers by device and dtype (auto on a CPU)');
     assert.equal(value(samples, 'tserve_breaker_state', { breaker: 'redis', state: 'closed' }), 1);
     assert.equal(value(samples, 'tserve_breaker_state', { breaker: 'redis', state: 'open' }), 0);
     assert.equal(value(samples, 'tserve_breaker_state', { breaker: 'redis', state: 'half-open' }), 0);
@@ -192,7 +193,9 @@ describe('metrics, timing headers and request logs', () => {
     // A live process of a few hundred MiB; the gauge is as of the last beat, so within a margin of now.
     assert.ok(rss > 100 * 2 ** 20 && Math.abs(rss / 2 ** 20 - actual.rss) < 64, `RSS ${rss} bytes against ${actual.rss} MiB`);
     assert.ok(peak >= rss && peak <= actual.peak * 2 ** 20, `peak ${peak} bytes, RSS ${rss}, VmHWM ${actual.peak} MiB`);
-    assert.ok(!samples.some((s) => s.name === 'tserve_worker_memory_budget_bytes'), 'no budget series without WORKER_MEMORY_MB');
+    // Without WORKER_MEMORY_MB, the default this machine's limits give (container-limits.ts).
+    const budget = defaultWorkerMemoryMiB(containerLimits().memoryLimitBytes) * 2 ** 20;
+    assert.equal(value(samples, 'tserve_worker_memory_budget_bytes', labels), budget, 'the default budget without WORKER_MEMORY_MB');
   });
 
   it('shows waiting jobs as queue depth while the worker is paused', async () => {

@@ -29,7 +29,9 @@ describe('protocols', () => {
 
   before(async () => {
     await system.startGateway();
-    for (const model of [EMBEDDER, RERANKER, CLASSIFIER]) system.startWorker({ model });
+    // q8, the file the in-process references below load: the protocols are under test here, not the
+    // dtype (batch-invariance.test.ts holds DTYPE=auto's int8-row to its own references).
+    for (const model of [EMBEDDER, RERANKER, CLASSIFIER]) system.startWorker({ model, env: { DTYPE: 'q8' } });
     for (const model of [EMBEDDER, RERANKER, CLASSIFIER]) await system.waitForWorkers(model);
   });
   after(() => system.stop());

@@ -3,6 +3,7 @@ import path from 'node:path';
 import { env, pipeline } from '@huggingface/transformers';
 import { chooseDtype, resolveDevice } from '../../apps/worker/src/device.ts';
 import { summarize, type Summary } from './stats.ts';
+import { int8RowModel } from './int8-row.ts';
 
 /**
  * The floor the server is measured against: the same model, dtype and runtime, called directly
@@ -17,11 +18,21 @@ export interface InProcessModel {
   pipe: Pipe;
   device: string;
   dtype: string;
+  /** Where transformers.js loads it from, as pipeline options: a thread of a bench loads the same file with them (int8-row's is written apart). */
+  load: { modelDir: string; dtype: string; fileName?: string };
   dispose(): Promise<void>;
 }
 
-/** `sessionOptions`: ONNX Runtime's, where a caller must run the model as the workers do rather than as transformers.js does by default. */
-export async function loadInProcess(model: string, modelDir: string, sessionOptions?: Record<string, unknown>): Promise<InProcessModel> {
+/**
+ * `sessionOptions`: ONNX Runtime's, where a caller must run the model as the workers do rather than as transformers.js does by default.
+ * `options.int8RowFrom`: the file int8-row is written from, where a bench compares the two; `options.task`: the pipeline's.
+ */
+export async function loadInProcess(
+  model: string,
+  modelDir: string,
+  sessionOptions?: Record<string, unknown>,
+  options: { int8RowFrom?: 'fp32' | 'q8'; task?: 'text-classification' | 'feature-extraction' } = {},
+): Promise<InProcessModel> {
   env.allowRemoteModels = false;
   env.allowLocalModels = true;
   env.localModelPath = modelDir;
@@ -34,12 +45,17 @@ export async function loadInProcess(model: string, modelDir: string, sessionOpti
     fs.existsSync(onnx) ? fs.readdirSync(onnx) : undefined,
     process.env.DTYPE_FORCE === 'true',
   );
-  const pipe = (await pipeline('text-classification', model, {
-    dtype,
+  // int8-row is a file written from the model's own (its fp32 weights, else its q8 export), loaded as fp32 files are.
+  const rows = dtype === 'int8-row' ? await int8RowModel(modelDir, model, options.int8RowFrom) : undefined;
+  if (rows) env.localModelPath = rows.modelDir;
+  const pipe = (await pipeline(options.task ?? 'text-classification', model, {
+    dtype: dtype === 'int8-row' ? 'fp32' : dtype,
+    ...(rows ? { model_file_name: rows.fileName } : {}),
     device,
     ...(sessionOptions ? { session_options: sessionOptions } : {}),
   })) as unknown as Pipe & { dispose(): Promise<void> };
-  return { model, pipe, device, dtype, dispose: () => pipe.dispose() };
+  const load = { modelDir: rows?.modelDir ?? modelDir, dtype: dtype === 'int8-row' ? 'fp32' : dtype, ...(rows ? { fileName: rows.fileName } : {}) };
+  return { model, pipe, device, dtype, load, dispose: () => pipe.dispose() };
 }
 
 /** Latency of pipe(text), one call at a time, after a warm-up the statistics leave out. */

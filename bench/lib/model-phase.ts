@@ -114,7 +114,7 @@ export async function runModelPhase(ctx: BenchContext, model: string): Promise<M
 /** The c=1 point's load against the least server running the model (lib/path-floor.ts), the server idle meanwhile. */
 async function measureLeastServerOf(ctx: BenchContext, redisUrl: string, inproc: InProcessModel, text: string): Promise<Summary> {
   const { options } = ctx;
-  const floorModel = { model: inproc.model, modelDir: options.modelDir, dtype: inproc.dtype, device: inproc.device, text };
+  const floorModel = { model: inproc.model, load: inproc.load, device: inproc.device, text };
   const time = async (url: string) =>
     (await runLoad({ url, path: '/', body: inferBody(text), connections: 1, warmupSeconds: options.warmupSeconds, durationSeconds: options.durationSeconds }))
       .latency;

@@ -29,8 +29,8 @@ const SELF = fileURLToPath(import.meta.url);
 /** The model a least server's thread runs: the bench's in-process model, with its dtype and device. */
 export interface FloorModel {
   model: string;
-  modelDir: string;
-  dtype: string;
+  /** As the bench's in-process model was loaded (InProcessModel.load). */
+  load: { modelDir: string; dtype: string; fileName?: string };
   device: string;
   text: string;
 }
@@ -47,8 +47,12 @@ const { parentPort, workerData } = require('node:worker_threads');
   if (floor) {
     const { pipeline, env } = await import(workerData.transformers);
     env.allowRemoteModels = false;
-    env.localModelPath = floor.modelDir;
-    pipe = await pipeline('text-classification', floor.model, { dtype: floor.dtype, device: floor.device });
+    env.localModelPath = floor.load.modelDir;
+    pipe = await pipeline('text-classification', floor.model, {
+      dtype: floor.load.dtype,
+      device: floor.device,
+      ...(floor.load.fileName ? { model_file_name: floor.load.fileName } : {}),
+    });
     for (let i = 0; i < 20; i++) await pipe(floor.text);
   }
   parentPort.on('message', async (m) => {

@@ -12,8 +12,9 @@ import { MODEL_DIR, ROOT } from './processes.ts';
 /** Debian's python3-onnx installs for the system Python, not for any other python3 on the PATH. */
 const PYTHON = fs.existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3';
 
-export function fp32ModelDir(models: string[]): { dir: string; remove: () => void } {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tserve-fp32-'));
+/** A model folder of links to the shared folder's files: a worker may write beside them (its int8-row cache), the shared folder stays as it is. */
+export function linkedModelDir(models: string[], options: { q8Only?: boolean } = {}): { dir: string; remove: () => void } {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tserve-models-'));
   for (const model of models) {
     const from = path.join(MODEL_DIR, model);
     const to = path.join(dir, model);
@@ -21,12 +22,23 @@ export function fp32ModelDir(models: string[]): { dir: string; remove: () => voi
     for (const entry of fs.readdirSync(from, { withFileTypes: true })) {
       if (entry.isFile()) fs.symlinkSync(path.join(from, entry.name), path.join(to, entry.name));
     }
-    for (const file of fs.readdirSync(path.join(from, 'onnx'))) fs.symlinkSync(path.join(from, 'onnx', file), path.join(to, 'onnx', file));
+    // q8Only: a folder of models that ship only a q8 export, whatever else the shared folder has.
+    const files = fs.readdirSync(path.join(from, 'onnx')).filter((file) => !options.q8Only || file === 'model_quantized.onnx');
+    for (const file of files) fs.symlinkSync(path.join(from, 'onnx', file), path.join(to, 'onnx', file));
+  }
+  return { dir, remove: () => fs.rmSync(dir, { recursive: true, force: true }) };
+}
+
+export function fp32ModelDir(models: string[]): { dir: string; remove: () => void } {
+  const linked = linkedModelDir(models);
+  for (const model of models) {
+    const from = path.join(MODEL_DIR, model);
+    const to = path.join(linked.dir, model);
     if (!fs.existsSync(path.join(to, 'onnx/model.onnx'))) {
       execFileSync(PYTHON, [path.join(ROOT, 'scripts/fp32-from-q8.py'), path.join(from, 'onnx/model_quantized.onnx'), path.join(to, 'onnx/model.onnx')], {
         stdio: 'pipe',
       });
     }
   }
-  return { dir, remove: () => fs.rmSync(dir, { recursive: true, force: true }) };
+  return linked;
 }

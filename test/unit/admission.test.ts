@@ -14,6 +14,7 @@ function fakeBreaker(state: BreakerState = 'closed'): RedisBreaker & { state(): 
     guard: (call) => call(),
     state: () => current,
     refusal: () => (current === 'open' ? new ApiError('unavailable', 'breaker open', 5) : undefined),
+    cause: () => undefined,
     set: (s) => (current = s),
   };
 }
@@ -59,19 +60,21 @@ describe('overload limits', () => {
 });
 
 describe('body budget', () => {
-  it('reserves bytes while they fit, releases each reservation once, and always lets a lone body in', () => {
+  it('counts bytes as they arrive, releases each hold once, and always lets a lone body in', () => {
     const budget = new BodyBudget(100);
-    const a = budget.reserve(60)!;
-    assert.ok(a);
-    assert.equal(budget.reserve(41), undefined, '60 + 41 is over 100');
-    const b = budget.reserve(40)!;
-    assert.ok(b, '60 + 40 fits');
-    a();
-    a();
-    assert.equal(budget.reserve(61), undefined, 'a second release of the same reservation frees nothing');
-    assert.ok(budget.reserve(60));
-    const lone = new BodyBudget(10).reserve(500);
-    assert.ok(lone, 'a body larger than the budget enters when nothing else is held');
+    const a = budget.hold();
+    const b = budget.hold();
+    assert.equal(budget.held, 0, 'a hold counts nothing until bytes arrive: a declared size is no bytes');
+    assert.ok(a.add(30) && a.add(30));
+    assert.equal(b.add(41), false, '60 + 41 is over 100');
+    assert.ok(b.add(40), '60 + 40 fits');
+    assert.ok(budget.full);
+    a.release();
+    a.release();
+    assert.equal(budget.held, 40, 'a second release of the same hold frees nothing');
+    const lone = new BodyBudget(10).hold();
+    assert.ok(lone.add(500), 'a body larger than the budget enters when nothing else is held');
+    assert.ok(lone.add(500), '...and goes on arriving');
     assert.equal(budget.refusal().status, 503);
     assert.match(budget.refusal().message, /holds 0.0 MB of request bodies, its most \(MAX_BODIES_BYTES\)/);
   });
@@ -112,7 +115,7 @@ describe('admission after the body', () => {
     return {
       depth,
       breaker,
-      admission: new Admission({ limits, depth, bodies: { budget: new BodyBudget(1000), maxBytes: 100 }, breaker, isServed: served, requestTimeoutMs: 1000 }),
+      admission: new Admission({ limits, depth, bodies: { budget: new BodyBudget(1000) }, breaker, isServed: served, requestTimeoutMs: 1000 }),
     };
   };
   const refusedWith = (check: () => void) => {
@@ -183,11 +186,13 @@ describe('admission after the body', () => {
     );
   });
 
-  it('explains a failed enqueue by the breaker when it is open', () => {
+  it('explains a failed enqueue by its cause, or by the breaker when it is open', () => {
     const breaker = fakeBreaker();
     const { admission: a } = admission(breaker);
-    assert.match(a.enqueueFailure().message, /Redis is not answering/);
+    assert.match(a.enqueueFailure(new Error('Command timed out')).message, /Redis is not answering/);
+    assert.match(a.enqueueFailure(new Error('connect ECONNREFUSED 127.0.0.1:1')).message, /Redis is unreachable/);
+    assert.match(a.enqueueFailure(new Error("OOM command not allowed when used memory > 'maxmemory'.")).message, /Redis is out of memory/);
     breaker.set('open');
-    assert.equal(a.enqueueFailure().message, 'breaker open');
+    assert.equal(a.enqueueFailure(new Error('Command timed out')).message, 'breaker open');
   });
 });

@@ -1,7 +1,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { loadWorkerConfig } from '@tserve/config';
-import { DeviceChoiceError, checkDtypeFile, chooseDtype, isNoAdapterError, resolveDevice } from '../../apps/worker/src/device.ts';
+import { DeviceChoiceError, checkDtypeFile, chooseDtype, int8RowSource, isNoAdapterError, resolveDevice } from '../../apps/worker/src/device.ts';
 
 const both = ['model.onnx', 'model_fp16.onnx'];
 
@@ -13,8 +13,12 @@ describe('device and dtype choice', () => {
   });
 
   it('auto: on the CPU fp32 when the model has it, else q8; on a GPU fp16 when the model has it, else fp32', () => {
-    assert.deepEqual(chooseDtype('auto', 'cpu', both, false), { dtype: 'fp32' });
-    assert.deepEqual(chooseDtype('auto', 'cpu', ['model_quantized.onnx'], false), { dtype: 'q8' });
+    // Never per-tensor q8 on a CPU: int8 per row, from fp32 where the model has it (int8RowSource).
+    assert.deepEqual(chooseDtype('auto', 'cpu', both, false), { dtype: 'int8-row' });
+    assert.deepEqual(chooseDtype('auto', 'cpu', ['model_quantized.onnx'], false), { dtype: 'int8-row' });
+    assert.equal(int8RowSource(both), 'fp32');
+    assert.equal(int8RowSource(['model_quantized.onnx']), 'q8');
+    assert.throws(() => checkDtypeFile('m', 'int8-row', ['model_fp16.onnx']), /no onnx\/model.onnx or onnx\/model_quantized.onnx/);
     assert.deepEqual(chooseDtype('auto', 'webgpu', both, false), { dtype: 'fp16' });
     assert.deepEqual(chooseDtype('auto', 'webgpu', ['model.onnx'], false), { dtype: 'fp32' });
     const hub = chooseDtype('auto', 'cuda', undefined, false);

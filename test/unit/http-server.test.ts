@@ -4,7 +4,8 @@ import { once } from 'node:events';
 import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import express, { type Express } from 'express';
-import { expressServer } from '../../apps/gateway/src/http-server.ts';
+import { expressServer, slowClientTimeouts } from '../../apps/gateway/src/http-server.ts';
+import { loadGatewayConfig } from '@tserve/config';
 
 describe('expressServer: requests born with the app’s prototypes', () => {
   let app: Express;
@@ -63,5 +64,17 @@ describe('expressServer: requests born with the app’s prototypes', () => {
     const res = await fetch(`${base}/nowhere`);
     assert.equal(res.status, 404);
     await res.arrayBuffer();
+  });
+});
+
+describe('slowClientTimeouts', () => {
+  it('gives Node whole milliseconds whatever REQUEST_TIMEOUT_MS (5000 used to crash the gateway at start)', () => {
+    for (const timeout of ['5000', '10000', '30000', '7']) {
+      const config = loadGatewayConfig({ REQUEST_TIMEOUT_MS: timeout });
+      const options = slowClientTimeouts(config.HTTP_HEADERS_TIMEOUT_MS, config.HTTP_REQUEST_TIMEOUT_MS);
+      assert.ok(Number.isInteger(options.connectionsCheckingInterval), `${timeout}: ${options.connectionsCheckingInterval}`);
+      // Node's own check of the options: it throws where it would refuse them.
+      expressServer(express(), options, () => {}).close();
+    }
   });
 });

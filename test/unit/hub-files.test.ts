@@ -22,7 +22,7 @@ describe('which files a worker fetches from the hub', () => {
     assert.deepEqual(await plan({ DTYPE: 'fp32' }), { required: ['onnx/model.onnx'], optional: [], asked: [] });
   });
 
-  it('DTYPE=auto on the CPU: fp32 where the server has it, else q8, and fp32 named missing where it has neither', async () => {
+  it('DTYPE=auto on the CPU: int8-row from fp32 where the server has it, else from q8, and fp32 named missing where it has neither', async () => {
     const both = await plan({}, bertConfig, ['onnx/model.onnx', 'onnx/model_quantized.onnx']);
     assert.deepEqual([both.required, both.asked], [['onnx/model.onnx'], ['onnx/model.onnx']]);
     const q8 = await plan({}, bertConfig, ['onnx/model_quantized.onnx']);

@@ -41,6 +41,7 @@ const minilm = (budgetMiB: number, restingMiB = 230) => ({
   maxSize: 32,
   maxPaddedTokens: 16384,
   maxLength: 512,
+  positions: 512,
 });
 
 describe('the memory a model call takes', () => {
@@ -110,6 +111,12 @@ describe('the limits a memory budget sets', () => {
   it('keeps a BATCH_MAX_TOKENS below the model length as it is: a longer input runs alone', () => {
     const limits = limitsWithin({ ...minilm(1024), maxPaddedTokens: 100 });
     assert.deepEqual([limits.maxPaddedTokens, limits.longest, limits.maxRows(300), limits.maxRows(50)], [100, 512, 1, 2]);
+  });
+
+  it("without a stated position table, takes inputs as long as fit alone, past the tokenizer's limit", () => {
+    const limits = limitsWithin({ ...minilm(1024), positions: undefined });
+    assert.ok(limits.longest > 512, `${limits.longest}`);
+    assert.ok(heldBytes(MINILM, 1, limits.longest) <= limits.callBudgetBytes && heldBytes(MINILM, 1, limits.longest + 1) > limits.callBudgetBytes);
   });
 
   it('takes inputs only as long as fit alone under a small budget, and refuses a budget the model fills at rest', () => {

@@ -78,6 +78,27 @@ describe('outcome waiters', () => {
     assert.deepEqual(taken, [['r1']]);
   });
 
+  it('fails the requests of a job Redis no longer holds, and only those, when it is read', async (t) => {
+    const { subscriber, waiters, taken } = await harness(t, async () => 'lost');
+    const deadline = Date.now() + 60_000;
+    const lost = [waiters.wait('r1', deadline), waiters.wait('r2', deadline)];
+    const other = waiters.wait('r3', deadline);
+    waiters.bind('r1', { model: 'm', id: 'j1' });
+    waiters.bind('r2', { model: 'm', id: 'j1' });
+    waiters.bind('r3', { model: 'm', id: 'j2' });
+    // A read as the fallback poll makes it: here, for the job a `recorded` message names.
+    subscriber.say({ kind: 'recorded', job: 'j1', model: 'm', requests: ['r1', 'r2'] });
+    for (const answer of await Promise.allSettled(lost)) {
+      assert.equal(answer.status, 'rejected');
+      assert.equal((answer.reason as { status: number }).status, 503);
+      assert.match((answer.reason as Error).message, /lost with its job/);
+    }
+    assert.equal(waiters.pending, 1, 'the request of another job still waits');
+    assert.deepEqual(taken, [['j1']]);
+    waiters.cancel('r3');
+    void other.catch(() => {});
+  });
+
   it('counts a recorded job as taken when none of its requests waits any more', async (t) => {
     const { subscriber, taken } = await harness(t);
     subscriber.say({ kind: 'recorded', job: 'r1', model: 'm', requests: ['r1'] });

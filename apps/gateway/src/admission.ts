@@ -4,7 +4,9 @@ import { effectivePriority, keyAllows, type ApiKey, type KeyStore } from './api-
 import { QuotaExceeded, type QuotaReason, type QuotaState, type Quotas } from './quotas.js';
 import type { RedisBreaker } from './breaker.js';
 import { depthRefusal, sizeRefusal, type BodyBudget, type OverloadLimits, type QueueDepth } from './overload.js';
+import { describeRedisCause, redisCauseOf } from '@tserve/queue';
 import { requestIdOf } from './request-id.js';
+import type { CountsBodyBytes } from './http-server.js';
 
 /**
  * "May this request enter?": the one place that decides it. Who is calling and what they may call
@@ -25,8 +27,8 @@ export interface AdmissionParts {
   quotas?: Quotas;
   limits: OverloadLimits;
   depth: QueueDepth;
-  /** The request bodies this gateway may hold at once, and the largest one (MAX_BODY_BYTES). */
-  bodies: { budget: BodyBudget; maxBytes: number };
+  /** The request bodies this gateway may hold at once. */
+  bodies: { budget: BodyBudget };
   breaker: RedisBreaker;
   /** Whether a worker serves the model now, or it is configured (MODELS): only their queues can be full. */
   isServed: (model: string) => boolean;
@@ -122,18 +124,30 @@ export class Admission {
     return this.parts.depth.enter(model);
   }
 
-  /** Why an enqueue failed, as the client is told: the breaker if it is open now, else Redis not answering. */
-  enqueueFailure(): ApiError {
-    return this.parts.breaker.refusal() ?? new ApiError('unavailable', 'the queue is unavailable (Redis is not answering); retry shortly', 2);
+  /**
+   * Why an enqueue failed, as the client is told: the breaker if it is open now, else what the
+   * breaker last heard of Redis (a call refused while it probes says nothing itself), else what
+   * the failure says of Redis.
+   */
+  enqueueFailure(err: unknown): ApiError {
+    const { breaker } = this.parts;
+    return (
+      breaker.refusal() ??
+      new ApiError('unavailable', `the queue is unavailable: ${breaker.cause() ?? describeRedisCause(redisCauseOf(err))}; retry shortly`, 2)
+    );
   }
 
-  /** Reserves the body's declared size until the answer (a chunked body may reach MAX_BODY_BYTES; a larger declared one gets 413 from the parser). */
+  /**
+   * Counts the body's bytes against the gateway's budget as they are received, until the answer: a
+   * request that declared a body and sends it slowly, or never, holds only what it sent. A body
+   * that no longer fits is refused with 503 (the rest of it is dropped as it arrives).
+   */
   private holdBody(req: Request, res: Response): void {
-    const { budget, maxBytes } = this.parts.bodies;
-    const declared = Number(req.get('content-length'));
-    const release = budget.reserve(Number.isInteger(declared) && declared >= 0 ? Math.min(declared, maxBytes) : maxBytes);
-    if (!release) throw budget.refusal();
-    res.once('close', release);
+    const { budget } = this.parts.bodies;
+    if (budget.full) throw budget.refusal();
+    const hold = budget.hold();
+    (req as CountsBodyBytes).bodyBytes = (bytes) => (hold.add(bytes) ? undefined : budget.refusal());
+    res.once('close', hold.release);
   }
 
   private queueFull(model: string, priority: Priority): ApiError | undefined {

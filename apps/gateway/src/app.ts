@@ -1,6 +1,6 @@
 import express, { type Express, type RequestHandler } from 'express';
 import type { Logger } from 'pino';
-import { ApiError } from '@tserve/contract';
+import { ApiError, clip } from '@tserve/contract';
 import type { GatewayConfig } from '@tserve/config';
 import type { InferenceService } from './inference.js';
 import type { ModelRegistry } from './model-registry.js';
@@ -10,6 +10,7 @@ import type { Admission } from './admission.js';
 import { inferenceRoutes } from './routes.js';
 import { healthRoutes } from './health.js';
 import { errorHandler } from './http-errors.js';
+import { refuseDeclaredOversize } from './declared-size.js';
 import type { GatewayMetrics } from './metrics.js';
 import { requestLog } from './request-log.js';
 import { assignRequestId } from './request-id.js';
@@ -52,6 +53,7 @@ export function createApp(parts: AppParts): Express {
   // Routes go on the app itself, not in a router each: an error (every 503 of shedding among them)
   // leaves a router through setImmediate before the handler below answers it, and under load that
   // turn of the event loop waits behind all the I/O ready by then.
+  app.use(refuseDeclaredOversize(parts.config.MAX_BODY_BYTES));
   healthRoutes(app, parts.snapshot, parts.backlog, parts.config.DEFAULT_MODEL);
   app.get('/metrics', metrics.scrape);
   openApiRoutes(app, parts.config);
@@ -62,7 +64,7 @@ export function createApp(parts: AppParts): Express {
   openAiRoutes(app, parts);
   teiRoutes(app, parts);
   kserveRoutes(app, parts);
-  app.use((req, _res, next) => next(new ApiError('not_found', `no route for ${req.method} ${req.path}; see ${ROUTES}`)));
+  app.use((req, _res, next) => next(new ApiError('not_found', `no route for ${clip(req.method)} ${clip(req.path)}; see ${ROUTES}`)));
   app.use(answerErrors);
   return app;
 }

@@ -78,10 +78,11 @@ export function createGateway(config: GatewayConfig, gatewayId: string, logger: 
       subscriber,
       batchSize: (model) => registry.batchSize(model),
       othersOutstanding: (model, sending) => depth.own(model) > sending,
+      served: () => registry.served().map((m) => m.id),
       guard: (call) => breaker.guard(call),
       logger,
     },
-    { prefix: config.QUEUE_PREFIX, gatewayId, resultPollMs: config.RESULT_POLL_MS },
+    { prefix: config.QUEUE_PREFIX, gatewayId, resultPollMs: config.RESULT_POLL_MS, unrunMs: config.REQUEST_TIMEOUT_MS },
   );
   const snapshot = createSnapshot(registry, depth, breaker, () => transport.held());
   const bodies = new BodyBudget(config.MAX_BODIES_BYTES);
@@ -98,7 +99,7 @@ export function createGateway(config: GatewayConfig, gatewayId: string, logger: 
     quotas: apiKeys ? new Quotas(redis, config.QUEUE_PREFIX) : undefined,
     limits: { maxQueueDepth: config.MAX_QUEUE_DEPTH, batchQueueShare: config.BATCH_QUEUE_SHARE, maxInputsPerRequest: config.MAX_INPUTS_PER_REQUEST },
     depth,
-    bodies: { budget: bodies, maxBytes: config.MAX_BODY_BYTES },
+    bodies: { budget: bodies },
     breaker,
     isServed: (model) => registry.get(model) !== undefined || registry.configured().includes(model),
     requestTimeoutMs: config.REQUEST_TIMEOUT_MS,

@@ -1,5 +1,6 @@
 import type { IRouter } from 'express';
 import { ApiError, batchWarning, type BacklogBody, type ReadyBody, type ReadyModel } from '@tserve/contract';
+import { describeRedisCause, redisCauseOf } from '@tserve/queue';
 import type { GatewaySnapshot, ModelStatus, Snapshot } from './snapshot.js';
 
 function readyModel(m: ModelStatus): ReadyModel {
@@ -14,6 +15,7 @@ function readyModel(m: ModelStatus): ReadyModel {
         ...batchWarning(m.workers),
         ...(m.weights?.revision ? { revision: m.weights.revision } : {}),
         ...(m.weights?.sha256 ? { weights_sha256: m.weights.sha256 } : {}),
+        ...(m.weights?.file ? { weights_file: m.weights.file } : {}),
       };
     case 'lost':
       return { task: m.task, workers: 0 };
@@ -45,8 +47,10 @@ function readyModel(m: ModelStatus): ReadyModel {
 /** What keeps the gateway from serving, one sentence each; none when it is ready. */
 function notReadyReasons(snap: GatewaySnapshot, defaultModel?: string): string[] {
   const reasons: string[] = [];
-  if (!snap.redisHealthy) reasons.push(`Redis is not answering${snap.redisError ? ` (${snap.redisError})` : ''}`);
-  if (snap.breaker === 'open') reasons.push('circuit breaker to Redis is open');
+  // A Redis that answers reads and refuses writes (out of memory) passes the registry's reads: the breaker names it.
+  if (!snap.redisHealthy)
+    reasons.push(snap.redisError ? `${describeRedisCause(redisCauseOf(snap.redisError))} (${snap.redisError})` : 'Redis is not answering');
+  if (snap.breaker === 'open') reasons.push(`circuit breaker to Redis is open: ${snap.breakerCause ?? 'Redis failed'}`);
   // A model scaled to zero is no fault: the gateway must stay ready (in the Service) to take the request that wakes a worker.
   if (!snap.models.some((m) => m.state === 'served' || m.state === 'loading' || m.state === 'idle')) reasons.push('no live worker serves any model');
   for (const m of snap.models) {

@@ -2,6 +2,7 @@ import type { ErrorRequestHandler, Request, Response } from 'express';
 import type { Logger } from 'pino';
 import { ApiError } from '@tserve/contract';
 import { requestIdOf } from './request-id.js';
+import { bodyRefusal } from './http-server.js';
 
 /** How a protocol writes an error: its status and body. The native shape is `{"error", "error_type"}`. */
 export type ErrorFormat = (error: ApiError) => { status: number; body: unknown };
@@ -29,6 +30,9 @@ export class BodyTooLarge extends ApiError {
     super('payload_too_large', `request body is larger than ${limit} bytes (MAX_BODY_BYTES)`);
   }
 }
+
+/** A path whose %-escapes do not decode (the router's URIError): the client's to fix, in the route's error shape. */
+const malformedUrl = () => new ApiError('validation', 'malformed URL: a %-escape in the path does not decode to UTF-8 text');
 
 /** A body that is not UTF-8 text, likewise. */
 export const invalidUtf8 = () => new ApiError('validation', 'request body is not valid UTF-8');
@@ -66,7 +70,16 @@ function fromBodyParser(err: BodyParserError, req: Request): ApiError | undefine
  */
 export function errorHandler(logger: Logger, format: ErrorFormat = nativeErrors): ErrorRequestHandler {
   return (err, req, res, _next) => {
-    const api = err instanceof ApiError ? err : fromBodyParser(err as BodyParserError, req);
+    // A body refused while it arrived: the parser may have failed on what was dropped of it.
+    const refused = bodyRefusal(req);
+    const api =
+      refused instanceof ApiError
+        ? refused
+        : err instanceof ApiError
+          ? err
+          : err instanceof URIError
+            ? malformedUrl()
+            : fromBodyParser(err as BodyParserError, req);
     if (api) {
       sendError(res, api, format);
       return;

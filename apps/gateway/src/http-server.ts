@@ -2,6 +2,19 @@ import http from 'node:http';
 import type { Express } from 'express';
 
 /**
+ * Slow-drip clients may not pin connections: a request must arrive whole within these bounds. Node
+ * checks them every connectionsCheckingInterval, so that is kept well below them, and whole
+ * milliseconds (Node refuses a fraction, and the derived timeouts need not divide by four).
+ */
+export function slowClientTimeouts(headersTimeoutMs: number, requestTimeoutMs: number): http.ServerOptions {
+  return {
+    headersTimeout: Math.min(headersTimeoutMs, requestTimeoutMs),
+    requestTimeout: requestTimeoutMs,
+    connectionsCheckingInterval: Math.round(Math.max(100, Math.min(1000, headersTimeoutMs / 4))),
+  };
+}
+
+/**
  * An HTTP server for an Express app whose requests and responses are born with the app's
  * prototypes. Express gives each request and response its prototype as it enters the app
  * (`Object.setPrototypeOf`), and V8 then keeps those objects' young neighbours alive through every
@@ -17,7 +30,30 @@ import type { Express } from 'express';
  * `written` hears of each answer once it is written whole.
  */
 export function expressServer(app: Express, options: http.ServerOptions, written: (res: http.ServerResponse) => void): http.Server {
-  class Request extends http.IncomingMessage {}
+  class Request extends http.IncomingMessage implements CountsBodyBytes {
+    bodyBytes?: (bytes: number) => Error | undefined;
+    bodyRefused?: Error;
+    /** Under `Expect: 100-continue`: the response whose `100 Continue` waits for a route to read the body. */
+    continueOnRead?: http.ServerResponse;
+    // The body is asked for only once the request was admitted: a refused one never gets 100 Continue.
+    override _read(size: number): void {
+      const res = this.continueOnRead;
+      this.continueOnRead = undefined;
+      if (res && !res.headersSent && !res.writableEnded) res.writeContinue();
+      super._read(size);
+    }
+    // Node's parser pushes each body chunk as it arrives, whoever reads it and whenever.
+    override push(chunk: unknown, encoding?: BufferEncoding): boolean {
+      if (this.bodyBytes && (typeof chunk === 'string' || Buffer.isBuffer(chunk))) {
+        // A refused body is received to its end and dropped: it holds no memory, and the connection
+        // stays in step for the refusal, which its route answers once the body is read (bodyRefusal).
+        if (this.bodyRefused) return true;
+        this.bodyRefused = this.bodyBytes(Buffer.byteLength(chunk));
+        if (this.bodyRefused) return true;
+      }
+      return super.push(chunk, encoding);
+    }
+  }
   class Response extends http.ServerResponse {
     // Every answer, from any route or protocol, once it is written whole.
     override end(...args: unknown[]): this {
@@ -30,7 +66,29 @@ export function expressServer(app: Express, options: http.ServerOptions, written
   inherit(Response.prototype, app.response);
   app.request = Request.prototype as Express['request'];
   app.response = Response.prototype as unknown as Express['response'];
-  return http.createServer({ ...options, IncomingMessage: Request, ServerResponse: Response }, app);
+  const server = http.createServer({ ...options, IncomingMessage: Request, ServerResponse: Response }, app);
+  // Node would send 100 Continue before the app saw the request; the app decides instead (above).
+  server.on('checkContinue', (req: Request, res: Response) => {
+    req.continueOnRead = res;
+    server.emit('request', req, res);
+  });
+  return server;
+}
+
+/**
+ * A request told of its body's bytes as they are received, not as declared: body admission counts
+ * what a client sent, so that connections that declare a body and never send it hold nothing.
+ * `bodyBytes` answers an error to refuse the chunk; the rest of the body is then dropped as it
+ * arrives, and `bodyRefused` holds the error, for the route to answer.
+ */
+export interface CountsBodyBytes {
+  bodyBytes?: (bytes: number) => Error | undefined;
+  bodyRefused?: Error;
+}
+
+/** The refusal of a request's body while it arrived, if there was one: it is the answer, whatever the parser made of the rest. */
+export function bodyRefusal(req: unknown): Error | undefined {
+  return (req as CountsBodyBytes).bodyRefused;
 }
 
 /** Copies onto `target` what `source` adds over Node's own prototype: Express's methods and getters, and the app's own (`app`). */

@@ -217,7 +217,7 @@ export class InferenceService {
     try {
       const outcome = await this.transport.send({ model: call.model, request, priority: call.priority, signal: call.signal }).catch((err: unknown) => {
         trip?.end(undefined, err);
-        throw err instanceof SendFailed ? this.admission.enqueueFailure() : err;
+        throw err instanceof SendFailed ? this.admission.enqueueFailure(err.message) : err;
       });
       trip?.end(outcome);
       if (outcome.ok) this.observer.answered(call.model, outcome.timing);

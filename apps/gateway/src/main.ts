@@ -9,7 +9,9 @@ import { ConfigError, formatHelp, loadGatewayConfig } from '@tserve/config';
 import { startTracing, TracingConfigError } from '@tserve/telemetry';
 import { createGateway, StartupError } from './gateway.js';
 import { ROUTES } from './app.js';
-import { expressServer } from './http-server.js';
+import { expressServer, slowClientTimeouts } from './http-server.js';
+import { capConnectionsPerClient } from './client-connections.js';
+import { answerMalformedRequests } from './malformed-requests.js';
 
 if (process.argv.includes('--help') || process.argv.includes('-h')) {
   process.stdout.write(
@@ -36,20 +38,14 @@ async function main(): Promise<void> {
   const gateway = createGateway(config, gatewayId, logger, tracing);
   await gateway.start();
 
-  // Slow-drip clients may not pin connections: a request must arrive whole within these bounds
-  // (Node checks them every connectionsCheckingInterval, so that is kept well below them).
-  const server = expressServer(
-    gateway.app,
-    {
-      headersTimeout: Math.min(config.HTTP_HEADERS_TIMEOUT_MS, config.HTTP_REQUEST_TIMEOUT_MS),
-      requestTimeout: config.HTTP_REQUEST_TIMEOUT_MS,
-      connectionsCheckingInterval: Math.max(100, Math.min(1000, config.HTTP_HEADERS_TIMEOUT_MS / 4)),
-    },
-    (res) => gateway.unread.written(res),
+  const server = expressServer(gateway.app, slowClientTimeouts(config.HTTP_HEADERS_TIMEOUT_MS, config.HTTP_REQUEST_TIMEOUT_MS), (res) =>
+    gateway.unread.written(res),
   );
   server.keepAliveTimeout = 65_000;
   server.maxConnections = config.MAX_CONNECTIONS;
   server.on('drop', gateway.connectionDropped);
+  capConnectionsPerClient(server, { maxPerClient: config.MAX_CONNECTIONS_PER_CLIENT, maxConnections: config.MAX_CONNECTIONS }, gateway.connectionDropped);
+  answerMalformedRequests(server);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(config.PORT, config.HOST, () => {

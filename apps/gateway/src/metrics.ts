@@ -48,7 +48,7 @@ export interface GatewayMetrics extends InferenceObserver {
   track: RequestHandler;
   /** A request refused with 429, by key name (never its secret). */
   quotaRejected: (key: ApiKey, reason: QuotaReason) => void;
-  /** A client connection closed on arrival: the gateway already held MAX_CONNECTIONS. */
+  /** A client connection closed on arrival: the gateway already held MAX_CONNECTIONS, or its client MAX_CONNECTIONS_PER_CLIENT. */
   connectionDropped: () => void;
   /** Answers `GET /metrics`, in the Prometheus text format. */
   scrape: RequestHandler;
@@ -147,7 +147,7 @@ export function createMetrics({ snapshot, transport, bodies, unread, cache }: Me
   });
   const droppedConnections = new Counter({
     name: 'tserve_connections_dropped_total',
-    help: 'Client connections closed on arrival because the gateway already held MAX_CONNECTIONS',
+    help: 'Client connections closed on arrival because the gateway already held MAX_CONNECTIONS, or their client address MAX_CONNECTIONS_PER_CLIENT',
     registers,
   });
   new Counter({

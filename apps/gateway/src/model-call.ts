@@ -8,6 +8,7 @@ import { admittedOf, type Admission } from './admission.js';
 import type { ModelRegistry, ServedModel } from './model-registry.js';
 import { requestIdOf } from './request-id.js';
 import { effectivePriority } from './api-keys.js';
+import { bodyRefusal } from './http-server.js';
 
 /**
  * What every route that runs a model shares, whatever protocol it speaks: the JSON body parser,
@@ -23,7 +24,14 @@ export interface ProtocolParts {
   logger: Logger;
 }
 
-const rejectInvalidUtf8 = (_req: unknown, _res: unknown, buf: Buffer) => {
+/** A body dropped part way for want of room (http-server.ts) is never parsed as if it were whole. */
+const rejectRefused = (req: unknown) => {
+  const refusal = bodyRefusal(req);
+  if (refusal) throw refusal;
+};
+
+const rejectInvalidUtf8 = (req: unknown, _res: unknown, buf: Buffer) => {
+  rejectRefused(req);
   if (!isUtf8(buf)) throw Object.assign(new Error('invalid UTF-8'), { type: 'invalid.utf8', status: 400 });
 };
 
@@ -33,7 +41,7 @@ export function jsonBody(config: GatewayConfig): RequestHandler {
 
 /** The body as bytes, whatever its content type: for a protocol that reads it itself. */
 export function rawBody(config: GatewayConfig): RequestHandler {
-  return express.raw({ limit: config.MAX_BODY_BYTES, type: () => true });
+  return express.raw({ limit: config.MAX_BODY_BYTES, type: () => true, verify: rejectRefused });
 }
 
 export function textBody(config: GatewayConfig): RequestHandler {

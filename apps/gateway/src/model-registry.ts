@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { PROTOCOL, type DefaultScoreFunction, type ModelDownload, type Task, type WorkerInfo } from '@tserve/contract';
-import { listLiveWorkers, listLoadFailures, listLoadTimes, type LoadFailure } from '@tserve/queue';
+import { describeRedisCause, listLiveWorkers, listLoadFailures, listLoadTimes, redisCauseOf, type LoadFailure } from '@tserve/queue';
 
 export interface ServedModel {
   id: string;
@@ -24,6 +24,8 @@ export interface ServedModel {
 export interface ModelWeights {
   revision?: string;
   sha256?: string;
+  /** What runs (WorkerInfo.weightsFile). */
+  file?: string;
 }
 
 /** Before any worker of a model has announced its batch size; the worker's own default. */
@@ -272,7 +274,7 @@ export class ModelRegistry {
       this.lastError = undefined;
       this.lastRefreshAt = Date.now();
     } catch (err) {
-      if (!this.lastError) this.logger.warn({ err: String(err) }, 'registry refresh failed');
+      if (!this.lastError) this.logger.warn({ err: String(err) }, `registry refresh failed: ${describeRedisCause(redisCauseOf(err))}`);
       this.lastError = err instanceof Error ? err.message : String(err);
     }
   }
@@ -303,7 +305,8 @@ function agreedWeights(workers: WorkerInfo[]): ModelWeights {
   const one = (values: Array<string | undefined>) => (new Set(values).size === 1 ? values[0] : undefined);
   const revision = one(workers.map((w) => w.revision));
   const sha256 = one(workers.map((w) => w.weightsSha256));
-  return { ...(revision ? { revision } : {}), ...(sha256 ? { sha256 } : {}) };
+  const file = one(workers.map((w) => w.weightsFile));
+  return { ...(revision ? { revision } : {}), ...(sha256 ? { sha256 } : {}), ...(file ? { file } : {}) };
 }
 
 function mismatchOf(model: string, protocols: number[]): MismatchedModel {

@@ -42,29 +42,46 @@ export function sizeRefusal(limits: OverloadLimits, inputs: number, sequences: n
 }
 
 /**
- * Bytes of request bodies this gateway holds, reserved at the size a request declares before a byte
- * of it is read and released when it is answered. The queue depth bounds requests, not bytes: at
- * MAX_BODY_BYTES each, a few thousand bodies in flight would outgrow the gateway's heap.
+ * Bytes of request bodies this gateway holds, counted as they are received (not as declared: a
+ * client that declares a large body and sends none of it holds nothing) and released when the
+ * request is answered. The queue depth bounds requests, not bytes: at MAX_BODY_BYTES each, a few
+ * thousand bodies in flight would outgrow the gateway's heap.
  */
 export class BodyBudget {
   private heldBytes = 0;
 
   constructor(private readonly maxBytes: number) {}
 
-  /** The bytes reserved now. */
+  /** The bytes held now. */
   get held(): number {
     return this.heldBytes;
   }
 
-  /** Reserves `bytes`, returning their release (safe to call twice); undefined if they do not fit. A lone body always fits. */
-  reserve(bytes: number): (() => void) | undefined {
-    if (this.heldBytes > 0 && this.heldBytes + bytes > this.maxBytes) return undefined;
-    this.heldBytes += bytes;
+  /** Whether no more body bytes fit: a new request is refused before its body is read. */
+  get full(): boolean {
+    return this.heldBytes >= this.maxBytes;
+  }
+
+  /**
+   * A hold for one request's body: `add` counts bytes as they arrive (false if they do not fit; a
+   * lone body always fits), `release` gives them all back (safe to call twice).
+   */
+  hold(): { add: (bytes: number) => boolean; release: () => void } {
+    let mine = 0;
     let released = false;
-    return () => {
-      if (released) return;
-      released = true;
-      this.heldBytes -= bytes;
+    return {
+      add: (bytes) => {
+        if (released) return true;
+        if (this.heldBytes > mine && this.heldBytes + bytes > this.maxBytes) return false;
+        mine += bytes;
+        this.heldBytes += bytes;
+        return true;
+      },
+      release: () => {
+        if (released) return;
+        released = true;
+        this.heldBytes -= mine;
+      },
     };
   }
 

@@ -38,6 +38,8 @@ export interface GatewaySnapshot {
   /** Why the last refresh failed, if it did. */
   redisError?: string;
   breaker: BreakerState;
+  /** What the breaker's last failure said of Redis, while it is not closed. */
+  breakerCause?: string;
   /** Every model the gateway knows of, once each: served, then lost, failed, loading, mismatched, idle. */
   models: ModelStatus[];
 }
@@ -86,6 +88,7 @@ export function createSnapshot(registry: ModelRegistry, depth: QueueDepth, break
       redisHealthy: registry.healthy,
       redisError: registry.lastError,
       breaker: breaker.state(),
+      breakerCause: breaker.cause(),
       models: [...served, ...lost, ...failed, ...loading, ...mismatched, ...idle],
     };
   };

@@ -6,7 +6,9 @@
  * is asked how many jobs wait before any is fetched, so an empty queue costs one cheap length read
  * and no fetch (a fetch is one of BullMQ's scripts, about ten commands inside Redis); an empty
  * queue also ends the gathering at once, so a lone request never waits for company. The jobs of
- * one round are fetched together, in one round trip.
+ * one round are fetched together, in one round trip. A first job that `runsAlone` lets go alone
+ * skips even that length read: a round trip on the way to the model; what arrived with it is
+ * gathered into the next batch while this one runs.
  */
 
 export interface JobSource<J> {
@@ -23,10 +25,16 @@ export interface BatchLimits {
   maxWaitMs: number;
 }
 
-export async function gatherBatch<J>(source: JobSource<J>, limits: BatchLimits, sizeOf: (job: J) => number): Promise<J[]> {
+export async function gatherBatch<J>(
+  source: JobSource<J>,
+  limits: BatchLimits,
+  sizeOf: (job: J) => number,
+  runsAlone: (first: J) => boolean = () => false,
+): Promise<J[]> {
   const first = await source.next();
   if (first === undefined) return [];
   const batch: J[] = [first];
+  if (runsAlone(first)) return batch;
   const deadline = performance.now() + limits.maxWaitMs;
   let size = sizeOf(first);
   while (size < limits.maxSize && performance.now() < deadline) {

@@ -7,9 +7,11 @@ import { DTYPES, DEVICES } from '@tserve/config';
 
 export type Device = Exclude<(typeof DEVICES)[number], 'gpu'>;
 export type Dtype = Exclude<(typeof DTYPES)[number], 'auto'>;
+/** The dtypes transformers.js loads a file of its own for; int8-row is written from one of them (int8-row/). */
+export type FileDtype = Exclude<Dtype, 'int8-row'>;
 
 /** transformers.js's file for each dtype, in a model's onnx/ folder. */
-const DTYPE_FILES: Record<Dtype, string> = {
+const DTYPE_FILES: Record<FileDtype, string> = {
   fp32: 'model.onnx',
   fp16: 'model_fp16.onnx',
   q8: 'model_quantized.onnx',
@@ -21,12 +23,17 @@ const DTYPE_FILES: Record<Dtype, string> = {
 };
 
 /** The weights file transformers.js loads for a dtype, relative to the model's folder. */
-export function dtypeFile(dtype: Dtype): string {
+export function dtypeFile(dtype: FileDtype): string {
   return `onnx/${DTYPE_FILES[dtype]}`;
 }
 
+/** The file int8-row is written from: the fp32 weights where the model has them (quantized per column, better than q8's per-tensor weights), else the q8 export. */
+export function int8RowSource(available: string[] | undefined): 'fp32' | 'q8' {
+  return available === undefined || available.includes(DTYPE_FILES.fp32) || !available.includes(DTYPE_FILES.q8) ? 'fp32' : 'q8';
+}
+
 /** Integer-quantised weights: their kernels exist on the CPU only, so on a GPU each call copies back and forth. */
-const CPU_ONLY: Dtype[] = ['q8', 'int8', 'uint8', 'bnb4'];
+const CPU_ONLY: Dtype[] = ['int8-row', 'q8', 'int8', 'uint8', 'bnb4'];
 
 export class DeviceChoiceError extends Error {}
 
@@ -48,10 +55,11 @@ export interface DtypeChoice {
  * hub, whose files are not known before the download).
  */
 export function chooseDtype(requested: (typeof DTYPES)[number], device: Device, available: string[] | undefined, force: boolean): DtypeChoice {
-  const has = (dtype: Dtype) => available?.includes(DTYPE_FILES[dtype]) ?? false;
+  const has = (dtype: FileDtype) => available?.includes(DTYPE_FILES[dtype]) ?? false;
   if (requested === 'auto') {
-    // On a CPU fp32 before q8: q8 is faster, but its answers depend on the batch (batchDependence).
-    if (!isGpu(device)) return available === undefined || has('fp32') ? { dtype: 'fp32' } : { dtype: 'q8' };
+    // On a CPU never q8, whose answers depend on the batch (batchDependence): int8-row is as
+    // batch-independent as fp32 and was faster than fp32 on every model measured (docs/models.md).
+    if (!isGpu(device)) return { dtype: 'int8-row' };
     if (has('fp16')) return { dtype: 'fp16' };
     if (available === undefined) {
       return {
@@ -71,12 +79,14 @@ export function chooseDtype(requested: (typeof DTYPES)[number], device: Device, 
 
 /** Refuses a dtype whose file a local model lacks, naming the files it has. */
 export function checkDtypeFile(model: string, dtype: Dtype, available: string[] | undefined): void {
-  if (available === undefined || available.includes(DTYPE_FILES[dtype])) return;
+  if (available === undefined) return;
+  if (dtype === 'int8-row' ? [DTYPE_FILES.fp32, DTYPE_FILES.q8].some((f) => available.includes(f)) : available.includes(DTYPE_FILES[dtype])) return;
+  const wanted = dtype === 'int8-row' ? `onnx/${DTYPE_FILES.fp32} or onnx/${DTYPE_FILES.q8}` : `onnx/${DTYPE_FILES[dtype]}`;
   const present = Object.entries(DTYPE_FILES)
     .filter(([, file]) => available.includes(file))
     .map(([d, file]) => `${file} (DTYPE=${d})`);
   throw new DeviceChoiceError(
-    `no onnx/${DTYPE_FILES[dtype]} in ${model} for DTYPE=${dtype}; it has ${present.length ? present.join(', ') : 'no model file transformers.js can load'}`,
+    `no ${wanted} in ${model} for DTYPE=${dtype}; it has ${present.length ? present.join(', ') : 'no model file transformers.js can load'}`,
   );
 }
 

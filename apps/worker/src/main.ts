@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { pino, type Logger } from 'pino';
@@ -6,9 +7,10 @@ import { ConfigError, formatHelp, loadWorkerConfig, type WorkerConfig } from '@t
 import { defaultScoreFunction, PROTOCOL, type WorkerInfo } from '@tserve/contract';
 import { startTracing, TracingConfigError } from '@tserve/telemetry';
 import { clearLoadFailure, createRedis, keys, queueNameFor, recordLoadTime, reportLoadFailure, whenReady } from '@tserve/queue';
-import { chooseRuntime, describeModel, hubFilePlan, localModelFolder, ModelLoadError, type LoadedModel, type Runtime } from './model.js';
+import { chooseRuntime, describeModel, hubFilePlan, localModelFolder, ModelLoadError, type LoadedModel, type Runtime, type SessionFile } from './model.js';
 import { limitsWithin, MemoryBudgetError, modelShape, residentMemory, restingBytes, type BudgetInput } from './memory.js';
-import { dtypeFile, isGpu } from './device.js';
+import { dtypeFile, int8RowSource, isGpu } from './device.js';
+import { int8RowWeights, OnnxFormatError, ProtobufError, RewriteError } from './int8-row/index.js';
 import { fetchModel, hubSettings, sha256File } from './download.js';
 import { ModelThread } from './model-thread.js';
 import { Engine } from './engine.js';
@@ -21,24 +23,52 @@ import { Cancellations } from './cancellations.js';
 import { Heartbeat } from './heartbeat.js';
 import { InferenceStatistics } from './stats.js';
 import { WorkerTracing } from './tracing.js';
+import { containerLimits, defaultWorkerMemoryMiB } from './container-limits.js';
 
 if (process.argv.includes('--help') || process.argv.includes('-h')) {
   process.stdout.write(
     formatHelp(
       'tserve worker: loads one model once and serves its queue in dynamic batches.\n\nUsage: MODEL=<id> [MODEL_DIR=<dir>] node apps/worker/dist/main.js',
       ['worker', 'common'],
-    ),
+    ) + defaultsHere(),
   );
   process.exit(0);
 }
 
+/** What INTRA_OP_THREADS=0 and an unset WORKER_MEMORY_MB come to in this container, for --help. */
+function defaultsHere(): string {
+  const limits = containerLimits();
+  return `\nHere: INTRA_OP_THREADS=0 runs ${limits.cpus} thread(s) (cgroup cpu.max, else the affinity mask); WORKER_MEMORY_MB unset is ${defaultWorkerMemoryMiB(limits.memoryLimitBytes)} (${limits.memoryLimitBytes === undefined ? 'no cgroup memory limit' : 'a quarter under the cgroup memory limit'}).\n`;
+}
+
 async function main(): Promise<void> {
-  const config = loadWorkerConfig();
+  const container = containerLimits();
+  const settings = loadWorkerConfig();
+  // The container's CPUs and memory where the settings leave them open; memoryDefaulted: a budget the operator did not ask for gives way where it cannot apply.
+  const memoryDefaulted = settings.WORKER_MEMORY_MB === undefined;
+  const config = {
+    ...settings,
+    INTRA_OP_THREADS: settings.INTRA_OP_THREADS > 0 ? settings.INTRA_OP_THREADS : container.cpus,
+    WORKER_MEMORY_MB: settings.WORKER_MEMORY_MB ?? defaultWorkerMemoryMiB(container.memoryLimitBytes),
+  };
   const workerId = config.WORKER_ID ?? `${os.hostname()}-${process.pid}`;
   const logger = pino({ level: config.LOG_LEVEL, base: { service: 'worker', model: config.MODEL, worker: workerId } });
   const tracing = await startTracing('tserve-worker');
   if (tracing) logger.info('tracing on: exporting spans over OTLP (docs/tracing.md)');
   const traces = tracing && new WorkerTracing(tracing);
+  logger.info(
+    {
+      intraOpThreads: config.INTRA_OP_THREADS,
+      threadsFrom: settings.INTRA_OP_THREADS > 0 ? 'INTRA_OP_THREADS' : 'container CPUs',
+      workerMemoryMiB: config.WORKER_MEMORY_MB,
+      memoryFrom: memoryDefaulted
+        ? container.memoryLimitBytes === undefined
+          ? 'default (no memory limit)'
+          : 'a quarter under the memory limit'
+        : 'WORKER_MEMORY_MB',
+    },
+    'threads and memory',
+  );
 
   const started = performance.now();
   const publisher = createRedis(config.REDIS_URL, 'worker', undefined, { enableAutoPipelining: true });
@@ -85,22 +115,23 @@ async function main(): Promise<void> {
     .catch(reportFailure);
   for (const warning of runtime.warnings) logger.warn(warning);
   const budget = await Promise.resolve()
-    .then(() => memoryBudget(config, loaded, runtime, logger))
+    .then(() => memoryBudget(config, memoryDefaulted, loaded, runtime, logger))
     .catch(reportFailure);
+  const prepared = await weightsToLoad(config, runtime, source, logger).catch(reportFailure);
   // The model thread loads exactly what was chosen here.
-  const resolved = { ...config, DEVICE: runtime.device, DTYPE: runtime.dtype };
-  Object.assign(info, { device: runtime.device, dtype: runtime.dtype } satisfies Partial<WorkerInfo>);
-  const weights = dtypeFile(runtime.dtype);
+  const resolved = { ...config, DEVICE: runtime.device, DTYPE: prepared.dtype };
+  Object.assign(info, { device: runtime.device, dtype: prepared.dtype } satisfies Partial<WorkerInfo>);
+  const weights = prepared.describe;
   // Which weights answer, named by their hash: computed once, while the model thread loads them.
   const [thread, weightsSha256] = await Promise.all([
-    ModelThread.start(resolved, loaded.task, source.dir, (reason) => {
+    ModelThread.start(resolved, loaded.task, prepared.dir, prepared.file, (reason) => {
       // Its jobs stay locked until the lock expires; then another worker's stalled check runs them.
       logger.fatal({ reason }, 'model thread died; exiting');
       process.exit(1);
     }),
-    source.sha256.get(weights) ?? sha256File(path.join(source.dir, weights)),
+    prepared.sha256 ?? source.sha256.get(weights) ?? sha256File(path.join(source.dir, weights)),
   ]).catch(reportFailure);
-  Object.assign(info, { weightsSha256 } satisfies Partial<WorkerInfo>);
+  Object.assign(info, { weightsSha256, weightsFile: weights } satisfies Partial<WorkerInfo>);
   const engine = new Engine(loaded, thread);
   const stats = new InferenceStatistics();
   heartbeat.reportUsage(() => ({
@@ -150,7 +181,7 @@ async function main(): Promise<void> {
   logger.info(
     {
       task: loaded.task,
-      dtype: runtime.dtype,
+      dtype: prepared.dtype,
       device: runtime.device,
       batchMaxSize: config.BATCH_MAX_SIZE,
       loadMs: Math.round(loadMs),
@@ -236,6 +267,44 @@ async function main(): Promise<void> {
   process.on('SIGINT', () => void shutdown('SIGINT'));
 }
 
+/**
+ * The file the model thread loads, and its dtype. int8-row is written from the model's fp32 (else
+ * q8) file at first load and cached beside it; `describe` names what runs, for /ready and the log.
+ * A file the rewrite cannot take (no MatMul it knows) runs as it is when DTYPE=auto chose int8-row,
+ * and fails the load when DTYPE=int8-row asked for it.
+ */
+async function weightsToLoad(
+  config: WorkerConfig,
+  runtime: Runtime,
+  source: ModelSource,
+  logger: Logger,
+): Promise<{ dtype: Runtime['dtype']; dir: string; file: SessionFile; describe: string; sha256?: string }> {
+  const model = config.MODEL;
+  const asItIs = (dtype: Exclude<Runtime['dtype'], 'int8-row'>) => ({ dtype, dir: source.dir, file: { dtype }, describe: dtypeFile(dtype) });
+  if (runtime.dtype !== 'int8-row') return asItIs(runtime.dtype);
+  const onnx = path.join(source.dir, 'onnx');
+  const from = int8RowSource(fs.existsSync(onnx) ? fs.readdirSync(onnx) : []);
+  const file = dtypeFile(from);
+  try {
+    const sha256 = source.sha256.get(file) ?? (await sha256File(path.join(source.dir, file)));
+    const started = performance.now();
+    const rows = await int8RowWeights(source.dir, { file, sha256, from }, hubSettings(config).cacheDir);
+    const to = path.join(rows.dir, rows.file);
+    if (rows.written) logger.info({ from: file, to, ...rows.written, ms: Math.round(performance.now() - started) }, 'wrote the int8-row file');
+    else logger.info({ from: file, to }, 'int8-row file found in the cache');
+    return { dtype: 'int8-row', dir: rows.dir, file: { dtype: 'fp32', fileName: rows.fileName }, describe: `${file}+${rows.rewrite}`, sha256: rows.sha256 };
+  } catch (err) {
+    if (err instanceof RewriteError && config.DTYPE === 'auto') {
+      logger.warn({ file, reason: err.message }, 'int8-row cannot be written from this file; running it as it is');
+      return asItIs(from);
+    }
+    if (err instanceof RewriteError || err instanceof OnnxFormatError || err instanceof ProtobufError || (err as NodeJS.ErrnoException).code) {
+      throw new ModelLoadError(`cannot load model "${model}" as int8-row from ${file}: ${(err as Error).message}`);
+    }
+    throw err;
+  }
+}
+
 interface ModelSource {
   /** The folder the model is loaded from. */
   dir: string;
@@ -263,13 +332,17 @@ async function locateModel(config: WorkerConfig, info: WorkerInfo, logger: Logge
  * at rest fails now, with the reason, rather than after the load or in the kernel's OOM killer. A GPU
  * holds the call's tensors in its own memory, so there the budget bounds nothing.
  */
-function memoryBudget(config: WorkerConfig, loaded: LoadedModel, runtime: Runtime, logger: Logger): BudgetInput | undefined {
+function memoryBudget(config: WorkerConfig, defaulted: boolean, loaded: LoadedModel, runtime: Runtime, logger: Logger): BudgetInput | undefined {
   if (config.WORKER_MEMORY_MB === undefined) return undefined;
   if (isGpu(runtime.device)) {
-    logger.warn({ device: runtime.device }, 'WORKER_MEMORY_MB bounds the model calls of CPU workers only; ignored on a GPU');
+    if (!defaulted) logger.warn({ device: runtime.device }, 'WORKER_MEMORY_MB bounds the model calls of CPU workers only; ignored on a GPU');
     return undefined;
   }
   const shape = modelShape(loaded.config);
+  if (!shape && defaulted) {
+    logger.warn('no memory budget: the model config names no hidden size, attention heads or layers; BATCH_MAX_TOKENS bounds its calls');
+    return undefined;
+  }
   if (!shape) {
     throw new ModelLoadError(
       `cannot bound model "${config.MODEL}" by WORKER_MEMORY_MB: its config.json names no hidden size, attention heads or layers; unset WORKER_MEMORY_MB and bound its calls with BATCH_MAX_TOKENS`,
@@ -282,6 +355,7 @@ function memoryBudget(config: WorkerConfig, loaded: LoadedModel, runtime: Runtim
     maxSize: config.BATCH_MAX_SIZE,
     maxPaddedTokens: config.BATCH_MAX_TOKENS,
     maxLength: loaded.maxLength,
+    positions: loaded.positions,
   };
   boundedCalls(config.MODEL, input);
   return input;

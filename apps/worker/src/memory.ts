@@ -44,7 +44,7 @@ const WEIGHT_COPIES = 2;
  */
 export const HEADROOM_BYTES = 64 * 2 ** 20;
 
-const BYTES_PER_WEIGHT: Record<Dtype, number> = { fp32: 4, fp16: 2, q8: 1, int8: 1, uint8: 1, q4: 0.5, q4f16: 0.5, bnb4: 0.5 };
+const BYTES_PER_WEIGHT: Record<Dtype, number> = { 'int8-row': 1, fp32: 4, fp16: 2, q8: 1, int8: 1, uint8: 1, q4: 0.5, q4f16: 0.5, bnb4: 0.5 };
 
 const MiB = 2 ** 20;
 
@@ -107,6 +107,8 @@ export interface BudgetInput {
   maxPaddedTokens: number;
   /** The longest sequence the model takes (its position table, or the tokenizer's limit). */
   maxLength: number;
+  /** The model's position table, where its config states one: no call is longer. */
+  positions?: number;
 }
 
 export class MemoryBudgetError extends Error {}
@@ -117,7 +119,7 @@ export class MemoryBudgetError extends Error {}
  * that fits alone. Fails where not even a one-token call fits.
  */
 export function limitsWithin(input: BudgetInput): Required<MemoryLimits> {
-  const { budgetBytes, restingBytes, shape, maxSize, maxPaddedTokens, maxLength } = input;
+  const { budgetBytes, restingBytes, shape, maxSize, maxPaddedTokens, maxLength, positions } = input;
   const callBudgetBytes = budgetBytes - restingBytes - HEADROOM_BYTES;
   const fits = (rows: number, length: number) => heldBytes(shape, rows, length) <= callBudgetBytes;
   if (!fits(1, 1)) {
@@ -125,8 +127,11 @@ export function limitsWithin(input: BudgetInput): Required<MemoryLimits> {
       `WORKER_MEMORY_MB=${Math.round(budgetBytes / MiB)} leaves no room for a model call: the worker holds about ${Math.ceil(restingBytes / MiB)} MiB at rest, and keeps ${HEADROOM_BYTES / MiB} MiB for its own work beside the call; give it at least ${Math.ceil((restingBytes + HEADROOM_BYTES + heldBytes(shape, 1, maxLength)) / MiB)} to take inputs of ${maxLength} tokens`,
     );
   }
+  // The longest a call may be is what fits alone: the budget bounds memory, not length. The
+  // tokenizer's limit is no bound (with truncation off, what the model makes of a longer input is its
+  // own answer); only a stated position table is.
   let longest = 1;
-  while (longest < maxLength && fits(1, longest + 1)) longest++;
+  while (longest < (positions ?? Number.POSITIVE_INFINITY) && fits(1, longest + 1)) longest++;
   // rows × length × (a + b × length) is linear in rows: the most that fit are a division away.
   const rowsAt = (length: number) =>
     Math.max(0, Math.min(maxSize, Math.floor(maxPaddedTokens / length), Math.floor(callBudgetBytes / heldBytes(shape, 1, length))));

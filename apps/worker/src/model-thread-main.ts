@@ -7,15 +7,15 @@ import { parentPort, workerData } from 'node:worker_threads';
 import { Tensor } from '@huggingface/transformers';
 import type { WorkerConfig } from '@tserve/config';
 import type { Task } from '@tserve/contract';
-import { loadSession } from './model.js';
+import { loadSession, type SessionFile } from './model.js';
 import type { ForwardRequest, ThreadMessage } from './model-thread-protocol.js';
 
-const { config, task, dir } = workerData as { config: WorkerConfig; task: Task; dir: string };
+const { config, task, dir, file } = workerData as { config: WorkerConfig; task: Task; dir: string; file: SessionFile };
 const port = parentPort!;
 const send = (message: ThreadMessage, transfer: ArrayBuffer[] = []) => port.postMessage(message, transfer);
 
 try {
-  const model = await loadSession(config, task, dir);
+  const model = await loadSession(config, task, dir, file);
   // The handler answers every failure itself ('failed'), so no rejection is left for the emitter to drop.
   // eslint-disable-next-line @typescript-eslint/no-misused-promises
   port.on('message', async (request: ForwardRequest) => {

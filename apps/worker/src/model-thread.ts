@@ -1,7 +1,7 @@
 import { Worker } from 'node:worker_threads';
 import type { WorkerConfig } from '@tserve/config';
 import type { Task } from '@tserve/contract';
-import { ModelLoadError } from './model.js';
+import { ModelLoadError, type SessionFile } from './model.js';
 import type { ForwardRequest, ThreadMessage } from './model-thread-protocol.js';
 
 export interface BatchOutput {
@@ -18,9 +18,9 @@ export class ModelThread {
 
   private constructor(private readonly thread: Worker) {}
 
-  /** Starts the thread and waits until its session is loaded from the model's folder `dir`. */
-  static async start(config: WorkerConfig, task: Task, dir: string, onDeath: (reason: string) => void): Promise<ModelThread> {
-    const thread = new Worker(new URL('./model-thread-main.js', import.meta.url), { workerData: { config, task, dir } });
+  /** Starts the thread and waits until its session is loaded from `file` in the model's folder `dir`. */
+  static async start(config: WorkerConfig, task: Task, dir: string, file: SessionFile, onDeath: (reason: string) => void): Promise<ModelThread> {
+    const thread = new Worker(new URL('./model-thread-main.js', import.meta.url), { workerData: { config, task, dir, file } });
     const handle = new ModelThread(thread);
     await new Promise<void>((resolve, reject) => {
       const onMessage = (message: ThreadMessage) => {

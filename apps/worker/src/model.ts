@@ -22,12 +22,14 @@ import {
   chooseDtype,
   DeviceChoiceError,
   dtypeFile,
+  int8RowSource,
   isGpu,
   isNoAdapterError,
   noAdapterMessage,
   resolveDevice,
   type Device,
   type Dtype,
+  type FileDtype,
 } from './device.js';
 
 /** What the worker's main thread knows of its model; the session itself lives in the model thread. */
@@ -151,9 +153,9 @@ export function hubFilePlan(config: WorkerConfig): PlanFiles {
     const [preferred, fallback] = isGpu(device) ? [dtypeFile('fp16'), dtypeFile('fp32')] : [dtypeFile('fp32'), dtypeFile('q8')];
     // Where the server (or, offline, the cache) has neither, the preferred file is the one named missing.
     const available = config.DTYPE === 'auto' ? [(await has(preferred)) || !(await has(fallback)) ? preferred : fallback] : undefined;
-    let dtype: Dtype;
+    let chosen: Dtype;
     try {
-      dtype = chooseDtype(
+      chosen = chooseDtype(
         config.DTYPE,
         device,
         available?.map((f) => path.basename(f)),
@@ -163,6 +165,9 @@ export function hubFilePlan(config: WorkerConfig): PlanFiles {
       if (err instanceof DeviceChoiceError) throw new ModelLoadError(`cannot load model "${config.MODEL}": ${err.message}`);
       throw err;
     }
+    // int8-row is written here from the fp32 file where the server has it, else from the q8 one.
+    const held = async () => available ?? [(await has(dtypeFile('fp32'))) ? dtypeFile('fp32') : dtypeFile('q8')];
+    const dtype = chosen === 'int8-row' ? int8RowSource((await held()).map((f) => path.basename(f))) : chosen;
     const files = await ModelRegistry.get_model_files(config.MODEL, {
       config: modelConfig as never,
       dtype,
@@ -219,16 +224,26 @@ export function sessionOptions(config: Pick<WorkerConfig, 'INTRA_OP_THREADS' | '
     // it the arena stays near the largest call, which WORKER_MEMORY_MB reckons with, and calls were
     // no slower (docs/memory.md). The arena itself stays: without it every call was much slower.
     enableMemPattern: false,
-    extra: { session: { intra_op: { allow_spinning: config.INTRA_OP_SPINNING ? '1' : '0' } } },
+    // Spinning shortens the steps of a model call; past its end it only burns cores, so the threads
+    // stop spinning when the call returns (force_spinning_stop): an idle worker used most of a core.
+    extra: { session: { intra_op: { allow_spinning: config.INTRA_OP_SPINNING ? '1' : '0' }, force_spinning_stop: '1' } },
   };
 }
 
+/** The file the model thread loads: transformers.js's own for a dtype, or another (int8-row) loaded as it loads fp32. */
+export interface SessionFile {
+  dtype: FileDtype;
+  /** transformers.js's model_file_name: onnx/<fileName>.onnx. */
+  fileName?: string;
+}
+
 /** The ONNX Runtime session from the model's folder, for the model thread. */
-export async function loadSession(config: WorkerConfig, task: Task, dir: string): Promise<PreTrainedModel> {
+export async function loadSession(config: WorkerConfig, task: Task, dir: string, file: SessionFile): Promise<PreTrainedModel> {
   configureLoading();
   try {
     return await AUTO_CLASS[task].from_pretrained(dir, {
-      dtype: config.DTYPE,
+      dtype: file.dtype,
+      ...(file.fileName ? { model_file_name: file.fileName } : {}),
       device: config.DEVICE,
       session_options: sessionOptions(config),
     });

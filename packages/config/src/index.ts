@@ -62,7 +62,7 @@ const optionalString = (help: string, shown = '(off)') =>
     shown,
   );
 
-export const DTYPES = ['auto', 'q8', 'fp32', 'fp16', 'int8', 'uint8', 'q4', 'q4f16', 'bnb4'] as const;
+export const DTYPES = ['auto', 'int8-row', 'q8', 'fp32', 'fp16', 'int8', 'uint8', 'q4', 'q4f16', 'bnb4'] as const;
 /** `gpu`: the best GPU backend present (webgpu: the one onnxruntime-node ships; cuda needs its own build). */
 export const DEVICES = ['cpu', 'cuda', 'webgpu', 'gpu'] as const;
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
@@ -122,7 +122,10 @@ const workerShape = {
   MODEL: setting(z.string({ error: MODEL_REQUIRED }).min(1, MODEL_REQUIRED), 'model id, e.g. replica/MiniLM-L6-H384-uncased-sst2', '(required)'),
   MODEL_DIR: optionalString('local models root (transformers.js layout); when set, models load offline from it', '(hub)'),
   // q8's kernels are CPU kernels: on a GPU they fall back to the CPU.
-  DTYPE: setting(z.enum(DTYPES).default('auto'), `${DTYPES.join(' | ')}; auto: fp32 (else q8) on cpu, fp16 (else fp32) on a GPU`),
+  DTYPE: setting(
+    z.enum(DTYPES).default('auto'),
+    `${DTYPES.join(' | ')}; auto: int8-row on cpu, fp16 (else fp32) on a GPU; int8-row: int8 MatMuls with activations quantized per row (answers independent of batch mates), written at first load from model.onnx (else model_quantized.onnx) and cached beside it`,
+  ),
   DTYPE_FORCE: bool(false, 'run q8 on a GPU anyway (its integer kernels fall back to the CPU, many times slower)').meta(ADVANCED),
   DEVICE: setting(z.enum(DEVICES).default('cpu'), `${DEVICES.join(' | ')}; gpu: webgpu (Vulkan), the GPU backend onnxruntime-node ships`),
   TASK: optionalString('override the task', '(from config.json)'),
@@ -134,8 +137,8 @@ const workerShape = {
   WORKER_MEMORY_MB: setting(
     // Empty is unset, as compose passes a variable it was not given.
     z.preprocess((v) => (typeof v === 'string' && v.trim() === '' ? undefined : v), z.coerce.number().int().min(1).optional()),
-    "the most memory (peak RSS, MiB) the worker process may hold; set it a quarter under its container's limit (docs/memory.md): from the model's config the worker derives the largest model call that fits beside the weights and runtime, lowers BATCH_MAX_TOKENS and BATCH_MAX_SIZE to it, and refuses (413) an input too long to fit even alone; on a GPU it bounds nothing",
-    '(off)',
+    "the most memory (peak RSS, MiB) the worker process may hold, a quarter under its container's limit (docs/memory.md): from the model's config the worker derives the largest model call that fits beside the weights and runtime, lowers BATCH_MAX_TOKENS and BATCH_MAX_SIZE to it, and refuses (413) an input too long to fit even alone; on a GPU it bounds nothing",
+    "a quarter under the cgroup memory limit (memory.max); without one, 1024 (an all-MiniLM-L6-v2 worker's peak stayed under 1 GB); --help shows this container's",
   ),
   MAX_ANSWER_VALUES: int(
     2_000_000,
@@ -148,11 +151,11 @@ const workerShape = {
   INTRA_OP_THREADS: int(
     0,
     0,
-    "ONNX Runtime threads per model call (0: ONNX Runtime's default, a thread per physical core as it counts them, which on some VMs is fewer than the OS shows: set the number where it matters)",
+    "ONNX Runtime threads per model call (0: the CPUs this process may use: the cgroup CPU quota (cpu.max) rounded down, at least 1, where one is set, else the affinity mask; --help shows this container's)",
   ),
   INTRA_OP_SPINNING: bool(
     false,
-    "let ONNX Runtime's threads spin while they wait for work: a shorter model call, but a spinning thread holds a core others on the host may need (with WORKER_NICE it gives way to the gateway and Redis, not to another worker's threads)",
+    "let ONNX Runtime's threads spin between the steps of a model call (they stop when it returns): a shorter model call, but a spinning thread holds a core others on the host may need meanwhile (with WORKER_NICE it gives way to the gateway and Redis, not to another worker's threads)",
     'false (npm start, one worker: true)',
   ).meta(ADVANCED),
   WORKER_NICE: setting(
@@ -197,7 +200,7 @@ const gatewayShape = {
   MAX_BODIES_BYTES: int(
     256_000_000,
     1,
-    'bytes of request bodies one gateway holds at once, each counted at its declared size (MAX_BODY_BYTES if chunked) from admission to answer; one more gets 503, so that many large bodies cannot exhaust its memory',
+    'bytes of request bodies one gateway holds at once, each counted as it is received (not as declared) until its answer; past it, new requests get 503, so that many large bodies cannot exhaust its memory',
   ).meta(ADVANCED),
   REGISTRY_REFRESH_MS: derived(20, 'HEARTBEAT_MS / 4', 'how often live workers and queue depths are read', 20),
   // Covers pub/sub messages missed in a reconnect.
@@ -232,6 +235,12 @@ const gatewayShape = {
     1,
     'client connections the gateway holds open; one more is closed at once, so that a flood of connections cannot take the memory and file descriptors that the requests in hand need',
   ).meta(ADVANCED),
+  MAX_CONNECTIONS_PER_CLIENT: derived(
+    1,
+    'MAX_CONNECTIONS / 4',
+    "client connections one client address may hold open once the gateway holds half of MAX_CONNECTIONS; one more from it is then closed at once, so that no one client's idle or slow connections refuse everyone else's (behind a proxy that hides clients' addresses and holds more than half, set it to MAX_CONNECTIONS)",
+    1,
+  ),
   // Off by default: a cached answer is one some worker computed earlier, which a client must opt into trusting.
   RESPONSE_CACHE_TTL_S: int(
     0,
@@ -279,7 +288,7 @@ type BreakerSettings = { BREAKER_TIMEOUT_MS: number; BREAKER_RESET_MS: number; B
 /** The gateway's settings with the derived periods and timeouts, and the circuit breaker's numbers, filled in. */
 export type GatewayConfig = Filled<
   z.infer<typeof gatewaySchema>,
-  'WORKER_TTL_MS' | 'REGISTRY_REFRESH_MS' | 'HTTP_HEADERS_TIMEOUT_MS' | 'HTTP_REQUEST_TIMEOUT_MS' | 'HTTP_SEND_TIMEOUT_MS'
+  'WORKER_TTL_MS' | 'REGISTRY_REFRESH_MS' | 'HTTP_HEADERS_TIMEOUT_MS' | 'HTTP_REQUEST_TIMEOUT_MS' | 'HTTP_SEND_TIMEOUT_MS' | 'MAX_CONNECTIONS_PER_CLIENT'
 > &
   BreakerSettings;
 export type LauncherConfig = Filled<z.infer<typeof launcherSchema>, 'WORKER_TTL_MS'> & { models: string[] };
@@ -364,6 +373,8 @@ export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
     HTTP_HEADERS_TIMEOUT_MS: config.HTTP_HEADERS_TIMEOUT_MS ?? atLeast(1000, deadline / 3),
     HTTP_REQUEST_TIMEOUT_MS: config.HTTP_REQUEST_TIMEOUT_MS ?? atLeast(1000, deadline),
     HTTP_SEND_TIMEOUT_MS: config.HTTP_SEND_TIMEOUT_MS ?? atLeast(1000, deadline),
+    // A quarter: one address (a runaway client, or one attacker) leaves most connections to the rest.
+    MAX_CONNECTIONS_PER_CLIENT: config.MAX_CONNECTIONS_PER_CLIENT ?? atLeast(1, config.MAX_CONNECTIONS / 4),
     ...breakerSettings(config.REDIS_COMMAND_TIMEOUT_MS),
   };
 }

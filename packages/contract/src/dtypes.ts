@@ -1,8 +1,8 @@
 /**
  * Weights whose answers depend on what else is in the batch. Dynamic int8 quantization scales each
  * call's activations by the range of the whole tensor, padding included, so the same input batched
- * with other inputs gets a slightly different answer than alone. fp32 and fp16 compute each row
- * independently of its batch mates.
+ * with other inputs gets a slightly different answer than alone. fp32, fp16 and int8-row (a scale
+ * per row) compute each row independently of its batch mates.
  */
 const BATCH_DEPENDENT = new Set(['q8', 'int8', 'uint8']);
 
@@ -11,7 +11,7 @@ export function batchDependence(dtype: string): string | undefined {
   if (!BATCH_DEPENDENT.has(dtype)) return undefined;
   return (
     `${dtype} (dynamic int8) answers shift with their batch mates: the same input can score differently alone and batched ` +
-    '(docs/models.md, "Answers that do not depend on batch mates"); DTYPE=fp32 with a model that ships onnx/model.onnx answers the same whatever the batch'
+    '(docs/models.md, "Answers that do not depend on batch mates"); DTYPE=int8-row (int8 with a scale per row) or DTYPE=fp32 answers the same whatever the batch'
   );
 }
 

@@ -33,6 +33,9 @@ export const errorBodySchema = z.strictObject({
 });
 export type ErrorBody = z.infer<typeof errorBodySchema>;
 
+/** The longest error message a client is sent; messages name the first few offenders (firstFew) well within it. */
+const MESSAGE_CHARS_AT_MOST = 1000;
+
 export class ApiError extends Error {
   readonly status: number;
   constructor(
@@ -47,7 +50,8 @@ export class ApiError extends Error {
     // refused request makes one, so the stack is not captured at all (a twentieth of a shed's cost).
     const stackFrames = Error.stackTraceLimit;
     Error.stackTraceLimit = 0;
-    super(message);
+    // Bounded whatever a message quotes of a request: an error never echoes a request at length.
+    super(message.length > MESSAGE_CHARS_AT_MOST ? `${message.slice(0, MESSAGE_CHARS_AT_MOST)}…` : message);
     Error.stackTraceLimit = stackFrames;
     this.name = 'ApiError';
     this.status = ERROR_STATUS[type];

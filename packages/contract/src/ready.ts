@@ -35,6 +35,14 @@ const readyModelSchema = z.strictObject({
   download: readyDownloadSchema.optional().meta(d('loading: the download of its furthest-along worker')),
   revision: z.string().optional().meta(d('served: the hub revision (commit id) its workers loaded, where they agree')),
   weights_sha256: z.string().optional().meta(d('served: the sha256 of the weights file its workers loaded, where they agree')),
+  weights_file: z
+    .string()
+    .optional()
+    .meta(
+      d(
+        'served: what its workers run, where they agree: the weights file, or the file an int8-row file was written from and the rewrite (onnx/model.onnx+int8-row-v1)',
+      ),
+    ),
 });
 export type ReadyModel = z.infer<typeof readyModelSchema>;
 

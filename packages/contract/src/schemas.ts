@@ -233,13 +233,30 @@ export const inferenceRequestSchema = z
 
 /** Turns zod issues into one sentence a client can act on; paths are prefixed with `prefix` (e.g. "parameters"). */
 export function describeIssues(error: z.ZodError, prefix?: string): string {
-  return flatten(error.issues)
-    .map((issue) => {
-      const path = [...(prefix ? [prefix] : []), ...issue.path.map(String)].join('.') || 'body';
-      if (issue.code === 'unrecognized_keys') return `${path}: unknown field(s) ${issue.keys.map((k) => `"${k}"`).join(', ')}`;
-      return `${path}: ${issue.message}`;
-    })
-    .join('; ');
+  const sentences = flatten(error.issues).map((issue) => {
+    const path = clip([...(prefix ? [prefix] : []), ...issue.path.map(String)].join('.')) || 'body';
+    if (issue.code === 'unrecognized_keys') return `${path}: unknown field(s) ${firstFew(issue.keys.map((k) => `"${clip(k)}"`))}`;
+    return `${path}: ${issue.message}`;
+  });
+  return firstFew(sentences, '; ');
+}
+
+/**
+ * How many offenders an error names: a request with 50,000 unknown keys is told of the first few
+ * and how many more, not echoed back whole (each named one clipped too).
+ */
+const NAMED_AT_MOST = 5;
+const NAME_CHARS_AT_MOST = 64;
+
+/** `items` joined, the first few of them, and how many were left out. */
+function firstFew(items: string[], separator = ', '): string {
+  const named = items.slice(0, NAMED_AT_MOST).join(separator);
+  return items.length > NAMED_AT_MOST ? `${named}${separator}and ${items.length - NAMED_AT_MOST} more` : named;
+}
+
+/** A client's text as an error names it: at most NAME_CHARS_AT_MOST characters. */
+export function clip(text: string): string {
+  return text.length > NAME_CHARS_AT_MOST ? `${text.slice(0, NAME_CHARS_AT_MOST)}…` : text;
 }
 
 /**

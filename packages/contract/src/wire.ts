@@ -227,6 +227,8 @@ export interface WorkerInfo {
   revision?: string;
   /** sha256 (hex) of the ONNX weights file loaded, computed once at load. */
   weightsSha256?: string;
+  /** What runs, relative to the model's folder: the file transformers.js names for the dtype, or for int8-row the file it was written from and the rewrite (`onnx/model.onnx+int8-row-v1`). */
+  weightsFile?: string;
   /** The worker process's resident memory at its last beat, in bytes. */
   rssBytes?: number;
   /** The most resident memory the worker process has held since it started, in bytes (Linux: VmHWM). */

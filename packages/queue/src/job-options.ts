@@ -21,6 +21,9 @@ export function outcomesKeptMs(resultPollMs: number): number {
   return Math.max(10, Math.ceil((5 * resultPollMs) / 1000)) * 1000;
 }
 
+/** How long a failed job (its requests' inputs among its data) is kept, for the dashboard. */
+export const FAILED_KEPT_MS = 600_000;
+
 /** Options of the jobs a gateway adds; `resultPollMs` is its fallback poll period. */
 export function jobOptions(resultPollMs: number) {
   return {
@@ -29,6 +32,6 @@ export function jobOptions(resultPollMs: number) {
     attempts: 1,
     removeOnComplete: { age: outcomesKeptMs(resultPollMs) / 1000, count: COMPLETED_KEPT },
     // Failures stay longer, for the dashboard; they are few and hold no outcomes.
-    removeOnFail: { age: 600, count: 10000 },
+    removeOnFail: { age: FAILED_KEPT_MS / 1000, count: 10000 },
   };
 }

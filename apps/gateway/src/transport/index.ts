@@ -1,10 +1,11 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { ApiError, type CancelNotice, type Priority, type QueuedRequest, type ReadRequestOutcome, type RequestOutcome } from '@tserve/contract';
-import { keys } from '@tserve/queue';
+import { FAILED_KEPT_MS, keys, outcomesKeptMs } from '@tserve/queue';
 import { EnqueueCoalescer, Withdrawn } from './coalescer.js';
 import { QueueSet } from './queues.js';
 import { OutcomeWaiters } from './waiters.js';
+import { RetentionSweep } from './retention.js';
 
 /** Where a request whose client left was dropped: before it reached Redis, or queued (the worker skips it). */
 export type AbandonedAt = 'gateway' | 'queue';
@@ -27,6 +28,8 @@ export interface TransportOptions {
   gatewayId: string;
   /** Fallback read period (RESULT_POLL_MS); also sets how long finished jobs are kept. */
   resultPollMs: number;
+  /** How long a job may wait unrun before every request in it is past its deadline (REQUEST_TIMEOUT_MS). */
+  unrunMs: number;
 }
 
 export interface TransportParts {
@@ -38,6 +41,8 @@ export interface TransportParts {
   batchSize: (model: string) => number;
   /** Whether this gateway has requests for the model outstanding beyond the `sending` going out now. */
   othersOutstanding: (model: string, sending: number) => boolean;
+  /** The models served now: their queues are swept too, where this gateway has sent nothing yet (started after traffic stopped). */
+  served: () => string[];
   /** Every Redis write of a request goes through the breaker, which fails fast while Redis is down. */
   guard: <T>(call: () => Promise<T>) => Promise<T>;
   logger: Logger;
@@ -53,6 +58,9 @@ export class Transport {
   private readonly queues: QueueSet;
   private readonly waiters: OutcomeWaiters;
   private readonly coalescer: EnqueueCoalescer;
+  private readonly retention: RetentionSweep;
+  /** How long a completed job is kept; the sweep runs every half of it. */
+  private readonly completedMs: number;
   private readonly redis: Redis;
   private readonly prefix: string;
   /** Requests abandoned by their clients, per model and place; outcomes workers skipped, per model. */
@@ -85,10 +93,18 @@ export class Transport {
       (model, outcome) => this.unclaimed(model, outcome),
       (jobIds) => this.coalescer.taken(jobIds),
     );
+    this.completedMs = outcomesKeptMs(options.resultPollMs);
+    this.retention = new RetentionSweep(
+      () => [...new Set([...parts.served().map((model) => this.queues.get(model)), ...this.queues.all()])],
+      { completedMs: this.completedMs, failedMs: FAILED_KEPT_MS, unrunMs: options.unrunMs },
+      parts.logger,
+    );
   }
 
   async start(): Promise<void> {
     await this.waiters.start();
+    // Every half keep period: a finished job is gone within one and a half of them (docs/protocol.md).
+    this.retention.start(this.completedMs / 2);
   }
 
   /**
@@ -134,6 +150,7 @@ export class Transport {
   }
 
   async stop(): Promise<void> {
+    this.retention.stop();
     await this.waiters.stop();
     await this.queues.close();
   }

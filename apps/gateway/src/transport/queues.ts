@@ -43,6 +43,11 @@ export class QueueSet {
     });
   }
 
+  /** Every model's queue this gateway has used. */
+  all(): Queue[] {
+    return [...this.queues.values()];
+  }
+
   get(model: string): Queue {
     let queue = this.queues.get(model);
     if (!queue) {
@@ -70,11 +75,13 @@ export class QueueSet {
 
   /**
    * What a finished job holds, for the fallback read: its outcomes, or its failure given to each of
-   * its requests. Undefined while it is not finished, and once its record has expired.
+   * its requests. Undefined while it is not finished, and once its record has expired; 'lost' once
+   * Redis no longer holds the job at all (restarted empty, or the job evicted).
    */
-  async finished(model: string, jobId: string): Promise<ReadJobOutcome | undefined> {
+  async finished(model: string, jobId: string): Promise<ReadJobOutcome | 'lost' | undefined> {
     const job = await Job.fromId(this.get(model), jobId);
-    if (!job?.finishedOn) return undefined;
+    if (!job) return 'lost';
+    if (!job.finishedOn) return undefined;
     const value = jobReturnSchema.safeParse(job.returnvalue);
     if (value.success && value.data.kind === 'outcome') return value.data;
     if (value.success) {

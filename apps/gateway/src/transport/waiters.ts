@@ -17,8 +17,12 @@ interface Waiter {
   timer: NodeJS.Timeout;
 }
 
-/** A finished job's outcomes, read where BullMQ or the worker recorded them; undefined while there are none. */
-export type ReadFinished = (model: string, jobId: string) => Promise<ReadJobOutcome | undefined>;
+/** A finished job's outcomes, read where BullMQ or the worker recorded them; undefined while there are none; 'lost' once the job is gone. */
+export type ReadFinished = (model: string, jobId: string) => Promise<ReadJobOutcome | 'lost' | undefined>;
+
+/** A request whose job Redis no longer holds: nothing will answer it, so it is answered now, not at its deadline. */
+const jobLost = () =>
+  new ApiError('unavailable', 'the request was lost with its job: Redis no longer holds it (restarted empty, or evicted it under maxmemory); retry', 1);
 
 /**
  * Delivers each request's outcome to the request waiting for it, by request id.
@@ -115,6 +119,17 @@ export class OutcomeWaiters {
     this.onTaken([job]);
   }
 
+  /** Fails every request waiting on `job` with `error`; the coalescer hears of the job as taken, as for a finished one. */
+  private failJob(job: JobRef, error: ApiError): void {
+    for (const [id, waiter] of this.waiters) {
+      if (waiter.job?.id !== job.id || waiter.job.model !== job.model) continue;
+      clearTimeout(waiter.timer);
+      this.waiters.delete(id);
+      waiter.reject(error);
+    }
+    this.onTaken([job.id]);
+  }
+
   private onMessage(text: string): void {
     let parsed: unknown;
     try {
@@ -153,7 +168,8 @@ export class OutcomeWaiters {
   private async read(job: JobRef): Promise<void> {
     try {
       const finished = await this.readFinished(job.model, job.id);
-      if (finished) this.deliverJob(finished);
+      if (finished === 'lost') this.failJob(job, jobLost());
+      else if (finished) this.deliverJob(finished);
     } catch {
       // Redis unreachable: read again at the next poll; the requests wait until their deadline.
     }

@@ -55,8 +55,8 @@ export function leastJsonBytes(value: unknown, limit: number, counted = 0): numb
 /**
  * Where the outcomes of the jobs this worker holds go. They are gathered by job; a job is settled
  * once all its requests have outcomes: published to the gateway waiting for it (clients are
- * waiting) and recorded as the BullMQ job's return value for the gateway's fallback read, both in
- * one round trip. Outcomes too large for one message are recorded first, under a key of their own,
+ * waiting) first, then recorded as the BullMQ job's return value for the gateway's fallback read.
+ * Outcomes too large for one message are recorded first, under a key of their own,
  * and the gateway is then told to read them (JobRecorded).
  */
 export class Settling implements OutcomeSink {
@@ -132,9 +132,15 @@ export class Settling implements OutcomeSink {
     await Promise.allSettled(this.settling);
   }
 
-  /** Publishes a job's outcome to its gateway and records it for the fallback read, in one round trip. */
-  private publishAndRecord(work: Work, result: JobOutcome, message: string): Promise<Array<PromiseSettledResult<unknown>>> {
-    return Promise.allSettled([this.publisher.publish(work.replyTo, message), this.store(work, result)]);
+  /**
+   * Publishes a job's outcome to its gateway, then records it for the fallback read. The record waits
+   * for the publish's reply: sent together, the record (BullMQ's completion, the costliest script of
+   * a job) was run by Redis first, and the client waited for it.
+   */
+  private async publishAndRecord(work: Work, result: JobOutcome, message: string): Promise<Array<PromiseSettledResult<unknown>>> {
+    const [published] = await Promise.allSettled([this.publisher.publish(work.replyTo, message)]);
+    const [stored] = await Promise.allSettled([this.store(work, result)]);
+    return [published, stored];
   }
 
   /**
