@@ -14,6 +14,7 @@ import { out, type Field } from '../../apps/worker/src/int8-row/protobuf.ts';
 import { initializer, parseModel, serializeModel, TensorType, type OnnxNode } from '../../apps/worker/src/int8-row/onnx.ts';
 import { quantizeColumns, RewriteError, rowsFromFp32, rowsFromQ8 } from '../../apps/worker/src/int8-row/rewrite.ts';
 import { int8RowWeights } from '../../apps/worker/src/int8-row/index.ts';
+import { dropSoftmaxNanGuards } from '../../apps/worker/src/int8-row/nan-guards.ts';
 
 const K = 16;
 const N = 8;
@@ -153,6 +154,32 @@ describe('int8-row rewrite', () => {
     assert.throws(() => rewrite(floatModel(), rowsFromQ8), RewriteError);
     assert.throws(() => rewrite(q8Model().bytes, rowsFromFp32), RewriteError);
     assert.throws(() => rewrite(floatModel(10), rowsFromFp32), /opset 11/);
+  });
+
+  it("drops a Softmax's NaN guard, Where(IsNaN(p), 0, p), and answers the same", async () => {
+    const guarded = (zero: number) =>
+      model(
+        [
+          node('Softmax', ['x'], ['p'], [{ name: 'axis', int: -1 }]),
+          node('IsNaN', ['p'], ['nan']),
+          node('Where', ['nan', 'zero', 'p'], ['guarded']),
+          node('MatMul', ['guarded', 'w'], ['y']),
+        ],
+        [
+          initializer('w', TensorType.FLOAT, [K, N], new Uint8Array(WEIGHT.buffer)),
+          initializer('zero', TensorType.FLOAT, [], new Uint8Array(Float32Array.of(zero).buffer)),
+        ],
+      );
+    const m = parseModel(guarded(0));
+    assert.equal(dropSoftmaxNanGuards(m), 1);
+    assert.deepEqual(
+      m.nodes.map((n) => n.opType),
+      ['Softmax', 'Identity', 'MatMul'],
+    );
+    const without = serializeModel(m);
+    assert.deepEqual(await run(without, [...ROWS, LOUD]), await run(guarded(0), [...ROWS, LOUD]));
+    // The test can fail: a Where that puts anything but 0 in place of NaN is not a guard to drop.
+    assert.equal(dropSoftmaxNanGuards(parseModel(guarded(1))), 0);
   });
 
   it('quantizes weights per output column: each column uses the full int8 range', () => {

@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { sha256File } from '../download.js';
 import { parseModel, serializeModel } from './onnx.js';
+import { dropSoftmaxNanGuards } from './nan-guards.js';
 import { REWRITE, rowsFromFp32, rowsFromQ8, type RewriteReport } from './rewrite.js';
 
 export { RewriteError } from './rewrite.js';
@@ -21,7 +22,7 @@ export interface RowWeights {
   source: { file: string; sha256: string };
   rewrite: typeof REWRITE;
   /** What this start rewrote; undefined where the file was already there. */
-  written?: RewriteReport;
+  written?: RewriteReport & { nanGuards: number };
 }
 
 /** Errors of writing into a folder the worker may only read (a read-only volume, as compose and Kubernetes mount models). */
@@ -47,7 +48,7 @@ export async function int8RowWeights(dir: string, source: { file: string; sha256
     if (fs.existsSync(path.join(folder, file))) return { ...weights, dir: folder, sha256: await sha256File(path.join(folder, file)) };
   }
   const model = parseModel(await fs.promises.readFile(path.join(dir, source.file)));
-  const written = source.from === 'fp32' ? rowsFromFp32(model) : rowsFromQ8(model);
+  const written = { ...(source.from === 'fp32' ? rowsFromFp32(model) : rowsFromQ8(model)), nanGuards: dropSoftmaxNanGuards(model) };
   const bytes = serializeModel(model);
   const sha256 = crypto.createHash('sha256').update(bytes).digest('hex');
   try {

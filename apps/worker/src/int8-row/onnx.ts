@@ -11,6 +11,7 @@ const MODEL_OPSET_IMPORT = 8;
 const GRAPH_NODE = 1;
 const GRAPH_INITIALIZER = 5;
 const GRAPH_INPUT = 11;
+const GRAPH_OUTPUT = 12;
 const GRAPH_VALUE_INFO = 13;
 
 export const TensorType = { FLOAT: 1, UINT8: 2, INT8: 3, INT32: 6, INT64: 7 } as const;
@@ -161,4 +162,21 @@ export function floatTensor(init: Initializer): FloatTensor | undefined {
     new Uint8Array(data.buffer).set(bytes.subarray(0, count * 4));
   }
   return { dims, data };
+}
+
+/** A Constant node's float value, or undefined for any other type or form. */
+export function constantTensor(node: OnnxNode): FloatTensor | undefined {
+  if (!node.field) return undefined;
+  // NodeProto attribute (5): AttributeProto name (1), t (5).
+  for (const attribute of decodeFields(node.field.value as Uint8Array).filter((f) => f.no === 5)) {
+    const fields = decodeFields(attribute.value as Uint8Array);
+    const tensor = fields.find((f) => f.no === 5);
+    if (named(fields, 1) === 'value' && tensor) return floatTensor({ name: node.outputs[0], field: tensor });
+  }
+  return undefined;
+}
+
+/** The names of the graph's outputs. */
+export function graphOutputs(model: OnnxModel): Set<string> {
+  return new Set(model.graphFields.filter((f) => f.no === GRAPH_OUTPUT).map((f) => named(decodeFields(f.value as Uint8Array), 1)));
 }

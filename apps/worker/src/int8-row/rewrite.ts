@@ -7,7 +7,7 @@ import { floatTensor, initializer, TensorType, type OnnxModel, type OnnxNode } f
  * (DynamicQuantizeLinear) takes one scale for the whole input tensor instead.
  *
  * The row quantizer is symmetric: scale = max|x| / 127 over the last axis, q = round(x / scale)
- * + 128 as uint8 with zero point 128, so MatMulInteger runs its u8 x s8 kernel. Its scale is
+ * + 128 as uint8 with zero point 128 (QuantizeLinear), so MatMulInteger runs its u8 x s8 kernel. Its scale is
  * [..., rows, 1], which broadcasts wherever the per-tensor scalar did.
  */
 
@@ -62,29 +62,27 @@ class Builder {
   /** Quantizes `x` per row into `q` (uint8), `scale` (float, [..., 1]); the zero point is 128. */
   rowQuantizer(x: string, q: string, scale: string): void {
     const n = (what: string) => this.name(what);
-    const [abs, max, safe, inverse, scaled, rounded, shifted] = ['abs', 'max', 'safe', 'inverse', 'scaled', 'rounded', 'shifted'].map(n);
-    this.node('Abs', [x], [abs]);
-    // ReduceMax took its axes as an attribute before opset 18 and as an input since.
-    if (this.model.opset >= 18) this.node('ReduceMax', [abs, this.constant(TensorType.INT64, [-1])], [max], [{ name: 'keepdims', int: 1 }]);
-    else
-      this.node(
-        'ReduceMax',
-        [abs],
-        [max],
-        [
-          { name: 'axes', ints: [-1] },
-          { name: 'keepdims', int: 1 },
-        ],
-      );
+    const [max, min, negated, safe, inverse, scaled] = ['max', 'min', 'negated', 'safe', 'inverse', 'scaled'].map(n);
+    // max|x| as the larger of max and -min: two reads of x, where Abs would write a copy of it first.
+    this.reduce('ReduceMax', x, max);
+    this.reduce('ReduceMin', x, min);
+    this.node('Neg', [min], [negated]);
     // An all-zero row (padding can be one) would divide by zero; any positive scale quantizes it to zeros.
-    this.node('Max', [max, this.constant(TensorType.FLOAT, 1e-30)], [safe]);
+    this.node('Max', [max, negated, this.constant(TensorType.FLOAT, 1e-30)], [safe]);
     this.node('Div', [this.constant(TensorType.FLOAT, 127), safe], [inverse]);
     this.node('Mul', [safe, this.constant(TensorType.FLOAT, 1 / 127)], [scale]);
-    // |x| <= max|x| of its row, so x * 127 / max|x| rounds into [-127, 127]: no Clip needed.
+    // |x| <= max|x| of its row, so x * 127 / max|x| lies in [-127, 127]. QuantizeLinear with a scale
+    // of 1 then rounds, shifts by 128 and casts in one pass that ONNX Runtime spreads over its
+    // threads; given the row scales along an axis (opset 13), it would run on one thread.
     this.node('Mul', [x, inverse], [scaled]);
-    this.node('Round', [scaled], [rounded]);
-    this.node('Add', [rounded, this.constant(TensorType.FLOAT, 128)], [shifted]);
-    this.node('Cast', [shifted], [q], [{ name: 'to', int: TensorType.UINT8 }]);
+    this.node('QuantizeLinear', [scaled, this.constant(TensorType.FLOAT, 1), this.zeroPoint()], [q]);
+  }
+
+  /** A reduction over the last axis, kept: its axes are an attribute before opset 18 and an input since. */
+  private reduce(opType: 'ReduceMax' | 'ReduceMin', x: string, result: string): void {
+    const keep = { name: 'keepdims', int: 1 };
+    if (this.model.opset >= 18) this.node(opType, [x, this.constant(TensorType.INT64, [-1])], [result], [keep]);
+    else this.node(opType, [x], [result], [{ name: 'axes', ints: [-1] }, keep]);
   }
 
   zeroPoint(): string {
@@ -93,7 +91,7 @@ class Builder {
 }
 
 function checkOpset(model: OnnxModel): void {
-  // Round came in opset 11.
+  // ReduceMax and ReduceMin over a negative axis, as the rewrite writes them, came in opset 11.
   if (model.opset < 11) throw new RewriteError(`int8-row needs opset 11 or later; the model has opset ${model.opset}`);
 }
 
