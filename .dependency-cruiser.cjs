@@ -1,5 +1,6 @@
 // The layering rule: apps are leaves that may import packages/*, never each other; packages never
-// import apps; BullMQ stays behind each app's transport/; and no module imports itself back through others.
+// import apps; BullMQ stays behind each app's transport/; the gateway's rooms import only the stages
+// before theirs; and no module imports itself back through others.
 /** @type {import('dependency-cruiser').IConfiguration} */
 module.exports = {
   forbidden: [
@@ -23,6 +24,50 @@ module.exports = {
       severity: 'error',
       from: { path: '^(apps|packages)/[^/]+/src/', pathNot: '^apps/[^/]+/src/transport/' },
       to: { path: 'node_modules/bullmq/' },
+    },
+    // The gateway's rooms, by the stage of a request's trip (docs/architecture.md, "Gateway").
+    {
+      name: 'gateway-http-imports-a-room',
+      comment: 'http/ is what every stage stands on (the server, errors, request ids); it imports no other room.',
+      severity: 'error',
+      from: { path: '^apps/gateway/src/http/' },
+      to: { path: '^apps/gateway/src/(protocols|admission|serving|transport|ops|cli)/' },
+    },
+    {
+      name: 'gateway-protocol-imports-a-protocol',
+      comment:
+        "A protocol imports another protocol, or ops/; what two protocols share lives in serving/, a protocol's own helpers carry its name (kserve-binary.ts).",
+      severity: 'error',
+      from: { path: '^apps/gateway/src/protocols/([a-z]+)' },
+      to: { path: '^apps/gateway/src/(protocols|ops)/', pathNot: '^apps/gateway/src/protocols/$1[.-]' },
+    },
+    {
+      name: 'gateway-admission-imports-a-later-stage',
+      comment: 'admission/ decides whether a request may enter; it knows nothing of protocols, serving, the transport or ops.',
+      severity: 'error',
+      from: { path: '^apps/gateway/src/admission/' },
+      to: { path: '^apps/gateway/src/(protocols|serving|transport|ops|cli)/' },
+    },
+    {
+      name: 'gateway-serving-imports-protocols-or-ops',
+      comment: 'serving/ answers every protocol alike, and ops/ reads it, never the reverse.',
+      severity: 'error',
+      from: { path: '^apps/gateway/src/serving/' },
+      to: { path: '^apps/gateway/src/(protocols|ops|cli)/' },
+    },
+    {
+      name: 'gateway-transport-imports-a-room',
+      comment: 'transport/ is the one module on BullMQ; it imports no room but http/.',
+      severity: 'error',
+      from: { path: '^apps/gateway/src/transport/' },
+      to: { path: '^apps/gateway/src/(protocols|admission|serving|ops|cli)/' },
+    },
+    {
+      name: 'gateway-room-imports-the-root',
+      comment: 'main.ts, gateway.ts and app.ts build the gateway from the rooms; a room never imports them.',
+      severity: 'error',
+      from: { path: '^apps/gateway/src/[^/]+/' },
+      to: { path: '^apps/gateway/src/[^/]+\\.ts$' },
     },
     {
       name: 'no-cycle',

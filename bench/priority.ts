@@ -9,7 +9,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { createKey } from '../apps/gateway/src/api-keys.ts';
+import { createKey } from '../apps/gateway/src/admission/api-keys.ts';
 import { BenchSystem } from './lib/system.ts';
 import { runLoad } from './lib/load.ts';
 import { summarize, type Summary } from './lib/stats.ts';

@@ -17,7 +17,7 @@ import { CLASSIFIER as MODEL, NER as OTHER } from './helpers/replicas.ts';
 
 /** Runs the real key command; returns the key it printed once. */
 function makeKey(file: string, name: string, ...flags: string[]): string {
-  const run = spawnSync(process.execPath, [path.join(ROOT, 'apps/gateway/dist/keys-cli.js'), 'create', '--name', name, '--file', file, ...flags], {
+  const run = spawnSync(process.execPath, [path.join(ROOT, 'apps/gateway/dist/cli/keys-cli.js'), 'create', '--name', name, '--file', file, ...flags], {
     encoding: 'utf8',
   });
   assert.equal(run.status, 0, run.stderr);
@@ -30,7 +30,7 @@ function secretOf(token: string): string {
 }
 
 function keysCommand(...args: string[]): void {
-  const run = spawnSync(process.execPath, [path.join(ROOT, 'apps/gateway/dist/keys-cli.js'), ...args], { encoding: 'utf8' });
+  const run = spawnSync(process.execPath, [path.join(ROOT, 'apps/gateway/dist/cli/keys-cli.js'), ...args], { encoding: 'utf8' });
   assert.equal(run.status, 0, run.stderr);
 }
 

@@ -1,9 +1,9 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { ApiError } from '@tserve/contract';
-import { BodyBudget, QueueDepth, depthLimit, depthRefusal, sizeRefusal, type OverloadLimits } from '../../apps/gateway/src/overload.ts';
-import { Admission } from '../../apps/gateway/src/admission.ts';
-import type { BreakerState, RedisBreaker } from '../../apps/gateway/src/breaker.ts';
+import { BodyBudget, QueueDepth, depthLimit, depthRefusal, sizeRefusal, type OverloadLimits } from '../../apps/gateway/src/admission/overload.ts';
+import { Admission } from '../../apps/gateway/src/admission/admission.ts';
+import type { BreakerState, RedisBreaker } from '../../apps/gateway/src/admission/breaker.ts';
 
 const limits: OverloadLimits = { maxQueueDepth: 10, batchQueueShare: 0.5, maxInputsPerRequest: 8 };
 

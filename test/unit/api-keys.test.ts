@@ -1,6 +1,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { KeyStore, createKey, effectivePriority, keyAllows, parseKeyFile } from '../../apps/gateway/src/api-keys.ts';
+import { KeyStore, createKey, effectivePriority, keyAllows, parseKeyFile } from '../../apps/gateway/src/admission/api-keys.ts';
 
 // The secret is base64url, which may itself hold '_': it is all after the id.
 const secretOf = (token: string): string => token.split('_').slice(2).join('_');

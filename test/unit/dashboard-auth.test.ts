@@ -1,6 +1,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { DashboardAuth, isForeignWrite, readCookie } from '../../apps/gateway/src/dashboard-auth.ts';
+import { DashboardAuth, isForeignWrite, readCookie } from '../../apps/gateway/src/ops/dashboard-auth.ts';
 
 const basic = (user: string, password: string) => `Basic ${Buffer.from(`${user}:${password}`).toString('base64')}`;
 

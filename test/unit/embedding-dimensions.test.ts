@@ -1,6 +1,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { shorten } from '../../apps/gateway/src/protocols/embedding-dimensions.ts';
+import { shorten } from '../../apps/gateway/src/serving/embedding-dimensions.ts';
 
 describe('embedding dimensions (OpenAI and TEI `dimensions`)', () => {
   const vector = [0.6, 0.8, 0, 0];

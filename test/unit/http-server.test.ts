@@ -4,7 +4,7 @@ import { once } from 'node:events';
 import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import express, { type Express } from 'express';
-import { expressServer, slowClientTimeouts } from '../../apps/gateway/src/http-server.ts';
+import { expressServer, slowClientTimeouts } from '../../apps/gateway/src/http/http-server.ts';
 import { loadGatewayConfig } from '@tserve/config';
 
 describe('expressServer: requests born with the app’s prototypes', () => {

@@ -2,7 +2,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { EventEmitter } from 'node:events';
 import type http from 'node:http';
-import { UnreadAnswers, type UnreadReason } from '../../apps/gateway/src/unread-answers.ts';
+import { UnreadAnswers, type UnreadReason } from '../../apps/gateway/src/http/unread-answers.ts';
 
 /** An answer as UnreadAnswers sees it: bytes its socket has not taken, its idle timer, and destroy. */
 class Answer extends EventEmitter {

@@ -4,20 +4,20 @@ import type { Redis } from 'ioredis';
 import type { GatewayConfig } from '@tserve/config';
 import type { Tracing } from '@tserve/telemetry';
 import { createRedis, exchangeDepths, keys, whenReady } from '@tserve/queue';
-import { ModelRegistry } from './model-registry.js';
-import { QueueDepth, BodyBudget } from './overload.js';
-import { createRedisBreaker } from './breaker.js';
+import { ModelRegistry } from './serving/model-registry.js';
+import { QueueDepth, BodyBudget } from './admission/overload.js';
+import { createRedisBreaker } from './admission/breaker.js';
 import { Transport } from './transport/index.js';
-import { createSnapshot } from './snapshot.js';
-import { UnreadAnswers } from './unread-answers.js';
-import { createMetrics } from './metrics.js';
-import { KeyStore, parseKeyFile } from './api-keys.js';
-import { Quotas } from './quotas.js';
-import { Admission } from './admission.js';
-import { InferenceService } from './inference.js';
-import { ResponseCache } from './response-cache.js';
+import { createSnapshot } from './serving/snapshot.js';
+import { UnreadAnswers } from './http/unread-answers.js';
+import { createMetrics } from './ops/metrics.js';
+import { KeyStore, parseKeyFile } from './admission/api-keys.js';
+import { Quotas } from './admission/quotas.js';
+import { Admission } from './admission/admission.js';
+import { InferenceService } from './serving/inference.js';
+import { ResponseCache } from './serving/response-cache.js';
 import { createApp } from './app.js';
-import { GatewayTracing } from './tracing.js';
+import { GatewayTracing } from './serving/tracing.js';
 
 /** A start-up failure whose message says all a user needs: printed alone, no stack. */
 export class StartupError extends Error {}

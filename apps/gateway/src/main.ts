@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // First: it sets a V8 flag before any other module allocates.
-import './heap-flags.js';
+import './http/heap-flags.js';
 import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
@@ -9,9 +9,9 @@ import { ConfigError, formatHelp, loadGatewayConfig } from '@tserve/config';
 import { startTracing, TracingConfigError } from '@tserve/telemetry';
 import { createGateway, StartupError } from './gateway.js';
 import { ROUTES } from './app.js';
-import { expressServer, slowClientTimeouts } from './http-server.js';
-import { capConnectionsPerClient } from './client-connections.js';
-import { answerMalformedRequests } from './malformed-requests.js';
+import { expressServer, slowClientTimeouts } from './http/http-server.js';
+import { capConnectionsPerClient } from './http/client-connections.js';
+import { answerMalformedRequests } from './http/malformed-requests.js';
 
 if (process.argv.includes('--help') || process.argv.includes('-h')) {
   process.stdout.write(

@@ -24,7 +24,7 @@ export const ERROR_STATUS = {
 
 export type ErrorType = keyof typeof ERROR_STATUS;
 
-/** The native error body; the OpenAPI document (apps/gateway/src/openapi.ts) describes it from this schema. */
+/** The native error body; the OpenAPI document (apps/gateway/src/ops/openapi.ts) describes it from this schema. */
 export const errorBodySchema = z.strictObject({
   error: z.string(),
   error_type: z.enum(Object.keys(ERROR_STATUS) as [ErrorType, ...ErrorType[]]),

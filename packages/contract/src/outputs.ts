@@ -3,7 +3,7 @@ import type { Task } from './schemas.js';
 
 /**
  * What a worker answers for one input of each task, as the Inference API and the transformers
- * pipelines shape it. The OpenAPI document (apps/gateway/src/openapi.ts) describes the task routes'
+ * pipelines shape it. The OpenAPI document (apps/gateway/src/ops/openapi.ts) describes the task routes'
  * answers from these, and its contract test checks real answers against them.
  */
 

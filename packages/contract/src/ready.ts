@@ -3,7 +3,7 @@ import { TASKS } from './schemas.js';
 
 /**
  * The bodies of the health routes, as zod schemas: the gateway types its answers with them and the
- * OpenAPI document (apps/gateway/src/openapi.ts) describes them from them.
+ * OpenAPI document (apps/gateway/src/ops/openapi.ts) describes them from them.
  */
 
 const d = (description: string) => ({ description });

@@ -1,6 +1,6 @@
 import { isUtf8 } from 'node:buffer';
 import { ApiError } from '@tserve/contract';
-import { invalidUtf8, malformedJson } from '../http-errors.js';
+import { invalidUtf8, malformedJson } from '../http/http-errors.js';
 
 /**
  * Triton's binary tensor data extension to the v2 protocol, which Triton's own HTTP client uses by

@@ -1,12 +1,12 @@
 import type { IRouter, Request } from 'express';
 import { z } from 'zod';
 import { ApiError, applyScoreFunction, describeIssues, type Priority } from '@tserve/contract';
-import type { ServedModel } from '../model-registry.js';
-import type { Snapshot } from '../snapshot.js';
-import { errorHandler, type ErrorFormat } from '../http-errors.js';
-import { rawBody, runModelCall, servedModel, wildcardPath, type ProtocolParts } from '../model-call.js';
+import type { ServedModel } from '../serving/model-registry.js';
+import type { Snapshot } from '../serving/snapshot.js';
+import { errorHandler, type ErrorFormat } from '../http/http-errors.js';
+import { rawBody, runModelCall, servedModel, wildcardPath, type ProtocolParts } from '../serving/model-call.js';
 import { HEADER_LENGTH, readInferBody, writeInferResponse, type OutputTensor } from './kserve-binary.js';
-import { modelConfig, modelStats, type Statistics, type TritonModel } from './triton.js';
+import { modelConfig, modelStats, type Statistics, type TritonModel } from './kserve-triton.js';
 
 /**
  * The KServe v2 / Open Inference Protocol over HTTP (what Triton speaks): health, server and model

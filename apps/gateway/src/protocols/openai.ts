@@ -1,10 +1,10 @@
 import type { IRouter } from 'express';
 import { z } from 'zod';
 import { ApiError, describeIssues, type ErrorType } from '@tserve/contract';
-import type { ServedModel } from '../model-registry.js';
-import { errorHandler, type ErrorFormat } from '../http-errors.js';
-import { jsonBody, runModelCall, wildcardPath, type ProtocolParts } from '../model-call.js';
-import { shorten } from './embedding-dimensions.js';
+import type { ServedModel } from '../serving/model-registry.js';
+import { errorHandler, type ErrorFormat } from '../http/http-errors.js';
+import { jsonBody, runModelCall, wildcardPath, type ProtocolParts } from '../serving/model-call.js';
+import { shorten } from '../serving/embedding-dimensions.js';
 
 /**
  * OpenAI's embeddings API (`POST /v1/embeddings`, `GET /v1/models`), so that the `openai` clients,

@@ -1,10 +1,10 @@
 import type { IRouter, Request, Response } from 'express';
 import { z } from 'zod';
 import { ApiError, batchWarning, describeIssues, TASKS, type ErrorType } from '@tserve/contract';
-import type { ServedModel } from '../model-registry.js';
-import { BodyTooLarge, errorHandler, type ErrorFormat } from '../http-errors.js';
-import { jsonBody, runModelCall, servedModel, type ProtocolParts } from '../model-call.js';
-import { shorten } from './embedding-dimensions.js';
+import type { ServedModel } from '../serving/model-registry.js';
+import { BodyTooLarge, errorHandler, type ErrorFormat } from '../http/http-errors.js';
+import { jsonBody, runModelCall, servedModel, type ProtocolParts } from '../serving/model-call.js';
+import { shorten } from '../serving/embedding-dimensions.js';
 
 /**
  * Hugging Face text-embeddings-inference's API: `/embed`, `/predict`, `/rerank`, `/tokenize`,

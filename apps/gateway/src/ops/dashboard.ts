@@ -4,10 +4,10 @@ import { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
 import { ExpressAdapter } from '@bull-board/express';
 import { ApiError } from '@tserve/contract';
 import { ConfigError, type GatewayConfig } from '@tserve/config';
-import type { Transport } from './transport/index.js';
-import type { Snapshot } from './snapshot.js';
+import type { Transport } from '../transport/index.js';
+import type { Snapshot } from '../serving/snapshot.js';
 import { labelRoute } from './metrics.js';
-import { sendError } from './http-errors.js';
+import { sendError } from '../http/http-errors.js';
 import { DashboardAuth, isForeignWrite, readCookie } from './dashboard-auth.js';
 
 export const DASHBOARD_PATH = '/admin/queues';

@@ -2,9 +2,9 @@ import type { Request, RequestHandler, Response } from 'express';
 import type { Level, Logger } from 'pino';
 import { routeOf } from './metrics.js';
 import { DASHBOARD_PATH } from './dashboard.js';
-import { requestIdOf } from './request-id.js';
-import { admittedOf } from './admission.js';
-import { answeredError } from './http-errors.js';
+import { requestIdOf } from '../http/request-id.js';
+import { admittedOf } from '../admission/admission.js';
+import { answeredError } from '../http/http-errors.js';
 
 /** Polled by probes, scrapers and the dashboard's own page: at info they would drown the requests that matter. */
 const QUIET_ROUTES = new Set(['/health', '/ready', '/metrics', DASHBOARD_PATH]);

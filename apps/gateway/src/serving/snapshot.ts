@@ -1,7 +1,7 @@
 import type { ModelDownload, Task, WorkerInfo } from '@tserve/contract';
 import type { ModelRegistry, ModelWeights } from './model-registry.js';
-import type { QueueDepth } from './overload.js';
-import type { BreakerState, RedisBreaker } from './breaker.js';
+import type { QueueDepth } from '../admission/overload.js';
+import type { BreakerState, RedisBreaker } from '../admission/breaker.js';
 
 /**
  * Where a model stands: served by live workers; loading (announced by workers still loading it);

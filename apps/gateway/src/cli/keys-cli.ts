@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { PRIORITIES, type Priority } from '@tserve/contract';
-import { createKey, parseKeyFile, type ApiKey } from './api-keys.js';
+import { createKey, parseKeyFile, type ApiKey } from '../admission/api-keys.js';
 
 const HELP = `tserve API keys: makes, lists and revokes keys in an API_KEYS_FILE.
 

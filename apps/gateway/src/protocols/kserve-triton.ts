@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { emptyInferenceStats, noDuration, type Duration, type InferenceStats, type WorkerInfo } from '@tserve/contract';
-import type { ServedModel } from '../model-registry.js';
+import type { ServedModel } from '../serving/model-registry.js';
 
 /**
  * Triton's extensions of the v2 protocol that its tools read: a model's configuration (model

@@ -1,9 +1,9 @@
 import type { ErrorRequestHandler, IRouter, NextFunction, Request, Response } from 'express';
 import { ApiError, describeIssues, inferenceRequestSchema, TASKS, type Task } from '@tserve/contract';
 import type { GatewayConfig } from '@tserve/config';
-import type { InferenceResult, InferenceService } from './inference.js';
-import type { Admission } from './admission.js';
-import { booleanHeader, isJson, jsonBody, runModelCall, textBody, wildcardPath } from './model-call.js';
+import type { InferenceResult, InferenceService } from '../serving/inference.js';
+import type { Admission } from '../admission/admission.js';
+import { booleanHeader, isJson, jsonBody, runModelCall, textBody, wildcardPath } from '../serving/model-call.js';
 
 /**
  * The body of an answer: one output for a single input, else the list. The Inference API answers a

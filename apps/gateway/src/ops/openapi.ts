@@ -16,10 +16,10 @@ import {
   type Task,
 } from '@tserve/contract';
 import type { GatewayConfig } from '@tserve/config';
-import { openAiSchemas } from './protocols/openai.js';
-import { teiSchemas } from './protocols/tei.js';
-import { kserveSchemas } from './protocols/kserve.js';
-import { tritonSchemas } from './protocols/triton.js';
+import { openAiSchemas } from '../protocols/openai.js';
+import { teiSchemas } from '../protocols/tei.js';
+import { kserveSchemas } from '../protocols/kserve.js';
+import { tritonSchemas } from '../protocols/kserve-triton.js';
 
 /**
  * The OpenAPI 3.1 description of every route, built from the zod schemas the routes validate

@@ -1,14 +1,14 @@
 import type { Request, RequestHandler, Response } from 'express';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { RequestTiming, WorkerInfo } from '@tserve/contract';
-import type { InferenceObserver } from './inference.js';
-import type { ApiKey } from './api-keys.js';
-import type { QuotaReason } from './quotas.js';
-import type { Snapshot } from './snapshot.js';
-import type { UnreadAnswers } from './unread-answers.js';
-import type { BodyBudget } from './overload.js';
-import type { Transport } from './transport/index.js';
-import type { ResponseCache } from './response-cache.js';
+import type { InferenceObserver } from '../serving/inference.js';
+import type { ApiKey } from '../admission/api-keys.js';
+import type { QuotaReason } from '../admission/quotas.js';
+import type { Snapshot } from '../serving/snapshot.js';
+import type { UnreadAnswers } from '../http/unread-answers.js';
+import type { BodyBudget } from '../admission/overload.js';
+import type { Transport } from '../transport/index.js';
+import type { ResponseCache } from '../serving/response-cache.js';
 
 /** Latencies of a server whose model calls take about a millisecond and whose deadline is tens of seconds. */
 const SECONDS_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];

@@ -16,8 +16,8 @@ import {
 } from '@tserve/contract';
 import type { GatewayConfig } from '@tserve/config';
 import type { ModelRegistry, ModelWeights, ServedModel } from './model-registry.js';
-import type { Admission } from './admission.js';
-import { SendFailed, type Transport } from './transport/index.js';
+import type { Admission } from '../admission/admission.js';
+import { SendFailed, type Transport } from '../transport/index.js';
 import type { ResponseCache } from './response-cache.js';
 import type { GatewayTracing } from './tracing.js';
 

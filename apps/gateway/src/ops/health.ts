@@ -1,7 +1,7 @@
 import type { IRouter } from 'express';
 import { ApiError, batchWarning, type BacklogBody, type ReadyBody, type ReadyModel } from '@tserve/contract';
 import { describeRedisCause, redisCauseOf } from '@tserve/queue';
-import type { GatewaySnapshot, ModelStatus, Snapshot } from './snapshot.js';
+import type { GatewaySnapshot, ModelStatus, Snapshot } from '../serving/snapshot.js';
 
 function readyModel(m: ModelStatus): ReadyModel {
   switch (m.state) {

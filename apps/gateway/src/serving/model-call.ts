@@ -4,11 +4,11 @@ import { ApiError, type Operation, type Priority } from '@tserve/contract';
 import type { GatewayConfig } from '@tserve/config';
 import type { Logger } from 'pino';
 import type { InferenceCall, InferenceResult, InferenceService } from './inference.js';
-import { admittedOf, type Admission } from './admission.js';
+import { admittedOf, type Admission } from '../admission/admission.js';
 import type { ModelRegistry, ServedModel } from './model-registry.js';
-import { requestIdOf } from './request-id.js';
-import { effectivePriority } from './api-keys.js';
-import { bodyRefusal } from './http-server.js';
+import { requestIdOf } from '../http/request-id.js';
+import { effectivePriority } from '../admission/api-keys.js';
+import { bodyRefusal } from '../http/http-server.js';
 
 /**
  * What every route that runs a model shares, whatever protocol it speaks: the JSON body parser,

@@ -5,8 +5,8 @@ import { QuotaExceeded, type QuotaReason, type QuotaState, type Quotas } from '.
 import type { RedisBreaker } from './breaker.js';
 import { depthRefusal, sizeRefusal, type BodyBudget, type OverloadLimits, type QueueDepth } from './overload.js';
 import { describeRedisCause, redisCauseOf } from '@tserve/queue';
-import { requestIdOf } from './request-id.js';
-import type { CountsBodyBytes } from './http-server.js';
+import { requestIdOf } from '../http/request-id.js';
+import type { CountsBodyBytes } from '../http/http-server.js';
 
 /**
  * "May this request enter?": the one place that decides it. Who is calling and what they may call
