@@ -69,6 +69,42 @@ module.exports = {
       from: { path: '^apps/gateway/src/[^/]+/' },
       to: { path: '^apps/gateway/src/[^/]+\\.ts$' },
     },
+    // The worker's rooms (docs/architecture.md, "Worker").
+    {
+      name: 'worker-model-imports-a-room',
+      comment: 'model/ loads and runs the model; it knows nothing of tasks, batches or the transport.',
+      severity: 'error',
+      from: { path: '^apps/worker/src/model/' },
+      to: { path: '^apps/worker/src/(tasks|pipeline|transport)/' },
+    },
+    {
+      name: 'worker-task-imports-the-pipeline',
+      comment: 'A task shapes one model call; batching and the transport are not its business.',
+      severity: 'error',
+      from: { path: '^apps/worker/src/tasks/' },
+      to: { path: '^apps/worker/src/(pipeline|transport)/' },
+    },
+    {
+      name: 'worker-pipeline-imports-the-transport',
+      comment: 'The pipeline declares what it needs of the transport (JobSource, OutcomeSink); main.ts hands it the transport.',
+      severity: 'error',
+      from: { path: '^apps/worker/src/pipeline/' },
+      to: { path: '^apps/worker/src/transport/', dependencyTypesNot: ['type-only'] },
+    },
+    {
+      name: 'worker-transport-imports-a-room',
+      comment: 'transport/ implements the types the pipeline declares, and imports nothing else of the worker.',
+      severity: 'error',
+      from: { path: '^apps/worker/src/transport/' },
+      to: { path: '^apps/worker/src/(model|tasks|pipeline)/', dependencyTypesNot: ['type-only'] },
+    },
+    {
+      name: 'worker-room-imports-the-root',
+      comment: 'main.ts builds the worker from the rooms; a room never imports it.',
+      severity: 'error',
+      from: { path: '^apps/worker/src/[^/]+/' },
+      to: { path: '^apps/worker/src/[^/]+\\.ts$' },
+    },
     {
       name: 'no-cycle',
       comment: 'An import cycle; break it by moving what both sides need into a module of its own.',

@@ -14,7 +14,7 @@ import { BenchSystem } from './lib/system.ts';
 import { runLoad, type LoadResult } from './lib/load.ts';
 import { loadInProcess, measureBatched } from './lib/inprocess.ts';
 import { craftText, loadTokenizer } from './lib/texts.ts';
-import { sessionOptions } from '../apps/worker/src/model.ts';
+import { sessionOptions } from '../apps/worker/src/model/model.ts';
 import { MODEL_DIR } from '../test/helpers/processes.ts';
 import { DISTURBED_PCT } from './lib/cpu.ts';
 

@@ -18,9 +18,9 @@ import http from 'node:http';
 import { ComposeProject, followLogs, httpRequest, inspect, jsonLines, logs, runOk, whyNoDocker } from './helpers/docker.ts';
 import { MODEL_DIR, waitFor } from './helpers/processes.ts';
 import { linkedModelDir } from './helpers/fp32-models.ts';
-import { dtypeFile, int8RowSource } from '../apps/worker/src/device.ts';
-import { int8RowWeights } from '../apps/worker/src/int8-row/index.ts';
-import { sha256File } from '../apps/worker/src/download.ts';
+import { dtypeFile, int8RowSource } from '../apps/worker/src/model/device.ts';
+import { int8RowWeights } from '../apps/worker/src/model/int8-row/index.ts';
+import { sha256File } from '../apps/worker/src/model/download.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const COMPOSE_FILE = path.join(ROOT, 'docker-compose.yml');

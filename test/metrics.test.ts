@@ -6,7 +6,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { processMemory, TestSystem, sleep, uniquePrefix, waitFor } from './helpers/system.ts';
 import { CLASSIFIER as MODEL } from './helpers/replicas.ts';
-import { containerLimits, defaultWorkerMemoryMiB } from '../apps/worker/src/container-limits.ts';
+import { containerLimits, defaultWorkerMemoryMiB } from '../apps/worker/src/model/container-limits.ts';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 

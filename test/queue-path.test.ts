@@ -14,7 +14,7 @@ import { Redis } from 'ioredis';
 import { EVENTS_KEPT, announceWorker, keys, queueNameFor, withdrawWorker } from '@tserve/queue';
 import { PROTOCOL, type JobData, type ReadyBody, type WorkerInfo } from '@tserve/contract';
 import pino from 'pino';
-import { Heartbeat } from '../apps/worker/src/heartbeat.ts';
+import { Heartbeat } from '../apps/worker/src/transport/heartbeat.ts';
 import { PrivateRedis, TestSystem, freePort, uniquePrefix, waitFor, type Proc } from './helpers/system.ts';
 import { CLASSIFIER as MODEL } from './helpers/replicas.ts';
 

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { env, pipeline } from '@huggingface/transformers';
-import { chooseDtype, resolveDevice } from '../../apps/worker/src/device.ts';
+import { chooseDtype, resolveDevice } from '../../apps/worker/src/model/device.ts';
 import { summarize, type Summary } from './stats.ts';
 import { int8RowModel } from './int8-row.ts';
 

@@ -1,9 +1,9 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { int8RowSource, dtypeFile } from '../../apps/worker/src/device.ts';
-import { sha256File } from '../../apps/worker/src/download.ts';
-import { int8RowWeights } from '../../apps/worker/src/int8-row/index.ts';
+import { int8RowSource, dtypeFile } from '../../apps/worker/src/model/device.ts';
+import { sha256File } from '../../apps/worker/src/model/download.ts';
+import { int8RowWeights } from '../../apps/worker/src/model/int8-row/index.ts';
 
 /**
  * A model's int8-row file as a worker writes it, but in a folder of links to the model's files, so

@@ -9,8 +9,8 @@
  */
 import { AutoModel, AutoTokenizer, Tensor, env } from '@huggingface/transformers';
 import { loadWorkerConfig } from '@tserve/config';
-import { sessionOptions } from '../../apps/worker/src/model.ts';
-import { planBatches } from '../../apps/worker/src/planner.ts';
+import { sessionOptions } from '../../apps/worker/src/model/model.ts';
+import { planBatches } from '../../apps/worker/src/pipeline/planner.ts';
 import { processMemory } from '../../test/helpers/processes.ts';
 import { variedTexts } from '../../test/helpers/texts.ts';
 

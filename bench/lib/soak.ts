@@ -3,7 +3,7 @@ import { inferBody, inferPath, quiesce, type BenchContext } from './context.ts';
 import { runLoad } from './load.ts';
 import { readRedisMiB } from './redis-cost.ts';
 import { loadWorkerConfig } from '@tserve/config';
-import { sessionOptions } from '../../apps/worker/src/model.ts';
+import { sessionOptions } from '../../apps/worker/src/model/model.ts';
 import { measureShedFloor } from './shed-floor.ts';
 import { gcOverWindow, readGatewayGc, type GcReading } from './gateway-gc.ts';
 import { maxOf, round, summarize, type Summary } from './stats.ts';

@@ -1,6 +1,12 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { cpuMaxFromV1, defaultWorkerMemoryMiB, memoryLimitBytes, UNLIMITED_WORKER_MEMORY_MIB, usableCpus } from '../../apps/worker/src/container-limits.ts';
+import {
+  cpuMaxFromV1,
+  defaultWorkerMemoryMiB,
+  memoryLimitBytes,
+  UNLIMITED_WORKER_MEMORY_MIB,
+  usableCpus,
+} from '../../apps/worker/src/model/container-limits.ts';
 
 describe('container limits', () => {
   it('threads: the CPU quota rounded down, at least one, never above the affinity mask', () => {

@@ -1,7 +1,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { loadWorkerConfig } from '@tserve/config';
-import { DeviceChoiceError, checkDtypeFile, chooseDtype, int8RowSource, isNoAdapterError, resolveDevice } from '../../apps/worker/src/device.ts';
+import { DeviceChoiceError, checkDtypeFile, chooseDtype, int8RowSource, isNoAdapterError, resolveDevice } from '../../apps/worker/src/model/device.ts';
 
 const both = ['model.onnx', 'model_fp16.onnx'];
 

@@ -1,8 +1,8 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { ApiError, type Task } from '@tserve/contract';
-import type { BatchOutput, Encoded, Engine } from '../../apps/worker/src/engine.ts';
-import type { LoadedModel, ModelConfig } from '../../apps/worker/src/model.ts';
+import type { BatchOutput, Encoded, Engine } from '../../apps/worker/src/model/engine.ts';
+import type { LoadedModel, ModelConfig } from '../../apps/worker/src/model/model.ts';
 import { textClassificationHead } from '../../apps/worker/src/tasks/text-classification.ts';
 import { tokenClassificationHead } from '../../apps/worker/src/tasks/token-classification.ts';
 import { fillMaskHead } from '../../apps/worker/src/tasks/fill-mask.ts';

@@ -10,11 +10,11 @@ import path from 'node:path';
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import ort from 'onnxruntime-node';
-import { out, type Field } from '../../apps/worker/src/int8-row/protobuf.ts';
-import { initializer, parseModel, serializeModel, TensorType, type OnnxNode } from '../../apps/worker/src/int8-row/onnx.ts';
-import { quantizeColumns, RewriteError, rowsFromFp32, rowsFromQ8 } from '../../apps/worker/src/int8-row/rewrite.ts';
-import { int8RowWeights } from '../../apps/worker/src/int8-row/index.ts';
-import { dropSoftmaxNanGuards } from '../../apps/worker/src/int8-row/nan-guards.ts';
+import { out, type Field } from '../../apps/worker/src/model/int8-row/protobuf.ts';
+import { initializer, parseModel, serializeModel, TensorType, type OnnxNode } from '../../apps/worker/src/model/int8-row/onnx.ts';
+import { quantizeColumns, RewriteError, rowsFromFp32, rowsFromQ8 } from '../../apps/worker/src/model/int8-row/rewrite.ts';
+import { int8RowWeights } from '../../apps/worker/src/model/int8-row/index.ts';
+import { dropSoftmaxNanGuards } from '../../apps/worker/src/model/int8-row/nan-guards.ts';
 
 const K = 16;
 const N = 8;

@@ -15,8 +15,8 @@ import {
   restingBytes,
   RUNTIME_BYTES,
   type ModelShape,
-} from '../../apps/worker/src/memory.ts';
-import { planBatches } from '../../apps/worker/src/planner.ts';
+} from '../../apps/worker/src/model/memory.ts';
+import { planBatches } from '../../apps/worker/src/pipeline/planner.ts';
 
 const MiB = 2 ** 20;
 

@@ -1,7 +1,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { pairLengths, windows } from '../../apps/worker/src/truncation.ts';
-import { entailmentId, taskFromConfig, tasksServed } from '../../apps/worker/src/tasks/detect.ts';
+import { pairLengths, windows } from '../../apps/worker/src/model/truncation.ts';
+import { entailmentId, taskFromConfig, tasksServed } from '../../apps/worker/src/model/detect.ts';
 import { sequencesOf, taskOfInputs, parameterSchemas } from '@tserve/contract';
 
 describe('pairLengths (how a pair is cut to fit)', () => {

@@ -1,6 +1,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { positionLimit } from '../../apps/worker/src/model.ts';
+import { positionLimit } from '../../apps/worker/src/model/model.ts';
 
 describe('positionLimit (the longest sequence a position table indexes)', () => {
   it("is the table's size for BERT-like models, and unknown where the config is silent", () => {

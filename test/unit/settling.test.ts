@@ -16,7 +16,7 @@ import {
 } from '@tserve/contract';
 import { Settling, leastJsonBytes } from '../../apps/worker/src/transport/settling.ts';
 import type { Work } from '../../apps/worker/src/transport/work.ts';
-import { Cancellations } from '../../apps/worker/src/cancellations.ts';
+import { Cancellations } from '../../apps/worker/src/pipeline/cancellations.ts';
 
 const notice = (ids: string[], deadline: number) => JSON.stringify({ kind: 'cancel', ids, deadline } satisfies CancelNotice);
 const request = (id: string): QueuedRequest => ({ id, inputs: ['x'], parameters: {}, deadline: 0, enqueuedAt: 0 });

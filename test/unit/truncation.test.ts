@@ -2,10 +2,10 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { AutoTokenizer } from '@huggingface/transformers';
-import { splitsAtWhitespace, tokenBoundaries, tokensForCut } from '../../apps/worker/src/truncation.ts';
-import { Engine } from '../../apps/worker/src/engine.ts';
-import type { LoadedModel } from '../../apps/worker/src/model.ts';
-import type { ModelThread } from '../../apps/worker/src/model-thread.ts';
+import { splitsAtWhitespace, tokenBoundaries, tokensForCut } from '../../apps/worker/src/model/truncation.ts';
+import { Engine } from '../../apps/worker/src/model/engine.ts';
+import type { LoadedModel } from '../../apps/worker/src/model/model.ts';
+import type { ModelThread } from '../../apps/worker/src/model/model-thread.ts';
 import { MODEL_DIR } from '../helpers/processes.ts';
 import { CLASSIFIER } from '../helpers/replicas.ts';
 

@@ -7,23 +7,32 @@ import { ConfigError, formatHelp, loadWorkerConfig, type WorkerConfig } from '@t
 import { defaultScoreFunction, PROTOCOL, type WorkerInfo } from '@tserve/contract';
 import { startTracing, TracingConfigError } from '@tserve/telemetry';
 import { clearLoadFailure, createRedis, keys, queueNameFor, recordLoadTime, reportLoadFailure, whenReady } from '@tserve/queue';
-import { chooseRuntime, describeModel, hubFilePlan, localModelFolder, ModelLoadError, type LoadedModel, type Runtime, type SessionFile } from './model.js';
-import { limitsWithin, MemoryBudgetError, modelShape, residentMemory, restingBytes, type BudgetInput } from './memory.js';
-import { dtypeFile, int8RowSource, isGpu } from './device.js';
-import { int8RowWeights, OnnxFormatError, ProtobufError, RewriteError } from './int8-row/index.js';
-import { fetchModel, hubSettings, sha256File } from './download.js';
-import { ModelThread } from './model-thread.js';
-import { Engine } from './engine.js';
+import {
+  chooseRuntime,
+  describeModel,
+  hubFilePlan,
+  localModelFolder,
+  ModelLoadError,
+  type LoadedModel,
+  type Runtime,
+  type SessionFile,
+} from './model/model.js';
+import { limitsWithin, MemoryBudgetError, modelShape, residentMemory, restingBytes, type BudgetInput } from './model/memory.js';
+import { dtypeFile, int8RowSource, isGpu } from './model/device.js';
+import { int8RowWeights, OnnxFormatError, ProtobufError, RewriteError } from './model/int8-row/index.js';
+import { fetchModel, hubSettings, sha256File } from './model/download.js';
+import { ModelThread } from './model/model-thread.js';
+import { Engine } from './model/engine.js';
 import { headsFor } from './tasks/index.js';
-import { BatchRunner } from './runner.js';
-import { Consumer } from './consumer.js';
+import { BatchRunner } from './pipeline/runner.js';
+import { Consumer } from './pipeline/consumer.js';
 import { Intake } from './transport/intake.js';
 import { Settling } from './transport/settling.js';
-import { Cancellations } from './cancellations.js';
-import { Heartbeat } from './heartbeat.js';
-import { InferenceStatistics } from './stats.js';
-import { WorkerTracing } from './tracing.js';
-import { containerLimits, defaultWorkerMemoryMiB } from './container-limits.js';
+import { Cancellations } from './pipeline/cancellations.js';
+import { Heartbeat } from './transport/heartbeat.js';
+import { InferenceStatistics } from './pipeline/stats.js';
+import { WorkerTracing } from './pipeline/tracing.js';
+import { containerLimits, defaultWorkerMemoryMiB } from './model/container-limits.js';
 
 if (process.argv.includes('--help') || process.argv.includes('-h')) {
   process.stdout.write(

@@ -1,5 +1,5 @@
 import type { FeatureExtractionParameters } from '@tserve/contract';
-import type { LoadedModel } from '../model.js';
+import type { LoadedModel } from '../model/model.js';
 import type { TaskHead } from './head.js';
 
 function normalized(vector: Float64Array): Float64Array {

@@ -1,5 +1,5 @@
 import { ApiError, FILL_MASK_MOST_CANDIDATES, softmaxOf, type FillMaskParameters } from '@tserve/contract';
-import type { LoadedModel } from '../model.js';
+import type { LoadedModel } from '../model/model.js';
 import type { TaskHead } from './head.js';
 import { topK } from './math.js';
 

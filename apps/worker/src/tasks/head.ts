@@ -1,5 +1,5 @@
 import type { TaskInput, TaskParameters } from '@tserve/contract';
-import type { BatchOutput, Encoded, Engine } from '../engine.js';
+import type { BatchOutput, Encoded, Engine } from '../model/engine.js';
 
 /**
  * One task's reading of the model: how an input becomes model sequences, and how their rows of a

@@ -1,5 +1,5 @@
 import { ApiError, type Operation, type Task } from '@tserve/contract';
-import type { LoadedModel } from '../model.js';
+import type { LoadedModel } from '../model/model.js';
 import type { TaskHead } from './head.js';
 import { textClassificationHead } from './text-classification.js';
 import { fillMaskHead } from './fill-mask.js';

@@ -6,7 +6,7 @@
  * pre-tokenizer; then the tokens are walked against the words: "##" pieces continue a word, and
  * [UNK] stands for a whole word. Offsets count Unicode code points, as the Python pipelines do.
  */
-import { growingParts } from '../truncation.js';
+import { growingParts } from '../model/truncation.js';
 
 /** What alignment needs of a tokenizer (transformers.js keeps these on its inner tokenizer). */
 export interface TokenizerParts {

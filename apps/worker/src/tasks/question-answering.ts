@@ -1,7 +1,7 @@
 import { ApiError, type QuestionAnsweringInput, type QuestionAnsweringParameters } from '@tserve/contract';
-import type { LoadedModel } from '../model.js';
+import type { LoadedModel } from '../model/model.js';
 import type { TaskHead } from './head.js';
-import { windows } from '../truncation.js';
+import { windows } from '../model/truncation.js';
 import { alignWords, codePointSlicer, tokenizerParts, type Alignment, type Span } from './offsets.js';
 
 /** One window of the context, as one sequence: [CLS] question [SEP] context tokens [from, from + length) [SEP]. */

@@ -1,5 +1,5 @@
 import type { SentenceSimilarityInput, SentenceSimilarityParameters } from '@tserve/contract';
-import type { LoadedModel } from '../model.js';
+import type { LoadedModel } from '../model/model.js';
 import type { TaskHead } from './head.js';
 import { featureExtractionHead } from './feature-extraction.js';
 

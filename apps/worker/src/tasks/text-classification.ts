@@ -1,5 +1,5 @@
 import { applyScoreFunction, defaultScoreFunction, type TextClassificationParameters, type TextPair } from '@tserve/contract';
-import type { LoadedModel } from '../model.js';
+import type { LoadedModel } from '../model/model.js';
 import type { TaskHead } from './head.js';
 import { row } from './math.js';
 

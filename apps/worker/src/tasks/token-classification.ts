@@ -1,5 +1,5 @@
 import { softmax, type TokenClassificationParameters } from '@tserve/contract';
-import type { LoadedModel } from '../model.js';
+import type { LoadedModel } from '../model/model.js';
 import type { TaskHead } from './head.js';
 import { alignTokens, sliceCodePoints, tokenizerParts, type Span } from './offsets.js';
 

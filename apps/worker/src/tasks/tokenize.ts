@@ -1,5 +1,5 @@
 import { ApiError, type TokenizeParameters } from '@tserve/contract';
-import type { LoadedModel } from '../model.js';
+import type { LoadedModel } from '../model/model.js';
 import type { TaskHead } from './head.js';
 import { alignTokens, tokenizerParts } from './offsets.js';
 

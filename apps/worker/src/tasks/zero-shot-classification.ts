@@ -1,7 +1,7 @@
 import { ApiError, softmax, type ZeroShotParameters } from '@tserve/contract';
-import type { LoadedModel } from '../model.js';
+import type { LoadedModel } from '../model/model.js';
 import type { TaskHead } from './head.js';
-import { entailmentId } from './detect.js';
+import { entailmentId } from '../model/detect.js';
 import { row } from './math.js';
 
 const DEFAULT_TEMPLATE = 'This example is {}.';

@@ -3,7 +3,7 @@ import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { describeIssues, encodeJobFailure, jobDataSchema, PROTOCOL, type JobData } from '@tserve/contract';
 import { QUEUE_STREAMS, queueNameFor } from '@tserve/queue';
-import type { JobSource } from '../batcher.js';
+import type { JobSource } from '../pipeline/batcher.js';
 import type { Work } from './work.js';
 
 export interface IntakeOptions {

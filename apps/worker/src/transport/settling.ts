@@ -10,8 +10,8 @@ import {
   type RequestOutcome,
 } from '@tserve/contract';
 import { keys } from '@tserve/queue';
-import type { Cancellations } from '../cancellations.js';
-import type { BatchReport, OutcomeSink } from '../runner.js';
+import type { Cancellations } from '../pipeline/cancellations.js';
+import type { BatchReport, OutcomeSink } from '../pipeline/runner.js';
 import type { Work } from './work.js';
 
 /** A job this worker holds: its lock is renewed until every one of its requests has an outcome. */

@@ -1,5 +1,5 @@
 import type { Job } from 'bullmq';
-import { sequenceCount, type JobData, type QueuedRequest } from '@tserve/contract';
+import type { JobData, QueuedRequest } from '@tserve/contract';
 
 /** A BullMQ job this worker took, read: its requests, and where their outcomes go. */
 export interface Work {
@@ -17,5 +17,3 @@ export interface Work {
   /** The BullMQ job, whose lock is renewed and which is completed with the outcomes. */
   job: Job<JobData>;
 }
-
-export const sequencesOf = (work: Work) => work.requests.reduce((n, r) => n + sequenceCount(r), 0);

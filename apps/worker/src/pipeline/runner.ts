@@ -1,7 +1,7 @@
 import { setTimeout as turnOfTheLoop } from 'node:timers/promises';
 import { ApiError, type QueuedRequest, type RequestOutcome, type TaskInput, type TaskParameters } from '@tserve/contract';
-import type { Engine, Encoded, BatchOutput } from './engine.js';
-import type { TaskHead, TaskHeads } from './tasks/index.js';
+import type { Engine, Encoded, BatchOutput } from '../model/engine.js';
+import type { TaskHead, TaskHeads } from '../tasks/index.js';
 import { planBatches, type PlanLimits, type Sequence } from './planner.js';
 import { InferenceStatistics } from './stats.js';
 

@@ -1,4 +1,4 @@
-import type { Encoded } from './engine.js';
+import type { Encoded } from '../model/engine.js';
 
 /** One input of one request, as the planner sees it. */
 export interface Sequence<T = unknown> {

@@ -16,7 +16,7 @@ import {
 } from '@huggingface/transformers';
 import { TASKS, batchDependence, type Task } from '@tserve/contract';
 import type { WorkerConfig } from '@tserve/config';
-import { taskFromConfig, tasksServed } from './tasks/detect.js';
+import { taskFromConfig, tasksServed } from './detect.js';
 import {
   checkDtypeFile,
   chooseDtype,

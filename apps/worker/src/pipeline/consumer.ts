@@ -1,10 +1,10 @@
 import type { Logger } from 'pino';
-import { ApiError } from '@tserve/contract';
+import { ApiError, sequenceCount } from '@tserve/contract';
 import { gatherBatch, type BatchLimits } from './batcher.js';
 import type { BatchRunner, PreparedBatch } from './runner.js';
-import type { Intake } from './transport/intake.js';
-import type { Settling } from './transport/settling.js';
-import { sequencesOf, type Work } from './transport/work.js';
+import type { Intake } from '../transport/intake.js';
+import type { Settling } from '../transport/settling.js';
+import type { Work } from '../transport/work.js';
 
 export interface ConsumerOptions {
   limits: BatchLimits;
@@ -61,7 +61,7 @@ export class Consumer {
         jobs = await gatherBatch(
           this.intake,
           this.options.limits,
-          sequencesOf,
+          (work) => work.requests.reduce((n, r) => n + sequenceCount(r), 0),
           (first) => cameToEmptyQueue && !modelBusy && Date.now() - first.requests[0].enqueuedAt < maxWaitMs,
         );
       } catch (err) {
