@@ -20,7 +20,8 @@ module.exports = {
     },
     {
       name: 'bullmq-outside-transport',
-      comment: "BullMQ is imported outside an app's transport/ folder; the transport is the one module on it (docs/protocol.md): add what you need to its API.",
+      comment:
+        "BullMQ is imported outside an app's transport/ folder; the transport is the one module on it (docs/protocol.md): add what you need to its API.",
       severity: 'error',
       from: { path: '^(apps|packages)/[^/]+/src/', pathNot: '^apps/[^/]+/src/transport/' },
       to: { path: 'node_modules/bullmq/' },
@@ -43,7 +44,8 @@ module.exports = {
     },
     {
       name: 'gateway-admission-imports-a-later-stage',
-      comment: 'admission/ decides whether a request may enter; it knows nothing of protocols, serving, the transport or ops.',
+      comment:
+        'admission/ decides whether a request may enter; it knows nothing of protocols, serving, the transport or ops.',
       severity: 'error',
       from: { path: '^apps/gateway/src/admission/' },
       to: { path: '^apps/gateway/src/(protocols|serving|transport|ops|cli)/' },
@@ -86,7 +88,8 @@ module.exports = {
     },
     {
       name: 'worker-pipeline-imports-the-transport',
-      comment: 'The pipeline declares what it needs of the transport (JobSource, OutcomeSink); main.ts hands it the transport.',
+      comment:
+        'The pipeline declares what it needs of the transport (JobSource, OutcomeSink); main.ts hands it the transport.',
       severity: 'error',
       from: { path: '^apps/worker/src/pipeline/' },
       to: { path: '^apps/worker/src/transport/', dependencyTypesNot: ['type-only'] },
@@ -127,6 +130,9 @@ module.exports = {
     // needs no build.
     tsConfig: { fileName: 'tsconfig.eslint.json' },
     tsPreCompilationDeps: true,
-    enhancedResolveOptions: { exportsFields: ['exports'], conditionNames: ['import', 'require', 'node', 'default', 'types'] },
+    enhancedResolveOptions: {
+      exportsFields: ['exports'],
+      conditionNames: ['import', 'require', 'node', 'default', 'types'],
+    },
   },
 };

@@ -19,7 +19,11 @@ export default tseslint.config(
       // node:test's describe() and it() return promises that the runner itself awaits.
       '@typescript-eslint/no-floating-promises': [
         'error',
-        { allowForKnownSafeCalls: [{ from: 'package', package: 'node:test', name: ['describe', 'it', 'test', 'suite'] }] },
+        {
+          allowForKnownSafeCalls: [
+            { from: 'package', package: 'node:test', name: ['describe', 'it', 'test', 'suite'] },
+          ],
+        },
       ],
       '@typescript-eslint/no-misused-promises': 'error',
       // Express calls error handlers by their arity, so unused leading parameters stay, named _x.

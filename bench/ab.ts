@@ -25,14 +25,19 @@ import { MODEL_DIR } from '../test/helpers/processes.ts';
 const { values } = parseArgs({
   options: {
     against: { type: 'string' },
-    models: { type: 'string', default: 'replica/MiniLM-L6-H384-uncased-sst2,replica/distilbert-base-uncased-finetuned-sst-2-english' },
+    models: {
+      type: 'string',
+      default: 'replica/MiniLM-L6-H384-uncased-sst2,replica/distilbert-base-uncased-finetuned-sst-2-english',
+    },
     rounds: { type: 'string', default: '4' },
     seconds: { type: 'string', default: '5' },
     traces: { type: 'boolean', default: false },
   },
 });
 if (!values.against) {
-  process.stderr.write('usage: npm run bench:ab -- --against <another checkout, built> [--models a,b] [--rounds 4] [--seconds 5]\n');
+  process.stderr.write(
+    'usage: npm run bench:ab -- --against <another checkout, built> [--models a,b] [--rounds 4] [--seconds 5]\n',
+  );
   process.exit(2);
 }
 const models = values.models.split(',');
@@ -49,7 +54,9 @@ const receiver = values.traces
     })
   : undefined;
 if (receiver) await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
-const tracesEnv = receiver ? { OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${(receiver.address() as AddressInfo).port}` } : {};
+const tracesEnv = receiver
+  ? { OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${(receiver.address() as AddressInfo).port}` }
+  : {};
 const sides = {
   A: new BenchSystem({ modelDir: MODEL_DIR, logLevel: 'error', root: path.resolve(values.against) }),
   B: new BenchSystem({ modelDir: MODEL_DIR, logLevel: 'error' }),
@@ -131,7 +138,9 @@ try {
     console.log(
       `${model}, 16 tokens, ${rounds} interleaved rounds of ${seconds} s per point; medians${receiver ? `; B traces on (${spansReceived} exports received so far)` : ''}`,
     );
-    console.log(`  in-process pipe(text) p50 ${round(median(floor), 2)} ms (${floor.map((f) => round(f, 2)).join(' ')})`);
+    console.log(
+      `  in-process pipe(text) p50 ${round(median(floor), 2)} ms (${floor.map((f) => round(f, 2)).join(' ')})`,
+    );
     console.log(row('c=1 p50 (ms)', 'c1', 'p50', 2));
     console.log(
       `  c=1 p50 over in-process     A +${round(med('A', 'c1', 'p50') - median(floor), 2)} ms  B +${round(med('B', 'c1', 'p50') - median(floor), 2)} ms`,

@@ -37,7 +37,11 @@ let fresh = 0;
 /** Seeded: every run draws the same sequence of repeats and fresh texts. */
 let seed = 1;
 const random = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
-const body = () => JSON.stringify({ inputs: random() < repeatShare ? pool[Math.floor(random() * pool.length)] : `${textAt(fresh)} ${(fresh++).toString(36)}` });
+const body = () =>
+  JSON.stringify({
+    inputs:
+      random() < repeatShare ? pool[Math.floor(random() * pool.length)] : `${textAt(fresh)} ${(fresh++).toString(36)}`,
+  });
 
 const system = new BenchSystem({ modelDir: MODEL_DIR, logLevel: 'error' });
 const sides = ['off', 'on'] as const;
@@ -64,19 +68,34 @@ try {
     for (const connections of concurrencies) {
       for (const side of r % 2 === 0 ? sides : [...sides].reverse()) {
         const before = await cacheCounts(urls[side]);
-        const load = await runLoad({ url: urls[side], path: `/models/${model}`, body, connections, warmupSeconds: 1, durationSeconds: seconds });
+        const load = await runLoad({
+          url: urls[side],
+          path: `/models/${model}`,
+          body,
+          connections,
+          warmupSeconds: 1,
+          durationSeconds: seconds,
+        });
         const after = await cacheCounts(urls[side]);
         const looked = after.hits + after.misses - before.hits - before.misses;
         const key = `${connections} ${side}`;
         points.set(key, [
           ...(points.get(key) ?? []),
-          { rps: load.rps, p50: load.latency.p50, ...(looked ? { hitShare: (after.hits - before.hits) / looked } : {}) },
+          {
+            rps: load.rps,
+            p50: load.latency.p50,
+            ...(looked ? { hitShare: (after.hits - before.hits) / looked } : {}),
+          },
         ]);
-        process.stderr.write(`round ${r + 1} c=${connections} cache ${side}: ${round(load.rps, 1)} req/s, p50 ${round(load.latency.p50)} ms\n`);
+        process.stderr.write(
+          `round ${r + 1} c=${connections} cache ${side}: ${round(load.rps, 1)} req/s, p50 ${round(load.latency.p50)} ms\n`,
+        );
       }
     }
   }
-  console.log(`${model}, ${Math.round(repeatShare * 100)}% of requests repeat one of ${pool.length} texts; medians of ${rounds} rounds of ${seconds} s`);
+  console.log(
+    `${model}, ${Math.round(repeatShare * 100)}% of requests repeat one of ${pool.length} texts; medians of ${rounds} rounds of ${seconds} s`,
+  );
   console.log('conc  cache    req/s      p50 ms   hits   (each round)');
   for (const connections of concurrencies) {
     for (const side of sides) {

@@ -18,7 +18,10 @@ const { values } = parseArgs({
     rounds: { type: 'string', default: '3' },
     seconds: { type: 'string', default: '4' },
     connections: { type: 'string', default: '64' },
-    models: { type: 'string', default: 'replica/MiniLM-L6-H384-uncased-sst2,replica/distilbert-base-uncased-finetuned-sst-2-english' },
+    models: {
+      type: 'string',
+      default: 'replica/MiniLM-L6-H384-uncased-sst2,replica/distilbert-base-uncased-finetuned-sst-2-english',
+    },
     dtypes: { type: 'string', default: 'fp32,int8-row,q8' },
     tokens: { type: 'string', default: '16,128' },
     'model-dir': { type: 'string', default: MODEL_DIR },
@@ -55,10 +58,14 @@ try {
       }
       process.stderr.write(`${model}: round ${r + 1} of ${rounds} done\n`);
     }
-    console.log(`${model}, c=${values.connections}, ${rounds} interleaved rounds of ${values.seconds} s; req/s, medians (each round)`);
+    console.log(
+      `${model}, c=${values.connections}, ${rounds} interleaved rounds of ${values.seconds} s; req/s, medians (each round)`,
+    );
     for (const tokens of lengths) {
       const med = (dtype: string) => median(rps.get(`${tokens}\n${dtype}`) ?? []);
-      const cells = dtypes.map((d) => `${d} ${round(med(d), 0)} (${(rps.get(`${tokens}\n${d}`) ?? []).map((v) => round(v, 0)).join(' ')})`);
+      const cells = dtypes.map(
+        (d) => `${d} ${round(med(d), 0)} (${(rps.get(`${tokens}\n${d}`) ?? []).map((v) => round(v, 0)).join(' ')})`,
+      );
       const ratios = dtypes.slice(1).map((d) => `${d}/${dtypes[0]} ${round(med(d) / med(dtypes[0]), 2)}`);
       console.log(`  ${tokens} tokens: ${cells.join('  ')}  ${ratios.join('  ')}`);
     }

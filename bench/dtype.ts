@@ -21,14 +21,21 @@ const { values } = parseArgs({
     rounds: { type: 'string', default: '3' },
     seconds: { type: 'string', default: '3' },
     threads: { type: 'string', default: '1' },
-    models: { type: 'string', default: 'replica/MiniLM-L6-H384-uncased-sst2,replica/distilbert-base-uncased-finetuned-sst-2-english,replica/tiny-bert-sst2' },
+    models: {
+      type: 'string',
+      default:
+        'replica/MiniLM-L6-H384-uncased-sst2,replica/distilbert-base-uncased-finetuned-sst-2-english,replica/tiny-bert-sst2',
+    },
     dtypes: { type: 'string', default: 'fp32,q8,int8-row@fp32,int8-row@q8' },
     texts: { type: 'string', default: '1000' },
     'model-dir': { type: 'string', default: MODEL_DIR },
     embedder: { type: 'string', default: 'replica/all-MiniLM-L6-v2' },
   },
 });
-const WORDS = 'the a food service was cold warm friendly slow great terrible waiter soup in Paris Berlin evening coffee dessert not very'.split(' ');
+const WORDS =
+  'the a food service was cold warm friendly slow great terrible waiter soup in Paris Berlin evening coffee dessert not very'.split(
+    ' ',
+  );
 
 /** `n` words, deterministic: about n + 2 tokens. */
 function text(n: number, seed: number): string {
@@ -46,7 +53,11 @@ function parseDtype(name: string): { dtype: string; int8RowFrom?: 'fp32' | 'q8' 
   return from === 'fp32' || from === 'q8' ? { dtype, int8RowFrom: from } : { dtype };
 }
 
-async function load(model: string, name: string, task: 'text-classification' | 'feature-extraction'): Promise<Loaded | undefined> {
+async function load(
+  model: string,
+  name: string,
+  task: 'text-classification' | 'feature-extraction',
+): Promise<Loaded | undefined> {
   const { dtype, int8RowFrom } = parseDtype(name);
   process.env.DTYPE = dtype;
   try {
@@ -59,7 +70,8 @@ async function load(model: string, name: string, task: 'text-classification' | '
 
 const labels = async (m: InProcessModel, texts: string[]) => {
   const out: string[] = [];
-  for (let i = 0; i < texts.length; i += 32) out.push(...((await m.pipe(texts.slice(i, i + 32))) as Array<{ label: string }>).map((a) => a.label));
+  for (let i = 0; i < texts.length; i += 32)
+    out.push(...((await m.pipe(texts.slice(i, i + 32))) as Array<{ label: string }>).map((a) => a.label));
   return out;
 };
 
@@ -68,7 +80,10 @@ const embeddings = async (m: InProcessModel, texts: string[]) => {
   const out: number[][] = [];
   for (let i = 0; i < texts.length; i += 32) {
     const t = (
-      await (m.pipe as unknown as (x: string[], o: object) => Promise<{ tolist(): number[][] }>)(texts.slice(i, i + 32), { pooling: 'mean', normalize: true })
+      await (m.pipe as unknown as (x: string[], o: object) => Promise<{ tolist(): number[][] }>)(
+        texts.slice(i, i + 32),
+        { pooling: 'mean', normalize: true },
+      )
     ).tolist();
     out.push(...t);
   }

@@ -78,7 +78,9 @@ try {
       ].join('  '),
     );
   }
-  console.log(`${model}, ${concurrency} connections in all, split evenly over the gateways; one worker; ${seconds} s per row`);
+  console.log(
+    `${model}, ${concurrency} connections in all, split evenly over the gateways; one worker; ${seconds} s per row`,
+  );
   console.log('gateways  conn each  req/s  worst p50  redis cmd  redis µs  requests/job   (per answered request)');
   for (const row of rows) console.log(row);
 } finally {

@@ -91,7 +91,8 @@ const seconds = Number(values.seconds);
 const warmup = Number(values.warmup);
 const concurrency = Number(values.concurrency);
 const [minWords, maxWords] = values.words.split('-').map(Number);
-if (![rounds, seconds, warmup, concurrency, minWords, maxWords].every(Number.isFinite)) throw new Error('bench:memory: numeric options must be numbers');
+if (![rounds, seconds, warmup, concurrency, minWords, maxWords].every(Number.isFinite))
+  throw new Error('bench:memory: numeric options must be numbers');
 
 interface Run {
   variant: string;
@@ -152,13 +153,26 @@ async function measure(variant: Variant, r: number): Promise<Run> {
 
 /** One replay of the worker's model calls in a process of its own (lib/replay.ts), with the variant's session options. */
 async function measureReplay(variant: Variant, r: number): Promise<Run> {
-  const args = ['--import', 'tsx', path.join(BENCH_ROOT, 'lib/replay.ts'), model, path.resolve(values['model-dir']), JSON.stringify(variant.session)];
-  const child = spawn(process.execPath, [...args, values.texts, String(minWords), String(maxWords)], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const args = [
+    '--import',
+    'tsx',
+    path.join(BENCH_ROOT, 'lib/replay.ts'),
+    model,
+    path.resolve(values['model-dir']),
+    JSON.stringify(variant.session),
+  ];
+  const child = spawn(process.execPath, [...args, values.texts, String(minWords), String(maxWords)], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   let out = '';
   child.stdout.on('data', (d: Buffer) => (out += d.toString()));
   const [code] = (await once(child, 'exit')) as [number | null];
   if (code !== 0) throw new Error(`replay of ${variant.name} exited with ${code}: ${out}`);
-  const result = JSON.parse(out.trim().split('\n').at(-1)!) as { textsPerSecond: number; peakMiB: number; endMiB: number };
+  const result = JSON.parse(out.trim().split('\n').at(-1)!) as {
+    textsPerSecond: number;
+    peakMiB: number;
+    endMiB: number;
+  };
   return {
     variant: variant.name,
     round: r,
@@ -172,7 +186,8 @@ async function measureReplay(variant: Variant, r: number): Promise<Run> {
 }
 
 // Ctrl-C stops what the bench started.
-for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => void system.stop().finally(() => process.exit(130)));
+for (const signal of ['SIGINT', 'SIGTERM'] as const)
+  process.once(signal, () => void system.stop().finally(() => process.exit(130)));
 
 try {
   if (!replay) {
@@ -195,14 +210,16 @@ try {
   await system.stop();
 }
 
-const figure = (name: string, pick: (run: Run) => number) => round(median(runs.filter((x) => x.variant === name).map(pick)), 2);
+const figure = (name: string, pick: (run: Run) => number) =>
+  round(median(runs.filter((x) => x.variant === name).map(pick)), 2);
 const each = (name: string, pick: (run: Run) => number) =>
   runs
     .filter((x) => x.variant === name)
     .map(pick)
     .join(', ');
 const first = variants[0].name;
-const versus = (name: string, pick: (run: Run) => number) => (name === first ? '' : ` (${round(figure(name, pick) / figure(first, pick), 3)}×)`);
+const versus = (name: string, pick: (run: Run) => number) =>
+  name === first ? '' : ` (${round(figure(name, pick) / figure(first, pick), 3)}×)`;
 const settingsOf = ({ env, session, root }: Variant) =>
   (root ? `(${path.basename(root)}) ` : '') +
   (session ? JSON.stringify(session) : '') +
@@ -232,5 +249,8 @@ const lines = [
 process.stdout.write(`${lines.join('\n')}\n`);
 const out = path.join(BENCH_ROOT, 'results', `memory-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
 fs.mkdirSync(path.dirname(out), { recursive: true });
-fs.writeFileSync(out, JSON.stringify({ model, variants, rounds, seconds, warmup, concurrency, words: [minWords, maxWords], runs }, null, 2));
+fs.writeFileSync(
+  out,
+  JSON.stringify({ model, variants, rounds, seconds, warmup, concurrency, words: [minWords, maxWords], runs }, null, 2),
+);
 process.stdout.write(`wrote ${out}\n`);

@@ -77,10 +77,14 @@ try {
   const withPriorities = await underFlood(bulkBatch.token);
   const withoutPriorities = await underFlood(bulkSame.token);
   const f = (v: number) => v.toFixed(1).padStart(8);
-  console.log(`${model}, interactive client: sequential requests; bulk flood: ${concurrency} connections, ${seconds} s each`);
+  console.log(
+    `${model}, interactive client: sequential requests; bulk flood: ${concurrency} connections, ${seconds} s each`,
+  );
   console.log('                                        p50      p99   bulk req/s   (ms)');
   console.log(`interactive alone                  ${f(alone.p50)} ${f(alone.p99)}`);
-  console.log(`under a batch-class flood          ${f(withPriorities.interactive.p50)} ${f(withPriorities.interactive.p99)} ${f(withPriorities.bulkRps)}`);
+  console.log(
+    `under a batch-class flood          ${f(withPriorities.interactive.p50)} ${f(withPriorities.interactive.p99)} ${f(withPriorities.bulkRps)}`,
+  );
   console.log(
     `under an interactive-class flood   ${f(withoutPriorities.interactive.p50)} ${f(withoutPriorities.interactive.p99)} ${f(withoutPriorities.bulkRps)}`,
   );

@@ -19,7 +19,15 @@ import { runSoak } from './lib/soak.ts';
 import { BenchSystem } from './lib/system.ts';
 import { evaluateTargets } from './lib/targets.ts';
 import { craftText, loadTokenizer } from './lib/texts.ts';
-import type { BenchResults, GatewayCost, MixedRun, ModelResults, PathFloor, ServerPoint, SoakRun } from './lib/types.ts';
+import type {
+  BenchResults,
+  GatewayCost,
+  MixedRun,
+  ModelResults,
+  PathFloor,
+  ServerPoint,
+  SoakRun,
+} from './lib/types.ts';
 import { measurePathFloor } from './lib/path-floor.ts';
 import { runLoad } from './lib/load.ts';
 import { round } from './lib/stats.ts';
@@ -53,9 +61,12 @@ function readOptions(): BenchOptions {
 const options = readOptions();
 
 const started = new Date();
-const log = (message: string) => process.stderr.write(`[bench ${((Date.now() - started.getTime()) / 1000).toFixed(0).padStart(4)} s] ${message}\n`);
+const log = (message: string) =>
+  process.stderr.write(`[bench ${((Date.now() - started.getTime()) / 1000).toFixed(0).padStart(4)} s] ${message}\n`);
 
-const system = options.url ? undefined : new BenchSystem({ modelDir: options.modelDir, logLevel: options.logLevel, redisUrl: options.redisUrl });
+const system = options.url
+  ? undefined
+  : new BenchSystem({ modelDir: options.modelDir, logLevel: options.logLevel, redisUrl: options.redisUrl });
 // Waiting for quiet and re-running disturbed figures are capped so a busy machine cannot stretch the run unboundedly.
 // With --url the server's processes are unknown, so their CPU counts as "other": no re-runs then.
 const gate = new QuietGate(options.quick ? 15_000 : 120_000, options.url ? 0 : options.quick ? 3 : 10);
@@ -82,10 +93,19 @@ process.on('SIGTERM', () => void shutdown(143));
 /** The c=1 point's load against the path's stand-ins, before the server starts: they have the machine to themselves. */
 async function measureFloor(redisUrl: string): Promise<PathFloor> {
   const floor = await measurePathFloor(redisUrl, async (url) => {
-    const load = await runLoad({ url, path: '/', body: 'x', connections: 1, warmupSeconds: options.warmupSeconds, durationSeconds: options.durationSeconds });
+    const load = await runLoad({
+      url,
+      path: '/',
+      body: 'x',
+      connections: 1,
+      warmupSeconds: options.warmupSeconds,
+      durationSeconds: options.durationSeconds,
+    });
     return load.latency;
   });
-  log(`path floor at c=1, no work: HTTP alone p50 ${round(floor.http.p50)} ms; + Redis and a worker thread p50 ${round(floor.relayed.p50)} ms`);
+  log(
+    `path floor at c=1, no work: HTTP alone p50 ${round(floor.http.p50)} ms; + Redis and a worker thread p50 ${round(floor.relayed.p50)} ms`,
+  );
   return floor;
 }
 
@@ -94,7 +114,8 @@ async function main(): Promise<void> {
   if (system) {
     log('starting redis, gateway and workers');
     await system.startRedis();
-    if (options.concurrencies.includes(1) && !options.skip.has('sweep')) pathFloor = await measureFloor(system.redisUrl);
+    if (options.concurrencies.includes(1) && !options.skip.has('sweep'))
+      pathFloor = await measureFloor(system.redisUrl);
     await system.startGateway();
     for (const model of options.models) await system.startWorker(model);
   } else {
@@ -123,7 +144,9 @@ async function main(): Promise<void> {
   if (!options.skip.has('soak')) {
     const model = options.models[0];
     const tokens = Math.min(...options.lengths);
-    const measured = points.filter((p) => p.kind === 'sweep' && p.model === model && p.tokens === tokens).map((p) => p.load.rps);
+    const measured = points
+      .filter((p) => p.kind === 'sweep' && p.model === model && p.tokens === tokens)
+      .map((p) => p.load.rps);
     const capacity = options.soakCapacity ?? (measured.length ? Math.max(...measured) : NaN);
     const text = models[0].texts[tokens]?.text ?? craftText(await loadTokenizer(model, options.modelDir), tokens);
     if (Number.isFinite(capacity) && capacity > 0) {
@@ -140,8 +163,15 @@ async function main(): Promise<void> {
       elapsedSeconds: (finished.getTime() - started.getTime()) / 1000,
       argv: process.argv.slice(2),
       options: { ...options, skip: [...options.skip] },
-      machine: { cpus: os.cpus().length, cpuModel: os.cpus()[0]?.model ?? '?', memGiB: Math.round(os.totalmem() / 2 ** 30), node: process.version },
-      serverSettings: Object.fromEntries(RECORDED_SETTINGS.filter((k) => process.env[k] !== undefined).map((k) => [k, process.env[k]!])),
+      machine: {
+        cpus: os.cpus().length,
+        cpuModel: os.cpus()[0]?.model ?? '?',
+        memGiB: Math.round(os.totalmem() / 2 ** 30),
+        node: process.version,
+      },
+      serverSettings: Object.fromEntries(
+        RECORDED_SETTINGS.filter((k) => process.env[k] !== undefined).map((k) => [k, process.env[k]!]),
+      ),
       target: options.url ?? 'started by the bench',
       quietWaitSeconds: gate.waitedMs / 1000,
       quietRetries: gate.retried,
@@ -153,7 +183,10 @@ async function main(): Promise<void> {
     gatewayCost,
     pathFloor,
   };
-  const results: BenchResults = { ...partial, targets: evaluateTargets(partial, options.lengths, options.concurrencies) };
+  const results: BenchResults = {
+    ...partial,
+    targets: evaluateTargets(partial, options.lengths, options.concurrencies),
+  };
 
   const files = writeResults(options.outDir, results);
   const svg = path.join(options.outDir, 'latest.svg');
@@ -166,7 +199,8 @@ main()
   .catch(async (err) => {
     process.stderr.write(`bench failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
     if (system) {
-      for (const p of [system.gateway, ...system.workers.values()]) if (p?.output) process.stderr.write(`--- ${p.name} ---\n${p.output}\n`);
+      for (const p of [system.gateway, ...system.workers.values()])
+        if (p?.output) process.stderr.write(`--- ${p.name} ---\n${p.output}\n`);
     }
     await shutdown(1);
   });

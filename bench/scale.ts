@@ -119,7 +119,13 @@ try {
       );
       const [first, ...others] = results;
       const rps = sum(results.map((r) => r.rps));
-      rows.push({ workers: n, tokens: t, connections, result: { ...first, rps }, measuredShare: rps > 0 ? first.rps / rps : 1 });
+      rows.push({
+        workers: n,
+        tokens: t,
+        connections,
+        result: { ...first, rps },
+        measuredShare: rps > 0 ? first.rps / rps : 1,
+      });
       console.error(
         `N=${n} ${t} tokens c=${connections}: ${rps.toFixed(0)} req/s${others.length ? ` (gateways: ${results.map((r) => r.rps.toFixed(0)).join(' + ')})` : ''}`,
       );
@@ -145,7 +151,13 @@ try {
     const byName = (prefix: string) => Object.entries(procs).filter(([name]) => name.startsWith(prefix));
     const workers = byName('worker:').map(([, v]) => v);
     const gateways = byName('gateway').map(([, v]) => v);
-    const split = [gateways.join('+'), `${sum(workers)} (${workers.join('+')})`, pct(procs.redis), pct(procs.bench), pct(cpu?.other)].join(' / ');
+    const split = [
+      gateways.join('+'),
+      `${sum(workers)} (${workers.join('+')})`,
+      pct(procs.redis),
+      pct(procs.bench),
+      pct(cpu?.other),
+    ].join(' / ');
     console.log(
       [
         String(row.workers).padStart(3),

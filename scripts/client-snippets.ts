@@ -25,7 +25,8 @@ export interface Snippet {
   modules: string[];
 }
 
-export type Outcome = { status: 'passed' } | { status: 'skipped'; missing: string[] } | { status: 'failed'; output: string };
+export type Outcome =
+  { status: 'passed' } | { status: 'skipped'; missing: string[] } | { status: 'failed'; output: string };
 
 /** The Python blocks of docs/clients.md, in order. */
 export function pythonSnippets(): Snippet[] {
@@ -43,7 +44,11 @@ export function pythonSnippets(): Snippet[] {
 }
 
 /** Runs one snippet against the gateway at `address` (host:port); skipped where a package it imports is missing. */
-export async function runSnippet(snippet: Snippet, address: string, python = process.env.PYTHON ?? 'python3'): Promise<Outcome> {
+export async function runSnippet(
+  snippet: Snippet,
+  address: string,
+  python = process.env.PYTHON ?? 'python3',
+): Promise<Outcome> {
   const missing: string[] = [];
   for (const module of snippet.modules) {
     await run(python, ['-c', `import ${module}`]).catch(() => missing.push(module));
@@ -65,7 +70,8 @@ async function main(): Promise<void> {
   for (const snippet of pythonSnippets()) {
     const outcome = await runSnippet(snippet, address);
     if (outcome.status === 'passed') console.log(`passed   ${snippet.where}`);
-    else if (outcome.status === 'skipped') console.log(`skipped  ${snippet.where}: pip install what provides ${outcome.missing.join(', ')}`);
+    else if (outcome.status === 'skipped')
+      console.log(`skipped  ${snippet.where}: pip install what provides ${outcome.missing.join(', ')}`);
     else {
       failed++;
       console.log(`FAILED   ${snippet.where}\n${outcome.output}\n`);

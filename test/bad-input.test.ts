@@ -24,7 +24,12 @@ describe('bad input', () => {
   });
   after(() => system.stop());
 
-  async function expectError(res: Promise<{ status: number; body: any; headers: Headers }>, status: number, type: string, message: RegExp) {
+  async function expectError(
+    res: Promise<{ status: number; body: any; headers: Headers }>,
+    status: number,
+    type: string,
+    message: RegExp,
+  ) {
     const r = await res;
     assert.equal(r.status, status, JSON.stringify(r.body));
     assert.equal(typeof r.body, 'object', `body is JSON: ${r.body}`);
@@ -35,28 +40,53 @@ describe('bad input', () => {
   }
 
   const raw = (body: string | Uint8Array, contentType = 'application/json', headers: Record<string, string> = {}) =>
-    fetch(`${system.url}/models/${CLASSIFIER}`, { method: 'POST', headers: { 'content-type': contentType, ...headers }, body }).then(async (r) => ({
+    fetch(`${system.url}/models/${CLASSIFIER}`, {
+      method: 'POST',
+      headers: { 'content-type': contentType, ...headers },
+      body,
+    }).then(async (r) => ({
       status: r.status,
       headers: r.headers,
       body: await r.json().catch(() => r.statusText),
     }));
 
   it('malformed JSON → 400', () => expectError(raw('{"inputs": "x"'), 400, 'validation', /malformed JSON/));
-  it('wrong content type → 415', () => expectError(raw('inputs=x', 'text/plain'), 415, 'unsupported_media_type', /application\/json/));
-  it('missing inputs → 400', () => expectError(system.post(`/models/${CLASSIFIER}`, { parameters: {} }), 400, 'validation', /inputs/));
+  it('wrong content type → 415', () =>
+    expectError(raw('inputs=x', 'text/plain'), 415, 'unsupported_media_type', /application\/json/));
+  it('missing inputs → 400', () =>
+    expectError(system.post(`/models/${CLASSIFIER}`, { parameters: {} }), 400, 'validation', /inputs/));
   it('empty inputs → 400', () => expectError(system.infer(CLASSIFIER, ''), 400, 'validation', /empty/));
   it('empty list → 400', () => expectError(system.infer(CLASSIFIER, []), 400, 'validation', /empty list/));
   it('non-string inputs → 400', () => expectError(system.infer(CLASSIFIER, 42), 400, 'validation', /inputs/));
-  it('non-string list item → 400', () => expectError(system.infer(CLASSIFIER, ['ok', 7]), 400, 'validation', /inputs\.1/));
+  it('non-string list item → 400', () =>
+    expectError(system.infer(CLASSIFIER, ['ok', 7]), 400, 'validation', /inputs\.1/));
   it('unknown top-level field → 400', () =>
-    expectError(system.post(`/models/${CLASSIFIER}`, { inputs: 'x', input: 'y' }), 400, 'validation', /unknown field.*"input"/));
-  it('unknown parameter → 400', () => expectError(system.infer(CLASSIFIER, 'x', { top_p: 3 }), 400, 'validation', /parameters.*"top_p"/));
-  it('ill-typed parameter → 400', () => expectError(system.infer(CLASSIFIER, 'x', { top_k: 'three' }), 400, 'validation', /parameters\.top_k/));
+    expectError(
+      system.post(`/models/${CLASSIFIER}`, { inputs: 'x', input: 'y' }),
+      400,
+      'validation',
+      /unknown field.*"input"/,
+    ));
+  it('unknown parameter → 400', () =>
+    expectError(system.infer(CLASSIFIER, 'x', { top_p: 3 }), 400, 'validation', /parameters.*"top_p"/));
+  it('ill-typed parameter → 400', () =>
+    expectError(system.infer(CLASSIFIER, 'x', { top_k: 'three' }), 400, 'validation', /parameters\.top_k/));
   it('a parameter of another task → 400', () =>
-    expectError(system.infer(CLASSIFIER, 'x', { pooling: 'mean' }), 400, 'validation', /text-classification.*"pooling"/));
+    expectError(
+      system.infer(CLASSIFIER, 'x', { pooling: 'mean' }),
+      400,
+      'validation',
+      /text-classification.*"pooling"/,
+    ));
   it('ill-typed options → 400', () =>
-    expectError(system.post(`/models/${CLASSIFIER}`, { inputs: 'x', options: { timeout_ms: -5 } }), 400, 'validation', /options\.timeout_ms/));
-  it('fill-mask without the mask token → 400', () => expectError(system.infer(FILL_MASK, 'no mask here'), 400, 'validation', /\[MASK\]/));
+    expectError(
+      system.post(`/models/${CLASSIFIER}`, { inputs: 'x', options: { timeout_ms: -5 } }),
+      400,
+      'validation',
+      /options\.timeout_ms/,
+    ));
+  it('fill-mask without the mask token → 400', () =>
+    expectError(system.infer(FILL_MASK, 'no mask here'), 400, 'validation', /\[MASK\]/));
   it('fill-mask list with one bad item names it', () =>
     expectError(system.infer(FILL_MASK, ['a [MASK] b', 'none']), 400, 'validation', /inputs\[1\].*\[MASK\]/));
   it('fill-mask asking more than 1000 candidates (masks × top_k) → 400', () =>
@@ -78,19 +108,36 @@ describe('bad input', () => {
     const pooled = await system.infer(EMBEDDER, inputs);
     assert.equal(pooled.status, 200, JSON.stringify(pooled.body));
   });
-  it('too many list items → 413', () => expectError(system.infer(CLASSIFIER, Array(9).fill('x')), 413, 'payload_too_large', /9 inputs.*at most 8/));
-  it('body over the size limit → 413', () => expectError(system.infer(CLASSIFIER, 'x'.repeat(30_000)), 413, 'payload_too_large', /larger than 20000 bytes/));
+  it('too many list items → 413', () =>
+    expectError(system.infer(CLASSIFIER, Array(9).fill('x')), 413, 'payload_too_large', /9 inputs.*at most 8/));
+  it('body over the size limit → 413', () =>
+    expectError(system.infer(CLASSIFIER, 'x'.repeat(30_000)), 413, 'payload_too_large', /larger than 20000 bytes/));
   it('text longer than the model with truncation off → 400', () =>
-    expectError(system.infer(CLASSIFIER, textOfTokens(700, 'word'), { truncation: false }), 400, 'validation', /700 tokens long.*at most 512/));
+    expectError(
+      system.infer(CLASSIFIER, textOfTokens(700, 'word'), { truncation: false }),
+      400,
+      'validation',
+      /700 tokens long.*at most 512/,
+    ));
   it('unknown model → 404 naming the served models', () =>
-    expectError(system.infer('replica/nope', 'x'), 404, 'not_found', new RegExp(`replica/nope is not served.*${CLASSIFIER}`)));
+    expectError(
+      system.infer('replica/nope', 'x'),
+      404,
+      'not_found',
+      new RegExp(`replica/nope is not served.*${CLASSIFIER}`),
+    ));
   it('unknown route → 404', async () => {
     const r = await fetch(`${system.url}/nothing-here`);
     assert.equal(r.status, 404);
     assert.equal(((await r.json()) as any).error_type, 'not_found');
   });
   it('invalid UTF-8 → 400', () =>
-    expectError(raw(new Uint8Array([0x7b, 0x22, 0x69, 0x6e, 0x70, 0x75, 0x74, 0x73, 0x22, 0x3a, 0x22, 0xff, 0xfe, 0x22, 0x7d])), 400, 'validation', /UTF-8/));
+    expectError(
+      raw(new Uint8Array([0x7b, 0x22, 0x69, 0x6e, 0x70, 0x75, 0x74, 0x73, 0x22, 0x3a, 0x22, 0xff, 0xfe, 0x22, 0x7d])),
+      400,
+      'validation',
+      /UTF-8/,
+    ));
   it('invalid UTF-8 in a raw POST / body → 400', async () => {
     const r = await fetch(`${system.url}/`, { method: 'POST', body: new Uint8Array([0x68, 0x69, 0xc3, 0x28]) });
     assert.equal(r.status, 400);
@@ -163,7 +210,10 @@ describe('a worker with a small memory budget', () => {
   it('a budget the model fills at rest: the worker exits saying so, and the gateway answers 503 with the reason', async () => {
     const worker = system.startWorker({ model: CLASSIFIER, env: { WORKER_MEMORY_MB: 200 } });
     assert.notEqual(await worker.exited, 0);
-    assert.match(worker.output, /WORKER_MEMORY_MB=200 leaves no room for a model call: the worker holds about \d+ MiB at rest.*give it at least \d+/);
+    assert.match(
+      worker.output,
+      /WORKER_MEMORY_MB=200 leaves no room for a model call: the worker holds about \d+ MiB at rest.*give it at least \d+/,
+    );
     await waitFor(
       'the reason at the gateway',
       async () => {

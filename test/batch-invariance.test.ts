@@ -21,7 +21,10 @@ const MODELS = [CLASSIFIER, NER, NLI, EMBEDDER, FILL_MASK, QA, RERANKER];
 
 /** The input whose answers are compared, and batch mates shorter and longer than it (one model call: planner.ts pads at most 2x). */
 const TARGET = 'The soup was cold but the waiter in Paris was friendly.';
-const MATES = ['Fine.', 'My friend Anna from Berlin said the dessert and the coffee were the best part of a long evening.'];
+const MATES = [
+  'Fine.',
+  'My friend Anna from Berlin said the dessert and the coffee were the best part of a long evening.',
+];
 const BATCH = [MATES[0], TARGET, MATES[1]];
 
 /** The numbers of an answer, in order, and everything else it says, to be equal exactly. */
@@ -39,7 +42,10 @@ function split(answer: unknown): { numbers: number[]; rest: string } {
 function compare(a: unknown, b: unknown): { same: boolean; largest: number } {
   const [x, y] = [split(a), split(b)];
   const same = x.rest === y.rest && x.numbers.length === y.numbers.length;
-  return { same, largest: same ? Math.max(0, ...x.numbers.map((v, i) => Math.abs(v - y.numbers[i]))) : Number.POSITIVE_INFINITY };
+  return {
+    same,
+    largest: same ? Math.max(0, ...x.numbers.map((v, i) => Math.abs(v - y.numbers[i]))) : Number.POSITIVE_INFINITY,
+  };
 }
 
 function assertSame(alone: unknown, batched: unknown, how: string): void {
@@ -68,8 +74,17 @@ describe('the same answer whatever the batch', () => {
   }
 
   /** Each route, as a function from inputs to one answer per input, in order. */
-  const routes: Array<{ name: string; model: string; inputs?: unknown[]; answers: (inputs: any[]) => Promise<unknown[]> }> = [
-    { name: 'text-classification /models', model: CLASSIFIER, answers: (texts) => ok(`/models/${CLASSIFIER}`, { inputs: texts, parameters: { top_k: null } }) },
+  const routes: Array<{
+    name: string;
+    model: string;
+    inputs?: unknown[];
+    answers: (inputs: any[]) => Promise<unknown[]>;
+  }> = [
+    {
+      name: 'text-classification /models',
+      model: CLASSIFIER,
+      answers: (texts) => ok(`/models/${CLASSIFIER}`, { inputs: texts, parameters: { top_k: null } }),
+    },
     {
       name: 'text-classification POST / (the default model)',
       model: CLASSIFIER,
@@ -81,15 +96,23 @@ describe('the same answer whatever the batch', () => {
       model: NLI,
       inputs: ['food', 'the friendly service', 'a long evening of travel by train across the north of Germany'],
       answers: async (labels) => {
-        const body = await ok(`/models/${NLI}`, { inputs: TARGET, parameters: { candidate_labels: labels, multi_label: true } });
+        const body = await ok(`/models/${NLI}`, {
+          inputs: TARGET,
+          parameters: { candidate_labels: labels, multi_label: true },
+        });
         return labels.map((label) => body.scores[body.labels.indexOf(label)]);
       },
     },
-    { name: 'feature-extraction /models', model: EMBEDDER, answers: (texts) => ok(`/models/${EMBEDDER}`, { inputs: texts }) },
+    {
+      name: 'feature-extraction /models',
+      model: EMBEDDER,
+      answers: (texts) => ok(`/models/${EMBEDDER}`, { inputs: texts }),
+    },
     {
       name: 'sentence-similarity /models',
       model: EMBEDDER,
-      answers: async (texts) => ok(`/models/${EMBEDDER}`, { inputs: { source_sentence: 'A friendly waiter', sentences: texts } }),
+      answers: async (texts) =>
+        ok(`/models/${EMBEDDER}`, { inputs: { source_sentence: 'A friendly waiter', sentences: texts } }),
     },
     {
       name: 'fill-mask /models',
@@ -117,15 +140,27 @@ describe('the same answer whatever the batch', () => {
     {
       name: 'OpenAI /v1/embeddings',
       model: EMBEDDER,
-      answers: async (texts) => (await ok('/v1/embeddings', { model: EMBEDDER, input: texts })).data.map((d: { embedding: number[] }) => d.embedding),
+      answers: async (texts) =>
+        (await ok('/v1/embeddings', { model: EMBEDDER, input: texts })).data.map(
+          (d: { embedding: number[] }) => d.embedding,
+        ),
     },
     { name: 'TEI /embed', model: EMBEDDER, answers: (texts) => ok('/embed', { inputs: texts, model: EMBEDDER }) },
-    { name: 'TEI /predict', model: CLASSIFIER, answers: (texts) => ok('/predict', { inputs: texts, model: CLASSIFIER, raw_scores: true }) },
+    {
+      name: 'TEI /predict',
+      model: CLASSIFIER,
+      answers: (texts) => ok('/predict', { inputs: texts, model: CLASSIFIER, raw_scores: true }),
+    },
     {
       name: 'TEI /rerank (scores by document)',
       model: RERANKER,
       answers: async (texts) => {
-        const ranked = (await ok('/rerank', { query: 'a friendly waiter', texts, model: RERANKER, raw_scores: true })) as Array<{
+        const ranked = (await ok('/rerank', {
+          query: 'a friendly waiter',
+          texts,
+          model: RERANKER,
+          raw_scores: true,
+        })) as Array<{
           index: number;
           score: number;
         }>;
@@ -149,7 +184,9 @@ describe('the same answer whatever the batch', () => {
       name: 'KServe v2 /v2/models/{id}/infer (embeddings)',
       model: EMBEDDER,
       answers: async (texts) => {
-        const body = await ok(`/v2/models/${EMBEDDER}/infer`, { inputs: [{ name: 'text', shape: [texts.length], datatype: 'BYTES', data: texts }] });
+        const body = await ok(`/v2/models/${EMBEDDER}/infer`, {
+          inputs: [{ name: 'text', shape: [texts.length], datatype: 'BYTES', data: texts }],
+        });
         const [out] = body.outputs as Array<{ shape: number[]; data: number[] }>;
         return texts.map((_t, i) => out.data.slice(i * out.shape[1], (i + 1) * out.shape[1]));
       },
@@ -185,7 +222,10 @@ describe('the same answer whatever the batch', () => {
         assert.equal(ready.models[model].warning, undefined, model);
       }
     }
-    const info = (await (await fetch(`${auto.url}/info?model=${EMBEDDER}`)).json()) as { model_dtype: string; warning?: string };
+    const info = (await (await fetch(`${auto.url}/info?model=${EMBEDDER}`)).json()) as {
+      model_dtype: string;
+      warning?: string;
+    };
     assert.equal(info.model_dtype, 'int8-row');
     assert.equal(info.warning, undefined);
   });
@@ -225,7 +265,9 @@ describe('the same answer whatever the batch', () => {
       // A rewrite would have renamed a new file over it: another inode.
       const after = fs.statSync(path.join(onnx, written()[0]));
       assert.deepEqual([written().length, after.ino, after.mtimeMs], [1, before.ino, before.mtimeMs]);
-      const [first, second] = await Promise.all([rows, again].map(async (s) => (await (await fetch(`${s.url}/ready`)).json()) as ReadyBody));
+      const [first, second] = await Promise.all(
+        [rows, again].map(async (s) => (await (await fetch(`${s.url}/ready`)).json()) as ReadyBody),
+      );
       assert.equal(second.models[CLASSIFIER].weights_sha256, first.models[CLASSIFIER].weights_sha256);
     } finally {
       await again.stop();
@@ -233,15 +275,32 @@ describe('the same answer whatever the batch', () => {
   });
 
   it('TEI /rerank: the order of a batch is the order of the scores each document gets alone', async () => {
-    const documents = ['The waiter was friendly.', 'Cold soup.', 'A waiter in Paris who smiled at every table all evening long.', 'Trains to Berlin.'];
-    const ranked = (await ok('/rerank', { query: 'a friendly waiter', texts: documents, model: RERANKER, raw_scores: true })) as Array<{
+    const documents = [
+      'The waiter was friendly.',
+      'Cold soup.',
+      'A waiter in Paris who smiled at every table all evening long.',
+      'Trains to Berlin.',
+    ];
+    const ranked = (await ok('/rerank', {
+      query: 'a friendly waiter',
+      texts: documents,
+      model: RERANKER,
+      raw_scores: true,
+    })) as Array<{
       index: number;
       score: number;
     }>;
     const alone = await Promise.all(
       documents.map(
         async (text) =>
-          ((await ok('/rerank', { query: 'a friendly waiter', texts: [text], model: RERANKER, raw_scores: true })) as Array<{ score: number }>)[0].score,
+          (
+            (await ok('/rerank', {
+              query: 'a friendly waiter',
+              texts: [text],
+              model: RERANKER,
+              raw_scores: true,
+            })) as Array<{ score: number }>
+          )[0].score,
       ),
     );
     assert.deepEqual(
@@ -258,7 +317,10 @@ describe('the same answer whatever the batch', () => {
     const ready = (await (await fetch(`${q8.url}/ready`)).json()) as ReadyBody;
     assert.deepEqual(ready.models[EMBEDDER].devices, ['cpu/q8']);
     assert.match(ready.models[EMBEDDER].warning ?? '', /answers shift with their batch mates.*DTYPE=int8-row/);
-    const info = (await (await fetch(`${q8.url}/info?model=${EMBEDDER}`)).json()) as { model_dtype: string; warning?: string };
+    const info = (await (await fetch(`${q8.url}/info?model=${EMBEDDER}`)).json()) as {
+      model_dtype: string;
+      warning?: string;
+    };
     assert.equal(info.model_dtype, 'q8');
     assert.match(info.warning ?? '', /batch mates/);
     target = q8;
@@ -269,13 +331,20 @@ describe('the same answer whatever the batch', () => {
         const [alone] = await route.answers([inputs[1]]);
         const [, batched] = await route.answers(inputs);
         const { same, largest } = compare(alone, batched);
-        t.diagnostic(`q8 ${route.name}: batched vs alone, ${same ? `largest difference ${largest.toExponential(1)}` : 'labels or tokens differ'}`);
+        t.diagnostic(
+          `q8 ${route.name}: batched vs alone, ${same ? `largest difference ${largest.toExponential(1)}` : 'labels or tokens differ'}`,
+        );
       }
       const openai = routes.find((r) => r.name === 'OpenAI /v1/embeddings')!;
       const [alone] = (await openai.answers([TARGET])) as number[][];
       const [, batched] = (await openai.answers(BATCH)) as number[][];
-      t.diagnostic(`q8 ${EMBEDDER}: cosine batched vs alone ${alone.reduce((sum, v, i) => sum + v * batched[i], 0).toFixed(4)}`);
-      assert.ok(compare(alone, batched).largest > TOLERANCE, 'q8 answers shift in these batches: the fp32 checks above would catch a batch-dependent answer');
+      t.diagnostic(
+        `q8 ${EMBEDDER}: cosine batched vs alone ${alone.reduce((sum, v, i) => sum + v * batched[i], 0).toFixed(4)}`,
+      );
+      assert.ok(
+        compare(alone, batched).largest > TOLERANCE,
+        'q8 answers shift in these batches: the fp32 checks above would catch a batch-dependent answer',
+      );
     } finally {
       target = system;
     }

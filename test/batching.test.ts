@@ -50,8 +50,10 @@ describe('batch formation', () => {
   });
 
   it('stops gathering at the one deadline after the first job (BATCH_MAX_WAIT_MS=0: an idle worker runs the first job alone)', async (t) => {
-    const { outcomes, system } = await withPrefilledQueue('deadline', { BATCH_MAX_SIZE: 32, BATCH_MAX_WAIT_MS: 0 }, (q) =>
-      Promise.all(Array.from({ length: 8 }, (_, i) => q.add([`text number ${i}`]))),
+    const { outcomes, system } = await withPrefilledQueue(
+      'deadline',
+      { BATCH_MAX_SIZE: 32, BATCH_MAX_WAIT_MS: 0 },
+      (q) => Promise.all(Array.from({ length: 8 }, (_, i) => q.add([`text number ${i}`]))),
     );
     t.after(() => system.stop());
     // Seven more were waiting, yet the first ran alone: gathering ended at its deadline. The next
@@ -63,8 +65,10 @@ describe('batch formation', () => {
 
   it('gathers everything waiting before the deadline', async (t) => {
     // Each job costs BullMQ a Lua script to fetch (~0.3 ms here), so the test's deadline is generous.
-    const { outcomes, system } = await withPrefilledQueue('gather', { BATCH_MAX_SIZE: 32, BATCH_MAX_WAIT_MS: 1000 }, (q) =>
-      Promise.all(Array.from({ length: 8 }, (_, i) => q.add([`text number ${i}`]))),
+    const { outcomes, system } = await withPrefilledQueue(
+      'gather',
+      { BATCH_MAX_SIZE: 32, BATCH_MAX_WAIT_MS: 1000 },
+      (q) => Promise.all(Array.from({ length: 8 }, (_, i) => q.add([`text number ${i}`]))),
     );
     t.after(() => system.stop());
     assert.deepEqual(sizes(outcomes), Array(8).fill(8));
@@ -87,8 +91,10 @@ describe('batch formation', () => {
 
   it('caps a model call by padded tokens (BATCH_MAX_TOKENS)', async (t) => {
     const text = textOfTokens(16);
-    const { outcomes, system } = await withPrefilledQueue('token-cap', { BATCH_MAX_SIZE: 32, BATCH_MAX_TOKENS: 64, BATCH_MAX_WAIT_MS: 1000 }, (q) =>
-      Promise.all(Array.from({ length: 8 }, () => q.add([text]))),
+    const { outcomes, system } = await withPrefilledQueue(
+      'token-cap',
+      { BATCH_MAX_SIZE: 32, BATCH_MAX_TOKENS: 64, BATCH_MAX_WAIT_MS: 1000 },
+      (q) => Promise.all(Array.from({ length: 8 }, () => q.add([text]))),
     );
     t.after(() => system.stop());
     // 64 padded tokens hold four 16-token sequences.
@@ -98,12 +104,16 @@ describe('batch formation', () => {
   it('groups by length: one long input does not pad the short ones', async (t) => {
     const short = textOfTokens(16);
     const long = textOfTokens(400);
-    const { outcomes, system } = await withPrefilledQueue('grouping', { BATCH_MAX_SIZE: 32, BATCH_MAX_WAIT_MS: 1000 }, async (q) => {
-      const ids = await Promise.all(Array.from({ length: 15 }, () => q.add([short])));
-      ids.splice(7, 0, await q.add([long]));
-      ids.push(...(await Promise.all(Array.from({ length: 16 }, () => q.add([short])))));
-      return ids;
-    });
+    const { outcomes, system } = await withPrefilledQueue(
+      'grouping',
+      { BATCH_MAX_SIZE: 32, BATCH_MAX_WAIT_MS: 1000 },
+      async (q) => {
+        const ids = await Promise.all(Array.from({ length: 15 }, () => q.add([short])));
+        ids.splice(7, 0, await q.add([long]));
+        ids.push(...(await Promise.all(Array.from({ length: 16 }, () => q.add([short])))));
+        return ids;
+      },
+    );
     t.after(() => system.stop());
     const s = sizes(outcomes);
     assert.equal(s[7], 1, 'the long input runs in a call of its own');
@@ -146,10 +156,14 @@ describe('correctness under batching', () => {
     assert.equal(listed.status, 200);
     assert.ok(Number(listed.headers.get('x-batch-size')) > 1, 'the list ran batched');
     const concurrent = await Promise.all(texts.map((t) => system.infer(MODEL, t, { top_k: null })));
-    const maxDiff = (a: any[], b: any[]) => Math.max(...a.map((r, i) => (assert.equal(r.label, b[i].label), Math.abs(r.score - b[i].score))));
+    const maxDiff = (a: any[], b: any[]) =>
+      Math.max(...a.map((r, i) => (assert.equal(r.label, b[i].label), Math.abs(r.score - b[i].score))));
     texts.forEach((text, i) => {
       // fp32 with an attention mask: padding changes nothing but float summation order.
-      assert.ok(maxDiff(listed.body[i], alone[i]) < 1e-6, `"${text}" in a list: ${JSON.stringify(listed.body[i])} vs ${JSON.stringify(alone[i])}`);
+      assert.ok(
+        maxDiff(listed.body[i], alone[i]) < 1e-6,
+        `"${text}" in a list: ${JSON.stringify(listed.body[i])} vs ${JSON.stringify(alone[i])}`,
+      );
       assert.ok(maxDiff(concurrent[i].body[0], alone[i]) < 1e-6, `"${text}" concurrent`);
     });
   });
@@ -216,7 +230,10 @@ describe('failures inside a batch', () => {
       return done.reduce((n, b) => n + b.jobs, 0) === outcomes.length && done;
     });
     const calls = batches.flatMap((b) => b.calls);
-    assert.ok(calls.includes(innocents.length + 1), `a call of the culprit and all its neighbours, then its halves: ${JSON.stringify(calls)}`);
+    assert.ok(
+      calls.includes(innocents.length + 1),
+      `a call of the culprit and all its neighbours, then its halves: ${JSON.stringify(calls)}`,
+    );
     assert.ok(good.some((o) => o.ok && o.timing.batch_size > 1));
     assert.ok(system.procs[0].running, 'the worker survived');
   });
@@ -264,19 +281,26 @@ describe('failures inside a batch', () => {
 describe('jobs that carry several requests (coalesced by a gateway)', () => {
   it('answers each request of a job on its own: one fails, one expired, the others answered', async (t) => {
     let ids: string[] = [];
-    const { outcomes, system } = await withPrefilledQueue('multi', { BATCH_MAX_SIZE: 32, BATCH_MAX_WAIT_MS: 1000 }, async (q) => {
-      ids = await q.addJob([
-        { inputs: ['first request'] },
-        { inputs: [textOfTokens(600, 'word')], parameters: { truncation: false } },
-        { inputs: ['too late'], deadlineInMs: -1 },
-        { inputs: ['fourth request, two inputs', 'second input'], parameters: { top_k: null } },
-      ]);
-      return ids;
-    });
+    const { outcomes, system } = await withPrefilledQueue(
+      'multi',
+      { BATCH_MAX_SIZE: 32, BATCH_MAX_WAIT_MS: 1000 },
+      async (q) => {
+        ids = await q.addJob([
+          { inputs: ['first request'] },
+          { inputs: [textOfTokens(600, 'word')], parameters: { truncation: false } },
+          { inputs: ['too late'], deadlineInMs: -1 },
+          { inputs: ['fourth request, two inputs', 'second input'], parameters: { top_k: null } },
+        ]);
+        return ids;
+      },
+    );
     t.after(() => system.stop());
     const [first, culprit, late, fourth] = outcomes;
     assert.ok(first.ok, JSON.stringify(first));
-    assert.ok(!culprit.ok && culprit.error.error_type === 'validation' && /600 tokens/.test(culprit.error.error), JSON.stringify(culprit));
+    assert.ok(
+      !culprit.ok && culprit.error.error_type === 'validation' && /600 tokens/.test(culprit.error.error),
+      JSON.stringify(culprit),
+    );
     assert.ok(!late.ok && late.error.error_type === 'timeout', JSON.stringify(late));
     assert.ok(fourth.ok && fourth.outputs.length === 2 && Array.isArray(fourth.outputs[0]), JSON.stringify(fourth));
     assert.deepEqual(
@@ -307,7 +331,13 @@ describe('long batches', () => {
       await system.startGateway();
       const worker = system.startWorker({
         model,
-        env: { BATCH_MAX_SIZE: 32, BATCH_MAX_WAIT_MS: 1000, JOB_LOCK_MS: 1000, STALLED_INTERVAL_MS: 500, LOG_LEVEL: 'info' },
+        env: {
+          BATCH_MAX_SIZE: 32,
+          BATCH_MAX_WAIT_MS: 1000,
+          JOB_LOCK_MS: 1000,
+          STALLED_INTERVAL_MS: 500,
+          LOG_LEVEL: 'info',
+        },
       });
       await system.waitForWorkers(model);
       const text = textOfTokens(500, 'long');
@@ -326,7 +356,10 @@ describe('long batches', () => {
       polling = false;
       await poll;
       const elapsed = Date.now() - started;
-      assert.ok(elapsed > 2000, `the batch ran longer than the TTL and the lock (${elapsed} ms), so the test means something`);
+      assert.ok(
+        elapsed > 2000,
+        `the batch ran longer than the TTL and the lock (${elapsed} ms), so the test means something`,
+      );
       assert.ok(
         outcomes.every((o) => o.ok),
         JSON.stringify(outcomes.find((o) => !o.ok)),

@@ -36,7 +36,11 @@ describe("the client libraries' snippets in docs/clients.md", () => {
 
   describe('their requests, as their sources build them', () => {
     it("LangChain's OpenAIEmbeddings: by default token ids, refused naming the setting; with check_embedding_ctx_length=False, the openai client's base64 request", async () => {
-      const tokens = await system.post('/v1/embeddings', { input: [[83, 8251, 9253]], model: EMBEDDER, encoding_format: 'base64' });
+      const tokens = await system.post('/v1/embeddings', {
+        input: [[83, 8251, 9253]],
+        model: EMBEDDER,
+        encoding_format: 'base64',
+      });
       assert.equal(tokens.status, 400);
       assert.match(tokens.body.error.message, /check_embedding_ctx_length=False/);
       const texts = await system.post('/v1/embeddings', {
@@ -50,7 +54,9 @@ describe("the client libraries' snippets in docs/clients.md", () => {
     });
 
     it("huggingface_hub's InferenceClient.feature_extraction on a model URL", async () => {
-      const res = await system.post(`/models/${EMBEDDER}`, { inputs: ['tserve batches requests', 'Paris is in France'] });
+      const res = await system.post(`/models/${EMBEDDER}`, {
+        inputs: ['tserve batches requests', 'Paris is in France'],
+      });
       assert.equal(res.status, 200);
       assert.deepEqual(
         (res.body as number[][]).map((v) => v.length),
@@ -59,7 +65,10 @@ describe("the client libraries' snippets in docs/clients.md", () => {
     });
 
     it("llama-index's TextEmbeddingsInference: /embed with truncate and no model", async () => {
-      const res = await system.post('/embed', { inputs: ['tserve batches requests', 'Paris is in France'], truncate: true });
+      const res = await system.post('/embed', {
+        inputs: ['tserve batches requests', 'Paris is in France'],
+        truncate: true,
+      });
       assert.equal(res.status, 200, JSON.stringify(res.body));
       assert.deepEqual(
         (res.body as number[][]).map((v) => v.length),

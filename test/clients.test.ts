@@ -23,7 +23,10 @@ describe('the official Hugging Face JS client', () => {
   after(() => system.stop());
 
   it('textClassification: the labels of the text, as the server computes them', async () => {
-    const answer = await client(CLASSIFIER).textClassification({ inputs: 'This restaurant is awesome', parameters: { top_k: 2 } });
+    const answer = await client(CLASSIFIER).textClassification({
+      inputs: 'This restaurant is awesome',
+      parameters: { top_k: 2 },
+    });
     const raw = (await system.infer(CLASSIFIER, 'This restaurant is awesome', { top_k: 2 })).body;
     assert.deepEqual(answer, raw[0]);
     assert.deepEqual(answer.map((a) => a.label).sort(), ['NEGATIVE', 'POSITIVE']);
@@ -42,7 +45,8 @@ describe('the official Hugging Face JS client', () => {
   it('fillMask: the top tokens for the mask', async () => {
     const answer = await client(FILL).fillMask({ inputs: 'Paris is the [MASK] of France.' });
     assert.equal(answer.length, 5);
-    for (const a of answer) assert.ok(typeof a.token_str === 'string' && a.sequence.startsWith('paris is the '), JSON.stringify(a));
+    for (const a of answer)
+      assert.ok(typeof a.token_str === 'string' && a.sequence.startsWith('paris is the '), JSON.stringify(a));
   });
 
   it('featureExtraction: one normalised embedding', async () => {
@@ -71,7 +75,10 @@ describe('the official Hugging Face JS client', () => {
 
   it('sentenceSimilarity: one cosine per sentence, from the embedding model', async () => {
     const answer = await client(EMBEDDER).sentenceSimilarity({
-      inputs: { source_sentence: 'That is a happy person', sentences: ['That is a happy person', 'Today is a sunny day'] },
+      inputs: {
+        source_sentence: 'That is a happy person',
+        sentences: ['That is a happy person', 'Today is a sunny day'],
+      },
     });
     assert.equal(answer.length, 2);
     assert.ok(Math.abs(answer[0] - 1) < 1e-6 && answer[1] < answer[0], JSON.stringify(answer));
@@ -103,11 +110,19 @@ describe('a model still loading', () => {
     worker.kill('SIGSTOP');
     let waiting: Promise<{ status: number; body: any }> | undefined;
     try {
-      await waitFor('the gateway to see it loading', async () => (await system.infer(SLOW, 'hello')).status === 503, 10_000, 50);
+      await waitFor(
+        'the gateway to see it loading',
+        async () => (await system.infer(SLOW, 'hello')).status === 503,
+        10_000,
+        50,
+      );
       const refused = await system.infer(SLOW, 'hello');
       assert.equal(refused.status, 503, JSON.stringify(refused.body));
       assert.equal(refused.body.error, `Model ${SLOW} is currently loading`);
-      assert.ok(Number.isInteger(refused.body.estimated_time) && refused.body.estimated_time > 0, JSON.stringify(refused.body));
+      assert.ok(
+        Number.isInteger(refused.body.estimated_time) && refused.body.estimated_time > 0,
+        JSON.stringify(refused.body),
+      );
       assert.equal(refused.headers.get('retry-after'), String(refused.body.estimated_time));
       const ready = await fetch(`${system.url}/ready`);
       assert.equal(ready.status, 503);
@@ -116,7 +131,11 @@ describe('a model still loading', () => {
       const bad = await system.post(`/models/${SLOW}`, { inputs: 'x' }, { 'x-use-cache': 'maybe' });
       assert.equal(bad.status, 400);
       assert.match(bad.body.error, /x-use-cache must be true or false/);
-      waiting = system.post(`/models/${SLOW}`, { inputs: 'worth the wait' }, { 'x-wait-for-model': 'true', 'x-use-cache': 'false' });
+      waiting = system.post(
+        `/models/${SLOW}`,
+        { inputs: 'worth the wait' },
+        { 'x-wait-for-model': 'true', 'x-use-cache': 'false' },
+      );
     } finally {
       worker.kill('SIGCONT');
     }

@@ -15,7 +15,16 @@ import { fileURLToPath } from 'node:url';
 import { parse } from 'yaml';
 import { loadGatewayConfig, loadWorkerConfig, SETTINGS, settingHelp } from '@tserve/config';
 import http from 'node:http';
-import { ComposeProject, followLogs, httpRequest, inspect, jsonLines, logs, runOk, whyNoDocker } from './helpers/docker.ts';
+import {
+  ComposeProject,
+  followLogs,
+  httpRequest,
+  inspect,
+  jsonLines,
+  logs,
+  runOk,
+  whyNoDocker,
+} from './helpers/docker.ts';
 import { MODEL_DIR, waitFor } from './helpers/processes.ts';
 import { linkedModelDir } from './helpers/fp32-models.ts';
 import { dtypeFile, int8RowSource } from '../apps/worker/src/model/device.ts';
@@ -91,11 +100,17 @@ function resolved(value: string): string {
  * Settings the compose file reads from another variable than their own name, because the host's
  * value (what `npm start` uses) means something else inside a container.
  */
-const RENAMED: Record<string, string> = { MODEL: 'WORKER_MODEL', MODEL_DIR: 'WORKER_MODEL_DIR', SHUTDOWN_GRACE_MS: 'SHUTDOWN_GRACE_SECONDS' };
+const RENAMED: Record<string, string> = {
+  MODEL: 'WORKER_MODEL',
+  MODEL_DIR: 'WORKER_MODEL_DIR',
+  SHUTDOWN_GRACE_MS: 'SHUTDOWN_GRACE_SECONDS',
+};
 
 /** Settings a program's `--help` lists. */
 function programSettings(app: 'gateway' | 'worker'): string[] {
-  const help = spawnSync(process.execPath, [path.join(ROOT, `apps/${app}/dist/main.js`), '--help'], { encoding: 'utf8' });
+  const help = spawnSync(process.execPath, [path.join(ROOT, `apps/${app}/dist/main.js`), '--help'], {
+    encoding: 'utf8',
+  });
   assert.equal(help.status, 0, help.stderr);
   const table = help.stdout.split('Settings (environment variables):')[1] ?? '';
   return [...table.matchAll(/^ {2}([A-Z][A-Z0-9_]*(?: \/ [A-Z][A-Z0-9_]*)*) {2}/gm)].flatMap((m) => m[1].split(' / '));
@@ -133,7 +148,9 @@ function dockerfileOf(service: Service): string {
 
 /** Setting names as `--help` prints them (what users are told they can set). */
 function helpSettings(): Set<string> {
-  const help = spawnSync(process.execPath, [path.join(ROOT, 'apps/launcher/dist/main.js'), '--help'], { encoding: 'utf8' });
+  const help = spawnSync(process.execPath, [path.join(ROOT, 'apps/launcher/dist/main.js'), '--help'], {
+    encoding: 'utf8',
+  });
   assert.equal(help.status, 0, `launcher --help failed (run npm run build first): ${help.stderr}`);
   const table = help.stdout.split('Settings (environment variables):')[1] ?? '';
   const names = new Set<string>();
@@ -157,9 +174,11 @@ function hasBinary(cmd: string, args: string[]): boolean {
 
 describe('docker-compose.yml', () => {
   it('has the services redis, gateway, worker and dashboard; the three apps are built from this repo', () => {
-    for (const name of ['redis', 'gateway', 'worker', 'dashboard']) assert.ok(compose.services?.[name], `service ${name} missing`);
+    for (const name of ['redis', 'gateway', 'worker', 'dashboard'])
+      assert.ok(compose.services?.[name], `service ${name} missing`);
     assert.deepEqual(built.map(([n]) => n).sort(), ['dashboard', 'gateway', 'worker']);
-    for (const [name, s] of built) assert.ok(fs.existsSync(dockerfileOf(s)), `${name}: no Dockerfile at ${dockerfileOf(s)}`);
+    for (const [name, s] of built)
+      assert.ok(fs.existsSync(dockerfileOf(s)), `${name}: no Dockerfile at ${dockerfileOf(s)}`);
   });
 
   it('every built service runs a script that exists in the built output and starts', () => {
@@ -204,14 +223,18 @@ describe('docker-compose.yml', () => {
     assert.equal(models[2], 'ro', `/models is writable: ${models.join(':')}`);
     assert.match(models[0], /^\$\{MODELS_HOST_DIR:-[^}]+\}$/, `/models comes from ${models[0]}`);
     // A missing host folder would be made by Docker (empty, root's) and fail the worker on "no config.json".
-    assert.ok(Object.hasOwn(compose.volumes ?? {}, defaultOf(models[0])), `without MODELS_HOST_DIR, /models is ${defaultOf(models[0])}, not a named volume`);
+    assert.ok(
+      Object.hasOwn(compose.volumes ?? {}, defaultOf(models[0])),
+      `without MODELS_HOST_DIR, /models is ${defaultOf(models[0])}, not a named volume`,
+    );
   });
 
   it('restarts a crashed worker a few times, not forever: one that cannot load its model would only repeat why', () => {
     const m = /^on-failure:(\d+)$/.exec(compose.services.worker.restart ?? '');
     assert.ok(m, `worker restart: ${compose.services.worker.restart}`);
     assert.ok(Number(m[1]) >= 1 && Number(m[1]) <= 10, `worker restart: ${compose.services.worker.restart}`);
-    for (const name of ['redis', 'gateway', 'dashboard']) assert.equal(compose.services[name].restart, 'unless-stopped', name);
+    for (const name of ['redis', 'gateway', 'dashboard'])
+      assert.equal(compose.services[name].restart, 'unless-stopped', name);
   });
 
   it('stops the gateways before the workers, so that what they answer on the way out still has workers', () => {
@@ -230,7 +253,9 @@ describe('docker-compose.yml', () => {
     const args = argv(redis.command).join(' ');
     assert.match(args, /--appendonly yes\b/, `redis command: ${args}`);
     assert.match(args, /--maxmemory-policy noeviction\b/, `redis command: ${args}`);
-    const named = (redis.volumes ?? []).map(mount).find(([source, target]) => target === '/data' && source && Object.hasOwn(compose.volumes ?? {}, source));
+    const named = (redis.volumes ?? [])
+      .map(mount)
+      .find(([source, target]) => target === '/data' && source && Object.hasOwn(compose.volumes ?? {}, source));
     assert.ok(named, `redis /data is not a named volume: ${JSON.stringify(redis.volumes)}`);
     assert.ok(redis.healthcheck?.test, 'redis has no healthcheck');
   });
@@ -239,12 +264,18 @@ describe('docker-compose.yml', () => {
     for (const name of ['gateway', 'dashboard']) {
       const s = compose.services[name];
       const port = defaultOf(env(s).PORT ?? '8000');
-      const targets = (s.ports ?? []).map((p) => (typeof p === 'string' ? p.split(':').at(-1)!.split('/')[0] : String(p.target)));
+      const targets = (s.ports ?? []).map((p) =>
+        typeof p === 'string' ? p.split(':').at(-1)!.split('/')[0] : String(p.target),
+      );
       assert.deepEqual(targets, [port], `${name}: publishes ${targets.join(',')} but listens on ${port}`);
       const test = argv(s.healthcheck?.test).join(' ');
       assert.ok(test.includes(`127.0.0.1:${port}/`), `${name}: healthcheck does not ask port ${port}: ${test}`);
     }
-    assert.match(argv(compose.services.gateway.healthcheck?.test).join(' '), /\/ready\b/, 'gateway healthcheck should use /ready');
+    assert.match(
+      argv(compose.services.gateway.healthcheck?.test).join(' '),
+      /\/ready\b/,
+      'gateway healthcheck should use /ready',
+    );
   });
 
   it('the public gateway has no dashboard credentials; the dashboard service takes them from the environment', () => {
@@ -264,9 +295,15 @@ describe('docker-compose.yml', () => {
         const at = (v: string) => v.replace(/\$\{SHUTDOWN_GRACE_SECONDS:-10\}/g, seconds);
         const grace = Number(resolved(at(env(s).SHUTDOWN_GRACE_MS ?? '10000')));
         const stop = durationMs(resolved(at(s.stop_grace_period)));
-        assert.ok(stop > grace, `${name}: with SHUTDOWN_GRACE_SECONDS=${seconds}, stop_grace_period ${stop} ms <= SHUTDOWN_GRACE_MS ${grace}`);
+        assert.ok(
+          stop > grace,
+          `${name}: with SHUTDOWN_GRACE_SECONDS=${seconds}, stop_grace_period ${stop} ms <= SHUTDOWN_GRACE_MS ${grace}`,
+        );
         // Seconds, not minutes: a gateway that hangs is killed soon after its grace.
-        assert.ok(stop - grace <= 60_000, `${name}: with SHUTDOWN_GRACE_SECONDS=${seconds}, stop_grace_period ${stop} ms is far past the grace`);
+        assert.ok(
+          stop - grace <= 60_000,
+          `${name}: with SHUTDOWN_GRACE_SECONDS=${seconds}, stop_grace_period ${stop} ms is far past the grace`,
+        );
       }
     }
     assert.ok(compose.services.worker.stop_grace_period, 'worker: no stop_grace_period');
@@ -306,9 +343,13 @@ describe('docker-compose.yml', () => {
     assert.ok(derived.includes('JOB_LOCK_MS') && derived.includes('HTTP_SEND_TIMEOUT_MS'));
     for (const [name, s] of built) {
       const e = env(s);
-      for (const key of derived.filter((k) => k in e)) assert.equal(e[key], `\${${key}:-}`, `${name}: ${key} would not follow its derivation`);
+      for (const key of derived.filter((k) => k in e))
+        assert.equal(e[key], `\${${key}:-}`, `${name}: ${key} would not follow its derivation`);
       const resolvedEnv = Object.fromEntries(Object.entries(e).map(([k, v]) => [k, resolved(v)]));
-      assert.doesNotThrow(() => (name === 'worker' ? loadWorkerConfig(resolvedEnv) : loadGatewayConfig(resolvedEnv)), name);
+      assert.doesNotThrow(
+        () => (name === 'worker' ? loadWorkerConfig(resolvedEnv) : loadGatewayConfig(resolvedEnv)),
+        name,
+      );
     }
   });
 
@@ -323,8 +364,13 @@ describe('docker-compose.yml', () => {
     const budget = Number(resolved(env(worker).WORKER_MEMORY_MB ?? ''));
     assert.ok(budget > 0, 'the worker has a WORKER_MEMORY_MB');
     const limit = bytes(resolved(worker.mem_limit ?? ''));
-    assert.ok(limit >= 1.25 * budget * 2 ** 20, `mem_limit ${worker.mem_limit} under 1.25 x WORKER_MEMORY_MB ${budget} MiB`);
-    const gpu = (parse(fs.readFileSync(path.join(ROOT, 'docker-compose.gpu.yml'), 'utf8')) as { services: Record<string, any> }).services.worker;
+    assert.ok(
+      limit >= 1.25 * budget * 2 ** 20,
+      `mem_limit ${worker.mem_limit} under 1.25 x WORKER_MEMORY_MB ${budget} MiB`,
+    );
+    const gpu = (
+      parse(fs.readFileSync(path.join(ROOT, 'docker-compose.gpu.yml'), 'utf8')) as { services: Record<string, any> }
+    ).services.worker;
     assert.equal(gpu.environment.WORKER_MEMORY_MB, '', 'the GPU override turns the budget off');
     assert.ok(bytes(resolved(gpu.mem_limit)) >= limit);
   });
@@ -339,12 +385,18 @@ describe('docker-compose.yml', () => {
       t.skip('docker-compose is not on PATH; install it (apt-get install docker-compose) to validate the file');
       return;
     }
-    const r = spawnSync('docker-compose', ['-f', COMPOSE_FILE, 'config', '-q'], { cwd: ROOT, encoding: 'utf8', env: defaultsEnv() });
+    const r = spawnSync('docker-compose', ['-f', COMPOSE_FILE, 'config', '-q'], {
+      cwd: ROOT,
+      encoding: 'utf8',
+      env: defaultsEnv(),
+    });
     assert.equal(r.status, 0, `docker-compose config -q: ${r.stderr}${r.stdout}`);
   });
 
   it('passes `docker-compose config -q` with the GPU override, which reserves a GPU for the worker', (t) => {
-    const gpu = parse(fs.readFileSync(path.join(ROOT, 'docker-compose.gpu.yml'), 'utf8')) as { services: Record<string, any> };
+    const gpu = parse(fs.readFileSync(path.join(ROOT, 'docker-compose.gpu.yml'), 'utf8')) as {
+      services: Record<string, any>;
+    };
     const reservation = gpu.services.worker.deploy.resources.reservations.devices[0];
     assert.deepEqual([reservation.driver, reservation.capabilities], ['nvidia', ['gpu']]);
     assert.equal(gpu.services.worker.build.args.GPU, 'true');
@@ -353,11 +405,15 @@ describe('docker-compose.yml', () => {
       t.skip('docker-compose is not on PATH');
       return;
     }
-    const r = spawnSync('docker-compose', ['-f', COMPOSE_FILE, '-f', path.join(ROOT, 'docker-compose.gpu.yml'), 'config', '-q'], {
-      cwd: ROOT,
-      encoding: 'utf8',
-      env: defaultsEnv(),
-    });
+    const r = spawnSync(
+      'docker-compose',
+      ['-f', COMPOSE_FILE, '-f', path.join(ROOT, 'docker-compose.gpu.yml'), 'config', '-q'],
+      {
+        cwd: ROOT,
+        encoding: 'utf8',
+        env: defaultsEnv(),
+      },
+    );
     assert.equal(r.status, 0, `docker-compose config -q: ${r.stderr}${r.stdout}`);
   });
 
@@ -366,7 +422,11 @@ describe('docker-compose.yml', () => {
       t.skip('the Compose v2 plugin (`docker compose`) is not installed');
       return;
     }
-    const r = spawnSync('docker', ['compose', '-f', COMPOSE_FILE, 'config', '-q'], { cwd: ROOT, encoding: 'utf8', env: defaultsEnv() });
+    const r = spawnSync('docker', ['compose', '-f', COMPOSE_FILE, 'config', '-q'], {
+      cwd: ROOT,
+      encoding: 'utf8',
+      env: defaultsEnv(),
+    });
     assert.equal(r.status, 0, `docker compose config -q: ${r.stderr}${r.stdout}`);
   });
 });
@@ -388,7 +448,8 @@ describe('.env.example', () => {
   it('names only variables that docker-compose.yml reads', () => {
     const used = new Set([...COMPOSE_TEXT.matchAll(/\$\{([A-Za-z_][A-Za-z0-9_]*)/g)].map((m) => m[1]));
     assert.ok(entries.length > 3);
-    for (const { name } of entries) assert.ok(used.has(name), `.env.example sets ${name}, which docker-compose.yml does not read`);
+    for (const { name } of entries)
+      assert.ok(used.has(name), `.env.example sets ${name}, which docker-compose.yml does not read`);
   });
 
   it('runs as no .env does on a fresh clone; local models are a pair of lines to uncomment', () => {
@@ -400,7 +461,8 @@ describe('.env.example', () => {
     const commented = new Map(entries.filter((e) => !e.active).map((e) => [e.name, e.value]));
     assert.ok(commented.has('MODELS_HOST_DIR'), 'MODELS_HOST_DIR is not shown');
     assert.equal(commented.get('WORKER_MODEL_DIR'), '/models');
-    for (const { name, value } of entries) assert.ok(!value.includes('shared/'), `${name}=${value} exists only in this repository's layout`);
+    for (const { name, value } of entries)
+      assert.ok(!value.includes('shared/'), `${name}=${value} exists only in this repository's layout`);
   });
 });
 
@@ -434,7 +496,8 @@ describe('Dockerfile', () => {
       const parent = glob.replace(/\/\*$/, '');
       for (const dir of fs.readdirSync(path.join(ROOT, parent))) {
         const manifest = `${parent}/${dir}/package.json`;
-        if (fs.existsSync(path.join(ROOT, manifest))) assert.ok(copied.includes(manifest), `${manifest} is not copied before npm ci`);
+        if (fs.existsSync(path.join(ROOT, manifest)))
+          assert.ok(copied.includes(manifest), `${manifest} is not copied before npm ci`);
       }
     }
   });
@@ -452,7 +515,10 @@ describe('Dockerfile', () => {
     assert.ok(users.length > 0, 'the runtime stage has no USER: it runs as root');
     const user = users.at(-1)!.split(/\s+/)[1].split(':')[0];
     assert.ok(!['root', '0'].includes(user), `runtime USER is ${user}`);
-    assert.ok(!runtime.lines.some((l) => /^RUN\s.*\bnpm (ci|install)\b/.test(l)), 'the runtime stage installs packages itself');
+    assert.ok(
+      !runtime.lines.some((l) => /^RUN\s.*\bnpm (ci|install)\b/.test(l)),
+      'the runtime stage installs packages itself',
+    );
   });
 });
 
@@ -495,13 +561,21 @@ interface Label {
 
 /** The texts REFERENCE.json has for a model. */
 function referenceTexts(model: string): string[] {
-  const all = JSON.parse(fs.readFileSync(path.join(MODEL_DIR, 'REFERENCE.json'), 'utf8')) as Record<string, { cases: Array<{ text: string }> }>;
+  const all = JSON.parse(fs.readFileSync(path.join(MODEL_DIR, 'REFERENCE.json'), 'utf8')) as Record<
+    string,
+    { cases: Array<{ text: string }> }
+  >;
   return all[model].cases.map((c) => c.text);
 }
 
-async function readyBody(url: string): Promise<{ status: number; body: { reasons: string[]; models: Record<string, { workers: number }> } }> {
+async function readyBody(
+  url: string,
+): Promise<{ status: number; body: { reasons: string[]; models: Record<string, { workers: number }> } }> {
   const res = await httpRequest(`${url}/ready`);
-  return { status: res.status, body: JSON.parse(res.body) as { reasons: string[]; models: Record<string, { workers: number }> } };
+  return {
+    status: res.status,
+    body: JSON.parse(res.body) as { reasons: string[]; models: Record<string, { workers: number }> },
+  };
 }
 
 const noDocker = whyNoDocker();
@@ -546,14 +620,19 @@ describe('docker compose, for real', { skip: noDocker }, () => {
       250,
     );
     assert.equal(final.State.ExitCode, 1);
-    const said = (await logs(worker)).split('\n').filter((line) => line.includes(`cannot load model "${MISSING_MODEL}"`));
+    const said = (await logs(worker))
+      .split('\n')
+      .filter((line) => line.includes(`cannot load model "${MISSING_MODEL}"`));
     assert.equal(said.length, retries + 1, `the worker ran ${retries + 1} times; it said why ${said.length} times`);
     assert.match(said[0], /\(revision main\) from https:\/\/huggingface\.co/);
 
     const url = await p.url('gateway', 8000);
     await waitFor('/ready to give the reason', async () => {
       const { status, body } = await readyBody(url);
-      return status === 503 && body.reasons.some((r) => r.startsWith(`model ${MISSING_MODEL} is not served: cannot load model`));
+      return (
+        status === 503 &&
+        body.reasons.some((r) => r.startsWith(`model ${MISSING_MODEL} is not served: cannot load model`))
+      );
     });
 
     // Downloads would go to the hub-cache volume at HF_HOME, writable by the worker's user.
@@ -561,13 +640,20 @@ describe('docker compose, for real', { skip: noDocker }, () => {
     const cache = mounts.find((m) => m.Destination === HUB_CACHE);
     assert.deepEqual([cache?.Type, cache?.Name, cache?.RW], ['volume', `${p.name}_hub-cache`, true]);
     const models = mounts.find((m) => m.Destination === '/models');
-    assert.deepEqual([models?.Type, models?.RW], ['volume', false], 'without MODELS_HOST_DIR, /models is an empty volume, not a host folder');
+    assert.deepEqual(
+      [models?.Type, models?.RW],
+      ['volume', false],
+      'without MODELS_HOST_DIR, /models is an empty volume, not a host folder',
+    );
     const probe = `const fs = await import('node:fs');
       const dir = process.env.HF_HOME;
       fs.writeFileSync(dir + '/probe', 'x');
       fs.rmSync(dir + '/probe');
       console.log(JSON.stringify({ cacheDir: dir, uid: process.getuid() }));`;
-    const out = await p.compose(['run', '--rm', '--no-deps', '-T', 'worker', 'node', '--input-type=module', '-e', probe], 120_000);
+    const out = await p.compose(
+      ['run', '--rm', '--no-deps', '-T', 'worker', 'node', '--input-type=module', '-e', probe],
+      120_000,
+    );
     const seen = JSON.parse(out.trim().split('\n').at(-1) ?? '') as { cacheDir: string; uid: number };
     assert.deepEqual([path.posix.resolve(seen.cacheDir), seen.uid], [HUB_CACHE, 1000]);
 
@@ -585,7 +671,12 @@ describe('docker compose, for real', { skip: noDocker }, () => {
     await waitFor('/ready', async () => (await readyBody(url)).body.models[LOCAL_MODEL]?.workers === 1, 180_000, 250);
     const gateway = await local.container('gateway');
     // Docker's own view, from the healthcheck in the compose file (its first check comes after `interval`).
-    await waitFor('the gateway to be healthy', async () => (await inspect(gateway)).State.Health?.Status === 'healthy', 120_000, 500);
+    await waitFor(
+      'the gateway to be healthy',
+      async () => (await inspect(gateway)).State.Health?.Status === 'healthy',
+      120_000,
+      500,
+    );
 
     // The worker runs DTYPE=auto: int8 per row, its file written into the hub-cache volume since
     // /models is read-only. It answers as transformers.js does in this process for the same rewrite
@@ -594,26 +685,41 @@ describe('docker compose, for real', { skip: noDocker }, () => {
     const folder = path.join(linked.dir, LOCAL_MODEL);
     const from = int8RowSource(fs.readdirSync(path.join(folder, 'onnx')));
     const file = dtypeFile(from);
-    const rows = await int8RowWeights(folder, { file, sha256: await sha256File(path.join(folder, file)), from }, path.join(linked.dir, 'cache'));
+    const rows = await int8RowWeights(
+      folder,
+      { file, sha256: await sha256File(path.join(folder, file)), from },
+      path.join(linked.dir, 'cache'),
+    );
     // A worker that ran on the host folder before (npm start, the other tests) left the file beside
     // the model, where this one finds it; else it wrote its own into the volume.
     const beside = fs.existsSync(path.join(MODEL_DIR, LOCAL_MODEL, rows.file));
     const place = beside ? `/models/${LOCAL_MODEL}/${rows.file}` : `${HUB_CACHE}/hub/tserve-int8-row/`;
-    assert.ok((await logs(await local.container('worker'))).includes(`"to":"${place}`), `the worker loads its int8-row file from ${place}`);
+    assert.ok(
+      (await logs(await local.container('worker'))).includes(`"to":"${place}`),
+      `the worker loads its int8-row file from ${place}`,
+    );
     const transformers = await import('@huggingface/transformers');
     transformers.env.allowRemoteModels = false;
     transformers.env.localModelPath = `${linked.dir}/`;
-    const pipe = (await transformers.pipeline('text-classification', LOCAL_MODEL, { dtype: 'fp32', model_file_name: rows.fileName })) as unknown as (
-      text: string,
-    ) => Promise<Label[]>;
+    const pipe = (await transformers.pipeline('text-classification', LOCAL_MODEL, {
+      dtype: 'fp32',
+      model_file_name: rows.fileName,
+    })) as unknown as (text: string) => Promise<Label[]>;
     for (const text of referenceTexts(LOCAL_MODEL)) {
-      const res = await httpRequest(`${url}/`, { method: 'POST', body: text, headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+      const res = await httpRequest(`${url}/`, {
+        method: 'POST',
+        body: text,
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      });
       assert.equal(res.status, 200, res.body);
       const answer = JSON.parse(res.body) as Label[];
       const [best] = await pipe(text);
       assert.equal(answer.length, 1, JSON.stringify(answer));
       assert.equal(answer[0].label, best.label, text);
-      assert.ok(Math.abs(answer[0].score - best.score) <= 1e-4, `"${text}": ${answer[0].score}, in-process ${best.score}`);
+      assert.ok(
+        Math.abs(answer[0].score - best.score) <= 1e-4,
+        `"${text}": ${answer[0].score}, in-process ${best.score}`,
+      );
     }
     linked.remove();
 
@@ -622,15 +728,17 @@ describe('docker compose, for real', { skip: noDocker }, () => {
     assert.equal((await inspect(gateway)).Config.StopTimeout, stop);
     const worker = await inspect(await local.container('worker'));
     assert.deepEqual(worker.HostConfig.RestartPolicy, { Name: 'on-failure', MaximumRetryCount: retries });
-    const models = (worker.Mounts as Array<{ Type: string; Source: string; Destination: string; RW: boolean }>).find((m) => m.Destination === '/models');
+    const models = (worker.Mounts as Array<{ Type: string; Source: string; Destination: string; RW: boolean }>).find(
+      (m) => m.Destination === '/models',
+    );
     assert.deepEqual([models?.Type, models?.Source, models?.RW], ['bind', MODEL_DIR, false]);
   });
 
   it("a worker's threads and memory budget follow its container's CPU quota and memory limit", async () => {
     const help = (flags: string[]) =>
-      runOk('docker', ['run', '--rm', ...flags, IMAGE, 'node', 'apps/worker/dist/main.js', '--help'], { timeoutMs: 120_000 }).then(
-        (out) => /^Here: .*$/m.exec(out)?.[0] ?? out,
-      );
+      runOk('docker', ['run', '--rm', ...flags, IMAGE, 'node', 'apps/worker/dist/main.js', '--help'], {
+        timeoutMs: 120_000,
+      }).then((out) => /^Here: .*$/m.exec(out)?.[0] ?? out);
     const limited = await help(['--cpus', '1', '--memory', '1g']);
     assert.match(limited, /INTRA_OP_THREADS=0 runs 1 thread\(s\)/);
     assert.match(limited, /WORKER_MEMORY_MB unset is 819 \(a quarter under the cgroup memory limit\)/);
@@ -641,7 +749,12 @@ describe('docker compose, for real', { skip: noDocker }, () => {
   it('scales to two workers with `up -d --scale worker=2`', async () => {
     assert.ok(local, 'needs the stack of the test before');
     await local.compose(['up', '-d', '--scale', 'worker=2'], 300_000);
-    await waitFor('/ready to count two workers', async () => (await readyBody(url)).body.models[LOCAL_MODEL]?.workers === 2, 180_000, 250);
+    await waitFor(
+      '/ready to count two workers',
+      async () => (await readyBody(url)).body.models[LOCAL_MODEL]?.workers === 2,
+      180_000,
+      250,
+    );
     assert.equal((await local.containers('worker')).length, 2);
   });
 
@@ -685,7 +798,13 @@ describe('docker compose, for real', { skip: noDocker }, () => {
             agent,
             timeoutMs: 60_000,
           });
-          outcomes.push({ sent, done: Date.now(), status: res.status, id: String(res.headers['x-request-id']), body: res.body });
+          outcomes.push({
+            sent,
+            done: Date.now(),
+            status: res.status,
+            id: String(res.headers['x-request-id']),
+            body: res.body,
+          });
         } catch (err) {
           outcomes.push({ sent, done: Date.now(), error: (err as NodeJS.ErrnoException).code ?? String(err) });
           // The gateway is no longer listening for this client.
@@ -708,7 +827,10 @@ describe('docker compose, for real', { skip: noDocker }, () => {
     const stopped = lines.find((l) => l.msg === 'stopped');
     assert.ok(stopping && stopped, `the gateway did not log a graceful stop (killed?):\n${gatewayText.slice(-2000)}`);
     const graceMs = Number(resolved(env(compose.services.gateway).SHUTDOWN_GRACE_MS ?? ''));
-    assert.ok(stopped.time - stopping.time < graceMs, `the gateway's grace ran out (${stopped.time - stopping.time} ms): it did not answer everything`);
+    assert.ok(
+      stopped.time - stopping.time < graceMs,
+      `the gateway's grace ran out (${stopped.time - stopping.time} ms): it did not answer everything`,
+    );
 
     const took = lines.filter((l) => l.method === 'POST' && l.path === '/' && l.time >= loadStart);
     for (const l of took) {
@@ -731,16 +853,22 @@ describe('docker compose, for real', { skip: noDocker }, () => {
       }
     }
     const refused = outcomes.filter((o) => o.error !== undefined);
-    for (const o of refused) assert.ok(o.done >= stopping.time, `a request failed (${o.error}) before the gateway began to stop`);
+    for (const o of refused)
+      assert.ok(o.done >= stopping.time, `a request failed (${o.error}) before the gateway began to stop`);
 
     // The run did cover the stop: requests were being answered across SIGTERM, and later ones refused.
-    const across = took.filter((l) => l.status === 200 && l.time - l.duration_ms < stopping.time && l.time > stopping.time);
+    const across = took.filter(
+      (l) => l.status === 200 && l.time - l.duration_ms < stopping.time && l.time > stopping.time,
+    );
     assert.ok(across.length > 0, 'no request was in flight when the gateway got SIGTERM');
     assert.ok(refused.length > 0, 'no request came after the gateway stopped listening');
     // Compose stopped the workers after the gateway (it depends on them), so they answered to the end.
     for (const text of workerTexts) {
       const signalled = jsonLines(text).find((l) => String(l.msg).startsWith('stopping'));
-      assert.ok(signalled && signalled.time >= stopped.time, `a worker was stopped before the gateway had finished:\n${text.slice(-1000)}`);
+      assert.ok(
+        signalled && signalled.time >= stopped.time,
+        `a worker was stopped before the gateway had finished:\n${text.slice(-1000)}`,
+      );
     }
     t.diagnostic(
       `down under load: ${answered.length} answered (${across.length} across SIGTERM), ${refused.length} refused before acceptance; ` +

@@ -33,7 +33,9 @@ describe('queue dashboard', () => {
     await system.waitForWorkers(MODEL);
     await tokenGateway.waitForWorkers(MODEL);
     // Ordinary (interactive) requests, a burst of them: the first goes alone, the rest coalesce behind it.
-    const answers = await Promise.all(Array.from({ length: 12 }, (_, i) => system.infer(MODEL, `a job for the board to show, number ${i}`)));
+    const answers = await Promise.all(
+      Array.from({ length: 12 }, (_, i) => system.infer(MODEL, `a job for the board to show, number ${i}`)),
+    );
     for (const res of answers) assert.equal(res.status, 200, JSON.stringify(res.body));
   });
   after(async () => {
@@ -77,7 +79,9 @@ describe('queue dashboard', () => {
     assert.match(html, /href="static\/css\/[^"]+\.css"/, 'its own stylesheet is still linked');
     const api = await fetch(`${system.url}/admin/queues/api/queues`, { headers: { authorization } });
     assert.equal(api.status, 200);
-    const body = (await api.json()) as { queues: Array<{ name: string; readOnlyMode: boolean; counts: Record<string, number> }> };
+    const body = (await api.json()) as {
+      queues: Array<{ name: string; readOnlyMode: boolean; counts: Record<string, number> }>;
+    };
     const queue = body.queues.find((q) => q.name === QUEUE);
     assert.ok(queue, `queues: ${body.queues.map((q) => q.name).join(', ')}`);
     assert.equal(queue.readOnlyMode, false);
@@ -99,15 +103,24 @@ describe('queue dashboard', () => {
   });
 
   it('takes a bearer token, or a ?token= login that sets a cookie; read-only refuses changes', async () => {
-    const refused = await fetch(`${tokenGateway.url}/admin/queues/api/queues`, { headers: { authorization: 'Bearer wrong' } });
+    const refused = await fetch(`${tokenGateway.url}/admin/queues/api/queues`, {
+      headers: { authorization: 'Bearer wrong' },
+    });
     assert.equal(refused.status, 401);
     assert.match(refused.headers.get('www-authenticate') ?? '', /^Bearer realm=/);
 
-    const api = await fetch(`${tokenGateway.url}/admin/queues/api/queues`, { headers: { authorization: `Bearer ${TOKEN}` } });
+    const api = await fetch(`${tokenGateway.url}/admin/queues/api/queues`, {
+      headers: { authorization: `Bearer ${TOKEN}` },
+    });
     assert.equal(api.status, 200);
-    const queue = ((await api.json()) as { queues: Array<{ name: string; readOnlyMode: boolean }> }).queues.find((q) => q.name === QUEUE);
+    const queue = ((await api.json()) as { queues: Array<{ name: string; readOnlyMode: boolean }> }).queues.find(
+      (q) => q.name === QUEUE,
+    );
     assert.equal(queue?.readOnlyMode, true);
-    const pause = await fetch(`${tokenGateway.url}/admin/queues/api/queues/${QUEUE}/pause`, { method: 'PUT', headers: { authorization: `Bearer ${TOKEN}` } });
+    const pause = await fetch(`${tokenGateway.url}/admin/queues/api/queues/${QUEUE}/pause`, {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${TOKEN}` },
+    });
     assert.equal(pause.status, 405, 'read-only: the queue cannot be paused');
     assert.equal((await system.infer(MODEL, 'still served')).status, 200);
 
@@ -118,50 +131,64 @@ describe('queue dashboard', () => {
     assert.match(cookie, /HttpOnly/);
     assert.match(cookie, /SameSite=Strict/);
     assert.ok(!cookie.includes(TOKEN), 'the cookie does not hold the token itself');
-    const withCookie = await fetch(`${tokenGateway.url}/admin/queues/api/queues`, { headers: { cookie: cookie.split(';')[0] } });
+    const withCookie = await fetch(`${tokenGateway.url}/admin/queues/api/queues`, {
+      headers: { cookie: cookie.split(';')[0] },
+    });
     assert.equal(withCookie.status, 200);
     const badLogin = await fetch(`${tokenGateway.url}/admin/queues?token=wrong`, { redirect: 'manual' });
     assert.equal(badLogin.status, 401);
   });
 
-  it("shows the model's queue in a browser, with the jobs of ordinary requests and how many each carries", { skip: noBrowser }, async () => {
-    const browser = await launchBrowser();
-    try {
-      const context = await browser.newContext({ httpCredentials: { username: USER, password: PASSWORD }, viewport: { width: 1280, height: 800 } });
-      const page = await context.newPage();
-      // The dashboard must work on a private network: nothing outside the gateway is even asked for
-      // (bull-board's own page links a public font CDN, which the gateway leaves out). Such requests
-      // are recorded, and aborted so that none leaves this machine.
-      const foreign = await foreignRequests(page, system.url);
-      await page.goto(`${system.url}/admin/queues`);
-      await page.getByText(QUEUE).first().waitFor({ state: 'visible', timeout: 30_000 });
-      // Open the model's queue and wait for its job list, so the screenshot shows the board, not its spinner.
-      await page.getByText(QUEUE).first().click();
-      await page
-        .getByText(/completed/i)
-        .first()
-        .waitFor({ state: 'visible', timeout: 30_000 });
-      // The completed jobs of the interactive requests sent above, each named with its request count.
-      await page.goto(`${system.url}/admin/queues/queue/${encodeURIComponent(QUEUE)}?status=completed`);
-      await page
-        .getByText(/infer ×\d+/)
-        .first()
-        .waitFor({ state: 'visible', timeout: 30_000 });
-      const shown = (await page.getByText(/infer ×\d+/).allInnerTexts()).map((text) => Number(/×(\d+)/.exec(text)![1]));
-      assert.ok(shown.length > 0 && shown.every((n) => n >= 1), `requests per job shown: ${shown.join(', ')}`);
-      await page
-        .getByText(/Loading/)
-        .waitFor({ state: 'detached', timeout: 30_000 })
-        .catch(() => {});
-      fs.mkdirSync(path.dirname(SCREENSHOT), { recursive: true });
-      await page.screenshot({ path: SCREENSHOT, fullPage: true });
-      assert.ok(fs.statSync(SCREENSHOT).size > 10_000, 'screenshot written');
-      // The board's own pages may still change things (resuming a running queue changes nothing).
-      const status = await page.evaluate((queue) => fetch(`api/queues/${queue}/resume`, { method: 'PUT' }).then((r) => r.status), QUEUE);
-      assert.equal(status, 200);
-      assert.deepEqual(foreign, [], 'the dashboard asked for resources from other origins');
-    } finally {
-      await browser.close();
-    }
-  });
+  it(
+    "shows the model's queue in a browser, with the jobs of ordinary requests and how many each carries",
+    { skip: noBrowser },
+    async () => {
+      const browser = await launchBrowser();
+      try {
+        const context = await browser.newContext({
+          httpCredentials: { username: USER, password: PASSWORD },
+          viewport: { width: 1280, height: 800 },
+        });
+        const page = await context.newPage();
+        // The dashboard must work on a private network: nothing outside the gateway is even asked for
+        // (bull-board's own page links a public font CDN, which the gateway leaves out). Such requests
+        // are recorded, and aborted so that none leaves this machine.
+        const foreign = await foreignRequests(page, system.url);
+        await page.goto(`${system.url}/admin/queues`);
+        await page.getByText(QUEUE).first().waitFor({ state: 'visible', timeout: 30_000 });
+        // Open the model's queue and wait for its job list, so the screenshot shows the board, not its spinner.
+        await page.getByText(QUEUE).first().click();
+        await page
+          .getByText(/completed/i)
+          .first()
+          .waitFor({ state: 'visible', timeout: 30_000 });
+        // The completed jobs of the interactive requests sent above, each named with its request count.
+        await page.goto(`${system.url}/admin/queues/queue/${encodeURIComponent(QUEUE)}?status=completed`);
+        await page
+          .getByText(/infer ×\d+/)
+          .first()
+          .waitFor({ state: 'visible', timeout: 30_000 });
+        const shown = (await page.getByText(/infer ×\d+/).allInnerTexts()).map((text) =>
+          Number(/×(\d+)/.exec(text)![1]),
+        );
+        assert.ok(shown.length > 0 && shown.every((n) => n >= 1), `requests per job shown: ${shown.join(', ')}`);
+        await page
+          .getByText(/Loading/)
+          .waitFor({ state: 'detached', timeout: 30_000 })
+          .catch(() => {});
+        fs.mkdirSync(path.dirname(SCREENSHOT), { recursive: true });
+        await page.screenshot({ path: SCREENSHOT, fullPage: true });
+        assert.ok(fs.statSync(SCREENSHOT).size > 10_000, 'screenshot written');
+        // The board's own pages may still change things (resuming a running queue changes nothing).
+        const status = await page.evaluate(
+          (queue) => fetch(`api/queues/${queue}/resume`, { method: 'PUT' }).then((r) => r.status),
+          QUEUE,
+        );
+        assert.equal(status, 200);
+        assert.deepEqual(foreign, [], 'the dashboard asked for resources from other origins');
+      } finally {
+        await browser.close();
+      }
+    },
+  );
 });

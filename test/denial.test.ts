@@ -61,14 +61,29 @@ async function holding(child: ChildProcess, count: number): Promise<void> {
 }
 
 /** One POST on the normal client's keep-alive connection: its status and how long it took (ms). */
-function timedPost(agent: http.Agent, port: number, path: string, body: string): Promise<{ status: number; ms: number }> {
+function timedPost(
+  agent: http.Agent,
+  port: number,
+  path: string,
+  body: string,
+): Promise<{ status: number; ms: number }> {
   return new Promise((resolve, reject) => {
     const started = process.hrtime.bigint();
     const req = http.request(
-      { host: '127.0.0.1', port, path, method: 'POST', agent, localAddress: CLIENT, headers: { 'content-type': 'application/json' } },
+      {
+        host: '127.0.0.1',
+        port,
+        path,
+        method: 'POST',
+        agent,
+        localAddress: CLIENT,
+        headers: { 'content-type': 'application/json' },
+      },
       (res) => {
         res.resume();
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, ms: Number(process.hrtime.bigint() - started) / 1e6 }));
+        res.on('end', () =>
+          resolve({ status: res.statusCode ?? 0, ms: Number(process.hrtime.bigint() - started) / 1e6 }),
+        );
       },
     );
     req.on('error', reject);
@@ -81,7 +96,12 @@ async function sample(agent: http.Agent, port: number, count: number): Promise<{
   const statuses: number[] = [];
   const times: number[] = [];
   for (let i = 0; i < count; i++) {
-    const r = await timedPost(agent, port, `/models/${MODEL}`, JSON.stringify({ inputs: `an ordinary request, number ${i}` }));
+    const r = await timedPost(
+      agent,
+      port,
+      `/models/${MODEL}`,
+      JSON.stringify({ inputs: `an ordinary request, number ${i}` }),
+    );
     statuses.push(r.status);
     times.push(r.ms);
   }
@@ -90,7 +110,11 @@ async function sample(agent: http.Agent, port: number, count: number): Promise<{
 }
 
 /** Raw bytes on a fresh connection; resolves with all that came back once the server closed it, or at `maxMs`. */
-function exchange(port: number, head: string, options: { onText?: (text: string, socket: net.Socket) => void; maxMs?: number } = {}): Promise<string> {
+function exchange(
+  port: number,
+  head: string,
+  options: { onText?: (text: string, socket: net.Socket) => void; maxMs?: number } = {},
+): Promise<string> {
   return new Promise((resolve) => {
     const socket = net.connect(port, '127.0.0.1');
     let text = '';
@@ -143,8 +167,15 @@ describe('cheap denial of service', () => {
     await sample(agent, system.port, 50);
     const during = await sample(agent, system.port, 1000);
     const refused = during.statuses.filter((s) => s !== 200);
-    assert.deepEqual(refused, [], `every answer during the attack is a 200; got ${refused.length} others (${[...new Set(refused)].join(', ')})`);
-    assert.ok(during.p99 <= 2 * before.p99, `p99 during the attack ${during.p99.toFixed(1)} ms, more than twice the ${before.p99.toFixed(1)} ms before it`);
+    assert.deepEqual(
+      refused,
+      [],
+      `every answer during the attack is a 200; got ${refused.length} others (${[...new Set(refused)].join(', ')})`,
+    );
+    assert.ok(
+      during.p99 <= 2 * before.p99,
+      `p99 during the attack ${during.p99.toFixed(1)} ms, more than twice the ${before.p99.toFixed(1)} ms before it`,
+    );
     t.diagnostic(`p99 before ${before.p99.toFixed(1)} ms, during ${during.p99.toFixed(1)} ms`);
     assert.ok(gateway.running);
   });
@@ -172,7 +203,11 @@ describe('cheap denial of service', () => {
     const body = JSON.stringify({ inputs: 'a patient client' });
     const text = await exchange(
       system.port,
-      post(`/models/${MODEL}`, { 'Content-Length': Buffer.byteLength(body), Expect: '100-continue', Connection: 'close' }),
+      post(`/models/${MODEL}`, {
+        'Content-Length': Buffer.byteLength(body),
+        Expect: '100-continue',
+        Connection: 'close',
+      }),
       {
         onText: (sofar, socket) => {
           if (/^HTTP\/1\.1 100 Continue\r\n\r\n$/.test(sofar)) socket.write(body);
@@ -189,7 +224,10 @@ describe('cheap denial of service', () => {
     assert.equal(native.body.error_type, 'validation');
     assert.match(native.body.error, /malformed URL/);
     for (const path of [`/v2/models/${bad}/infer`, `/v2/models/${bad}`]) {
-      const res = await fetch(`${system.url}${path}`, { method: path.endsWith('infer') ? 'POST' : 'GET', body: path.endsWith('infer') ? '{}' : undefined });
+      const res = await fetch(`${system.url}${path}`, {
+        method: path.endsWith('infer') ? 'POST' : 'GET',
+        body: path.endsWith('infer') ? '{}' : undefined,
+      });
       assert.equal(res.status, 400, path);
       const body = (await res.json()) as Record<string, unknown>;
       assert.deepEqual(Object.keys(body), ['error'], `${path}: KServe's error shape`);
@@ -208,7 +246,11 @@ describe('cheap denial of service', () => {
   it('answers a request Node cannot parse with a 4xx and an error body saying why, not a bare status line', async () => {
     const cases: Array<[string, RegExp, RegExp]> = [
       ['GET /health HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n', /^HTTP\/1\.1 400 /, /malformed HTTP request \(HPE_/],
-      [`GET /health HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`, /^HTTP\/1\.1 431 /, /request headers are larger/],
+      [
+        `GET /health HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`,
+        /^HTTP\/1\.1 431 /,
+        /request headers are larger/,
+      ],
     ];
     for (const [head, status, error] of cases) {
       const text = await exchange(system.port, head);
@@ -229,7 +271,10 @@ describe('cheap denial of service', () => {
     const text = await res.text();
     assert.equal(res.status, 400);
     assert.ok(text.length < 2000, `an error of ${text.length} bytes`);
-    assert.match((JSON.parse(text) as { error: string }).error, /"unknown_key_0", "unknown_key_1", .*, and 49995 more$/);
+    assert.match(
+      (JSON.parse(text) as { error: string }).error,
+      /"unknown_key_0", "unknown_key_1", .*, and 49995 more$/,
+    );
   });
 });
 
@@ -256,7 +301,10 @@ describe('connections per client', () => {
       const open = () => sockets.filter((s) => s.readyState === 'open').length;
       await waitFor(
         'each connection kept or closed, and counted',
-        async () => closed() >= 50 && closed() + open() === 100 && (await system.metric('tserve_connections_dropped_total')) === closed(),
+        async () =>
+          closed() >= 50 &&
+          closed() + open() === 100 &&
+          (await system.metric('tserve_connections_dropped_total')) === closed(),
       );
       assert.ok(open() >= 25 && open() <= 50, `the address holds ${open()}: at most half of MAX_CONNECTIONS`);
       const res = await fetch(`${system.url}/health`);

@@ -48,11 +48,17 @@ function assertShown(shown: string, answer: string, where: string, exactDigits: 
     } else pattern += escape(part);
   }
   const match = new RegExp(`^\\s*${pattern}\\s*$`).exec(answer);
-  assert.ok(match, `${where}: the answer is not what the doc shows\n  shown: ${shown}\n answer: ${answer.slice(0, 3000)}`);
+  assert.ok(
+    match,
+    `${where}: the answer is not what the doc shows\n  shown: ${shown}\n answer: ${answer.slice(0, 3000)}`,
+  );
   approximate.forEach((want, k) => {
     if (!exactDigits) return;
     const got = Number(match[k + 1]);
-    assert.ok(Math.abs(got - want) <= NUMBER_TOLERANCE, `${where}: the doc shows ${want}…, the server answered ${got}\n answer: ${answer.slice(0, 3000)}`);
+    assert.ok(
+      Math.abs(got - want) <= NUMBER_TOLERANCE,
+      `${where}: the doc shows ${want}…, the server answered ${got}\n answer: ${answer.slice(0, 3000)}`,
+    );
   });
 }
 
@@ -60,10 +66,16 @@ function assertShown(shown: string, answer: string, where: string, exactDigits: 
 async function runExample(example: Example, port: number, fp32: Set<string>): Promise<void> {
   const { status, body } = await curlExample(example, port);
   const expected = example.shown?.status;
-  if (expected) assert.equal(status, expected, `${example.where}: status ${status}, the doc shows ${expected}: ${body.slice(0, 1000)}`);
+  if (expected)
+    assert.equal(
+      status,
+      expected,
+      `${example.where}: status ${status}, the doc shows ${expected}: ${body.slice(0, 1000)}`,
+    );
   else assert.ok(status >= 200 && status < 300, `${example.where}: status ${status}: ${body.slice(0, 1000)}`);
   assert.ok(body.trim(), `${example.where}: an empty answer`);
-  if (/^\s*[[{]/.test(body)) assert.doesNotThrow(() => JSON.parse(body), `${example.where}: the answer is not JSON: ${body.slice(0, 1000)}`);
+  if (/^\s*[[{]/.test(body))
+    assert.doesNotThrow(() => JSON.parse(body), `${example.where}: the answer is not JSON: ${body.slice(0, 1000)}`);
   const named = example.command.match(/replica\/[\w.-]+/g) ?? [];
   const exactDigits = named.length > 0 && named.every((model) => fp32.has(model));
   if (example.shown) assertShown(example.shown.body, body, example.where, exactDigits);
@@ -74,7 +86,8 @@ async function runExample(example: Example, port: number, fp32: Set<string>): Pr
  * with the worker's own words, rather than at the end of a long wait.
  */
 async function servedBy(system: TestSystem, model: string, worker: Proc): Promise<void> {
-  const fail = (why: string) => new Error(`${model}, from the README's MODEL list: ${why}\n${worker.output.slice(-2000)}`);
+  const fail = (why: string) =>
+    new Error(`${model}, from the README's MODEL list: ${why}\n${worker.output.slice(-2000)}`);
   const until = Date.now() + 60_000;
   for (;;) {
     if (!worker.running) throw fail('its worker exited');
@@ -116,14 +129,17 @@ describe("the docs' examples, run as written", () => {
   for (const { file, examples } of DOCS) {
     describe(file, () => {
       for (const example of examples) {
-        it(`${example.where} ${example.command.split('\n')[0].slice(0, 90)}`, () => runExample(example, system.port, fp32));
+        it(`${example.where} ${example.command.split('\n')[0].slice(0, 90)}`, () =>
+          runExample(example, system.port, fp32));
       }
     });
   }
 
   it('fails an example whose model id is wrong, or whose answer is not what the doc shows', async () => {
     // The first example that names a model and shows a number in its output, spoiled three ways.
-    const example = DOCS.flatMap((d) => d.examples).find((e) => /replica\//.test(e.command) && e.shown && /\d\.\d+…/.test(e.shown.body));
+    const example = DOCS.flatMap((d) => d.examples).find(
+      (e) => /replica\//.test(e.command) && e.shown && /\d\.\d+…/.test(e.shown.body),
+    );
     assert.ok(example?.shown, 'the docs show the output of an example that names a model');
     await runExample(example, system.port, fp32);
     const wrongModel = { ...example, command: example.command.replace(/replica\/[\w.-]+/, '$&-missing') };
@@ -132,7 +148,10 @@ describe("the docs' examples, run as written", () => {
     await assert.rejects(runExample(wrongText, system.port, fp32), /not what the doc shows/);
     // Its digits, checked as an fp32 model's are, refuse a number half a unit off.
     const number = /(\d\.\d+)…/.exec(example.shown.body)!;
-    const wrongNumber = { ...example, shown: { body: example.shown.body.replace(number[0], `${Number(number[1]) + 0.5}…`) } };
+    const wrongNumber = {
+      ...example,
+      shown: { body: example.shown.body.replace(number[0], `${Number(number[1]) + 0.5}…`) },
+    };
     const exact = new Set(example.command.match(/replica\/[\w.-]+/g));
     await assert.rejects(runExample(wrongNumber, system.port, exact), /the doc shows \d/);
   });

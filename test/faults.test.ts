@@ -14,7 +14,12 @@ import { textOfTokens } from './helpers/queue-client.ts';
 import { CLASSIFIER as MODEL } from './helpers/replicas.ts';
 
 /** Runs `total` requests with `concurrency` in flight; `onProgress` sees each completion count. */
-async function load<T>(total: number, concurrency: number, send: (i: number) => Promise<T>, onProgress?: (done: number) => void): Promise<T[]> {
+async function load<T>(
+  total: number,
+  concurrency: number,
+  send: (i: number) => Promise<T>,
+  onProgress?: (done: number) => void,
+): Promise<T[]> {
   const results: T[] = new Array(total);
   let next = 0;
   let done = 0;
@@ -57,7 +62,8 @@ describe('faults', () => {
         redis.disconnect();
       });
       /** Ids of the jobs the victim holds. */
-      const victimHolds = async (): Promise<string[]> => (await queue.getActive()).filter((j) => j.processedBy === 'victim').map((j) => j.id!);
+      const victimHolds = async (): Promise<string[]> =>
+        (await queue.getActive()).filter((j) => j.processedBy === 'victim').map((j) => j.id!);
       let heldAtDeath: string[] = [];
       let killing = false;
       let killed: Promise<void> | undefined;
@@ -102,7 +108,10 @@ describe('faults', () => {
       );
       for (const r of results) {
         const score = r.body[0].find((x: any) => x.label === 'POSITIVE').score;
-        assert.ok(Math.abs(score - expected.get(r.text)!) < 1e-5, `correct answer after recovery: ${score} vs ${expected.get(r.text)}`);
+        assert.ok(
+          Math.abs(score - expected.get(r.text)!) < 1e-5,
+          `correct answer after recovery: ${score} vs ${expected.get(r.text)}`,
+        );
       }
       // Each job the victim held when it died ran again elsewhere once its lock expired (BullMQ's
       // stalled-job check), every request in it included.
@@ -146,7 +155,12 @@ describe('faults', () => {
       batchMaxTokens: 16384,
       maxTokens: 512,
     };
-    const worker = new Worker<JobData>(queueNameFor(model), null, { connection: redis, prefix: system.prefix, autorun: false, name: 'quiet' });
+    const worker = new Worker<JobData>(queueNameFor(model), null, {
+      connection: redis,
+      prefix: system.prefix,
+      autorun: false,
+      name: 'quiet',
+    });
     t.after(async () => {
       await worker.close(true);
       await withdrawWorker(redis, system.prefix, info);
@@ -221,15 +235,26 @@ describe('faults', () => {
     assert.ok(system.gateway!.running, 'the gateway survived');
 
     await redis.start();
-    await waitFor('a request served after Redis returned', async () => (await system.infer(MODEL, 'after the outage')).status === 200, 30_000, 250);
-    await waitFor('/ready 200 after Redis returned', async () => (await fetch(`${system.url}/ready`)).status === 200, 10_000);
+    await waitFor(
+      'a request served after Redis returned',
+      async () => (await system.infer(MODEL, 'after the outage')).status === 200,
+      30_000,
+      250,
+    );
+    await waitFor(
+      '/ready 200 after Redis returned',
+      async () => (await fetch(`${system.url}/ready`)).status === 200,
+      10_000,
+    );
     // Redis came back empty: the gateway wrote the queue's event stream cap again (else BullMQ's scripts
     // would have put back their own default of 10,000).
     const admin = new Redis(redis.url);
     try {
       await waitFor(
         'the events cap restated',
-        async () => (await admin.hget(`${system.prefix}:${queueNameFor(MODEL)}:meta`, 'opts.maxLenEvents')) === String(EVENTS_KEPT),
+        async () =>
+          (await admin.hget(`${system.prefix}:${queueNameFor(MODEL)}:meta`, 'opts.maxLenEvents')) ===
+          String(EVENTS_KEPT),
         10_000,
       );
     } finally {

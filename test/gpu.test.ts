@@ -43,6 +43,9 @@ describe('GPU workers without a GPU', { skip: hasGpu ? 'this machine has a GPU' 
     assert.match(q8.output, /DTYPE=q8 on webgpu: its integer kernels run on the CPU.*DTYPE_FORCE=true/);
     const missing = system.startWorker({ model: DEFAULT_CLASSIFIER, env: { DTYPE: 'fp16' } });
     assert.notEqual(await missing.exited, 0);
-    assert.match(missing.output, /no onnx\/model_fp16\.onnx in replica\/MiniLM-L6-H384-uncased-sst2 for DTYPE=fp16; it has model_quantized\.onnx \(DTYPE=q8\)/);
+    assert.match(
+      missing.output,
+      /no onnx\/model_fp16\.onnx in replica\/MiniLM-L6-H384-uncased-sst2 for DTYPE=fp16; it has model_quantized\.onnx \(DTYPE=q8\)/,
+    );
   });
 });

@@ -24,7 +24,8 @@ const REQUEST_TIMEOUT_MS = 2000;
 /** A stack frame or a source path in a body: what an error must never show a client. */
 const LEAK = /\bat \S+ \(|\.(ts|js):\d+:\d+|node_modules|\/work\//;
 
-const rssMiB = (pid: number) => Number(/VmRSS:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) / 1024;
+const rssMiB = (pid: number) =>
+  Number(/VmRSS:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) / 1024;
 
 /** Writes raw bytes on a fresh connection; resolves with what came back once the server closed it (or `after` ms). */
 function raw(
@@ -62,7 +63,12 @@ function raw(
 }
 
 /** A request on `agent`'s connection; resolves with the status and body. */
-function viaAgent(agent: http.Agent, port: number, pathname: string, body?: string): Promise<{ status: number; body: string }> {
+function viaAgent(
+  agent: http.Agent,
+  port: number,
+  pathname: string,
+  body?: string,
+): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
     const req = http.request(
       {
@@ -86,7 +92,12 @@ function viaAgent(agent: http.Agent, port: number, pathname: string, body?: stri
 }
 
 const request = (path: string, body: string, headers: Record<string, string> = {}) => {
-  const all = { host: 'x', 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)), ...headers };
+  const all = {
+    host: 'x',
+    'content-type': 'application/json',
+    'content-length': String(Buffer.byteLength(body)),
+    ...headers,
+  };
   return `POST ${path} HTTP/1.1\r\n${Object.entries(all)
     .map(([k, v]) => `${k}: ${v}`)
     .join('\r\n')}\r\n\r\n${body}`;
@@ -97,7 +108,11 @@ describe('hostile clients', () => {
   let gateway: Proc;
 
   before(async () => {
-    gateway = await system.startGateway({ HTTP_HEADERS_TIMEOUT_MS: HEADERS_TIMEOUT_MS, HTTP_REQUEST_TIMEOUT_MS: REQUEST_TIMEOUT_MS, LOG_LEVEL: 'info' });
+    gateway = await system.startGateway({
+      HTTP_HEADERS_TIMEOUT_MS: HEADERS_TIMEOUT_MS,
+      HTTP_REQUEST_TIMEOUT_MS: REQUEST_TIMEOUT_MS,
+      LOG_LEVEL: 'info',
+    });
     system.startWorker({ model: MODEL });
     await system.waitForWorkers(MODEL);
   });
@@ -105,7 +120,8 @@ describe('hostile clients', () => {
 
   it('answers the 1 ms deadline that used to crash it with 504, and lives on', async () => {
     for (const headers of [{ 'x-request-timeout-ms': '1' }, {}] as Array<Record<string, string>>) {
-      const body = 'x-request-timeout-ms' in headers ? 'hi' : JSON.stringify({ inputs: 'hi', options: { timeout_ms: 1 } });
+      const body =
+        'x-request-timeout-ms' in headers ? 'hi' : JSON.stringify({ inputs: 'hi', options: { timeout_ms: 1 } });
       const res = await fetch(`${system.url}/${'x-request-timeout-ms' in headers ? '' : `models/${MODEL}`}`, {
         method: 'POST',
         headers: { 'content-type': 'x-request-timeout-ms' in headers ? 'text/plain' : 'application/json', ...headers },
@@ -137,29 +153,49 @@ describe('hostile clients', () => {
     const bodies: string[] = [];
     const JSON_TYPE = { 'content-type': 'application/json' };
     /** Sends one request and keeps the body of its answer. */
-    const send = (pathname: string, init: RequestInit) => async () => bodies.push(await (await fetch(`${url}${pathname}`, { method: 'POST', ...init })).text());
+    const send = (pathname: string, init: RequestInit) => async () =>
+      bodies.push(await (await fetch(`${url}${pathname}`, { method: 'POST', ...init })).text());
     const randomMs = () => String(1 + Math.floor(Math.random() * 40));
     const hostile: Array<() => Promise<unknown>> = [
       // Deadlines: 1 ms and random, by header and by body.
       send('/', { headers: { 'x-request-timeout-ms': '1' }, body: 'hi' }),
-      async () => send(`/models/${MODEL}`, { headers: JSON_TYPE, body: JSON.stringify({ inputs: 'x', options: { timeout_ms: Number(randomMs()) } }) })(),
-      async () => send(`/models/${MODEL}`, { headers: { ...JSON_TYPE, 'x-request-timeout-ms': randomMs() }, body: valid })(),
+      async () =>
+        send(`/models/${MODEL}`, {
+          headers: JSON_TYPE,
+          body: JSON.stringify({ inputs: 'x', options: { timeout_ms: Number(randomMs()) } }),
+        })(),
+      async () =>
+        send(`/models/${MODEL}`, { headers: { ...JSON_TYPE, 'x-request-timeout-ms': randomMs() }, body: valid })(),
       // Disconnects mid-body and mid-wait.
       () => raw(port, [request(`/models/${MODEL}`, valid).slice(0, -10)], { destroyAfterWrite: true }),
-      () => raw(port, [request(`/models/${MODEL}`, valid), { waitMs: Math.floor(Math.random() * 5) }], { destroyAfterWrite: true }),
+      () =>
+        raw(port, [request(`/models/${MODEL}`, valid), { waitMs: Math.floor(Math.random() * 5) }], {
+          destroyAfterWrite: true,
+        }),
       async () => {
         const controller = new AbortController();
-        const pending = fetch(`${url}/models/${MODEL}`, { method: 'POST', headers: JSON_TYPE, body: valid, signal: controller.signal }).catch(() => undefined);
+        const pending = fetch(`${url}/models/${MODEL}`, {
+          method: 'POST',
+          headers: JSON_TYPE,
+          body: valid,
+          signal: controller.signal,
+        }).catch(() => undefined);
         setTimeout(() => controller.abort(), Math.floor(Math.random() * 10));
         await pending;
       },
       // Malformed JSON, invalid UTF-8, wrong types.
       send(`/models/${MODEL}`, { headers: JSON_TYPE, body: '{"inputs": [1, 2' }),
-      send(`/models/${MODEL}`, { headers: JSON_TYPE, body: Buffer.from([0x7b, 0x22, 0x69, 0x22, 0x3a, 0x22, 0xc3, 0x28, 0x22, 0x7d]) }),
+      send(`/models/${MODEL}`, {
+        headers: JSON_TYPE,
+        body: Buffer.from([0x7b, 0x22, 0x69, 0x22, 0x3a, 0x22, 0xc3, 0x28, 0x22, 0x7d]),
+      }),
       send('/', { body: Buffer.from([0xff, 0xfe, 0xfd]) }),
       send(`/models/${MODEL}`, { headers: JSON_TYPE, body: '{"inputs": {"__proto__": {"x": 1}}, "parameters": null}' }),
       // Huge headers, unknown routes and methods.
-      async () => bodies.push((await raw(port, [`GET /health HTTP/1.1\r\nhost: x\r\nx-big: ${'a'.repeat(64 * 1024)}\r\n\r\n`])).text),
+      async () =>
+        bodies.push(
+          (await raw(port, [`GET /health HTTP/1.1\r\nhost: x\r\nx-big: ${'a'.repeat(64 * 1024)}\r\n\r\n`])).text,
+        ),
       send('/no/such/route', { body: '{}' }),
       send(`/models/${MODEL}`, { method: 'DELETE' }),
       async () => bodies.push((await raw(port, ['BREW /models HTTP/1.1\r\nhost: x\r\n\r\n'])).text),
@@ -174,7 +210,10 @@ describe('hostile clients', () => {
 
     // Slow senders are cut off by the server's own timeouts, not left holding connections.
     const [slowHeaders, slowBody] = await Promise.all([
-      raw(port, ['POST / HTTP/1.1\r\n', ...Array.from({ length: 40 }, (_, i) => [{ waitMs: 250 }, `x-drip-${i}: 1\r\n`]).flat()]),
+      raw(port, [
+        'POST / HTTP/1.1\r\n',
+        ...Array.from({ length: 40 }, (_, i) => [{ waitMs: 250 }, `x-drip-${i}: 1\r\n`]).flat(),
+      ]),
       raw(port, [
         request(`/models/${MODEL}`, `{"inputs": "${'a'.repeat(200)}"}`).slice(0, -200),
         ...Array.from({ length: 40 }, () => [{ waitMs: 250 }, 'a']).flat(),
@@ -191,7 +230,10 @@ describe('hostile clients', () => {
 
     loading = false;
     await load;
-    assert.ok(normal.length > 0 && normal.every((s) => s === 200), `the steady load was answered throughout: ${[...new Set(normal)].join(',')}`);
+    assert.ok(
+      normal.length > 0 && normal.every((s) => s === 200),
+      `the steady load was answered throughout: ${[...new Set(normal)].join(',')}`,
+    );
 
     for (const body of bodies) assert.ok(!LEAK.test(body), `a body leaked internals: ${body.slice(0, 300)}`);
     assert.equal(gateway.pid, pid);
@@ -200,7 +242,12 @@ describe('hostile clients', () => {
     assert.equal((await system.infer(MODEL, 'after the storm')).status, 200);
     assert.ok(!/unhandled rejection/.test(gateway.output), 'no unhandled rejection was logged');
     // A leak check, not a speed check: generous, and given time for garbage collection.
-    await waitFor('gateway memory back near its start', async () => rssMiB(pid) < rssBefore * 1.5 + 30, 20_000, 500).catch(() => {
+    await waitFor(
+      'gateway memory back near its start',
+      async () => rssMiB(pid) < rssBefore * 1.5 + 30,
+      20_000,
+      500,
+    ).catch(() => {
       throw new Error(`gateway RSS ${rssMiB(pid).toFixed(0)} MiB after, ${rssBefore.toFixed(0)} MiB before`);
     });
   });
@@ -214,7 +261,11 @@ describe('hostile clients', () => {
     const flood: net.Socket[] = [];
     const endFlood = () => flood.splice(0).forEach((socket) => socket.destroy());
     try {
-      const cappedGateway = await capped.startGateway({ MAX_CONNECTIONS: CAP, HTTP_HEADERS_TIMEOUT_MS: 60_000, HTTP_REQUEST_TIMEOUT_MS: 60_000 });
+      const cappedGateway = await capped.startGateway({
+        MAX_CONNECTIONS: CAP,
+        HTTP_HEADERS_TIMEOUT_MS: 60_000,
+        HTTP_REQUEST_TIMEOUT_MS: 60_000,
+      });
       // /health says the process answers; it serves once it has seen the worker (/ready).
       await capped.waitForWorkers(MODEL);
       const first = await viaAgent(agent, capped.port, `/models/${MODEL}`, valid);
@@ -229,12 +280,23 @@ describe('hostile clients', () => {
       }
       // At most CAP are held, the client's among them: at least the last ten were closed on arrival.
       await waitFor('connections beyond MAX_CONNECTIONS closed', async () => closed >= 10, 10_000);
-      assert.equal((await viaAgent(agent, capped.port, `/models/${MODEL}`, valid)).status, 200, 'a held connection is served during the flood');
-      const dropped = metricValue((await viaAgent(agent, capped.port, '/metrics')).body, 'tserve_connections_dropped_total');
+      assert.equal(
+        (await viaAgent(agent, capped.port, `/models/${MODEL}`, valid)).status,
+        200,
+        'a held connection is served during the flood',
+      );
+      const dropped = metricValue(
+        (await viaAgent(agent, capped.port, '/metrics')).body,
+        'tserve_connections_dropped_total',
+      );
       assert.ok(dropped >= closed, `the metric counts the ${closed} connections closed on arrival: ${dropped}`);
 
       endFlood();
-      await waitFor('a new connection served once the flood is gone', async () => (await fetch(`${capped.url}/health`)).ok, 10_000);
+      await waitFor(
+        'a new connection served once the flood is gone',
+        async () => (await fetch(`${capped.url}/health`)).ok,
+        10_000,
+      );
       assert.ok(cappedGateway.running);
     } finally {
       endFlood();
@@ -257,16 +319,24 @@ describe('hostile clients', () => {
       // Two clients send all of their bodies but the last byte, and hold it.
       // connection: close, so that each ends once it is answered.
       const whole = request(`/models/${MODEL}`, body, { connection: 'close' });
-      const slow = [0, 1].map(() => raw(held.port, [whole.slice(0, -1), { until: released }, whole.slice(-1)], { maxMs: 60_000 }));
-      const third = () => fetch(`${held.url}/models/${MODEL}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
-      const bodyBytes = async () => metricValue(await (await fetch(`${held.url}/metrics`)).text(), 'tserve_request_body_bytes_held');
+      const slow = [0, 1].map(() =>
+        raw(held.port, [whole.slice(0, -1), { until: released }, whole.slice(-1)], { maxMs: 60_000 }),
+      );
+      const third = () =>
+        fetch(`${held.url}/models/${MODEL}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+      const bodyBytes = async () =>
+        metricValue(await (await fetch(`${held.url}/metrics`)).text(), 'tserve_request_body_bytes_held');
       await waitFor('both bodies held', async () => (await bodyBytes()) === received, 10_000, 50);
       const refused = await third();
       assert.equal(refused.status, 503);
       assert.equal(refused.headers.get('retry-after'), '1');
-      assert.match(((await refused.json()) as { error: string }).error, /request bodies, its most \(MAX_BODIES_BYTES\)/);
+      assert.match(
+        ((await refused.json()) as { error: string }).error,
+        /request bodies, its most \(MAX_BODIES_BYTES\)/,
+      );
       release();
-      for (const answer of await Promise.all(slow)) assert.match(answer.text, /^HTTP\/1\.1 200 /, answer.text.slice(0, 300));
+      for (const answer of await Promise.all(slow))
+        assert.match(answer.text, /^HTTP\/1\.1 200 /, answer.text.slice(0, 300));
       await waitFor('nothing held once they are answered', async () => (await bodyBytes()) === 0, 10_000, 50);
       assert.equal((await third()).status, 200);
     } finally {
@@ -331,7 +401,10 @@ describe('a request of the longest inputs', () => {
     const words = ['alpha', 'river', 'mountain', 'city', 'paris', 'music', 'science', 'history'];
     const context = Array.from({ length: 2600 }, (_, i) => words[(i * 7 + (i >> 3)) % words.length]).join(' ');
     const inputs = Array.from({ length: 16 }, (_, i) => ({ question: `where is river ${i}?`, context }));
-    const res = await system.post(`/models/${QA}`, { inputs, parameters: { doc_stride: 320, top_k: 100, max_answer_len: 1000 } });
+    const res = await system.post(`/models/${QA}`, {
+      inputs,
+      parameters: { doc_stride: 320, top_k: 100, max_answer_len: 1000 },
+    });
     assert.equal(res.status, 200, JSON.stringify(res.body).slice(0, 300));
     assert.deepEqual(
       (res.body as Array<Array<{ answer: string }>>).map((answers) => answers.length),
@@ -361,7 +434,11 @@ describe('answers of tens of megabytes', () => {
   // the deadline, so only an answer that comes by the results channel arrives in time.
   for (const priority of ['interactive', 'batch']) {
     it(`reaches its ${priority}-class client without losing the results channel`, async () => {
-      const res = await system.post(`/models/${EMBEDDER}`, { inputs, parameters: { pooling: 'none' } }, { 'x-priority': priority });
+      const res = await system.post(
+        `/models/${EMBEDDER}`,
+        { inputs, parameters: { pooling: 'none' } },
+        { 'x-priority': priority },
+      );
       assert.equal(res.status, 200, JSON.stringify(res.body).slice(0, 300));
       const answer = res.body as number[][][];
       assert.equal(answer.length, 10);
@@ -385,7 +462,9 @@ describe('answers of tens of megabytes', () => {
     const redis = new Redis(system.redisUrl);
     try {
       const events = await redis.xrange(`${system.prefix}:${queueNameFor(EMBEDDER)}:events`, '-', '+');
-      const completed = events.map(([, fields]) => fields).find((fields) => fields[1] === 'completed' && fields[3] === jobId);
+      const completed = events
+        .map(([, fields]) => fields)
+        .find((fields) => fields[1] === 'completed' && fields[3] === jobId);
       assert.ok(completed, `a completed event for job ${jobId}`);
       assert.ok(Math.max(...completed.map((field) => field.length)) < OUTCOME_MESSAGE_MAX_BYTES);
       assert.match(completed.join(' '), /"recorded"/);
@@ -400,7 +479,9 @@ describe('answers of tens of megabytes', () => {
     const socket = net.connect(port, '127.0.0.1');
     socket.on('error', () => {});
     await new Promise((connected) => socket.once('connect', connected));
-    socket.write(`POST /models/${EMBEDDER} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+    socket.write(
+      `POST /models/${EMBEDDER} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+    );
     return socket;
   }
 
@@ -411,7 +492,11 @@ describe('answers of tens of megabytes', () => {
       await other.startGateway({ HTTP_SEND_TIMEOUT_MS: 1000, RESULT_POLL_MS: 600_000 });
       await other.waitForWorkers(EMBEDDER);
       sockets.push(await askAndNeverRead(other.port));
-      await waitFor('the unread answer closed', async () => (await other.metric('tserve_unread_answers_closed_total', { reason: 'stalled' })) === 1, 30_000);
+      await waitFor(
+        'the unread answer closed',
+        async () => (await other.metric('tserve_unread_answers_closed_total', { reason: 'stalled' })) === 1,
+        30_000,
+      );
       assert.equal(await other.metric('tserve_unread_answer_bytes_held'), 0);
       assert.match(other.logs(), /closed a connection whose client did not read its answer/);
     } finally {
@@ -426,10 +511,18 @@ describe('answers of tens of megabytes', () => {
     const overBudget = () => other.metric('tserve_unread_answers_closed_total', { reason: 'over budget' });
     try {
       // Each unread answer holds about 38 MB less what the sockets' buffers took: two pass 20 MB.
-      await other.startGateway({ MAX_UNREAD_ANSWERS_BYTES: 20_000_000, HTTP_SEND_TIMEOUT_MS: 600_000, RESULT_POLL_MS: 600_000 });
+      await other.startGateway({
+        MAX_UNREAD_ANSWERS_BYTES: 20_000_000,
+        HTTP_SEND_TIMEOUT_MS: 600_000,
+        RESULT_POLL_MS: 600_000,
+      });
       await other.waitForWorkers(EMBEDDER);
       sockets.push(await askAndNeverRead(other.port));
-      await waitFor('the first answer held', async () => (await other.metric('tserve_unread_answer_bytes_held')) > 0, 30_000);
+      await waitFor(
+        'the first answer held',
+        async () => (await other.metric('tserve_unread_answer_bytes_held')) > 0,
+        30_000,
+      );
       assert.equal(await overBudget(), 0, 'a lone answer is held, however large');
       sockets.push(await askAndNeverRead(other.port));
       await waitFor('the older unread answer closed', async () => (await overBudget()) === 1, 30_000);

@@ -21,7 +21,8 @@ const TOKEN = `hf_${crypto.randomBytes(12).toString('hex')}`;
 const TEXTS = ['This restaurant is awesome', 'This restaurant is awful', 'the service was slow but the food was fine'];
 
 const sha256 = (file: string) => crypto.createHash('sha256').update(fs.readFileSync(file)).digest('hex');
-const snapshot = (cache: string, model: string) => path.join(cache, `models--${model.replace('/', '--')}`, 'snapshots', HubMirror.COMMIT);
+const snapshot = (cache: string, model: string) =>
+  path.join(cache, `models--${model.replace('/', '--')}`, 'snapshots', HubMirror.COMMIT);
 
 describe('models from the hub or a mirror', () => {
   const mirror = new HubMirror({
@@ -37,7 +38,10 @@ describe('models from the hub or a mirror', () => {
   };
   /** A worker that loads from the mirror into `cache`: no MODEL_DIR, its progress logged. */
   const hubWorker = (model: string, cache: string, env: Record<string, string | number | undefined> = {}): Proc =>
-    system.startWorker({ model, env: { MODEL_DIR: undefined, HF_ENDPOINT: mirror.url, HF_HUB_CACHE: cache, LOG_LEVEL: 'info', ...env } });
+    system.startWorker({
+      model,
+      env: { MODEL_DIR: undefined, HF_ENDPOINT: mirror.url, HF_HUB_CACHE: cache, LOG_LEVEL: 'info', ...env },
+    });
   const answers = async (model: string) => {
     const out = [];
     for (const text of TEXTS) {
@@ -92,20 +96,36 @@ describe('models from the hub or a mirror', () => {
       fromHub.map((a) => a.body),
       local.map((a) => a.body),
     );
-    for (const a of local) assert.deepEqual([a.revision, a.sha256], [null, weightsSha], 'a local folder has no revision, and its weights hash');
+    for (const a of local)
+      assert.deepEqual(
+        [a.revision, a.sha256],
+        [null, weightsSha],
+        'a local folder has no revision, and its weights hash',
+      );
     for (const a of fromHub) assert.deepEqual([a.revision, a.sha256], [HubMirror.COMMIT, weightsSha]);
 
-    const info = (await (await fetch(`${system.url}/info?model=${encodeURIComponent(MODEL)}`)).json()) as Record<string, unknown>;
+    const info = (await (await fetch(`${system.url}/info?model=${encodeURIComponent(MODEL)}`)).json()) as Record<
+      string,
+      unknown
+    >;
     assert.equal(info.model_sha, HubMirror.COMMIT);
     assert.equal(info.model_weights_sha256, weightsSha);
-    const v2 = (await (await fetch(`${system.url}/v2/models/${MODEL}`)).json()) as { parameters: Record<string, unknown> };
+    const v2 = (await (await fetch(`${system.url}/v2/models/${MODEL}`)).json()) as {
+      parameters: Record<string, unknown>;
+    };
     assert.equal(v2.parameters.revision, HubMirror.COMMIT);
     assert.equal(v2.parameters.weights_sha256, weightsSha);
     assert.equal((await ready()).models[MODEL].weights_sha256, weightsSha);
-    assert.equal(await system.metric('tserve_model_weights', { model: MODEL, revision: HubMirror.COMMIT, sha256: weightsSha }), 1);
+    assert.equal(
+      await system.metric('tserve_model_weights', { model: MODEL, revision: HubMirror.COMMIT, sha256: weightsSha }),
+      1,
+    );
 
     // huggingface_hub's layout: the ref names the commit, the snapshot holds whole files only.
-    assert.equal(fs.readFileSync(path.join(cache, `models--replica--tiny-bert-sst2`, 'refs', 'main'), 'utf8'), HubMirror.COMMIT);
+    assert.equal(
+      fs.readFileSync(path.join(cache, `models--replica--tiny-bert-sst2`, 'refs', 'main'), 'utf8'),
+      HubMirror.COMMIT,
+    );
     assert.equal(sha256(path.join(snap, WEIGHTS)), sha256(path.join(MODEL_DIR, MODEL, WEIGHTS)));
     assert.deepEqual(
       fs.readdirSync(path.join(snap, 'onnx')).sort(),
@@ -120,11 +140,21 @@ describe('models from the hub or a mirror', () => {
   it('a pinned revision the server does not have fails the load, saying so', async () => {
     const cache = newCache();
     const out = await failure(hubWorker(MODEL, cache, { MODEL_REVISION: 'v9.9' }));
-    assert.match(out, /cannot load model "replica\/tiny-bert-sst2" \(revision v9\.9\) from http:\/\/127\.0\.0\.1:\d+: revision "v9\.9" not found/);
+    assert.match(
+      out,
+      /cannot load model "replica\/tiny-bert-sst2" \(revision v9\.9\) from http:\/\/127\.0\.0\.1:\d+: revision "v9\.9" not found/,
+    );
     assert.doesNotMatch(out, /\n\s+at /, 'no stack trace');
-    assert.ok(!fs.existsSync(path.join(cache, 'models--replica--tiny-bert-sst2', 'snapshots')), 'nothing cached for a revision that does not exist');
+    assert.ok(
+      !fs.existsSync(path.join(cache, 'models--replica--tiny-bert-sst2', 'snapshots')),
+      'nothing cached for a revision that does not exist',
+    );
     // The gateway says why the model is not served.
-    await waitFor('the load failure in /ready', async () => (await ready()).reasons.some((r) => r.includes('revision "v9.9"')), 10_000);
+    await waitFor(
+      'the load failure in /ready',
+      async () => (await ready()).reasons.some((r) => r.includes('revision "v9.9"')),
+      10_000,
+    );
   });
 
   it('a gated model gets 401 without a token and loads with one, which no log shows and only HF_ENDPOINT receives', async () => {
@@ -144,7 +174,11 @@ describe('models from the hub or a mirror', () => {
     const seen = mirror.requests.slice(before);
     assert.ok(seen.length > 0);
     for (const r of seen) {
-      assert.equal(r.authorization, r.server === 'hub' ? `Bearer ${TOKEN}` : undefined, `${r.server} ${r.method} ${r.path}`);
+      assert.equal(
+        r.authorization,
+        r.server === 'hub' ? `Bearer ${TOKEN}` : undefined,
+        `${r.server} ${r.method} ${r.path}`,
+      );
     }
     for (const proc of system.procs) assert.ok(!proc.output.includes(TOKEN), `${proc.name} logged the token`);
     await stopWorker(worker, GATED);
@@ -194,7 +228,11 @@ describe('models from the hub or a mirror', () => {
       );
       assert.equal(progress.file, WEIGHTS);
       assert.ok((progress.percent as number) < 100);
-      assert.ok((progress.bytesPerSecond as number) > 0 && (progress.totalBytes as number) > 0 && (progress.bytes as number) > 0);
+      assert.ok(
+        (progress.bytesPerSecond as number) > 0 &&
+          (progress.totalBytes as number) > 0 &&
+          (progress.bytes as number) > 0,
+      );
 
       // Killed halfway: what it leaves is an .incomplete file, never the weights file itself.
       victim.kill('SIGKILL');
@@ -210,7 +248,9 @@ describe('models from the hub or a mirror', () => {
     );
 
     // Offline, the half file counts for nothing: the load fails, naming what is missing.
-    const offline = await failure(hubWorker(MODEL, cache, { HF_HUB_OFFLINE: 1, HF_ENDPOINT: `http://127.0.0.1:${await freePort()}` }));
+    const offline = await failure(
+      hubWorker(MODEL, cache, { HF_HUB_OFFLINE: 1, HF_ENDPOINT: `http://127.0.0.1:${await freePort()}` }),
+    );
     assert.match(offline, /from the cache at \S+: HF_HUB_OFFLINE=1, and \S+ lacks onnx\/model\.onnx/);
 
     // Online again, through a connection cut halfway: the download resumes where it broke.

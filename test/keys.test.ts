@@ -17,9 +17,13 @@ import { CLASSIFIER as MODEL, NER as OTHER } from './helpers/replicas.ts';
 
 /** Runs the real key command; returns the key it printed once. */
 function makeKey(file: string, name: string, ...flags: string[]): string {
-  const run = spawnSync(process.execPath, [path.join(ROOT, 'apps/gateway/dist/cli/keys-cli.js'), 'create', '--name', name, '--file', file, ...flags], {
-    encoding: 'utf8',
-  });
+  const run = spawnSync(
+    process.execPath,
+    [path.join(ROOT, 'apps/gateway/dist/cli/keys-cli.js'), 'create', '--name', name, '--file', file, ...flags],
+    {
+      encoding: 'utf8',
+    },
+  );
   assert.equal(run.status, 0, run.stderr);
   return run.stdout.trim();
 }
@@ -30,7 +34,9 @@ function secretOf(token: string): string {
 }
 
 function keysCommand(...args: string[]): void {
-  const run = spawnSync(process.execPath, [path.join(ROOT, 'apps/gateway/dist/cli/keys-cli.js'), ...args], { encoding: 'utf8' });
+  const run = spawnSync(process.execPath, [path.join(ROOT, 'apps/gateway/dist/cli/keys-cli.js'), ...args], {
+    encoding: 'utf8',
+  });
   assert.equal(run.status, 0, run.stderr);
 }
 
@@ -46,8 +52,13 @@ describe('API keys, quotas and priorities', () => {
   let queue: Queue;
   const tokens: Record<string, string> = {};
 
-  const call = (system: TestSystem, token: string | undefined, body: unknown = { inputs: 'hello' }, headers: Record<string, string> = {}, model = MODEL) =>
-    system.post(`/models/${model}`, body, { ...(token ? { authorization: `Bearer ${token}` } : {}), ...headers });
+  const call = (
+    system: TestSystem,
+    token: string | undefined,
+    body: unknown = { inputs: 'hello' },
+    headers: Record<string, string> = {},
+    model = MODEL,
+  ) => system.post(`/models/${model}`, body, { ...(token ? { authorization: `Bearer ${token}` } : {}), ...headers });
 
   before(async () => {
     tokens.alice = makeKey(file, 'alice');
@@ -81,7 +92,8 @@ describe('API keys, quotas and priorities', () => {
       assert.equal(r.body.error_type, 'unauthorized');
       assert.match(r.headers.get('www-authenticate') ?? '', /^Bearer realm=/);
     }
-    for (const route of ['/health', '/ready', '/metrics']) assert.equal((await fetch(`${one.url}${route}`)).status, 200, route);
+    for (const route of ['/health', '/ready', '/metrics'])
+      assert.equal((await fetch(`${one.url}${route}`)).status, 200, route);
   });
 
   it('admits a good key as Bearer or x-api-key, and refuses a model the key may not call with 403', async () => {
@@ -125,7 +137,8 @@ describe('API keys, quotas and priorities', () => {
 
   it('keeps secrets out of logs and metrics, and names the key instead', async () => {
     const logs = one.gateway!.output + two.gateway!.output;
-    const metrics = (await (await fetch(`${one.url}/metrics`)).text()) + (await (await fetch(`${two.url}/metrics`)).text());
+    const metrics =
+      (await (await fetch(`${one.url}/metrics`)).text()) + (await (await fetch(`${two.url}/metrics`)).text());
     for (const token of Object.values(tokens)) {
       const secret = secretOf(token);
       assert.equal(secret.length, 43, 'a 32-byte base64url secret');
@@ -149,7 +162,8 @@ describe('API keys, quotas and priorities', () => {
     let interactive: Promise<{ status: number; headers: Headers }> | undefined;
     try {
       bulk = Array.from({ length: 8 }, (_, i) => call(one, tokens.bulk, { inputs: `bulk ${i}` }));
-      const queued = async () => (await queue.getJobs(['wait', 'prioritized'])).reduce((n, j) => n + (j.data.requests?.length ?? 0), 0);
+      const queued = async () =>
+        (await queue.getJobs(['wait', 'prioritized'])).reduce((n, j) => n + (j.data.requests?.length ?? 0), 0);
       await waitFor('the bulk load queued', async () => (await queued()) === 8, 10_000, 20);
       // Sent after the whole bulk load, in the interactive class (alice's), and lowered for one bulk request.
       interactive = call(two, tokens.alice, { inputs: 'me first' });
@@ -170,7 +184,10 @@ describe('API keys, quotas and priorities', () => {
     };
     const first = await started(answers[0].headers.get('x-request-id')!);
     for (const r of answers.slice(1)) {
-      assert.ok(first <= (await started(r.headers.get('x-request-id')!)), 'the interactive job was taken before every bulk job');
+      assert.ok(
+        first <= (await started(r.headers.get('x-request-id')!)),
+        'the interactive job was taken before every bulk job',
+      );
     }
   });
 
@@ -184,6 +201,11 @@ describe('API keys, quotas and priorities', () => {
       200,
     );
     const fresh = makeKey(file, 'alice-2');
-    await waitFor('the new key admitted', async () => (await call(one, fresh)).status === 200 && (await call(two, fresh)).status === 200, 10_000, 200);
+    await waitFor(
+      'the new key admitted',
+      async () => (await call(one, fresh)).status === 200 && (await call(two, fresh)).status === 200,
+      10_000,
+      200,
+    );
   });
 });

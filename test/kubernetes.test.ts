@@ -18,10 +18,25 @@ import { Deployment, StatefulSet } from 'kubernetes-models/apps/v1';
 import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2';
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
 import { ScaledObject } from '@kubernetes-models/keda/keda.sh/v1alpha1';
-import { MODEL_DIR, processMemory, ROOT, TestSystem, sleep, uniquePrefix, waitFor, type Proc } from './helpers/system.ts';
+import {
+  MODEL_DIR,
+  processMemory,
+  ROOT,
+  TestSystem,
+  sleep,
+  uniquePrefix,
+  waitFor,
+  type Proc,
+} from './helpers/system.ts';
 import { variedTexts } from './helpers/texts.ts';
 
-type K8sObject = { apiVersion: string; kind: string; metadata: { name: string; namespace?: string }; spec?: any; data?: Record<string, string> };
+type K8sObject = {
+  apiVersion: string;
+  kind: string;
+  metadata: { name: string; namespace?: string };
+  spec?: any;
+  data?: Record<string, string>;
+};
 
 const VALIDATORS: Record<string, (o: any) => { validate(): void }> = {
   'v1/ConfigMap': (o) => new ConfigMap(o),
@@ -39,7 +54,9 @@ const OVERLAYS = ['cpu', 'gpu', 'gpu-scale-to-zero'];
 const hasKubectl = !spawnSync('kubectl', ['version', '--client'], { encoding: 'utf8' }).error;
 
 function render(overlay: string): K8sObject[] {
-  const run = spawnSync('kubectl', ['kustomize', path.join(ROOT, 'deploy/kubernetes/overlays', overlay)], { encoding: 'utf8' });
+  const run = spawnSync('kubectl', ['kustomize', path.join(ROOT, 'deploy/kubernetes/overlays', overlay)], {
+    encoding: 'utf8',
+  });
   assert.equal(run.status, 0, `kubectl kustomize ${overlay}: ${run.stderr}`);
   return parseAllDocuments(run.stdout)
     .map((d) => d.toJS() as K8sObject)
@@ -50,7 +67,8 @@ function render(overlay: string): K8sObject[] {
 function environment(container: any, objects: K8sObject[]): Record<string, string> {
   const env: Record<string, string> = {};
   for (const from of container.envFrom ?? []) {
-    const map = from.configMapRef && objects.find((o) => o.kind === 'ConfigMap' && o.metadata.name === from.configMapRef.name);
+    const map =
+      from.configMapRef && objects.find((o) => o.kind === 'ConfigMap' && o.metadata.name === from.configMapRef.name);
     Object.assign(env, map?.data ?? {});
   }
   for (const e of container.env ?? []) env[e.name] = e.value ?? `(from ${Object.keys(e.valueFrom ?? {}).join(',')})`;
@@ -102,7 +120,10 @@ function backlogTriggers(objects: K8sObject[]): BacklogTrigger[] {
 }
 
 /** The Deployment's first container, and its environment as the process sees it. */
-function containerOf(objects: K8sObject[], deployment: string): { container: any; env: Record<string, string> } | undefined {
+function containerOf(
+  objects: K8sObject[],
+  deployment: string,
+): { container: any; env: Record<string, string> } | undefined {
   const d = objects.find((o) => o.kind === 'Deployment' && o.metadata.name === deployment);
   const container = d?.spec.template.spec.containers[0];
   return container && { container, env: environment(container, objects) };
@@ -117,7 +138,9 @@ function gatewayService(objects: K8sObject[]): { host: string; port: string } {
   const gateway = objects.find((o) => o.kind === 'Deployment' && o.metadata.name === 'tserve-gateway');
   assert.ok(gateway, 'no Deployment tserve-gateway');
   const labels = gateway.spec.template.metadata.labels;
-  const service = objects.find((o) => o.kind === 'Service' && Object.entries(o.spec.selector ?? {}).every(([k, v]) => labels[k] === v));
+  const service = objects.find(
+    (o) => o.kind === 'Service' && Object.entries(o.spec.selector ?? {}).every(([k, v]) => labels[k] === v),
+  );
   assert.ok(service, 'no Service selects the gateway pods');
   const container = gateway.spec.template.spec.containers[0];
   const listening = loadGatewayConfig(environment(container, objects)).PORT;
@@ -126,7 +149,10 @@ function gatewayService(objects: K8sObject[]): { host: string; port: string } {
     return target?.containerPort === listening;
   });
   assert.ok(port, `no port of Service ${service.metadata.name} leads to the gateway's PORT ${listening}`);
-  return { host: `${service.metadata.name}.${service.metadata.namespace ?? 'default'}.svc.cluster.local`, port: String(port.port) };
+  return {
+    host: `${service.metadata.name}.${service.metadata.namespace ?? 'default'}.svc.cluster.local`,
+    port: String(port.port),
+  };
 }
 
 /**
@@ -139,7 +165,8 @@ function triggerMismatches(objects: K8sObject[]): string[] {
   const service = gatewayService(objects);
   for (const so of objects.filter((o) => o.kind === 'ScaledObject')) {
     const kinds = so.spec.triggers.map((t: any) => t.type);
-    if (!kinds.includes('metrics-api') || kinds.some((k: string) => k !== 'metrics-api')) problems.push(`${so.metadata.name}: triggers ${kinds.join(', ')}`);
+    if (!kinds.includes('metrics-api') || kinds.some((k: string) => k !== 'metrics-api'))
+      problems.push(`${so.metadata.name}: triggers ${kinds.join(', ')}`);
   }
   for (const t of backlogTriggers(objects)) {
     const workers = containerOf(objects, t.target);
@@ -149,7 +176,9 @@ function triggerMismatches(objects: K8sObject[]): string[] {
     }
     const port = t.url.port || (t.url.protocol === 'https:' ? '443' : '80');
     if (t.url.hostname !== service.host || port !== service.port)
-      problems.push(`${t.scaledObject}: KEDA asks ${t.url.hostname}:${port}, the gateway Service is ${service.host}:${service.port}`);
+      problems.push(
+        `${t.scaledObject}: KEDA asks ${t.url.hostname}:${port}, the gateway Service is ${service.host}:${service.port}`,
+      );
     // The raw query: a model id holds '/', and may hold what a query string reserves.
     const raw = t.url.search
       .slice(1)
@@ -162,7 +191,8 @@ function triggerMismatches(objects: K8sObject[]): string[] {
     else if (raw !== encodeURIComponent(model))
       problems.push(`${t.scaledObject}: the model ${raw} in its URL is not URL-encoded (${encodeURIComponent(model)})`);
     const batch = loadWorkerConfig(workers.env).BATCH_MAX_SIZE;
-    if (t.targetValue !== batch) problems.push(`${t.scaledObject}: targetValue ${t.targetValue}, but one batch of its workers is ${batch}`);
+    if (t.targetValue !== batch)
+      problems.push(`${t.scaledObject}: targetValue ${t.targetValue}, but one batch of its workers is ${batch}`);
   }
   return problems;
 }
@@ -174,13 +204,16 @@ function triggerMismatches(objects: K8sObject[]): string[] {
  * parses as a quantity (plain numbers only here); anything else fails the read.
  */
 function valueAt(body: unknown, location: string): number {
-  if (/[*?#@|\\!=<>%]/.test(location)) throw new Error(`valueLocation ${location}: more than a dotted path; this test reads only those`);
+  if (/[*?#@|\\!=<>%]/.test(location))
+    throw new Error(`valueLocation ${location}: more than a dotted path; this test reads only those`);
   let value: unknown = body;
   for (const key of location.split('.')) {
     if (Array.isArray(value) && /^\d+$/.test(key)) value = value[Number(key)];
-    else if (value !== null && typeof value === 'object' && !Array.isArray(value) && Object.hasOwn(value, key)) value = (value as Record<string, unknown>)[key];
+    else if (value !== null && typeof value === 'object' && !Array.isArray(value) && Object.hasOwn(value, key))
+      value = (value as Record<string, unknown>)[key];
     else value = undefined;
-    if (value === undefined) throw new Error(`valueLocation ${location}: nothing at "${key}" in ${JSON.stringify(body)}`);
+    if (value === undefined)
+      throw new Error(`valueLocation ${location}: nothing at "${key}" in ${JSON.stringify(body)}`);
   }
   if (typeof value === 'number') return value;
   if (typeof value === 'string' && /^-?\d+(\.\d+)?$/.test(value)) return Number(value);
@@ -212,14 +245,22 @@ function replicasFor(trigger: BacklogTrigger, value: number): number {
  * least `min` requests in all and then until `enough()`, at most `cap`. Resolves with every
  * answer's status once all are answered.
  */
-async function load(system: TestSystem, model: string, clients: number, bounds: { min: number; cap: number }, enough: () => boolean): Promise<number[]> {
+async function load(
+  system: TestSystem,
+  model: string,
+  clients: number,
+  bounds: { min: number; cap: number },
+  enough: () => boolean,
+): Promise<number[]> {
   const statuses: number[] = [];
   let sent = 0;
   await Promise.all(
     Array.from({ length: clients }, async (_, c) => {
       while (sent < bounds.min || (!enough() && sent < bounds.cap)) {
         sent++;
-        statuses.push((await system.infer(model, `client ${c} says request ${sent} was ${sent % 2 ? 'great' : 'awful'}`)).status);
+        statuses.push(
+          (await system.infer(model, `client ${c} says request ${sent} was ${sent % 2 ? 'great' : 'awful'}`)).status,
+        );
       }
     }),
   );
@@ -230,7 +271,12 @@ async function load(system: TestSystem, model: string, clients: number, bounds: 
  * Reads the trigger from each gateway, as KEDA polls it, until `until` settles: `peaks` keeps the
  * highest value read from each. A failed read ends it with that error.
  */
-async function watchPeaks(trigger: BacklogTrigger, gateways: TestSystem[], peaks: number[], until: Promise<unknown>): Promise<void> {
+async function watchPeaks(
+  trigger: BacklogTrigger,
+  gateways: TestSystem[],
+  peaks: number[],
+  until: Promise<unknown>,
+): Promise<void> {
   let settled = false;
   until.then(
     () => (settled = true),
@@ -243,127 +289,157 @@ async function watchPeaks(trigger: BacklogTrigger, gateways: TestSystem[], peaks
 }
 
 /** Counts of each status, for messages. */
-const tally = (statuses: number[]) => JSON.stringify(Object.fromEntries([...new Set(statuses)].map((s) => [s, statuses.filter((x) => x === s).length])));
+const tally = (statuses: number[]) =>
+  JSON.stringify(Object.fromEntries([...new Set(statuses)].map((s) => [s, statuses.filter((x) => x === s).length])));
 
-describe('Kubernetes manifests', { skip: hasKubectl ? false : 'kubectl is not installed (it renders the kustomizations)' }, () => {
-  for (const overlay of OVERLAYS) {
-    it(`overlays/${overlay} renders, and every object is valid against the Kubernetes and KEDA schemas`, () => {
-      const objects = render(overlay);
-      assert.ok(objects.length >= 10);
-      for (const o of objects) {
-        const validator = VALIDATORS[`${o.apiVersion}/${o.kind}`];
-        assert.ok(validator, `no schema checked for ${o.apiVersion} ${o.kind}`);
-        assert.doesNotThrow(() => validator(o).validate(), `${o.kind} ${o.metadata.name}`);
-        if (o.kind !== 'Namespace') assert.equal(o.metadata.namespace, 'tserve', `${o.kind} ${o.metadata.name}`);
-      }
-    });
-
-    it(`overlays/${overlay}: every container's settings parse, grace periods cover the drains, probes ask real routes`, () => {
-      const objects = render(overlay);
-      for (const d of objects.filter((o) => o.kind === 'Deployment')) {
-        const pod = d.spec.template.spec;
-        const container = pod.containers[0];
-        const env = environment(container, objects);
-        const script = container.command.join(' ');
-        if (script.includes('gateway')) {
-          const config = loadGatewayConfig(env);
-          assert.ok(
-            pod.terminationGracePeriodSeconds * 1000 > config.SHUTDOWN_GRACE_MS,
-            `${d.metadata.name}: terminationGracePeriodSeconds ${pod.terminationGracePeriodSeconds} <= SHUTDOWN_GRACE_MS`,
-          );
-          for (const probe of ['readinessProbe', 'livenessProbe']) {
-            assert.ok(['/ready', '/health'].includes(container[probe]?.httpGet?.path), `${d.metadata.name} ${probe}`);
-          }
-        } else {
-          assert.match(script, /apps\/worker\/dist\/main\.js/);
-          const config = loadWorkerConfig(env);
-          assert.ok(config.MODEL);
-          assert.ok(pod.terminationGracePeriodSeconds >= 30, `${d.metadata.name}: a worker needs time to finish its batch`);
-          if (overlay === 'gpu') assert.equal(container.resources.limits['nvidia.com/gpu'], '1');
-          // A worker's memory is bounded by its budget on a CPU, and its limit leaves room beside the budget.
-          const { requests, limits } = container.resources;
-          assert.ok(limits?.memory && requests?.memory && bytesOf(requests.memory) <= bytesOf(limits.memory), `${d.metadata.name}: memory request and limit`);
-          if (config.DEVICE === 'cpu') {
-            assert.ok(config.WORKER_MEMORY_MB, `${d.metadata.name}: a CPU worker keeps its calls within WORKER_MEMORY_MB`);
-            const budget = config.WORKER_MEMORY_MB * 2 ** 20;
-            assert.ok(
-              bytesOf(limits.memory) >= LIMIT_OVER_BUDGET * budget,
-              `${d.metadata.name}: memory limit ${limits.memory} under ${LIMIT_OVER_BUDGET} x WORKER_MEMORY_MB (${config.WORKER_MEMORY_MB} MiB)`,
-            );
-          } else assert.equal(config.WORKER_MEMORY_MB, undefined, `${d.metadata.name}: WORKER_MEMORY_MB bounds nothing on a GPU`);
+describe(
+  'Kubernetes manifests',
+  { skip: hasKubectl ? false : 'kubectl is not installed (it renders the kustomizations)' },
+  () => {
+    for (const overlay of OVERLAYS) {
+      it(`overlays/${overlay} renders, and every object is valid against the Kubernetes and KEDA schemas`, () => {
+        const objects = render(overlay);
+        assert.ok(objects.length >= 10);
+        for (const o of objects) {
+          const validator = VALIDATORS[`${o.apiVersion}/${o.kind}`];
+          assert.ok(validator, `no schema checked for ${o.apiVersion} ${o.kind}`);
+          assert.doesNotThrow(() => validator(o).validate(), `${o.kind} ${o.metadata.name}`);
+          if (o.kind !== 'Namespace') assert.equal(o.metadata.namespace, 'tserve', `${o.kind} ${o.metadata.name}`);
         }
-      }
-      const gateway = objects.find((o) => o.kind === 'Deployment' && o.metadata.name === 'tserve-gateway')!;
-      assert.equal(gateway.spec.template.spec.containers[0].readinessProbe.httpGet.path, '/ready');
-      assert.equal(gateway.spec.template.spec.containers[0].livenessProbe.httpGet.path, '/health');
-      assert.ok(gateway.spec.template.spec.containers[0].startupProbe);
-      const container = gateway.spec.template.spec.containers[0];
-      // A gateway turning large answers held /health 1.9 s: not dead, and not to be restarted with every request it holds.
-      assert.ok((container.livenessProbe.timeoutSeconds ?? 1) >= 5, 'gateway liveness timeoutSeconds under 5 s');
-      // Its byte bounds fit its memory limit, with room for the process and the answers it builds (gateway.yaml says why 512 MiB).
-      const config = loadGatewayConfig(environment(container, objects));
-      const held = config.MAX_BODIES_BYTES + config.MAX_UNREAD_ANSWERS_BYTES;
-      const limit = container.resources.limits.memory;
-      assert.ok(bytesOf(limit) >= held + 512 * 2 ** 20, `gateway memory limit ${limit} under MAX_BODIES_BYTES + MAX_UNREAD_ANSWERS_BYTES (${held}) + 512 MiB`);
-      const dashboard = objects.find((o) => o.kind === 'Service' && o.metadata.name === 'tserve-dashboard')!;
-      assert.equal(dashboard.spec.type, 'ClusterIP', 'the dashboard stays internal');
-    });
-
-    it(`overlays/${overlay}: every ScaledObject reads the gateway Service's backlog of its own workers' model, one batch per worker`, () => {
-      const objects = render(overlay);
-      assert.ok(backlogTriggers(objects).length >= 1);
-      assert.deepEqual(triggerMismatches(objects), []);
-    });
-
-    it(`overlays/${overlay}: the gateways' MODELS are the models of the worker Deployments`, () => {
-      const objects = render(overlay);
-      const gateway = containerOf(objects, 'tserve-gateway')!;
-      const served = objects
-        .filter((o) => o.kind === 'Deployment' && o.metadata.name.startsWith('tserve-worker'))
-        .map((d) => containerOf(objects, d.metadata.name)!.env.MODEL)
-        .sort();
-      assert.deepEqual([...loadGatewayConfig(gateway.env).MODELS].sort(), served);
-    });
-  }
-
-  it('a ScaledObject that disagrees with its workers or the gateway Service is caught', () => {
-    const objects = render('cpu');
-    const isWorker = (o: K8sObject) => o.kind === 'Deployment' && o.metadata.name.startsWith('tserve-worker');
-    const withWorkerEnv = (env: Array<{ name: string; value: string }>) =>
-      objects.map((o) => {
-        if (!isWorker(o)) return o;
-        const copy = structuredClone(o);
-        const container = copy.spec.template.spec.containers[0];
-        container.env = [...container.env.filter((e: any) => !env.some((x) => x.name === e.name)), ...env];
-        return copy;
       });
-    const withUrl = (edit: (url: string) => string) =>
-      objects.map((o) => {
-        if (o.kind !== 'ScaledObject') return o;
-        const copy = structuredClone(o);
-        for (const t of copy.spec.triggers) t.metadata.url = edit(t.metadata.url);
-        return copy;
+
+      it(`overlays/${overlay}: every container's settings parse, grace periods cover the drains, probes ask real routes`, () => {
+        const objects = render(overlay);
+        for (const d of objects.filter((o) => o.kind === 'Deployment')) {
+          const pod = d.spec.template.spec;
+          const container = pod.containers[0];
+          const env = environment(container, objects);
+          const script = container.command.join(' ');
+          if (script.includes('gateway')) {
+            const config = loadGatewayConfig(env);
+            assert.ok(
+              pod.terminationGracePeriodSeconds * 1000 > config.SHUTDOWN_GRACE_MS,
+              `${d.metadata.name}: terminationGracePeriodSeconds ${pod.terminationGracePeriodSeconds} <= SHUTDOWN_GRACE_MS`,
+            );
+            for (const probe of ['readinessProbe', 'livenessProbe']) {
+              assert.ok(['/ready', '/health'].includes(container[probe]?.httpGet?.path), `${d.metadata.name} ${probe}`);
+            }
+          } else {
+            assert.match(script, /apps\/worker\/dist\/main\.js/);
+            const config = loadWorkerConfig(env);
+            assert.ok(config.MODEL);
+            assert.ok(
+              pod.terminationGracePeriodSeconds >= 30,
+              `${d.metadata.name}: a worker needs time to finish its batch`,
+            );
+            if (overlay === 'gpu') assert.equal(container.resources.limits['nvidia.com/gpu'], '1');
+            // A worker's memory is bounded by its budget on a CPU, and its limit leaves room beside the budget.
+            const { requests, limits } = container.resources;
+            assert.ok(
+              limits?.memory && requests?.memory && bytesOf(requests.memory) <= bytesOf(limits.memory),
+              `${d.metadata.name}: memory request and limit`,
+            );
+            if (config.DEVICE === 'cpu') {
+              assert.ok(
+                config.WORKER_MEMORY_MB,
+                `${d.metadata.name}: a CPU worker keeps its calls within WORKER_MEMORY_MB`,
+              );
+              const budget = config.WORKER_MEMORY_MB * 2 ** 20;
+              assert.ok(
+                bytesOf(limits.memory) >= LIMIT_OVER_BUDGET * budget,
+                `${d.metadata.name}: memory limit ${limits.memory} under ${LIMIT_OVER_BUDGET} x WORKER_MEMORY_MB (${config.WORKER_MEMORY_MB} MiB)`,
+              );
+            } else
+              assert.equal(
+                config.WORKER_MEMORY_MB,
+                undefined,
+                `${d.metadata.name}: WORKER_MEMORY_MB bounds nothing on a GPU`,
+              );
+          }
+        }
+        const gateway = objects.find((o) => o.kind === 'Deployment' && o.metadata.name === 'tserve-gateway')!;
+        assert.equal(gateway.spec.template.spec.containers[0].readinessProbe.httpGet.path, '/ready');
+        assert.equal(gateway.spec.template.spec.containers[0].livenessProbe.httpGet.path, '/health');
+        assert.ok(gateway.spec.template.spec.containers[0].startupProbe);
+        const container = gateway.spec.template.spec.containers[0];
+        // A gateway turning large answers held /health 1.9 s: not dead, and not to be restarted with every request it holds.
+        assert.ok((container.livenessProbe.timeoutSeconds ?? 1) >= 5, 'gateway liveness timeoutSeconds under 5 s');
+        // Its byte bounds fit its memory limit, with room for the process and the answers it builds (gateway.yaml says why 512 MiB).
+        const config = loadGatewayConfig(environment(container, objects));
+        const held = config.MAX_BODIES_BYTES + config.MAX_UNREAD_ANSWERS_BYTES;
+        const limit = container.resources.limits.memory;
+        assert.ok(
+          bytesOf(limit) >= held + 512 * 2 ** 20,
+          `gateway memory limit ${limit} under MAX_BODIES_BYTES + MAX_UNREAD_ANSWERS_BYTES (${held}) + 512 MiB`,
+        );
+        const dashboard = objects.find((o) => o.kind === 'Service' && o.metadata.name === 'tserve-dashboard')!;
+        assert.equal(dashboard.spec.type, 'ClusterIP', 'the dashboard stays internal');
       });
-    assert.match(
-      triggerMismatches(withWorkerEnv([{ name: 'MODEL', value: 'org/another-model' }])).join('\n'),
-      /asks for the backlog of replica%2FMiniLM-L6-H384-uncased-sst2, but the workers of tserve-worker-minilm-sst2 serve org\/another-model/,
-    );
-    assert.match(triggerMismatches(withWorkerEnv([{ name: 'BATCH_MAX_SIZE', value: '64' }])).join('\n'), /targetValue 32, but one batch of its workers is 64/);
-    assert.match(triggerMismatches(withUrl((u) => u.replace('%2F', '/'))).join('\n'), /replica\/MiniLM-L6-H384-uncased-sst2 in its URL is not URL-encoded/);
-    assert.match(
-      triggerMismatches(withUrl((u) => u.replace('.tserve.svc', '.default.svc'))).join('\n'),
-      /asks tserve-gateway\.default\.svc\.cluster\.local:80, the gateway Service is tserve-gateway\.tserve\.svc\.cluster\.local:80/,
-    );
-    assert.match(
-      triggerMismatches(withUrl((u) => u.replace(':80/', ':8000/'))).join('\n'),
-      /asks tserve-gateway\.tserve\.svc\.cluster\.local:8000, the gateway/,
-    );
-    const redisTrigger = objects.map((o) =>
-      o.kind === 'ScaledObject' ? { ...o, spec: { ...o.spec, triggers: [{ type: 'redis', metadata: { listName: 'tserve:wait' } }] } } : o,
-    );
-    assert.match(triggerMismatches(redisTrigger).join('\n'), /triggers redis/);
-  });
-});
+
+      it(`overlays/${overlay}: every ScaledObject reads the gateway Service's backlog of its own workers' model, one batch per worker`, () => {
+        const objects = render(overlay);
+        assert.ok(backlogTriggers(objects).length >= 1);
+        assert.deepEqual(triggerMismatches(objects), []);
+      });
+
+      it(`overlays/${overlay}: the gateways' MODELS are the models of the worker Deployments`, () => {
+        const objects = render(overlay);
+        const gateway = containerOf(objects, 'tserve-gateway')!;
+        const served = objects
+          .filter((o) => o.kind === 'Deployment' && o.metadata.name.startsWith('tserve-worker'))
+          .map((d) => containerOf(objects, d.metadata.name)!.env.MODEL)
+          .sort();
+        assert.deepEqual([...loadGatewayConfig(gateway.env).MODELS].sort(), served);
+      });
+    }
+
+    it('a ScaledObject that disagrees with its workers or the gateway Service is caught', () => {
+      const objects = render('cpu');
+      const isWorker = (o: K8sObject) => o.kind === 'Deployment' && o.metadata.name.startsWith('tserve-worker');
+      const withWorkerEnv = (env: Array<{ name: string; value: string }>) =>
+        objects.map((o) => {
+          if (!isWorker(o)) return o;
+          const copy = structuredClone(o);
+          const container = copy.spec.template.spec.containers[0];
+          container.env = [...container.env.filter((e: any) => !env.some((x) => x.name === e.name)), ...env];
+          return copy;
+        });
+      const withUrl = (edit: (url: string) => string) =>
+        objects.map((o) => {
+          if (o.kind !== 'ScaledObject') return o;
+          const copy = structuredClone(o);
+          for (const t of copy.spec.triggers) t.metadata.url = edit(t.metadata.url);
+          return copy;
+        });
+      assert.match(
+        triggerMismatches(withWorkerEnv([{ name: 'MODEL', value: 'org/another-model' }])).join('\n'),
+        /asks for the backlog of replica%2FMiniLM-L6-H384-uncased-sst2, but the workers of tserve-worker-minilm-sst2 serve org\/another-model/,
+      );
+      assert.match(
+        triggerMismatches(withWorkerEnv([{ name: 'BATCH_MAX_SIZE', value: '64' }])).join('\n'),
+        /targetValue 32, but one batch of its workers is 64/,
+      );
+      assert.match(
+        triggerMismatches(withUrl((u) => u.replace('%2F', '/'))).join('\n'),
+        /replica\/MiniLM-L6-H384-uncased-sst2 in its URL is not URL-encoded/,
+      );
+      assert.match(
+        triggerMismatches(withUrl((u) => u.replace('.tserve.svc', '.default.svc'))).join('\n'),
+        /asks tserve-gateway\.default\.svc\.cluster\.local:80, the gateway Service is tserve-gateway\.tserve\.svc\.cluster\.local:80/,
+      );
+      assert.match(
+        triggerMismatches(withUrl((u) => u.replace(':80/', ':8000/'))).join('\n'),
+        /asks tserve-gateway\.tserve\.svc\.cluster\.local:8000, the gateway/,
+      );
+      const redisTrigger = objects.map((o) =>
+        o.kind === 'ScaledObject'
+          ? { ...o, spec: { ...o.spec, triggers: [{ type: 'redis', metadata: { listName: 'tserve:wait' } }] } }
+          : o,
+      );
+      assert.match(triggerMismatches(redisTrigger).join('\n'), /triggers redis/);
+    });
+  },
+);
 
 /**
  * The trigger the manifests give KEDA, evaluated as KEDA does against real gateways: its URL's path
@@ -383,7 +459,10 @@ describe(
       const objects = render('cpu');
       [trigger] = backlogTriggers(objects);
       model = containerOf(objects, trigger.target)!.env.MODEL;
-      assert.ok(fs.existsSync(path.join(MODEL_DIR, model, 'config.json')), `the replica of ${model}, which the manifests serve, is in ${MODEL_DIR}`);
+      assert.ok(
+        fs.existsSync(path.join(MODEL_DIR, model, 'config.json')),
+        `the replica of ${model}, which the manifests serve, is in ${MODEL_DIR}`,
+      );
       system = new TestSystem(uniquePrefix('keda'));
       await system.startGateway();
       system.startWorker({ model });
@@ -398,7 +477,13 @@ describe(
       const peaks = [0];
       let failed: Error | undefined;
       // The load goes on until KEDA would scale out (bounded in requests, not in time).
-      const running = load(system, model, 64, { min: 320, cap: 2000 }, () => failed !== undefined || replicasFor(trigger, peaks[0]) >= 2);
+      const running = load(
+        system,
+        model,
+        64,
+        { min: 320, cap: 2000 },
+        () => failed !== undefined || replicasFor(trigger, peaks[0]) >= 2,
+      );
       await watchPeaks(trigger, [system], peaks, running).catch((err: Error) => (failed = err));
       const statuses = await running;
       if (failed) throw failed;
@@ -412,7 +497,9 @@ describe(
       // Every request is answered: nothing is outstanding.
       await waitFor('KEDA to read 0 at rest', async () => (await kedaReads(trigger, system.url)) === 0, 10_000, 50);
       assert.equal(replicasFor(trigger, 0), trigger.minReplicas);
-      t.diagnostic(`one gateway: peak ${peak} (KEDA asks for ${replicasFor(trigger, peak)} workers) over ${statuses.length} requests; 0 at rest`);
+      t.diagnostic(
+        `one gateway: peak ${peak} (KEDA asks for ${replicasFor(trigger, peak)} workers) over ${statuses.length} requests; 0 at rest`,
+      );
     });
 
     it("with two gateways, either one's backlog counts both gateways' requests", async (t) => {
@@ -435,10 +522,21 @@ describe(
           statuses.every((s) => s === 200),
           `every request answered: ${tally(statuses)}`,
         );
-        for (const peak of peaks) assert.ok(peak > 32 && replicasFor(trigger, peak) >= 2, `the backlog read from each gateway: at most ${peaks.join(' and ')}`);
+        for (const peak of peaks)
+          assert.ok(
+            peak > 32 && replicasFor(trigger, peak) >= 2,
+            `the backlog read from each gateway: at most ${peaks.join(' and ')}`,
+          );
         for (const [i, g] of gateways.entries())
-          await waitFor(`gateway ${i + 1} to read 0 at rest`, async () => (await kedaReads(trigger, g.url)) === 0, 10_000, 50);
-        t.diagnostic(`two gateways: peaks ${peaks.join(' and ')} read from each, over ${statuses.length} requests; 0 at rest`);
+          await waitFor(
+            `gateway ${i + 1} to read 0 at rest`,
+            async () => (await kedaReads(trigger, g.url)) === 0,
+            10_000,
+            50,
+          );
+        t.diagnostic(
+          `two gateways: peaks ${peaks.join(' and ')} read from each, over ${statuses.length} requests; 0 at rest`,
+        );
       } finally {
         // Its gateway only: the prefix is the first system's, cleaned by its own stop(). (SIGTERM under
         // c8, as TestSystem.stop does: a killed process writes no coverage.)
@@ -454,49 +552,71 @@ describe(
  * while a request waits, and for none again once that request is answered and the worker is gone. The
  * worker runs on this machine's CPU: what is tested is the signal, not the GPU.
  */
-describe('the GPU overlay scaled to zero', { skip: hasKubectl ? false : 'kubectl is not installed (it renders the kustomizations)' }, () => {
-  let trigger: BacklogTrigger;
-  let model: string;
-  let gatewayEnv: Record<string, string>;
-  let system: TestSystem;
+describe(
+  'the GPU overlay scaled to zero',
+  { skip: hasKubectl ? false : 'kubectl is not installed (it renders the kustomizations)' },
+  () => {
+    let trigger: BacklogTrigger;
+    let model: string;
+    let gatewayEnv: Record<string, string>;
+    let system: TestSystem;
 
-  before(async () => {
-    const objects = render('gpu-scale-to-zero');
-    [trigger] = backlogTriggers(objects);
-    model = containerOf(objects, trigger.target)!.env.MODEL;
-    gatewayEnv = containerOf(objects, 'tserve-gateway')!.env;
-    system = new TestSystem(uniquePrefix('zero'));
-    await system.startGateway({ MODELS: gatewayEnv.MODELS });
-  });
-  after(async () => {
-    await system?.stop();
-  });
-
-  it('scales from zero on a waiting request, and back to zero once it is answered', async (t) => {
-    assert.equal(trigger.minReplicas, 0);
-    const objects = render('gpu-scale-to-zero');
-    assert.equal(objects.find((o) => o.kind === 'Deployment' && o.metadata.name === trigger.target)!.spec.replicas, 0, 'no worker before KEDA acts');
-    // A waiting request may outlast a cold start (docs/operations.md).
-    assert.ok(loadGatewayConfig(gatewayEnv).REQUEST_TIMEOUT_MS >= 120_000, 'the gateways wait long enough for a cold start');
-    assert.equal(await kedaReads(trigger, system.url), 0);
-    assert.equal(replicasFor(trigger, 0), 0, 'no worker at rest');
-    // Ready with no worker: the Service keeps the gateway, which must take the request that wakes one.
-    assert.equal((await fetch(`${system.url}/ready`)).status, 200);
-    const waiting = system.post(`/models/${model}`, { inputs: 'a request from zero' }, { 'x-wait-for-model': 'true' });
-    const read = await waitFor('the trigger to read the waiting request', async () => {
-      const value = await kedaReads(trigger, system.url);
-      return value > trigger.activationTargetValue && value;
+    before(async () => {
+      const objects = render('gpu-scale-to-zero');
+      [trigger] = backlogTriggers(objects);
+      model = containerOf(objects, trigger.target)!.env.MODEL;
+      gatewayEnv = containerOf(objects, 'tserve-gateway')!.env;
+      system = new TestSystem(uniquePrefix('zero'));
+      await system.startGateway({ MODELS: gatewayEnv.MODELS });
     });
-    assert.ok(replicasFor(trigger, read) >= 1, `KEDA asks for ${replicasFor(trigger, read)} workers at ${read}`);
-    const worker = system.startWorker({ model });
-    const answered = await waiting;
-    assert.equal(answered.status, 200, JSON.stringify(answered.body));
-    await worker.stop('SIGTERM');
-    await waitFor('the trigger to read 0 with no worker and no traffic', async () => (await kedaReads(trigger, system.url)) === 0, 10_000, 50);
-    assert.equal(replicasFor(trigger, 0), 0);
-    t.diagnostic(`read ${read} while the request waited (KEDA asks for ${replicasFor(trigger, read)} worker); 0 after`);
-  });
-});
+    after(async () => {
+      await system?.stop();
+    });
+
+    it('scales from zero on a waiting request, and back to zero once it is answered', async (t) => {
+      assert.equal(trigger.minReplicas, 0);
+      const objects = render('gpu-scale-to-zero');
+      assert.equal(
+        objects.find((o) => o.kind === 'Deployment' && o.metadata.name === trigger.target)!.spec.replicas,
+        0,
+        'no worker before KEDA acts',
+      );
+      // A waiting request may outlast a cold start (docs/operations.md).
+      assert.ok(
+        loadGatewayConfig(gatewayEnv).REQUEST_TIMEOUT_MS >= 120_000,
+        'the gateways wait long enough for a cold start',
+      );
+      assert.equal(await kedaReads(trigger, system.url), 0);
+      assert.equal(replicasFor(trigger, 0), 0, 'no worker at rest');
+      // Ready with no worker: the Service keeps the gateway, which must take the request that wakes one.
+      assert.equal((await fetch(`${system.url}/ready`)).status, 200);
+      const waiting = system.post(
+        `/models/${model}`,
+        { inputs: 'a request from zero' },
+        { 'x-wait-for-model': 'true' },
+      );
+      const read = await waitFor('the trigger to read the waiting request', async () => {
+        const value = await kedaReads(trigger, system.url);
+        return value > trigger.activationTargetValue && value;
+      });
+      assert.ok(replicasFor(trigger, read) >= 1, `KEDA asks for ${replicasFor(trigger, read)} workers at ${read}`);
+      const worker = system.startWorker({ model });
+      const answered = await waiting;
+      assert.equal(answered.status, 200, JSON.stringify(answered.body));
+      await worker.stop('SIGTERM');
+      await waitFor(
+        'the trigger to read 0 with no worker and no traffic',
+        async () => (await kedaReads(trigger, system.url)) === 0,
+        10_000,
+        50,
+      );
+      assert.equal(replicasFor(trigger, 0), 0);
+      t.diagnostic(
+        `read ${read} while the request waited (KEDA asks for ${replicasFor(trigger, read)} worker); 0 after`,
+      );
+    });
+  },
+);
 
 /**
  * Issue 50: a worker run as the cpu overlay runs it (its model, dtype, threads and WORKER_MEMORY_MB)
@@ -506,59 +626,72 @@ describe('the GPU overlay scaled to zero', { skip: hasKubectl ? false : 'kubectl
  * The peak is the kernel's own (VmHWM), which no sampling can miss; the limit stands a quarter over
  * the budget, and the budget over the peak, so that noise cannot cross it.
  */
-describe("a worker with the manifests' memory settings", { skip: hasKubectl ? false : 'kubectl is not installed (it renders the kustomizations)' }, () => {
-  let system: TestSystem;
-  let model: string;
-  let limitBytes: number;
-  let budgetMiB: number;
-  let worker: Proc;
+describe(
+  "a worker with the manifests' memory settings",
+  { skip: hasKubectl ? false : 'kubectl is not installed (it renders the kustomizations)' },
+  () => {
+    let system: TestSystem;
+    let model: string;
+    let limitBytes: number;
+    let budgetMiB: number;
+    let worker: Proc;
 
-  before(async () => {
-    const objects = render('cpu');
-    const deployment = objects.find((o) => o.kind === 'Deployment' && o.metadata.name.startsWith('tserve-worker'))!;
-    const { container, env } = containerOf(objects, deployment.metadata.name)!;
-    limitBytes = bytesOf(container.resources.limits.memory);
-    model = env.MODEL;
-    // What the manifest sets for the worker itself; where Redis, the models and the heartbeats are is the test's.
-    const own = Object.fromEntries(
-      Object.entries(env).filter(
-        ([name]) => !['REDIS_URL', 'QUEUE_PREFIX', 'LOG_LEVEL', 'HEARTBEAT_MS', 'WORKER_TTL_MS', 'MODEL_DIR', 'WORKER_ID'].includes(name),
-      ),
-    );
-    budgetMiB = loadWorkerConfig(env).WORKER_MEMORY_MB!;
-    system = new TestSystem(uniquePrefix('memory'));
-    await system.startGateway();
-    worker = system.startWorker({ model, env: own });
-    await system.waitForWorkers(model);
-  });
-  after(async () => {
-    await system?.stop();
-  });
+    before(async () => {
+      const objects = render('cpu');
+      const deployment = objects.find((o) => o.kind === 'Deployment' && o.metadata.name.startsWith('tserve-worker'))!;
+      const { container, env } = containerOf(objects, deployment.metadata.name)!;
+      limitBytes = bytesOf(container.resources.limits.memory);
+      model = env.MODEL;
+      // What the manifest sets for the worker itself; where Redis, the models and the heartbeats are is the test's.
+      const own = Object.fromEntries(
+        Object.entries(env).filter(
+          ([name]) =>
+            ![
+              'REDIS_URL',
+              'QUEUE_PREFIX',
+              'LOG_LEVEL',
+              'HEARTBEAT_MS',
+              'WORKER_TTL_MS',
+              'MODEL_DIR',
+              'WORKER_ID',
+            ].includes(name),
+        ),
+      );
+      budgetMiB = loadWorkerConfig(env).WORKER_MEMORY_MB!;
+      system = new TestSystem(uniquePrefix('memory'));
+      await system.startGateway();
+      worker = system.startWorker({ model, env: own });
+      await system.waitForWorkers(model);
+    });
+    after(async () => {
+      await system?.stop();
+    });
 
-  it('keeps its peak RSS under the memory limit through the largest calls its budget allows and the varied load', async (t) => {
-    const long = variedTexts(64, 520, 600, 2);
-    const texts = [...long, ...variedTexts(192)];
-    let next = 0;
-    const statuses: number[] = [];
-    await Promise.all(
-      Array.from({ length: 64 }, async () => {
-        while (next < texts.length) statuses.push((await system.infer(model, texts[next++])).status);
-      }),
-    );
-    assert.ok(
-      statuses.every((s) => s === 200),
-      `every request answered: ${tally(statuses)}`,
-    );
-    const peak = processMemory(worker.pid)!.peak;
-    // The heartbeat's report of the largest call, once it carries one.
-    const largest = await waitFor(
-      'the largest call in a heartbeat',
-      async () => (await system.metric('tserve_worker_largest_call_tokens', { model })) || undefined,
-    );
-    t.diagnostic(
-      `peak RSS ${peak.toFixed(0)} MiB (budget ${budgetMiB} MiB, limit ${limitBytes / 2 ** 20} MiB); largest call ${largest} tokens; ${statuses.length} requests`,
-    );
-    assert.ok(largest >= 4 * 512, `calls of several 512-token rows ran: the largest held ${largest} tokens`);
-    assert.ok(peak * 2 ** 20 < limitBytes, `peak RSS ${peak} MiB under the limit ${limitBytes / 2 ** 20} MiB`);
-  });
-});
+    it('keeps its peak RSS under the memory limit through the largest calls its budget allows and the varied load', async (t) => {
+      const long = variedTexts(64, 520, 600, 2);
+      const texts = [...long, ...variedTexts(192)];
+      let next = 0;
+      const statuses: number[] = [];
+      await Promise.all(
+        Array.from({ length: 64 }, async () => {
+          while (next < texts.length) statuses.push((await system.infer(model, texts[next++])).status);
+        }),
+      );
+      assert.ok(
+        statuses.every((s) => s === 200),
+        `every request answered: ${tally(statuses)}`,
+      );
+      const peak = processMemory(worker.pid)!.peak;
+      // The heartbeat's report of the largest call, once it carries one.
+      const largest = await waitFor(
+        'the largest call in a heartbeat',
+        async () => (await system.metric('tserve_worker_largest_call_tokens', { model })) || undefined,
+      );
+      t.diagnostic(
+        `peak RSS ${peak.toFixed(0)} MiB (budget ${budgetMiB} MiB, limit ${limitBytes / 2 ** 20} MiB); largest call ${largest} tokens; ${statuses.length} requests`,
+      );
+      assert.ok(largest >= 4 * 512, `calls of several 512-token rows ran: the largest held ${largest} tokens`);
+      assert.ok(peak * 2 ** 20 < limitBytes, `peak RSS ${peak} MiB under the limit ${limitBytes / 2 ** 20} MiB`);
+    });
+  },
+);

@@ -12,7 +12,17 @@ import { readFile } from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';
 import type { ReadyBody } from '@tserve/contract';
-import { MODEL_DIR, Proc, REDIS_URL, ROOT, TestSystem, cleanPrefix, freePort, uniquePrefix, waitFor } from './helpers/system.ts';
+import {
+  MODEL_DIR,
+  Proc,
+  REDIS_URL,
+  ROOT,
+  TestSystem,
+  cleanPrefix,
+  freePort,
+  uniquePrefix,
+  waitFor,
+} from './helpers/system.ts';
 import { CLASSIFIER, NER } from './helpers/replicas.ts';
 
 const alive = (pid: number) => {
@@ -141,7 +151,8 @@ function untilOutput(proc: Proc, pattern: RegExp, timeoutMs: number): Promise<vo
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => done(new Error(`timed out waiting for ${pattern}:\n${proc.output}`)), timeoutMs);
     const check = () => pattern.test(proc.output) && done();
-    const exited = (code: number | null) => done(new Error(`exited (${code}) before printing ${pattern}:\n${proc.output}`));
+    const exited = (code: number | null) =>
+      done(new Error(`exited (${code}) before printing ${pattern}:\n${proc.output}`));
     function done(err?: Error) {
       clearTimeout(timer);
       proc.child.stdout?.off('data', check);
@@ -211,7 +222,12 @@ async function npmStartStopsEverythingOn(signal: NodeJS.Signals, cleanups: Array
   // Said once /ready is 200 with the model served (before that, npm runs the build first).
   await untilOutput(npm, /\[launcher\] ready: /, 120_000);
   seen = await processTree(npm.pid);
-  for (const part of ['launcher/dist/main.js', 'gateway/dist/main.js', 'worker/dist/main.js', `redis-server 127.0.0.1:${redisPort}`]) {
+  for (const part of [
+    'launcher/dist/main.js',
+    'gateway/dist/main.js',
+    'worker/dist/main.js',
+    `redis-server 127.0.0.1:${redisPort}`,
+  ]) {
     assert.ok(
       seen.some((p) => p.cmdline.includes(part)),
       `${part} runs below npm:\n${seen.map((p) => `${p.pid} ${p.cmdline}`).join('\n')}`,
@@ -222,14 +238,20 @@ async function npmStartStopsEverythingOn(signal: NodeJS.Signals, cleanups: Array
   process.kill(npm.pid, signal);
   // The launcher gives each process up to 15 s to stop before it kills it.
   const code = await within(`npm start to exit on ${signal}`, npm.exited, 30_000).catch(async (err: Error) => {
-    const left = (await Promise.all(seen.map(async (p) => ((await stillRunning(p)) ? `${p.pid} ${p.cmdline}` : '')))).filter(Boolean);
+    const left = (
+      await Promise.all(seen.map(async (p) => ((await stillRunning(p)) ? `${p.pid} ${p.cmdline}` : '')))
+    ).filter(Boolean);
     throw new Error(`${err.message}; still running:\n${left.join('\n')}\n${npm.output}`);
   });
   // npm has exited: a supervisor now counts the system stopped (and may start it again at once), so
   // nothing of it may be left, not even a Redis still shutting down on its port.
   const left: string[] = [];
   for (const proc of seen) if (await stillRunning(proc)) left.push(`${proc.pid} ${proc.cmdline}`);
-  assert.deepEqual(left, [], `npm start exited (${code}, ${npm.child.signalCode}) with these still running\n${npm.output}`);
+  assert.deepEqual(
+    left,
+    [],
+    `npm start exited (${code}, ${npm.child.signalCode}) with these still running\n${npm.output}`,
+  );
   assert.equal(await listening(port), false, 'the gateway port is closed');
   assert.equal(await listening(redisPort), false, 'the Redis port is closed');
   assert.match(npm.output, new RegExp(`\\[launcher\\] ${signal}: stopping`));
@@ -263,7 +285,12 @@ describe('npm start (launcher)', () => {
     );
     cleanups.push(() => killLauncher(launcher));
     const url = `http://127.0.0.1:${port}`;
-    await waitFor('the system to be ready', async () => (await fetch(`${url}/ready`)).status === 200, 60_000, 250).catch((err) => {
+    await waitFor(
+      'the system to be ready',
+      async () => (await fetch(`${url}/ready`)).status === 200,
+      60_000,
+      250,
+    ).catch((err) => {
       throw new Error(`${err}\n${launcher.output}`);
     });
     assert.match(launcher.output, new RegExp(`starting redis-server on port ${redisPort}`));
@@ -280,7 +307,8 @@ describe('npm start (launcher)', () => {
     assert.ok(ready.models[CLASSIFIER]);
     await waitFor(
       'the launcher to say ready',
-      async () => /ready: replica\/tiny-bert-sst2, replica\/tiny-bert-ner served at http:\/\/127\.0\.0\.1:/.test(launcher.output),
+      async () =>
+        /ready: replica\/tiny-bert-sst2, replica\/tiny-bert-ner served at http:\/\/127\.0\.0\.1:/.test(launcher.output),
       10_000,
     );
 
@@ -308,7 +336,10 @@ describe('npm start (launcher)', () => {
     for (const worker of workers) {
       const env = await environOf(worker);
       assert.ok(env.includes('WORKER_NICE=19'), `worker ${worker} runs at niceness 19`);
-      assert.ok(!env.some((e) => e.startsWith('INTRA_OP_SPINNING=')), `worker ${worker} keeps the default, no spinning`);
+      assert.ok(
+        !env.some((e) => e.startsWith('INTRA_OP_SPINNING=')),
+        `worker ${worker} keeps the default, no spinning`,
+      );
     }
     launcher.kill('SIGINT');
     assert.equal(await launcher.exited, 0, launcher.output);
@@ -354,7 +385,10 @@ describe('npm start (launcher)', () => {
     // A lone worker's threads spin between the steps of a model call, niced below the gateway.
     const [worker] = await childrenRunning(launcher.pid, 'worker');
     const workerEnv = await environOf(worker);
-    assert.ok(workerEnv.includes('WORKER_NICE=19') && workerEnv.includes('INTRA_OP_SPINNING=true'), workerEnv.filter((e) => /NICE|SPIN/.test(e)).join(' '));
+    assert.ok(
+      workerEnv.includes('WORKER_NICE=19') && workerEnv.includes('INTRA_OP_SPINNING=true'),
+      workerEnv.filter((e) => /NICE|SPIN/.test(e)).join(' '),
+    );
     const gatewayPid = async (): Promise<number | undefined> => (await childrenRunning(launcher.pid, 'gateway'))[0];
     const crashed = (await gatewayPid())!;
     process.kill(crashed, 'SIGKILL');
@@ -386,7 +420,11 @@ describe('npm start (launcher)', () => {
     assert.match(blocked.output, new RegExp(`port ${port} on 0\\.0\\.0\\.0 is already in use`));
     assert.match(blocked.output, /gateway failed while starting .*; stopping everything/);
     // Its worker had been started too: no process of that launcher's system may survive it.
-    assert.deepEqual(await processesWithEnv(`QUEUE_PREFIX=${blockedPrefix}`), [], 'no process of the stopped system left running');
+    assert.deepEqual(
+      await processesWithEnv(`QUEUE_PREFIX=${blockedPrefix}`),
+      [],
+      'no process of the stopped system left running',
+    );
     launcher.kill('SIGINT');
     assert.equal(await launcher.exited, 0, launcher.output);
   });
@@ -417,7 +455,12 @@ describe('npm start (launcher)', () => {
 
   it('--help prints the settings of each program', async () => {
     for (const app of ['gateway', 'worker', 'launcher']) {
-      const proc = new Proc(app, spawn(process.execPath, [path.join(ROOT, `apps/${app}/dist/main.js`), '--help'], { stdio: ['ignore', 'pipe', 'pipe'] }));
+      const proc = new Proc(
+        app,
+        spawn(process.execPath, [path.join(ROOT, `apps/${app}/dist/main.js`), '--help'], {
+          stdio: ['ignore', 'pipe', 'pipe'],
+        }),
+      );
       assert.equal(await proc.exited, 0);
       assert.match(proc.output, /REDIS_URL/);
     }

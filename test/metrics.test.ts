@@ -24,7 +24,8 @@ function parseMetrics(text: string): Sample[] {
     const match = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
     assert.ok(match, `not a sample line: ${line}`);
     const labels: Record<string, string> = {};
-    for (const [, key, value] of (match[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[key] = value;
+    for (const [, key, value] of (match[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g))
+      labels[key] = value;
     samples.push({ name: match[1], labels, value: Number(match[3]) });
   }
   return samples;
@@ -81,11 +82,18 @@ describe('metrics, timing headers and request logs', () => {
       }
       // The model time of a many-input job is its calls' time, counted once, not once per input.
       const [inference, total] = [Number(res.headers.get('x-inference-time')), Number(res.headers.get('x-total-time'))];
-      assert.ok(total >= inference, `x-total-time ${total} ms includes x-inference-time ${inference} ms (batch of ${res.headers.get('x-batch-size')})`);
+      assert.ok(
+        total >= inference,
+        `x-total-time ${total} ms includes x-inference-time ${inference} ms (batch of ${res.headers.get('x-batch-size')})`,
+      );
       assert.match(res.headers.get('x-request-id') ?? '', UUID);
     }
     assert.ok(Number(list.headers.get('x-batch-size')) >= 16, `x-batch-size ${list.headers.get('x-batch-size')}`);
-    assert.equal(new Set(okResponses.map((r) => r.headers.get('x-request-id'))).size, okResponses.length, 'request ids are unique');
+    assert.equal(
+      new Set(okResponses.map((r) => r.headers.get('x-request-id'))).size,
+      okResponses.length,
+      'request ids are unique',
+    );
   });
 
   it('counts requests by route pattern and status, and times them', async () => {
@@ -98,7 +106,10 @@ describe('metrics, timing headers and request logs', () => {
     assert.equal(unknownRoute.status, 404);
     // Protocols answer their errors in their own shapes, from handlers mounted under their prefix.
     const json = { method: 'POST', headers: { 'content-type': 'application/json' } };
-    const openAiError = await fetch(`${system.url}/v1/embeddings`, { ...json, body: JSON.stringify({ model: MODEL, input: [1, 2] }) });
+    const openAiError = await fetch(`${system.url}/v1/embeddings`, {
+      ...json,
+      body: JSON.stringify({ model: MODEL, input: [1, 2] }),
+    });
     assert.equal(openAiError.status, 400);
     const kserveError = await fetch(`${system.url}/v2/models/${MODEL}/infer`, { ...json, body: '{}' });
     assert.equal(kserveError.status, 400);
@@ -109,8 +120,14 @@ describe('metrics, timing headers and request logs', () => {
     assert.equal(value(samples, 'tserve_http_requests_total', { ...post, status: '400' }), 1);
     assert.equal(value(samples, 'tserve_http_requests_total', { ...post, status: '404' }), 1);
     assert.equal(value(samples, 'tserve_http_requests_total', { method: 'GET', route: 'unmatched', status: '404' }), 1);
-    assert.equal(value(samples, 'tserve_http_requests_total', { method: 'POST', route: '/v1/embeddings', status: '400' }), 1);
-    assert.equal(value(samples, 'tserve_http_requests_total', { method: 'POST', route: '/v2/models/*path', status: '400' }), 1);
+    assert.equal(
+      value(samples, 'tserve_http_requests_total', { method: 'POST', route: '/v1/embeddings', status: '400' }),
+      1,
+    );
+    assert.equal(
+      value(samples, 'tserve_http_requests_total', { method: 'POST', route: '/v2/models/*path', status: '400' }),
+      1,
+    );
     assert.ok(value(samples, 'tserve_http_requests_total', { method: 'GET', route: '/ready', status: '200' }) >= 1);
     // Neither model ids nor unknown paths become label values.
     const routes = new Set(samples.filter((s) => s.name === 'tserve_http_requests_total').map((s) => s.labels.route));
@@ -124,7 +141,10 @@ describe('metrics, timing headers and request logs', () => {
     assert.equal(value(samples, 'tserve_http_request_duration_seconds_bucket', { ...ok, le: '+Inf' }), 4);
     const seconds = value(samples, 'tserve_http_request_duration_seconds_sum', ok);
     const headerSeconds = okResponses.reduce((sum, r) => sum + Number(r.headers.get('x-total-time')), 0) / 1000;
-    assert.ok(seconds >= headerSeconds && seconds < headerSeconds + 1, `latency sum ${seconds}s vs x-total-time sum ${headerSeconds}s`);
+    assert.ok(
+      seconds >= headerSeconds && seconds < headerSeconds + 1,
+      `latency sum ${seconds}s vs x-total-time sum ${headerSeconds}s`,
+    );
 
     // Default process metrics, in the same registry.
     assert.ok(value(samples, 'process_cpu_user_seconds_total') > 0);
@@ -135,7 +155,11 @@ describe('metrics, timing headers and request logs', () => {
     const samples = await scrape();
     const model = { model: MODEL };
     assert.equal(value(samples, 'tserve_live_workers', model), 1);
-    assert.equal(value(samples, 'tserve_workers', { ...model, device: 'cpu', dtype: 'int8-row' }), 1, 'workers by device and dtype (auto on a CPU)');
+    assert.equal(
+      value(samples, 'tserve_workers', { ...model, device: 'cpu', dtype: 'int8-row' }),
+      1,
+      'workers by device and dtype (auto on a CPU)',
+    );
     assert.equal(value(samples, 'tserve_breaker_state', { breaker: 'redis', state: 'closed' }), 1);
     assert.equal(value(samples, 'tserve_breaker_state', { breaker: 'redis', state: 'open' }), 0);
     assert.equal(value(samples, 'tserve_breaker_state', { breaker: 'redis', state: 'half-open' }), 0);
@@ -144,7 +168,10 @@ describe('metrics, timing headers and request logs', () => {
     assert.equal(value(samples, 'tserve_batch_size_count', model), jobs);
     const batchSum = okResponses.reduce((sum, r) => sum + Number(r.headers.get('x-batch-size')), 0);
     assert.equal(value(samples, 'tserve_batch_size_sum', model), batchSum);
-    assert.ok(value(samples, 'tserve_batch_size_bucket', { ...model, le: '2' }) < jobs, 'the sixteen-input job is in a bucket above 2');
+    assert.ok(
+      value(samples, 'tserve_batch_size_bucket', { ...model, le: '2' }) < jobs,
+      'the sixteen-input job is in a bucket above 2',
+    );
     assert.equal(value(samples, 'tserve_queue_wait_seconds_count', model), jobs);
     assert.equal(value(samples, 'tserve_inference_duration_seconds_count', model), jobs);
     const inferenceMs = okResponses.reduce((sum, r) => sum + Number(r.headers.get('x-inference-time')), 0);
@@ -156,7 +183,9 @@ describe('metrics, timing headers and request logs', () => {
 
   it("reports how long each worker's model has computed, from its heartbeats", async () => {
     const busySeconds = async () => {
-      const samples = (await scrape()).filter((s) => s.name === 'tserve_model_busy_seconds_total' && s.labels.model === MODEL);
+      const samples = (await scrape()).filter(
+        (s) => s.name === 'tserve_model_busy_seconds_total' && s.labels.model === MODEL,
+      );
       assert.equal(samples.length, 1, 'one series for the one worker');
       assert.ok(samples[0].labels.worker, 'labelled with the worker id');
       return samples[0].value;
@@ -181,7 +210,10 @@ describe('metrics, timing headers and request logs', () => {
   });
 
   it("reports each worker's resident memory, its peak, and the largest call it ran, from its heartbeats", async () => {
-    const labels = { model: MODEL, worker: (await scrape()).find((s) => s.name === 'tserve_model_busy_seconds_total')!.labels.worker };
+    const labels = {
+      model: MODEL,
+      worker: (await scrape()).find((s) => s.name === 'tserve_model_busy_seconds_total')!.labels.worker,
+    };
     // The sixteen inputs of the test above ran as one call of 16 rows.
     const samples = await waitFor('the largest call in a heartbeat', async () => {
       const now = await scrape();
@@ -191,28 +223,47 @@ describe('metrics, timing headers and request logs', () => {
     const peak = value(samples, 'tserve_worker_peak_resident_memory_bytes', labels);
     const actual = processMemory(worker.pid)!;
     // A live process of a few hundred MiB; the gauge is as of the last beat, so within a margin of now.
-    assert.ok(rss > 100 * 2 ** 20 && Math.abs(rss / 2 ** 20 - actual.rss) < 64, `RSS ${rss} bytes against ${actual.rss} MiB`);
+    assert.ok(
+      rss > 100 * 2 ** 20 && Math.abs(rss / 2 ** 20 - actual.rss) < 64,
+      `RSS ${rss} bytes against ${actual.rss} MiB`,
+    );
     assert.ok(peak >= rss && peak <= actual.peak * 2 ** 20, `peak ${peak} bytes, RSS ${rss}, VmHWM ${actual.peak} MiB`);
     // Without WORKER_MEMORY_MB, the default this machine's limits give (container-limits.ts).
     const budget = defaultWorkerMemoryMiB(containerLimits().memoryLimitBytes) * 2 ** 20;
-    assert.equal(value(samples, 'tserve_worker_memory_budget_bytes', labels), budget, 'the default budget without WORKER_MEMORY_MB');
+    assert.equal(
+      value(samples, 'tserve_worker_memory_budget_bytes', labels),
+      budget,
+      'the default budget without WORKER_MEMORY_MB',
+    );
   });
 
   it('shows waiting jobs as queue depth while the worker is paused', async () => {
     // The depth is an estimate refreshed every REGISTRY_REFRESH_MS; earlier tests' jobs may still be in it.
-    await waitFor('queue depth 0', async () => value(await scrape(), 'tserve_queue_depth', { model: MODEL }) === 0, 5000);
+    await waitFor(
+      'queue depth 0',
+      async () => value(await scrape(), 'tserve_queue_depth', { model: MODEL }) === 0,
+      5000,
+    );
     process.kill(worker.pid, 'SIGSTOP');
     let answers: Array<Promise<{ status: number }>> = [];
     try {
       answers = ['x', 'y', 'z'].map((text) => system.infer(MODEL, text));
       // The registry recounts waiting jobs every REGISTRY_REFRESH_MS (100 ms in tests).
-      await waitFor('queue depth 3', async () => value(await scrape(), 'tserve_queue_depth', { model: MODEL }) === 3, 5000);
+      await waitFor(
+        'queue depth 3',
+        async () => value(await scrape(), 'tserve_queue_depth', { model: MODEL }) === 3,
+        5000,
+      );
       await sleep(300);
     } finally {
       process.kill(worker.pid, 'SIGCONT');
     }
     for (const res of await Promise.all(answers)) assert.equal(res.status, 200);
-    await waitFor('queue depth back to 0', async () => value(await scrape(), 'tserve_queue_depth', { model: MODEL }) === 0, 5000);
+    await waitFor(
+      'queue depth back to 0',
+      async () => value(await scrape(), 'tserve_queue_depth', { model: MODEL }) === 0,
+      5000,
+    );
     const samples = await scrape();
     // Those three waited at least the 300 ms the worker was paused after they were counted.
     const waited = value(samples, 'tserve_queue_wait_seconds_sum', { model: MODEL });

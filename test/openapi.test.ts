@@ -51,13 +51,17 @@ class Contract {
 
   /** Every operation of the document, as "METHOD template". */
   operations(): string[] {
-    return Object.entries(this.doc.paths as Json).flatMap(([template, item]) => Object.keys(item).map((method) => `${method.toUpperCase()} ${template}`));
+    return Object.entries(this.doc.paths as Json).flatMap(([template, item]) =>
+      Object.keys(item).map((method) => `${method.toUpperCase()} ${template}`),
+    );
   }
 
   /** The most specific route whose template matches the path (`/v2/models/{model}/ready` before `/v2/models/{model}`). */
   route(method: string, pathAndQuery: string): { key: string; operation: Json } {
     const path = pathAndQuery.replace(/\?.*$/, '');
-    const matching = this.routes.filter((r) => r.pattern.test(path) && this.doc.paths[r.template][method.toLowerCase()]);
+    const matching = this.routes.filter(
+      (r) => r.pattern.test(path) && this.doc.paths[r.template][method.toLowerCase()],
+    );
     assert.ok(matching.length, `${method} ${path}: no route of the document matches it`);
     const { template } = matching.sort((a, b) => b.literal - a.literal)[0];
     return { key: `${method.toUpperCase()} ${template}`, operation: this.doc.paths[template][method.toLowerCase()] };
@@ -74,7 +78,10 @@ class Contract {
     );
     const media = answer.contentType.split(';')[0].trim();
     const content = response.content?.[media];
-    assert.ok(content, `${where}: ${answer.status} answered ${media}, the document lists ${Object.keys(response.content ?? {}).join(', ') || 'no content'}`);
+    assert.ok(
+      content,
+      `${where}: ${answer.status} answered ${media}, the document lists ${Object.keys(response.content ?? {}).join(', ') || 'no content'}`,
+    );
     if (media === 'application/json' && content.schema) {
       const validate = this.validator(content.schema);
       const body: unknown = JSON.parse(answer.body);
@@ -108,7 +115,12 @@ class Contract {
   }
 }
 
-async function send(base: string, method: string, path: string, init: { body?: string | Uint8Array; headers?: Record<string, string> } = {}): Promise<Answer> {
+async function send(
+  base: string,
+  method: string,
+  path: string,
+  init: { body?: string | Uint8Array; headers?: Record<string, string> } = {},
+): Promise<Answer> {
   const res = await fetch(`${base}${path}`, { method, headers: init.headers, body: init.body });
   return {
     method,
@@ -146,7 +158,11 @@ const REQUESTS: Array<[string, string, ReturnType<typeof json>?]> = [
   ['POST', `/models/${DEFAULT_CLASSIFIER}`, json({ inputs: 'x' }, { 'x-request-timeout-ms': 'soon' })],
   ['POST', `/models/${DEFAULT_CLASSIFIER}`, json({ inputs: 'x' }, { 'x-priority': 'urgent' })],
   ['POST', `/models/${DEFAULT_CLASSIFIER}`, json({ inputs: 'x' }, { 'x-wait-for-model': 'maybe' })],
-  ['POST', `/models/${DEFAULT_CLASSIFIER.replace('/', '%2F')}`, json({ inputs: 'I like it' }, { 'x-use-cache': 'false', 'x-priority': 'batch' })],
+  [
+    'POST',
+    `/models/${DEFAULT_CLASSIFIER.replace('/', '%2F')}`,
+    json({ inputs: 'I like it' }, { 'x-use-cache': 'false', 'x-priority': 'batch' }),
+  ],
   ['POST', `/models/${MISSING}`, json({ inputs: 'x' })],
   ['POST', `/models/${EMBEDDER}/pipeline/no-such-task`, json({ inputs: 'x' })],
   ['POST', `/models/${EMBEDDER}/pipeline/feature-extraction`, json({ inputs: ['a', 'b'] })],
@@ -175,16 +191,26 @@ const REQUESTS: Array<[string, string, ReturnType<typeof json>?]> = [
   ['GET', `/v2/models/${EMBEDDER}/versions/1`, undefined],
   ['GET', `/v2/models/${EMBEDDER}/versions/2`, undefined],
   ['GET', `/v2/models/${EMBEDDER}/versions/1/ready`, undefined],
-  ['POST', `/v2/models/${EMBEDDER}/infer`, json({ inputs: [{ name: 'text', shape: [1], datatype: 'FP32', data: [1] }] })],
   [
     'POST',
     `/v2/models/${EMBEDDER}/infer`,
-    json({ inputs: [{ name: 'text', shape: [1], datatype: 'BYTES', data: ['x'] }], outputs: [{ name: 'embeddings', parameters: { classification: 2 } }] }),
+    json({ inputs: [{ name: 'text', shape: [1], datatype: 'FP32', data: [1] }] }),
+  ],
+  [
+    'POST',
+    `/v2/models/${EMBEDDER}/infer`,
+    json({
+      inputs: [{ name: 'text', shape: [1], datatype: 'BYTES', data: ['x'] }],
+      outputs: [{ name: 'embeddings', parameters: { classification: 2 } }],
+    }),
   ],
   [
     'POST',
     `/v2/models/${DEFAULT_CLASSIFIER}/infer`,
-    json({ inputs: [{ name: 'text', shape: [1], datatype: 'BYTES', data: ['x'] }], outputs: [{ name: 'probabilities', parameters: { classification: 1 } }] }),
+    json({
+      inputs: [{ name: 'text', shape: [1], datatype: 'BYTES', data: ['x'] }],
+      outputs: [{ name: 'probabilities', parameters: { classification: 1 } }],
+    }),
   ],
   ['GET', '/v2/models/stats', undefined],
   ['GET', `/v2/models/${DEFAULT_CLASSIFIER}/stats`, undefined],
@@ -193,7 +219,11 @@ const REQUESTS: Array<[string, string, ReturnType<typeof json>?]> = [
   ['GET', `/v2/models/${DEFAULT_CLASSIFIER}/config`, undefined],
   ['GET', `/v2/models/${EMBEDDER}/versions/1/config`, undefined],
   ['GET', `/v2/models/${MISSING}/config`, undefined],
-  ['POST', `/v2/models/${EMBEDDER}/versions/1/infer`, json({ inputs: [{ name: 'text', shape: [1], datatype: 'BYTES', data: ['hello'] }] })],
+  [
+    'POST',
+    `/v2/models/${EMBEDDER}/versions/1/infer`,
+    json({ inputs: [{ name: 'text', shape: [1], datatype: 'BYTES', data: ['hello'] }] }),
+  ],
   ['POST', `/v2/models/${EMBEDDER}/versions/1/infer`, json({ inputs: [] })],
   // Operations.
   ['GET', '/backlog', undefined],
@@ -214,7 +244,11 @@ describe('the OpenAPI document', () => {
     await system.startGateway({ DEFAULT_MODEL: models[0] });
     for (const model of models) system.startWorker({ model });
     const hash = `sha256:${(await import('node:crypto')).createHash('sha256').update('secret').digest('hex')}`;
-    await keyed.startGateway({ API_KEYS: JSON.stringify({ keys: [{ id: 'openapi1', name: 'openapi', hash }] }), RESPONSE_CACHE_TTL_S: 600, MODELS: IDLE });
+    await keyed.startGateway({
+      API_KEYS: JSON.stringify({ keys: [{ id: 'openapi1', name: 'openapi', hash }] }),
+      RESPONSE_CACHE_TTL_S: 600,
+      MODELS: IDLE,
+    });
     for (const model of models) await system.waitForWorkers(model);
     await keyed.waitForWorkers(models[0]);
     contract = new Contract((await (await fetch(`${system.url}/openapi.json`)).json()) as Json);
@@ -232,7 +266,9 @@ describe('the OpenAPI document', () => {
       assert.equal(doc.openapi, '3.1.0');
     }
     // Each operation has its own name, the one generated clients give the call.
-    const ids = Object.values(contract.doc.paths as Json).flatMap((item) => Object.values(item as Json).map((op) => (op as Json).operationId as string));
+    const ids = Object.values(contract.doc.paths as Json).flatMap((item) =>
+      Object.values(item as Json).map((op) => (op as Json).operationId as string),
+    );
     assert.ok(ids.every(Boolean) && new Set(ids).size === ids.length, `operationIds: ${ids.join(', ')}`);
     // A broken document fails the validator.
     const broken = structuredClone(contract.doc);
@@ -249,11 +285,14 @@ describe('the OpenAPI document', () => {
     assert.equal(contract.doc.paths['/v1/embeddings'].post.security, undefined);
     // The keyed gateway's answers, refused and admitted, have the shapes its document gives.
     const keyedContract = new Contract(on);
-    const call = (headers: Record<string, string>) => send(keyed.url, 'POST', '/v1/embeddings', json({ model: EMBEDDER, input: 'x' }, headers));
+    const call = (headers: Record<string, string>) =>
+      send(keyed.url, 'POST', '/v1/embeddings', json({ model: EMBEDDER, input: 'x' }, headers));
     const refused = await call({});
     assert.equal(refused.status, 401);
     keyedContract.check(refused);
-    for (const headers of [{ authorization: `Bearer ${token}` }, { 'x-api-key': token }] as Array<Record<string, string>>) {
+    for (const headers of [{ authorization: `Bearer ${token}` }, { 'x-api-key': token }] as Array<
+      Record<string, string>
+    >) {
       const admitted = await call(headers);
       assert.equal(admitted.status, 200, admitted.body);
       keyedContract.check(admitted);
@@ -272,7 +311,12 @@ describe('the OpenAPI document', () => {
     assert.equal((JSON.parse(idle[0].body) as Json).models[IDLE].scaled_to_zero, true);
     for (const answer of idle) keyedContract.check(answer);
     // The second of the same request comes from the response cache, in the same shape.
-    const cached = await send(keyed.url, 'POST', '/v1/embeddings', json({ model: EMBEDDER, input: 'x' }, { 'x-api-key': token }));
+    const cached = await send(
+      keyed.url,
+      'POST',
+      '/v1/embeddings',
+      json({ model: EMBEDDER, input: 'x' }, { 'x-api-key': token }),
+    );
     assert.equal(cached.cache, 'hit');
     keyedContract.check(cached);
   });
@@ -297,11 +341,17 @@ describe('the OpenAPI document', () => {
   describe('bad input and the routes the docs do not call', () => {
     for (const [method, path, init] of REQUESTS) {
       const headers = Object.entries(init?.headers ?? {}).filter(([name]) => name !== 'content-type');
-      const shown = [method, path.slice(0, 80), ...headers.map(([name, value]) => `${name}: ${value}`), String(init?.body ?? '').slice(0, 60)];
+      const shown = [
+        method,
+        path.slice(0, 80),
+        ...headers.map(([name, value]) => `${name}: ${value}`),
+        String(init?.body ?? '').slice(0, 60),
+      ];
       it(shown.join(' '), async () => {
         const answer = await send(system.url, method, path, init);
         contract.check(answer);
-        if (init?.headers['content-type'] === 'application/json' && answer.status < 300) contract.checkRequest(method, path, JSON.parse(String(init.body)));
+        if (init?.headers['content-type'] === 'application/json' && answer.status < 300)
+          contract.checkRequest(method, path, JSON.parse(String(init.body)));
       });
     }
   });
@@ -312,19 +362,34 @@ describe('the OpenAPI document', () => {
     const body = JSON.parse(good.body) as Json;
     const drift = (changed: Json) => ({ ...good, body: JSON.stringify(changed) });
     assert.throws(() => contract.check(drift({ ...body, extra: 1 })), /does not have the document's shape/);
-    assert.throws(() => contract.check(drift({ ...body, usage: { prompt_tokens: '3' } })), /does not have the document's shape/);
+    assert.throws(
+      () => contract.check(drift({ ...body, usage: { prompt_tokens: '3' } })),
+      /does not have the document's shape/,
+    );
     assert.throws(() => contract.check({ ...good, status: 418 }), /status 418 is not in the document/);
     assert.throws(() => contract.check({ ...good, contentType: 'text/html' }), /answered text\/html/);
-    assert.throws(() => contract.checkRequest('POST', '/v1/embeddings', { model: EMBEDDER, input: 'x', extra: 1 }), /refuses a body/);
-    assert.throws(() => contract.checkRequest('POST', `/models/${EMBEDDER}`, { inputs: 'x', parameters: { pooling: 'sideways' } }), /refuses a body/);
+    assert.throws(
+      () => contract.checkRequest('POST', '/v1/embeddings', { model: EMBEDDER, input: 'x', extra: 1 }),
+      /refuses a body/,
+    );
+    assert.throws(
+      () => contract.checkRequest('POST', `/models/${EMBEDDER}`, { inputs: 'x', parameters: { pooling: 'sideways' } }),
+      /refuses a body/,
+    );
     const error = await send(system.url, 'POST', '/embed', json({ inputs: 5, model: EMBEDDER }));
-    assert.throws(() => contract.check({ ...error, body: JSON.stringify({ error: { message: 'OpenAI-shaped' } }) }), /does not have the document's shape/);
+    assert.throws(
+      () => contract.check({ ...error, body: JSON.stringify({ error: { message: 'OpenAI-shaped' } }) }),
+      /does not have the document's shape/,
+    );
   });
 
   it('serves /docs with its assets from the package', async () => {
     const page = await send(system.url, 'GET', '/docs');
     const assets = [...page.body.matchAll(/(?:src|href)="([^"]+)"/g)].map((m) => new URL(m[1], `${system.url}/docs`));
-    assert.ok(assets.some((url) => url.pathname.endsWith('.js')) && assets.some((url) => url.pathname.endsWith('.css')), page.body);
+    assert.ok(
+      assets.some((url) => url.pathname.endsWith('.js')) && assets.some((url) => url.pathname.endsWith('.css')),
+      page.body,
+    );
     for (const url of assets) {
       assert.equal(url.origin, system.url, `${url.href}: served by the gateway, not a CDN`);
       const res = await fetch(url);
@@ -363,7 +428,10 @@ describe('the OpenAPI document', () => {
     const dir = path.join(ROOT, 'test/artifacts/openapi-client');
     fs.rmSync(dir, { recursive: true, force: true });
     fs.mkdirSync(dir, { recursive: true });
-    fs.writeFileSync(path.join(dir, 'schema.ts'), astToString(await openapiTS(contract.doc as Parameters<typeof openapiTS>[0])));
+    fs.writeFileSync(
+      path.join(dir, 'schema.ts'),
+      astToString(await openapiTS(contract.doc as Parameters<typeof openapiTS>[0])),
+    );
     fs.writeFileSync(path.join(dir, 'calls.ts'), clientCalls(EMBEDDER, DEFAULT_CLASSIFIER));
     const program = ts.createProgram([path.join(dir, 'calls.ts')], {
       strict: true,
@@ -376,9 +444,13 @@ describe('the OpenAPI document', () => {
       types: [],
       lib: ['lib.es2022.d.ts', 'lib.dom.d.ts'],
     });
-    const diagnostics = ts.getPreEmitDiagnostics(program).map((d) => ts.flattenDiagnosticMessageText(d.messageText, '\n'));
+    const diagnostics = ts
+      .getPreEmitDiagnostics(program)
+      .map((d) => ts.flattenDiagnosticMessageText(d.messageText, '\n'));
     assert.deepEqual(diagnostics, [], 'the typed calls compile against the generated types');
-    const { callEach } = (await import(pathToFileURL(path.join(dir, 'calls.ts')).href)) as { callEach: (base: string) => Promise<Record<string, number>> };
+    const { callEach } = (await import(pathToFileURL(path.join(dir, 'calls.ts')).href)) as {
+      callEach: (base: string) => Promise<Record<string, number>>;
+    };
     const results = await callEach(system.url);
     assert.deepEqual(results, { inference: 200, openai: 200, tei: 200, kserve: 200, health: 200 });
   });

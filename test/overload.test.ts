@@ -37,13 +37,18 @@ describe('overload', () => {
       const results = await Promise.all(
         Array.from({ length: 12 }, (_, i) => {
           const started = Date.now();
-          return system.infer(MODEL, `burst ${i}`, undefined, { options: { timeout_ms: 3000 } }).then((r) => ({ ...r, ms: Date.now() - started }));
+          return system
+            .infer(MODEL, `burst ${i}`, undefined, { options: { timeout_ms: 3000 } })
+            .then((r) => ({ ...r, ms: Date.now() - started }));
         }),
       );
       const shed = results.filter((r) => r.status === 503);
       const accepted = results.filter((r) => r.status !== 503);
       // The depth estimate errs on the safe side while a refresh races the burst: never more than the cap.
-      assert.ok(accepted.length >= 1 && accepted.length <= 4, `accepted: ${JSON.stringify(results.map((r) => r.status))}`);
+      assert.ok(
+        accepted.length >= 1 && accepted.length <= 4,
+        `accepted: ${JSON.stringify(results.map((r) => r.status))}`,
+      );
       assert.ok(shed.length >= 8);
       for (const r of shed) {
         assert.equal(r.body.error_type, 'overloaded');

@@ -9,7 +9,12 @@
  */
 import { after, before, describe, it, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
-import { AutoModelForQuestionAnswering, AutoModelForSequenceClassification, AutoTokenizer, env } from '@huggingface/transformers';
+import {
+  AutoModelForQuestionAnswering,
+  AutoModelForSequenceClassification,
+  AutoTokenizer,
+  env,
+} from '@huggingface/transformers';
 import { MODEL_DIR, TestSystem, reference, uniquePrefix } from './helpers/system.ts';
 import { CLASSIFIER, EMBEDDER, NLI, QA, RERANKER } from './helpers/replicas.ts';
 
@@ -22,7 +27,9 @@ env.localModelPath = `${MODEL_DIR}/`;
 /** The model's outputs for one pair, computed in this process by transformers.js on the same q8 file. */
 async function inProcess(model: string, kind: 'classify' | 'qa') {
   const tokenizer = await AutoTokenizer.from_pretrained(model);
-  const session = await (kind === 'qa' ? AutoModelForQuestionAnswering : AutoModelForSequenceClassification).from_pretrained(model, { dtype: 'q8' });
+  const session = await (
+    kind === 'qa' ? AutoModelForQuestionAnswering : AutoModelForSequenceClassification
+  ).from_pretrained(model, { dtype: 'q8' });
   return async (text: string, pair: string) => {
     const encoded = tokenizer(text, { text_pair: pair });
     const out = await session(encoded);
@@ -62,7 +69,10 @@ describe('pair tasks on /models/<id>', () => {
       assert.deepEqual(mine.ids, r.input_ids, 'the pair is tokenized as the reference');
       const raw = await system.infer(RERANKER, { text: query, text_pair: r.document }, { function_to_apply: 'none' });
       assert.equal(raw.status, 200, JSON.stringify(raw.body));
-      assert.ok(close(raw.body[0][0].score, mine.logits[0]), `logit ${raw.body[0][0].score} vs in-process ${mine.logits[0]}`);
+      assert.ok(
+        close(raw.body[0][0].score, mine.logits[0]),
+        `logit ${raw.body[0][0].score} vs in-process ${mine.logits[0]}`,
+      );
       // One logit: the pipeline's default score is its sigmoid.
       const scored = await system.infer(RERANKER, { text: query, text_pair: r.document });
       assert.deepEqual(
@@ -72,7 +82,10 @@ describe('pair tasks on /models/<id>', () => {
       assert.ok(close(scored.body[0][0].score, sigmoid(mine.logits[0])));
       if (!close(raw.body[0][0].score, r.logit) || !close(scored.body[0][0].score, r.score)) reproduces = false;
     }
-    if (!reproduces) t.diagnostic(`${RERANKER}: this CPU's q8 kernels differ from REFERENCE.json's machine; the server equals in-process here`);
+    if (!reproduces)
+      t.diagnostic(
+        `${RERANKER}: this CPU's q8 kernels differ from REFERENCE.json's machine; the server equals in-process here`,
+      );
   });
 
   it('zero-shot on q8: each label is an NLI pair whose logits equal in-process and, where reproduced, the reference', async (t: TestContext) => {
@@ -82,11 +95,18 @@ describe('pair tasks on /models/<id>', () => {
       for (const pair of c.pairs) {
         const mine = await local(c.sequence, pair.hypothesis);
         assert.deepEqual(mine.ids, pair.input_ids);
-        const res = await system.infer(NLI, { text: c.sequence, text_pair: pair.hypothesis }, { function_to_apply: 'none', top_k: null });
+        const res = await system.infer(
+          NLI,
+          { text: c.sequence, text_pair: pair.hypothesis },
+          { function_to_apply: 'none', top_k: null },
+        );
         assert.equal(res.status, 200, JSON.stringify(res.body));
         const byLabel = Object.fromEntries(res.body[0].map((s: any) => [s.label, s.score]));
         ['contradiction', 'neutral', 'entailment'].forEach((label, i) => {
-          assert.ok(close(byLabel[label], mine.logits[i]), `${label}: ${byLabel[label]} vs in-process ${mine.logits[i]}`);
+          assert.ok(
+            close(byLabel[label], mine.logits[i]),
+            `${label}: ${byLabel[label]} vs in-process ${mine.logits[i]}`,
+          );
           if (!close(byLabel[label], pair.logits[i])) reproduces = false;
         });
       }
@@ -96,7 +116,10 @@ describe('pair tasks on /models/<id>', () => {
       assert.deepEqual(one.body.labels, [c.candidate_labels[0]]);
       assert.ok(close(one.body.scores[0], sigmoid(logits[2] - logits[0])), JSON.stringify(one.body));
     }
-    if (!reproduces) t.diagnostic(`${NLI} q8: this CPU's kernels differ from REFERENCE.json's machine; the server equals in-process here`);
+    if (!reproduces)
+      t.diagnostic(
+        `${NLI} q8: this CPU's kernels differ from REFERENCE.json's machine; the server equals in-process here`,
+      );
   });
 
   it('zero-shot on fp32: a request with all its labels batched equals REFERENCE.json exactly, single- and multi-label', async () => {
@@ -109,8 +132,14 @@ describe('pair tasks on /models/<id>', () => {
       assert.equal(res.status, 200, JSON.stringify(res.body));
       assert.equal(res.body.sequence, c.sequence);
       assert.deepEqual(res.body.labels, c.fp32.labels);
-      res.body.scores.forEach((s: number, i: number) => assert.ok(close(s, c.fp32.scores[i]), `${c.sequence}: ${s} vs ${c.fp32.scores[i]}`));
-      assert.equal(Number(res.headers.get('x-batch-size')), c.candidate_labels.length, 'all labels ran in one model call');
+      res.body.scores.forEach((s: number, i: number) =>
+        assert.ok(close(s, c.fp32.scores[i]), `${c.sequence}: ${s} vs ${c.fp32.scores[i]}`),
+      );
+      assert.equal(
+        Number(res.headers.get('x-batch-size')),
+        c.candidate_labels.length,
+        'all labels ran in one model call',
+      );
     }
   });
 
@@ -154,9 +183,13 @@ describe('pair tasks on /models/<id>', () => {
       const spanText = tokenizer.decode(ids.slice(best.s, best.e + 1));
       assert.ok(plain(answer.answer).includes(plain(spanText)), `"${answer.answer}" holds the best span "${spanText}"`);
       assert.ok(answer.score >= best.score - TOL, `score ${answer.score} vs best span ${best.score}`);
-      if (!close(answer.score, c.answer.score) || answer.start !== c.answer.start || answer.end !== c.answer.end) reproduces = false;
+      if (!close(answer.score, c.answer.score) || answer.start !== c.answer.start || answer.end !== c.answer.end)
+        reproduces = false;
     }
-    if (!reproduces) t.diagnostic(`${QA}: this CPU's q8 kernels differ from REFERENCE.json's machine; checked against in-process logits instead`);
+    if (!reproduces)
+      t.diagnostic(
+        `${QA}: this CPU's q8 kernels differ from REFERENCE.json's machine; checked against in-process logits instead`,
+      );
   });
 
   it('question answering over a context past 512 tokens reads it in overlapping windows and finds answers in the second', async () => {
@@ -192,7 +225,11 @@ describe('pair tasks on /models/<id>', () => {
     const short = await system.infer(QA, input, { top_k: 5, max_answer_len: 1, align_to_words: false });
     for (const a of short.body) assert.ok(!/\s/.test(a.answer), `one token: "${a.answer}"`);
     // A short context has few spans, so the "no answer" one is among the top 20.
-    const impossible = await system.infer(QA, { question: 'Who?', context: 'Paris is nice.' }, { top_k: 20, handle_impossible_answer: true });
+    const impossible = await system.infer(
+      QA,
+      { question: 'Who?', context: 'Paris is nice.' },
+      { top_k: 20, handle_impossible_answer: true },
+    );
     assert.ok(
       impossible.body.some((a: any) => a.answer === '' && a.start === 0 && a.end === 0),
       JSON.stringify(impossible.body),
@@ -207,7 +244,10 @@ describe('pair tasks on /models/<id>', () => {
   });
 
   it('sentence similarity: the cosine of each sentence to the source, from the embedding model', async () => {
-    const inputs = { source_sentence: 'That is a happy person', sentences: ['That is a happy person', 'That is a happy dog', 'Today is a sunny day'] };
+    const inputs = {
+      source_sentence: 'That is a happy person',
+      sentences: ['That is a happy person', 'That is a happy dog', 'Today is a sunny day'],
+    };
     const res = await system.infer(EMBEDDER, inputs);
     assert.equal(res.status, 200, JSON.stringify(res.body));
     assert.equal(res.body.length, 3);

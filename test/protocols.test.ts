@@ -45,7 +45,11 @@ describe('protocols', () => {
       const tokenizer = await AutoTokenizer.from_pretrained(EMBEDDER);
       const tokens = tokenizer.encode(text).length;
       for (const encoding_format of ['float', 'base64', undefined] as const) {
-        const answer = await client().embeddings.create({ model: EMBEDDER, input: text, ...(encoding_format ? { encoding_format } : {}) });
+        const answer = await client().embeddings.create({
+          model: EMBEDDER,
+          input: text,
+          ...(encoding_format ? { encoding_format } : {}),
+        });
         assert.equal(answer.object, 'list');
         assert.equal(answer.model, EMBEDDER);
         assert.deepEqual(answer.usage, { prompt_tokens: tokens, total_tokens: tokens });
@@ -72,7 +76,12 @@ describe('protocols', () => {
       const cosine = answer.data[1].embedding.reduce((s, v, i) => s + v * alone[i], 0);
       // Batched with its neighbours a q8 model's output shifts a little.
       assert.ok(cosine > 0.95, `inputs[1] is its own text's embedding (${cosine})`);
-      const short = await client().embeddings.create({ model: EMBEDDER, input: 'x', dimensions: 64, encoding_format: 'float' });
+      const short = await client().embeddings.create({
+        model: EMBEDDER,
+        input: 'x',
+        dimensions: 64,
+        encoding_format: 'float',
+      });
       assert.equal(short.data[0].embedding.length, 64);
       assert.ok(Math.abs(Math.hypot(...short.data[0].embedding) - 1) < 1e-6);
       const models = await client().models.list();
@@ -145,16 +154,48 @@ describe('protocols', () => {
       const both = async (send: (text: string, direction: string) => Promise<unknown>, direction: string) =>
         Promise.all(texts.map((text) => send(text, direction)));
       const routes: Array<[string, (text: string, direction: string) => Promise<unknown>]> = [
-        ['/embed', async (text, d) => (await system.post('/embed', { inputs: text, truncate: true, truncation_direction: d })).body],
-        ['/predict', async (text, d) => (await system.post('/predict', { inputs: text, truncate: true, truncation_direction: d, model: CLASSIFIER })).body],
+        [
+          '/embed',
+          async (text, d) =>
+            (await system.post('/embed', { inputs: text, truncate: true, truncation_direction: d })).body,
+        ],
+        [
+          '/predict',
+          async (text, d) =>
+            (
+              await system.post('/predict', {
+                inputs: text,
+                truncate: true,
+                truncation_direction: d,
+                model: CLASSIFIER,
+              })
+            ).body,
+        ],
         [
           '/predict (pair)',
-          async (text, d) => (await system.post('/predict', { inputs: ['a query', text], truncate: true, truncation_direction: d, model: RERANKER })).body,
+          async (text, d) =>
+            (
+              await system.post('/predict', {
+                inputs: ['a query', text],
+                truncate: true,
+                truncation_direction: d,
+                model: RERANKER,
+              })
+            ).body,
         ],
         [
           '/rerank',
           async (text, d) =>
-            ((await system.post('/rerank', { query: 'a query', texts: [text], truncate: true, truncation_direction: d })).body as any[])[0].score,
+            (
+              (
+                await system.post('/rerank', {
+                  query: 'a query',
+                  texts: [text],
+                  truncate: true,
+                  truncation_direction: d,
+                })
+              ).body as any[]
+            )[0].score,
         ],
       ];
       for (const [route, send] of routes) {
@@ -168,14 +209,25 @@ describe('protocols', () => {
     it('/predict scores texts and pairs with every label, best first; several classifiers need a model', async () => {
       const ambiguous = await system.post('/predict', { inputs: 'I like you' });
       assert.equal(ambiguous.status, 422);
-      assert.match(ambiguous.body.error, new RegExp(`several served models .*${CLASSIFIER}.*${RERANKER}|several served models .*${RERANKER}.*${CLASSIFIER}`));
+      assert.match(
+        ambiguous.body.error,
+        new RegExp(
+          `several served models .*${CLASSIFIER}.*${RERANKER}|several served models .*${RERANKER}.*${CLASSIFIER}`,
+        ),
+      );
       const single = await system.post('/predict', { inputs: 'I like you', model: CLASSIFIER });
       assert.equal(single.status, 200, JSON.stringify(single.body));
       assert.deepEqual(single.body.map((s: any) => s.label).sort(), ['NEGATIVE', 'POSITIVE']);
       assert.deepEqual(single.body, (await system.infer(CLASSIFIER, 'I like you', { top_k: null })).body[0]);
-      const header = await system.post('/predict', { inputs: [['a query', 'a passage']], raw_scores: true }, { 'x-model': RERANKER });
+      const header = await system.post(
+        '/predict',
+        { inputs: [['a query', 'a passage']], raw_scores: true },
+        { 'x-model': RERANKER },
+      );
       assert.equal(header.status, 200, JSON.stringify(header.body));
-      const pair = (await system.infer(RERANKER, { text: 'a query', text_pair: 'a passage' }, { function_to_apply: 'none' })).body[0];
+      const pair = (
+        await system.infer(RERANKER, { text: 'a query', text_pair: 'a passage' }, { function_to_apply: 'none' })
+      ).body[0];
       assert.deepEqual(header.body, [pair]);
     });
 
@@ -194,10 +246,17 @@ describe('protocols', () => {
         );
         assert.ok(Math.abs(res.body[0].score - logit) <= TOL, `${res.body[0].score} vs in-process ${logit}`);
         const scored = await system.post('/rerank', { query, texts: [r.document] });
-        assert.ok(Math.abs(scored.body[0].score - 1 / (1 + Math.exp(-logit))) <= TOL, 'scores are the sigmoid of the logit');
-        if (Math.abs(res.body[0].score - r.logit) > TOL || Math.abs(scored.body[0].score - r.score) > TOL) reproduces = false;
+        assert.ok(
+          Math.abs(scored.body[0].score - 1 / (1 + Math.exp(-logit))) <= TOL,
+          'scores are the sigmoid of the logit',
+        );
+        if (Math.abs(res.body[0].score - r.logit) > TOL || Math.abs(scored.body[0].score - r.score) > TOL)
+          reproduces = false;
       }
-      if (!reproduces) t.diagnostic(`${RERANKER}: this CPU's q8 kernels differ from REFERENCE.json's machine; /rerank equals in-process here`);
+      if (!reproduces)
+        t.diagnostic(
+          `${RERANKER}: this CPU's q8 kernels differ from REFERENCE.json's machine; /rerank equals in-process here`,
+        );
       const texts = results.map((r: any) => r.document);
       const all = await system.post('/rerank', { query, texts });
       assert.equal(all.status, 200);
@@ -223,9 +282,14 @@ describe('protocols', () => {
       assert.deepEqual([tokens[0].special, tokens[tokens.length - 1].special], [true, true]);
       // UTF-8 byte offsets, as TEI gives them.
       const bytes = Buffer.from(text);
-      for (const t of tokens.filter((t: any) => !t.special)) assert.equal(bytes.subarray(t.start, t.stop).toString(), t.text);
+      for (const t of tokens.filter((t: any) => !t.special))
+        assert.equal(bytes.subarray(t.start, t.stop).toString(), t.text);
       assert.deepEqual(tokens.find((t: any) => t.text === 'Zürich') && [tokens[4].start, tokens[4].stop], [14, 21]);
-      const bare = await system.post('/tokenize', { inputs: [text, 'b'], add_special_tokens: false, model: CLASSIFIER });
+      const bare = await system.post('/tokenize', {
+        inputs: [text, 'b'],
+        add_special_tokens: false,
+        model: CLASSIFIER,
+      });
       assert.equal(bare.body.length, 2);
       assert.equal(bare.body[0].length, tokens.length - 2);
       const info = await get(`/info?model=${RERANKER}`);
@@ -254,7 +318,12 @@ describe('protocols', () => {
           /^inputs\[1\]: `inputs` must have less than 128000 characters\. Given: 150000$/,
         ],
         // Truncation off, a long text is read only as far as shows it too long.
-        ['/embed', { inputs: 'word '.repeat(150_000) }, 422, /^input is at least \d+ tokens long but this model accepts at most 512/],
+        [
+          '/embed',
+          { inputs: 'word '.repeat(150_000) },
+          422,
+          /^input is at least \d+ tokens long but this model accepts at most 512/,
+        ],
         [
           '/predict',
           { inputs: ['b', 'word '.repeat(150_000)], model: CLASSIFIER },
@@ -266,7 +335,11 @@ describe('protocols', () => {
       ];
       for (const [path, body, status, message] of cases) {
         const res = await system.post(path, body);
-        assert.equal(res.status, status, `${path} ${JSON.stringify(body).slice(0, 200)}: ${JSON.stringify(res.body).slice(0, 500)}`);
+        assert.equal(
+          res.status,
+          status,
+          `${path} ${JSON.stringify(body).slice(0, 200)}: ${JSON.stringify(res.body).slice(0, 500)}`,
+        );
         assert.match(res.body.error, message);
         assert.equal(typeof res.body.error_type, 'string');
       }
@@ -284,7 +357,10 @@ describe('protocols', () => {
       assert.equal(meta.status, 200);
       assert.deepEqual(meta.body.inputs, [{ name: 'text', datatype: 'BYTES', shape: [-1] }]);
       assert.deepEqual(meta.body.outputs[0], { name: 'probabilities', datatype: 'FP32', shape: [-1, 2] });
-      assert.deepEqual((await get(`/v2/models/${encodeURIComponent(EMBEDDER)}/ready`)).body, { name: EMBEDDER, ready: true });
+      assert.deepEqual((await get(`/v2/models/${encodeURIComponent(EMBEDDER)}/ready`)).body, {
+        name: EMBEDDER,
+        ready: true,
+      });
       assert.equal((await get('/v2/models/no/such/ready')).status, 404);
     });
 
@@ -303,16 +379,28 @@ describe('protocols', () => {
       assert.deepEqual([probs.name, probs.datatype, probs.shape], ['probabilities', 'FP32', [2, 2]]);
       assert.equal(logits.name, 'logits');
       const labels = (await get(`/v2/models/${CLASSIFIER}`)).body.parameters.labels as string[];
-      const own = (await system.infer(CLASSIFIER, texts, { top_k: null })).body as Array<Array<{ label: string; score: number }>>;
+      const own = (await system.infer(CLASSIFIER, texts, { top_k: null })).body as Array<
+        Array<{ label: string; score: number }>
+      >;
       own.forEach((scores, row) =>
-        labels.forEach((label, j) => assert.ok(Math.abs(probs.data[row * 2 + j] - scores.find((s) => s.label === label)!.score) < 1e-6)),
+        labels.forEach((label, j) =>
+          assert.ok(Math.abs(probs.data[row * 2 + j] - scores.find((s) => s.label === label)!.score) < 1e-6),
+        ),
       );
-      const raw = (await system.infer(CLASSIFIER, texts, { top_k: null, function_to_apply: 'none' })).body as Array<Array<{ label: string; score: number }>>;
+      const raw = (await system.infer(CLASSIFIER, texts, { top_k: null, function_to_apply: 'none' })).body as Array<
+        Array<{ label: string; score: number }>
+      >;
       raw.forEach((scores, row) =>
-        labels.forEach((label, j) => assert.ok(Math.abs(logits.data[row * 2 + j] - scores.find((s) => s.label === label)!.score) < 1e-6)),
+        labels.forEach((label, j) =>
+          assert.ok(Math.abs(logits.data[row * 2 + j] - scores.find((s) => s.label === label)!.score) < 1e-6),
+        ),
       );
       // Both outputs came from one model run: the probabilities are the softmax of the logits.
-      assert.equal((await modelCalls(CLASSIFIER)) - callsBefore, 3, 'the KServe request, then the two /models calls: one run each');
+      assert.equal(
+        (await modelCalls(CLASSIFIER)) - callsBefore,
+        3,
+        'the KServe request, then the two /models calls: one run each',
+      );
       const embedded = await system.post(`/v2/models/${EMBEDDER}/infer`, {
         inputs: [{ name: 'text', shape: [1], datatype: 'BYTES', data: ['hello world'] }],
         parameters: { timeout: 5_000_000, priority: 2 },
@@ -346,12 +434,16 @@ describe('protocols', () => {
       const headerLength = Number(res.headers.get('inference-header-content-length'));
       const answer = JSON.parse(body.subarray(0, headerLength).toString());
       assert.equal(answer.id, '7');
-      assert.deepEqual(answer.outputs, [{ name: 'probabilities', datatype: 'FP32', shape: [2, 2], parameters: { binary_data_size: 16 } }]);
+      assert.deepEqual(answer.outputs, [
+        { name: 'probabilities', datatype: 'FP32', shape: [2, 2], parameters: { binary_data_size: 16 } },
+      ]);
       const binary = body.subarray(headerLength);
       const probabilities = Array.from({ length: 4 }, (_, i) => binary.readFloatLE(i * 4));
 
       // The same texts as JSON, outputs as JSON: the same numbers, to FP32's precision.
-      const json = await system.post(`/v2/models/${CLASSIFIER}/infer`, { inputs: [{ name: 'text', shape: [2], datatype: 'BYTES', data: texts }] });
+      const json = await system.post(`/v2/models/${CLASSIFIER}/infer`, {
+        inputs: [{ name: 'text', shape: [2], datatype: 'BYTES', data: texts }],
+      });
       assert.equal(json.status, 200, JSON.stringify(json.body));
       json.body.outputs[0].data.forEach((v: number, i: number) => assert.equal(probabilities[i], Math.fround(v)));
 
@@ -384,13 +476,19 @@ describe('protocols', () => {
         [`/v2/models/no/such/infer`, { inputs: [tensor] }, 404, /not served/],
         [`/v2/models/${CLASSIFIER}/versions/7/infer`, { inputs: [tensor] }, 404, /version 7/],
       ];
-      const nineBytes = JSON.stringify({ inputs: [{ ...tensor, data: undefined, parameters: { binary_data_size: 9 } }] });
+      const nineBytes = JSON.stringify({
+        inputs: [{ ...tensor, data: undefined, parameters: { binary_data_size: 9 } }],
+      });
       const binaryCases: Array<[string, string, RegExp]> = [
         ['{"inputs": []}', '99', /Inference-Header-Content-Length/],
         [`${nineBytes}abc`, String(nineBytes.length), /binary_data_size is 9 bytes but 3 follow/],
       ];
       for (const [body, headerLength, message] of binaryCases) {
-        const res = await fetch(`${system.url}${url}`, { method: 'POST', headers: { 'inference-header-content-length': headerLength }, body });
+        const res = await fetch(`${system.url}${url}`, {
+          method: 'POST',
+          headers: { 'inference-header-content-length': headerLength },
+          body,
+        });
         const answer = (await res.json()) as { error: string };
         assert.equal(res.status, 400, JSON.stringify(answer));
         assert.match(answer.error, message);

@@ -51,7 +51,11 @@ describe('queue path', () => {
   it('coalesces requests that arrive during an enqueue into one job; each gets its own answer', async () => {
     const texts = Array.from({ length: 10 }, (_, i) => `request number ${i} was ${i % 2 ? 'great' : 'awful'}`);
     const alone = new Map<string, number>();
-    for (const text of texts) alone.set(text, (await system.infer(MODEL, text, { top_k: null })).body[0].find((x: any) => x.label === 'POSITIVE').score);
+    for (const text of texts)
+      alone.set(
+        text,
+        (await system.infer(MODEL, text, { top_k: null })).body[0].find((x: any) => x.label === 'POSITIVE').score,
+      );
     const jobsBefore = await queue.getCompletedCount();
 
     redis.proc!.kill('SIGSTOP');
@@ -59,9 +63,19 @@ describe('queue path', () => {
     try {
       const first = system.infer(MODEL, texts[0], { top_k: null });
       // The first request's enqueue hangs in the frozen Redis; the rest arrive while it is in flight.
-      await waitFor('the first request accepted', async () => (await system.metric('tserve_queue_depth', { model: MODEL })) === 1, 10_000, 20);
+      await waitFor(
+        'the first request accepted',
+        async () => (await system.metric('tserve_queue_depth', { model: MODEL })) === 1,
+        10_000,
+        20,
+      );
       const rest = texts.slice(1).map((text) => system.infer(MODEL, text, { top_k: null }));
-      await waitFor('all ten accepted', async () => (await system.metric('tserve_queue_depth', { model: MODEL })) === 10, 10_000, 20);
+      await waitFor(
+        'all ten accepted',
+        async () => (await system.metric('tserve_queue_depth', { model: MODEL })) === 10,
+        10_000,
+        20,
+      );
       redis.proc!.kill('SIGCONT');
       answers = await Promise.all([first, ...rest]);
     } finally {
@@ -70,7 +84,10 @@ describe('queue path', () => {
     answers.forEach((r, i) => {
       assert.equal(r.status, 200, JSON.stringify(r.body));
       const score = r.body[0].find((x: any) => x.label === 'POSITIVE').score;
-      assert.ok(Math.abs(score - alone.get(texts[i])!) < 1e-5, `request ${i} got its own answer: ${score} vs ${alone.get(texts[i])}`);
+      assert.ok(
+        Math.abs(score - alone.get(texts[i])!) < 1e-5,
+        `request ${i} got its own answer: ${score} vs ${alone.get(texts[i])}`,
+      );
     });
     assert.equal(new Set(answers.map((r) => r.headers.get('x-request-id'))).size, 10, 'each request kept its own id');
     // The lone first request went out at once, as a job of its own; the nine that waited for it, as one.
@@ -90,7 +107,12 @@ describe('queue path', () => {
       const second = system.infer(MODEL, texts[1]);
       await waitFor('the second job queued', async () => (await queue.getWaitingCount()) === 2, 10_000, 20);
       const rest = texts.slice(2).map((text) => system.infer(MODEL, text));
-      await waitFor('all six accepted', async () => (await system.metric('tserve_queue_depth', { model: MODEL })) === 6, 10_000, 20);
+      await waitFor(
+        'all six accepted',
+        async () => (await system.metric('tserve_queue_depth', { model: MODEL })) === 6,
+        10_000,
+        20,
+      );
       const queued = new Map(
         (await queue.getWaiting()).map((job) => {
           const data = job.data as JobData;
@@ -141,7 +163,10 @@ describe('queue path', () => {
         return body.models[model] ? body : undefined;
       });
       const why = `model ${model} is served only by workers of wire protocol ${PROTOCOL + 1}; this gateway speaks protocol ${PROTOCOL}`;
-      assert.deepEqual({ ...ready.models[model], error: ready.models[model].error?.slice(0, why.length) }, { workers: 0, error: why });
+      assert.deepEqual(
+        { ...ready.models[model], error: ready.models[model].error?.slice(0, why.length) },
+        { workers: 0, error: why },
+      );
       assert.ok(
         ready.reasons.some((r) => r.startsWith(why)),
         JSON.stringify(ready.reasons),
@@ -157,7 +182,11 @@ describe('queue path', () => {
         await ours.close();
       }
       // BullMQ's keys of a queue start with its name, whatever the protocol in it.
-      assert.deepEqual(await admin.keys(`${system.prefix}:models--org--of-another-release*`), [], 'no queue of the model was written');
+      assert.deepEqual(
+        await admin.keys(`${system.prefix}:models--org--of-another-release*`),
+        [],
+        'no queue of the model was written',
+      );
       assert.match(system.gateway!.output, /served only by workers of wire protocol/);
     } finally {
       await withdrawWorker(admin, system.prefix, foreign);
@@ -170,7 +199,8 @@ describe('queue path', () => {
     try {
       await heartbeat.beat();
       assert.equal(heartbeat.peers, 0, 'alone');
-      for (const other of [info('loading', 'a', 'loading'), info('elsewhere', 'b')]) await announceWorker(admin, prefix, other, 60_000);
+      for (const other of [info('loading', 'a', 'loading'), info('elsewhere', 'b')])
+        await announceWorker(admin, prefix, other, 60_000);
       await heartbeat.beat();
       assert.equal(heartbeat.peers, 0, 'a worker still loading, or of another model, is no peer');
       await announceWorker(admin, prefix, info('peer', 'a'), 60_000);
@@ -182,7 +212,12 @@ describe('queue path', () => {
       assert.equal(heartbeat.peers, 2);
       await announceWorker(admin, prefix, info('lapsing', 'a'), 1);
       // Its short-lived announcement must not take the others' places with it.
-      await waitFor('the announcement lapsed', async () => (await admin.exists(keys.worker(prefix, 'lapsing'))) === 0, 10_000, 5);
+      await waitFor(
+        'the announcement lapsed',
+        async () => (await admin.exists(keys.worker(prefix, 'lapsing'))) === 0,
+        10_000,
+        5,
+      );
       await waitFor('the lapsed worker no longer counted', async () => {
         await heartbeat.beat();
         return heartbeat.peers === 1;
@@ -193,13 +228,22 @@ describe('queue path', () => {
     } finally {
       await heartbeat.stop();
       const ids = ['me', 'loading', 'elsewhere', 'peer', 'lapsing'];
-      await admin.del(keys.workers(prefix), keys.readyWorkers(prefix, 'a'), keys.readyWorkers(prefix, 'b'), ...ids.map((id) => keys.worker(prefix, id)));
+      await admin.del(
+        keys.workers(prefix),
+        keys.readyWorkers(prefix, 'a'),
+        keys.readyWorkers(prefix, 'b'),
+        ...ids.map((id) => keys.worker(prefix, id)),
+      );
     }
   });
 
   it("keeps BullMQ's event stream short: nothing reads it, and each completed event holds a job's outcomes", async () => {
     for (let i = 0; i < 70; i++) assert.equal((await system.infer(MODEL, `one job each, number ${i}`)).status, 200);
-    assert.equal(await admin.hget(queue.keys.meta, 'opts.maxLenEvents'), String(EVENTS_KEPT), 'the cap the gateway set');
+    assert.equal(
+      await admin.hget(queue.keys.meta, 'opts.maxLenEvents'),
+      String(EVENTS_KEPT),
+      'the cap the gateway set',
+    );
     // Seventy jobs leave about 350 events. Redis trims whole nodes of at most 100 entries (its
     // stream-node-max-entries), so up to that many more than the cap remain.
     const events = await admin.xlen(queue.keys.events);
@@ -212,14 +256,25 @@ describe('queue path', () => {
     redis.proc!.kill('SIGSTOP');
     try {
       const held = system.infer(MODEL, 'holds the enqueue in flight');
-      await waitFor('the first request accepted', async () => (await system.metric('tserve_queue_depth', { model: MODEL })) === 1, 10_000, 20);
+      await waitFor(
+        'the first request accepted',
+        async () => (await system.metric('tserve_queue_depth', { model: MODEL })) === 1,
+        10_000,
+        20,
+      );
       const leaving = system.leavingRequest(MODEL, 'the client of this one leaves');
-      await waitFor('the second request accepted', async () => (await system.metric('tserve_queue_depth', { model: MODEL })) === 2, 10_000, 20);
+      await waitFor(
+        'the second request accepted',
+        async () => (await system.metric('tserve_queue_depth', { model: MODEL })) === 2,
+        10_000,
+        20,
+      );
       leaving.leave();
       assert.equal(await leaving.left, 'aborted');
       await waitFor(
         'the gateway withdrew it',
-        async () => (await system.metric('tserve_requests_abandoned_total', { model: MODEL, at: 'gateway' })) === before + 1,
+        async () =>
+          (await system.metric('tserve_requests_abandoned_total', { model: MODEL, at: 'gateway' })) === before + 1,
         10_000,
         20,
       );
@@ -255,7 +310,12 @@ describe('queue path', () => {
     const stored = await waitFor('the job settled', () => system.jobReturnValue(MODEL, requestId), 10_000);
     const outcome = stored.outcomes.find((o: { id: string }) => o.id === requestId);
     assert.ok(outcome && !outcome.ok && outcome.error.error_type === 'cancelled', JSON.stringify(stored));
-    await waitFor('the skip counted', async () => (await system.metric('tserve_requests_skipped_total', { model: MODEL })) === skippedBefore + 1, 10_000, 20);
+    await waitFor(
+      'the skip counted',
+      async () => (await system.metric('tserve_requests_skipped_total', { model: MODEL })) === skippedBefore + 1,
+      10_000,
+      20,
+    );
     // The worker goes on serving.
     assert.equal((await system.infer(MODEL, 'still here')).status, 200);
   });

@@ -43,7 +43,12 @@ describe('Redis sick', () => {
   it('frozen: the breaker opens on the first timed-out enqueue, and what follows is refused at once, naming the cause', async (t) => {
     // Fifty answers first: their successes fill the breaker's window, which a rate alone would
     // need many timed-out calls (each a whole timeout long) to outweigh.
-    const { redis, system, gateway } = await systemOnPrivateRedis(t, 'frozen', { REDIS_COMMAND_TIMEOUT_MS: 500, REQUEST_TIMEOUT_MS: 20_000 }, 50);
+    const { redis, system, gateway } = await systemOnPrivateRedis(
+      t,
+      'frozen',
+      { REDIS_COMMAND_TIMEOUT_MS: 500, REQUEST_TIMEOUT_MS: 20_000 },
+      50,
+    );
     redis.proc!.kill('SIGSTOP');
     // Thawed whatever happens: the cleanup after the test needs Redis.
     try {
@@ -54,9 +59,14 @@ describe('Redis sick', () => {
       }
       for (const a of answers) assert.equal(a.status, 503, `a 503, not the deadline's 504: ${JSON.stringify(a)}`);
       const byBreaker = answers.filter((a) => /circuit breaker open/.test(a.error));
-      assert.ok(byBreaker.length >= 8, `all but the first one or two refused by the open breaker: ${JSON.stringify(answers)}`);
+      assert.ok(
+        byBreaker.length >= 8,
+        `all but the first one or two refused by the open breaker: ${JSON.stringify(answers)}`,
+      );
       for (const a of answers) assert.match(a.error, /Redis is not answering/);
-      await waitFor('the breaker line in the log', async () => /circuit breaker opened: refusing requests; Redis is not answering/.test(gateway.output));
+      await waitFor('the breaker line in the log', async () =>
+        /circuit breaker opened: refusing requests; Redis is not answering/.test(gateway.output),
+      );
       const ready = await readyOf(system);
       assert.equal(ready.status, 503);
       assert.ok(
@@ -66,11 +76,19 @@ describe('Redis sick', () => {
     } finally {
       redis.proc!.kill('SIGCONT');
     }
-    await waitFor('served again once Redis thaws', async () => (await system.infer(MODEL, 'thawed')).status === 200, 30_000, 250);
+    await waitFor(
+      'served again once Redis thaws',
+      async () => (await system.infer(MODEL, 'thawed')).status === 200,
+      30_000,
+      250,
+    );
   });
 
   it('out of memory: the answer, /ready and the log say so, not "no live worker"', async (t) => {
-    const { redis, system, gateway } = await systemOnPrivateRedis(t, 'oom', { REDIS_COMMAND_TIMEOUT_MS: 500, REQUEST_TIMEOUT_MS: 20_000 });
+    const { redis, system, gateway } = await systemOnPrivateRedis(t, 'oom', {
+      REDIS_COMMAND_TIMEOUT_MS: 500,
+      REQUEST_TIMEOUT_MS: 20_000,
+    });
     const admin = new Redis(redis.url);
     t.after(() => void admin.quit());
     // Every write refused from now on, as when the queues outgrow maxmemory under noeviction.
@@ -82,15 +100,28 @@ describe('Redis sick', () => {
     const ready = await readyOf(system);
     assert.equal(ready.status, 503);
     assert.match(ready.body.reasons[0], /Redis is out of memory/, JSON.stringify(ready.body.reasons));
-    await waitFor('the cause in the log', async () => /circuit breaker opened: refusing requests; Redis is out of memory/.test(gateway.output));
+    await waitFor('the cause in the log', async () =>
+      /circuit breaker opened: refusing requests; Redis is out of memory/.test(gateway.output),
+    );
     await admin.config('SET', 'maxmemory', '0');
-    await waitFor('served again with room in Redis', async () => (await system.infer(MODEL, 'room again')).status === 200, 30_000, 250);
+    await waitFor(
+      'served again with room in Redis',
+      async () => (await system.infer(MODEL, 'room again')).status === 200,
+      30_000,
+      250,
+    );
   });
 
   it('restarted empty: requests whose jobs it held fail at the next fallback read, naming the lost job, not at the deadline', async (t) => {
     // The frozen worker stays live to the gateway meanwhile, so that the model stays served and its depth reported.
     const live = { WORKER_TTL_MS: 60_000 };
-    const { redis, system, worker } = await systemOnPrivateRedis(t, 'lost', { REQUEST_TIMEOUT_MS: 60_000, RESULT_POLL_MS: 200, ...live }, 1, live);
+    const { redis, system, worker } = await systemOnPrivateRedis(
+      t,
+      'lost',
+      { REQUEST_TIMEOUT_MS: 60_000, RESULT_POLL_MS: 200, ...live },
+      1,
+      live,
+    );
     // A frozen worker takes nothing more: the requests below stay queued in Redis.
     worker.kill('SIGSTOP');
     t.after(() => worker.kill('SIGKILL'));
@@ -98,7 +129,9 @@ describe('Redis sick', () => {
     // All five accepted, and none still held in the gateway: every one of them is in a job in Redis.
     await waitFor(
       'the 5 requests sent to Redis',
-      async () => (await system.metric('tserve_queue_depth', { model: MODEL })) >= 5 && (await system.metric('tserve_requests_held', { model: MODEL })) === 0,
+      async () =>
+        (await system.metric('tserve_queue_depth', { model: MODEL })) >= 5 &&
+        (await system.metric('tserve_requests_held', { model: MODEL })) === 0,
     );
     await redis.stop();
     await redis.start();
@@ -140,7 +173,12 @@ describe('retention', () => {
       3 * keptMs,
       250,
     );
-    for (const job of completed) assert.equal(await redis.exists(`${system.prefix}:${queueNameFor(MODEL)}:${job.id}`), 0, `job ${job.id}'s hash is gone`);
+    for (const job of completed)
+      assert.equal(
+        await redis.exists(`${system.prefix}:${queueNameFor(MODEL)}:${job.id}`),
+        0,
+        `job ${job.id}'s hash is gone`,
+      );
     // Not before they were kept as long as promised: the newest finished at least keptMs ago.
     const newest = Math.max(...completed.map((j) => j.finishedOn ?? 0));
     assert.ok(Date.now() - newest >= keptMs, 'kept at least as long as docs/protocol.md says');

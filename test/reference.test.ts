@@ -31,9 +31,15 @@ function figures(task: string, body: any): { keys: string[]; values: Figures } {
     case 'feature-extraction':
       return { keys: [String(body.length)], values: body.map((v: number, i: number) => [`dim ${i}`, v]) };
     case 'fill-mask':
-      return { keys: body.map((r: any) => `${r.token}:${r.token_str}`), values: body.map((r: any) => [r.token_str, r.score]) };
+      return {
+        keys: body.map((r: any) => `${r.token}:${r.token_str}`),
+        values: body.map((r: any) => [r.token_str, r.score]),
+      };
     case 'token-classification':
-      return { keys: body.map((e: any) => `${e.index}:${e.word}:${e.entity}`), values: body.map((e: any) => [e.word, e.score]) };
+      return {
+        keys: body.map((e: any) => `${e.index}:${e.word}:${e.entity}`),
+        values: body.map((e: any) => [e.word, e.score]),
+      };
     default:
       throw new Error(`no comparison for task ${task}`);
   }
@@ -54,7 +60,9 @@ function referenceFigures(task: string, c: any): { keys: string[]; values: Figur
       // The reference labels every position; the pipeline leaves out the template's [CLS] and [SEP].
       return figures(
         task,
-        c.per_token.slice(1, -1).map((t: any, i: number) => ({ index: i + 1, word: t.token, entity: t.label, score: t.score })),
+        c.per_token
+          .slice(1, -1)
+          .map((t: any, i: number) => ({ index: i + 1, word: t.token, entity: t.label, score: t.score })),
       );
     default:
       throw new Error(`no reference comparison for task ${task}`);
@@ -73,13 +81,20 @@ async function inProcess(model: string, task: string): Promise<(text: string) =>
   env.allowRemoteModels = false;
   env.localModelPath = `${MODEL_DIR}/`;
   const pipe = (await pipeline(task as 'text-classification', model, { dtype: 'q8' })) as any;
-  if (task === 'feature-extraction') return async (text) => Array.from((await pipe(text, { pooling: 'mean', normalize: true })).data as Float32Array);
+  if (task === 'feature-extraction')
+    return async (text) => Array.from((await pipe(text, { pooling: 'mean', normalize: true })).data as Float32Array);
   return (text) => pipe(text, PARAMETERS[task]);
 }
 
-function assertClose(actual: { keys: string[]; values: Figures }, expected: { keys: string[]; values: Figures }, what: string) {
+function assertClose(
+  actual: { keys: string[]; values: Figures },
+  expected: { keys: string[]; values: Figures },
+  what: string,
+) {
   assert.deepEqual(actual.keys, expected.keys, what);
-  actual.values.forEach(([label, v], i) => assert.ok(Math.abs(v - expected.values[i][1]) <= TOL, `${what} ${label}: ${v} vs ${expected.values[i][1]}`));
+  actual.values.forEach(([label, v], i) =>
+    assert.ok(Math.abs(v - expected.values[i][1]) <= TOL, `${what} ${label}: ${v} vs ${expected.values[i][1]}`),
+  );
 }
 
 const maxDeviation = (a: Figures, b: Figures) => Math.max(0, ...a.map(([, v], i) => Math.abs(v - (b[i]?.[1] ?? NaN))));
@@ -146,13 +161,20 @@ describe('reference outputs through the gateway', () => {
   it('POST / with a raw text body answers for the default model', async () => {
     const local = await inProcess(DEFAULT_MODEL, 'text-classification');
     for (const c of REF[DEFAULT_MODEL].cases) {
-      const res = await fetch(`${system.url}/`, { method: 'POST', body: c.text, headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+      const res = await fetch(`${system.url}/`, {
+        method: 'POST',
+        body: c.text,
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      });
       assert.equal(res.status, 200);
       const body = (await res.json()) as Array<{ label: string; score: number }>;
       const [best] = (await local(c.text)) as Array<{ label: string; score: number }>;
       assert.equal(body.length, 1);
       assert.equal(body[0].label, best.label);
-      assert.ok(Math.abs(body[0].score - best.score) <= TOL, `POST / "${c.text}": ${body[0].score} vs in-process ${best.score}`);
+      assert.ok(
+        Math.abs(body[0].score - best.score) <= TOL,
+        `POST / "${c.text}": ${body[0].score} vs in-process ${best.score}`,
+      );
     }
   });
 

@@ -55,7 +55,9 @@ describe('response cache', () => {
     // Every worker of the model gone: its last workers' answers are still served, nothing else is.
     await classifier.stop('SIGKILL');
     await waitFor('the worker gone from /ready', async () => {
-      const body = (await (await fetch(`${system.url}/ready`)).json()) as { models: Record<string, { workers: number } | undefined> };
+      const body = (await (await fetch(`${system.url}/ready`)).json()) as {
+        models: Record<string, { workers: number } | undefined>;
+      };
       return !body.models[CLASSIFIER]?.workers;
     });
     const alone = await classify('a text worth keeping');
@@ -72,7 +74,8 @@ describe('response cache', () => {
     const from = path.join(MODEL_DIR, CLASSIFIER);
     const to = path.join(copies, CLASSIFIER);
     fs.mkdirSync(path.join(to, 'onnx'), { recursive: true });
-    for (const file of fs.readdirSync(from)) if (file !== 'onnx') fs.copyFileSync(path.join(from, file), path.join(to, file));
+    for (const file of fs.readdirSync(from))
+      if (file !== 'onnx') fs.copyFileSync(path.join(from, file), path.join(to, file));
     fs.copyFileSync(path.join(from, 'onnx', 'model_quantized.onnx'), path.join(to, 'onnx', 'model.onnx'));
     const old = (await classify('a text worth keeping')).headers.get('x-model-sha256');
 
@@ -136,14 +139,26 @@ describe('response cache', () => {
 
   it('serves embeddings, rerank and every protocol route', async () => {
     const routes: Array<[string, () => Promise<{ status: number; body: any; headers: Headers }>]> = [
-      ['/models (embeddings)', () => system.post(`/models/${EMBEDDER}`, { inputs: ['an embedded text', 'another one'] })],
-      ['/v1/embeddings', () => system.post('/v1/embeddings', { model: EMBEDDER, input: ['an embedded text', 'a third one'] })],
+      [
+        '/models (embeddings)',
+        () => system.post(`/models/${EMBEDDER}`, { inputs: ['an embedded text', 'another one'] }),
+      ],
+      [
+        '/v1/embeddings',
+        () => system.post('/v1/embeddings', { model: EMBEDDER, input: ['an embedded text', 'a third one'] }),
+      ],
       ['/embed', () => system.post('/embed', { model: EMBEDDER, inputs: 'an embedded text' })],
-      ['/rerank', () => system.post('/rerank', { model: RERANKER, query: 'which one', texts: ['this one', 'that one'] })],
+      [
+        '/rerank',
+        () => system.post('/rerank', { model: RERANKER, query: 'which one', texts: ['this one', 'that one'] }),
+      ],
       ['/predict', () => system.post('/predict', { model: CLASSIFIER, inputs: 'a prediction' })],
       [
         '/v2/models/…/infer',
-        () => system.post(`/v2/models/${CLASSIFIER}/infer`, { inputs: [{ name: 'text', shape: [1, 1], datatype: 'BYTES', data: [['kserve text']] }] }),
+        () =>
+          system.post(`/v2/models/${CLASSIFIER}/infer`, {
+            inputs: [{ name: 'text', shape: [1, 1], datatype: 'BYTES', data: [['kserve text']] }],
+          }),
       ],
     ];
     for (const [route, send] of routes) {
@@ -155,7 +170,11 @@ describe('response cache', () => {
     }
     // An answer from the cache keeps the tokens the model read for it.
     const usage = await system.post('/v1/embeddings', { model: EMBEDDER, input: 'an embedded text' });
-    const fresh = await system.post('/v1/embeddings', { model: EMBEDDER, input: 'an embedded text' }, { 'x-use-cache': 'false' });
+    const fresh = await system.post(
+      '/v1/embeddings',
+      { model: EMBEDDER, input: 'an embedded text' },
+      { 'x-use-cache': 'false' },
+    );
     assert.equal(usage.headers.get('x-cache'), 'hit');
     assert.ok(fresh.body.usage.prompt_tokens > 0);
     assert.deepEqual(usage.body.usage, fresh.body.usage);

@@ -52,11 +52,16 @@ describe('a model scaled to zero', () => {
     assert.equal(await backlog(system), 0);
     // KServe's server readiness likewise; the model itself is not ready until a worker serves it.
     assert.equal((await fetch(`${system.url}/v2/health/ready`)).status, 200);
-    assert.deepEqual(await (await fetch(`${system.url}/v2/models/${MODEL}/ready`)).json(), { name: MODEL, ready: false });
+    assert.deepEqual(await (await fetch(`${system.url}/v2/models/${MODEL}/ready`)).json(), {
+      name: MODEL,
+      ready: false,
+    });
 
     // 1. Requests that wait: the Inference API's and, with the same header, KServe's.
     const waiting = system.post(`/models/${MODEL}`, { inputs: 'a request from zero' }, { 'x-wait-for-model': 'true' });
-    const waitingV2 = system.post(`/v2/models/${MODEL}/infer`, kserveBody('another from zero'), { 'x-wait-for-model': 'true' });
+    const waitingV2 = system.post(`/v2/models/${MODEL}/infer`, kserveBody('another from zero'), {
+      'x-wait-for-model': 'true',
+    });
     // 2. The backlog reads them.
     const peak = await waitFor('the backlog to count the waiting requests', async () => {
       const value = await backlog(system);
@@ -67,12 +72,20 @@ describe('a model scaled to zero', () => {
     // 4. The requests complete.
     const [answered, answeredV2] = await Promise.all([waiting, waitingV2]);
     assert.equal(answered.status, 200, JSON.stringify(answered.body));
-    assert.ok(Array.isArray(answered.body) && typeof answered.body[0][0].label === 'string', JSON.stringify(answered.body));
+    assert.ok(
+      Array.isArray(answered.body) && typeof answered.body[0][0].label === 'string',
+      JSON.stringify(answered.body),
+    );
     assert.equal(answeredV2.status, 200, JSON.stringify(answeredV2.body));
     assert.equal(answeredV2.body.outputs[0].shape[0], 1, JSON.stringify(answeredV2.body));
     // 5. With the worker stopped and no traffic, the signal is 0, and the model idle again.
     await worker.stop('SIGTERM');
-    await waitFor('the model idle again', async () => (await ready(system)).body.models[MODEL]?.scaled_to_zero === true, 10_000, 50);
+    await waitFor(
+      'the model idle again',
+      async () => (await ready(system)).body.models[MODEL]?.scaled_to_zero === true,
+      10_000,
+      50,
+    );
     await waitFor('the backlog at 0', async () => (await backlog(system)) === 0, 10_000, 50);
     t.diagnostic(`backlog ${peak} while waiting, 0 after`);
   });
@@ -108,7 +121,12 @@ describe('a model scaled to zero', () => {
 
     // Each refusal is demand the autoscaler must see, until its deadline passes.
     assert.ok((await backlog(system)) >= 4, 'the refusals count in the backlog');
-    await waitFor('the refusals to leave the backlog at their deadline', async () => (await backlog(system)) === 0, 10_000, 50);
+    await waitFor(
+      'the refusals to leave the backlog at their deadline',
+      async () => (await backlog(system)) === 0,
+      10_000,
+      50,
+    );
 
     // A model neither configured nor announced is still not served.
     const unknown = await system.infer('replica/no-such-model', 'hello');
@@ -117,7 +135,10 @@ describe('a model scaled to zero', () => {
 });
 
 /** A process whose wall clock is `skewMs` off: Date.now() and new Date() read it (test/helpers/clock-skew.mjs). */
-const skewed = (skewMs: number) => ({ nodeArgs: ['--import', path.join(ROOT, 'test/helpers/clock-skew.mjs')], env: { CLOCK_SKEW_MS: skewMs } });
+const skewed = (skewMs: number) => ({
+  nodeArgs: ['--import', path.join(ROOT, 'test/helpers/clock-skew.mjs')],
+  env: { CLOCK_SKEW_MS: skewMs },
+});
 
 describe('workers on several hosts', () => {
   it("the clock-skew preload sets a process's wall clock off", () => {
@@ -127,7 +148,11 @@ describe('workers on several hosts', () => {
       encoding: 'utf8',
     });
     const [now, date] = run.stdout.trim().split(' ').map(Number);
-    for (const read of [now, date]) assert.ok(Math.abs(read - (Date.now() - 5000)) < 1000, `the child read ${read - Date.now()} ms off: ${run.stderr}`);
+    for (const read of [now, date])
+      assert.ok(
+        Math.abs(read - (Date.now() - 5000)) < 1000,
+        `the child read ${read - Date.now()} ms off: ${run.stderr}`,
+      );
   });
 
   const system = new TestSystem(uniquePrefix('hosts'));
@@ -162,16 +187,22 @@ describe('workers on several hosts', () => {
       const info = await announcement(host.id);
       assert.ok(info, `${host.id} announced`);
       const [from, to] = [spawnedAt + host.skewMs - 100, now + host.skewMs + 100];
-      assert.ok(info.startedAt >= from && info.startedAt <= to, `${host.id} started at ${info.startedAt}, by its clock; expected ${from} to ${to}`);
+      assert.ok(
+        info.startedAt >= from && info.startedAt <= to,
+        `${host.id} started at ${info.startedAt}, by its clock; expected ${from} to ${to}`,
+      );
     }
     // Load until both have run model calls beyond their warm-up (bounded in rounds, not in time).
-    const busyMs = () => Promise.all(hosts.map(async (h) => ((await announcement(h.id))?.modelBusyMs as number | undefined) ?? 0));
+    const busyMs = () =>
+      Promise.all(hosts.map(async (h) => ((await announcement(h.id))?.modelBusyMs as number | undefined) ?? 0));
     const warm = await busyMs();
     let rounds = 0;
     const busy = async () => (await busyMs()).every((ms, i) => ms > warm[i]);
     while (!(await busy()) && rounds < 50) {
       rounds++;
-      const statuses = await Promise.all(Array.from({ length: 32 }, (_, i) => system.infer(MODEL, `round ${rounds} text ${i}`).then((r) => r.status)));
+      const statuses = await Promise.all(
+        Array.from({ length: 32 }, (_, i) => system.infer(MODEL, `round ${rounds} text ${i}`).then((r) => r.status)),
+      );
       assert.ok(
         statuses.every((s) => s === 200),
         `every request answered: ${statuses.join(',')}`,
@@ -209,9 +240,15 @@ describe('gateways on several hosts', () => {
       signal: controller.signal,
     }).catch(() => 'left');
     // Read from the other gateway: the count crossed over, stamped on Redis's clock.
-    await waitFor("the first gateway to count the other gateway's waiting request", async () => (await backlog(system)) >= 1, 10_000, 50);
+    await waitFor(
+      "the first gateway to count the other gateway's waiting request",
+      async () => (await backlog(system)) >= 1,
+      10_000,
+      50,
+    );
     controller.abort();
     assert.equal(await waiting, 'left');
-    for (const g of [behind, system]) await waitFor('the backlog at 0 once the client left', async () => (await backlog(g)) === 0, 10_000, 50);
+    for (const g of [behind, system])
+      await waitFor('the backlog at 0 once the client left', async () => (await backlog(g)) === 0, 10_000, 50);
   });
 });

@@ -37,12 +37,18 @@ describe('graceful shutdown', () => {
 
     const states = await Promise.all(ids.map((id) => direct.jobState(id)));
     const completed = states.filter((s) => s === 'completed').length;
-    assert.equal(states.filter((s) => s === 'active').length, 0, `no job left locked by the stopped worker: ${states.join(',')}`);
+    assert.equal(
+      states.filter((s) => s === 'active').length,
+      0,
+      `no job left locked by the stopped worker: ${states.join(',')}`,
+    );
     assert.ok(completed >= 8 && completed < 64, `its batches finished (${completed} completed)`);
     assert.equal(completed + states.filter((s) => s === 'waiting').length, 64, 'the rest wait for another worker');
 
     // Every completed job's result was published before the worker exited.
-    const published = await Promise.all(ids.filter((_, i) => states[i] === 'completed').map((id) => direct.outcome(id, 1000)));
+    const published = await Promise.all(
+      ids.filter((_, i) => states[i] === 'completed').map((id) => direct.outcome(id, 1000)),
+    );
     assert.ok(published.every((o) => o.ok));
 
     // A successor serves the rest: nothing was lost.
@@ -60,7 +66,8 @@ describe('graceful shutdown', () => {
 
     worker.kill('SIGSTOP');
     const inFlight = Array.from({ length: 10 }, (_, i) => system.infer(MODEL, `in flight ${i}`));
-    const depth = async () => ((await (await fetch(`${system.url}/ready`)).json()) as ReadyBody).models[MODEL]?.queue_depth;
+    const depth = async () =>
+      ((await (await fetch(`${system.url}/ready`)).json()) as ReadyBody).models[MODEL]?.queue_depth;
     await waitFor('the ten requests accepted', async () => (await depth()) === 10, 10_000, 20);
     system.gateway!.kill('SIGTERM');
     // New connections are refused while the old requests are still being answered.

@@ -14,7 +14,8 @@ describe('task parameters', () => {
   before(async () => {
     await system.startGateway();
     // The NER replica's q8 weights tag every token of the text below B-LOC, so groups are words.
-    for (const model of [NER, CLASSIFIER, EMBEDDER, FILL_MASK]) system.startWorker({ model, env: { DTYPE: model === CLASSIFIER ? 'fp32' : 'q8' } });
+    for (const model of [NER, CLASSIFIER, EMBEDDER, FILL_MASK])
+      system.startWorker({ model, env: { DTYPE: model === CLASSIFIER ? 'fp32' : 'q8' } });
     for (const model of [NER, CLASSIFIER, EMBEDDER, FILL_MASK]) await system.waitForWorkers(model);
   });
   after(() => system.stop());
@@ -33,7 +34,11 @@ describe('task parameters', () => {
       'the text has multi-piece words',
     );
     const run = async (aggregation_strategy: string) =>
-      (await system.infer(NER, text, { aggregation_strategy, ignore_labels: [] })).body as Array<{ entity_group: string; score: number; word: string }>;
+      (await system.infer(NER, text, { aggregation_strategy, ignore_labels: [] })).body as Array<{
+        entity_group: string;
+        score: number;
+        word: string;
+      }>;
 
     assert.ok(
       tokens.every((t) => t.entity.startsWith('B-')),
@@ -47,11 +52,16 @@ describe('task parameters', () => {
     );
     first.forEach((g, i) => assert.ok(Math.abs(g.score - words[i][0].score) < 1e-9, 'first: the first piece decides'));
     const max = await run('max');
-    max.forEach((g, i) => assert.ok(Math.abs(g.score - Math.max(...words[i].map((p) => p.score))) < 1e-9, 'max: the surest piece decides'));
+    max.forEach((g, i) =>
+      assert.ok(Math.abs(g.score - Math.max(...words[i].map((p) => p.score))) < 1e-9, 'max: the surest piece decides'),
+    );
     const average = await run('average');
     average.forEach((g, i) => {
       const scores = words[i].map((p) => p.score);
-      assert.ok(g.score >= Math.min(...scores) - 1e-9 && g.score <= Math.max(...scores) + 1e-9, 'average lies between its pieces');
+      assert.ok(
+        g.score >= Math.min(...scores) - 1e-9 && g.score <= Math.max(...scores) + 1e-9,
+        'average lies between its pieces',
+      );
     });
     const simple = await run('simple');
     assert.equal(simple.length, tokens.length, 'simple: B- tokens never merge');
@@ -62,7 +72,8 @@ describe('task parameters', () => {
 
     // ignore_labels filters by label; the default hides "O".
     const label = tokens[0].entity;
-    const filtered = (await system.infer(NER, text, { ignore_labels: [label], aggregation_strategy: 'none' })).body as typeof tokens;
+    const filtered = (await system.infer(NER, text, { ignore_labels: [label], aggregation_strategy: 'none' }))
+      .body as typeof tokens;
     assert.ok(filtered.every((t) => t.entity !== label));
     assert.equal(filtered.length, tokens.filter((t) => t.entity !== label).length);
   });
@@ -88,22 +99,26 @@ describe('task parameters', () => {
         ['ok', 25, 27],
       ],
     );
-    const pieces = (await system.infer(NER, 'Unbelievably Sarahs', { ignore_labels: [], aggregation_strategy: 'none' })).body as Array<{
+    const pieces = (await system.infer(NER, 'Unbelievably Sarahs', { ignore_labels: [], aggregation_strategy: 'none' }))
+      .body as Array<{
       word: string;
       start: number;
       end: number;
     }>;
     const original = Array.from('Unbelievably Sarahs');
-    for (const p of pieces) assert.equal(original.slice(p.start, p.end).join('').toLowerCase(), p.word.replace(/^##/, ''), JSON.stringify(p));
+    for (const p of pieces)
+      assert.equal(original.slice(p.start, p.end).join('').toLowerCase(), p.word.replace(/^##/, ''), JSON.stringify(p));
     // Every strategy carries offsets, and a group's word is exactly the input between them.
     for (const strategy of ['simple', 'first', 'average', 'max']) {
-      const groups = (await system.infer(NER, text, { ignore_labels: [], aggregation_strategy: strategy })).body as Array<{
+      const groups = (await system.infer(NER, text, { ignore_labels: [], aggregation_strategy: strategy }))
+        .body as Array<{
         word: string;
         start: number;
         end: number;
       }>;
       assert.ok(groups.length > 0);
-      for (const g of groups) assert.equal(Array.from(text).slice(g.start, g.end).join(''), g.word, `${strategy}: ${JSON.stringify(g)}`);
+      for (const g of groups)
+        assert.equal(Array.from(text).slice(g.start, g.end).join(''), g.word, `${strategy}: ${JSON.stringify(g)}`);
     }
   });
 
@@ -131,7 +146,10 @@ describe('task parameters', () => {
       assert.ok(Math.abs(s.score - 1 / (1 + Math.exp(-logit))) < 1e-9);
     }
     const [a, b] = logits;
-    assert.ok(Math.abs(all.find((x: any) => x.label === a.label).score - 1 / (1 + Math.exp(b.score - a.score))) < 1e-9, 'softmax of the logits');
+    assert.ok(
+      Math.abs(all.find((x: any) => x.label === a.label).score - 1 / (1 + Math.exp(b.score - a.score))) < 1e-9,
+      'softmax of the logits',
+    );
   });
 
   it('feature-extraction: pooling and normalize', async () => {

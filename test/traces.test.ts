@@ -53,7 +53,8 @@ class Receiver {
       const chunks: Buffer[] = [];
       req.on('data', (c: Buffer) => chunks.push(c));
       req.on('end', () => {
-        if (req.url === '/v1/traces' && req.headers['content-type']?.includes('json')) this.read(JSON.parse(Buffer.concat(chunks).toString()));
+        if (req.url === '/v1/traces' && req.headers['content-type']?.includes('json'))
+          this.read(JSON.parse(Buffer.concat(chunks).toString()));
         res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
         for (const wake of this.waiters) wake();
       });
@@ -85,7 +86,11 @@ class Receiver {
       };
       const timer = setTimeout(() => {
         this.waiters.delete(check);
-        reject(new Error(`timed out waiting for ${what}; received: ${this.spans.map((s) => `${s.service}:${s.name}`).join(', ')}`));
+        reject(
+          new Error(
+            `timed out waiting for ${what}; received: ${this.spans.map((s) => `${s.service}:${s.name}`).join(', ')}`,
+          ),
+        );
       }, timeoutMs);
       this.waiters.add(check);
       check();
@@ -124,7 +129,8 @@ const traceparent = () => {
   return { traceId, spanId, header: `00-${traceId}-${spanId}-01` };
 };
 
-const one = (spans: ReceivedSpan[], service: string, name: string) => spans.find((s) => s.service === service && s.name === name);
+const one = (spans: ReceivedSpan[], service: string, name: string) =>
+  spans.find((s) => s.service === service && s.name === name);
 
 describe('traces', () => {
   const receiver = new Receiver();
@@ -151,7 +157,11 @@ describe('traces', () => {
 
   it("continues a client's traceparent through the gateway and the worker, with the batch's attributes", async () => {
     const client = traceparent();
-    const res = await system.post(`/models/${MODEL}`, { inputs: 'a trace through every process' }, { traceparent: client.header });
+    const res = await system.post(
+      `/models/${MODEL}`,
+      { inputs: 'a trace through every process' },
+      { traceparent: client.header },
+    );
     assert.equal(res.status, 200, JSON.stringify(res.body));
     const names = [
       'POST /models/*id',
@@ -205,14 +215,20 @@ describe('traces', () => {
     assert.equal(res.status, 200, JSON.stringify(res.body));
     const spans = await receiver.until('the server, trip and inference spans', () => {
       const spans = receiver.trace(client.traceId);
-      return ['tserve.queue', 'tserve.inference', 'tserve.answer'].every((name) => spans.some((s) => s.name === name)) && spans.some((s) => s.kind === 2)
+      return ['tserve.queue', 'tserve.inference', 'tserve.answer'].every((name) =>
+        spans.some((s) => s.name === name),
+      ) && spans.some((s) => s.kind === 2)
         ? spans
         : undefined;
     });
     const server = spans.find((s) => s.kind === 2)!;
     assert.equal(server.name, 'POST /v2/models/*path');
     assert.equal(server.parentSpanId, client.spanId);
-    assert.equal(one(spans, 'tserve-gateway', 'tserve.queue')?.parentSpanId, server.spanId, 'the request path saw the server span as current');
+    assert.equal(
+      one(spans, 'tserve-gateway', 'tserve.queue')?.parentSpanId,
+      server.spanId,
+      'the request path saw the server span as current',
+    );
   });
 
   it('links every request a model call ran, each in its own trace', async () => {
@@ -223,7 +239,9 @@ describe('traces', () => {
     worker.kill('SIGSTOP');
     let answers;
     try {
-      const sent = clients.map((c, i) => system.post(`/models/${MODEL}`, { inputs: `request ${i} shares a model call` }, { traceparent: c.header }));
+      const sent = clients.map((c, i) =>
+        system.post(`/models/${MODEL}`, { inputs: `request ${i} shares a model call` }, { traceparent: c.header }),
+      );
       await waitFor('4 requests queued', async () => {
         const jobs = await queue.getWaiting();
         return jobs.reduce((n, job) => n + (job.data as JobData).requests.length, 0) === 4;
@@ -244,7 +262,9 @@ describe('traces', () => {
     for (const span of inferences) assert.equal(span!.attributes['tserve.batch.requests'], 4);
     const ours = new Set(clients.map((c) => c.traceId));
     const batch = await receiver.until('the shared batch span', () =>
-      receiver.spans.find((s) => s.name === 'tserve.batch' && ours.has(s.traceId) && s.attributes['tserve.batch.requests'] === 4),
+      receiver.spans.find(
+        (s) => s.name === 'tserve.batch' && ours.has(s.traceId) && s.attributes['tserve.batch.requests'] === 4,
+      ),
     );
     assert.equal(batch.attributes['tserve.batch.size'], 4);
     assert.deepEqual(new Set(batch.links.map((l) => l.traceId)), ours, 'linked to every request it ran');
@@ -267,12 +287,19 @@ describe('traces off', () => {
     // An SDK started anyway would send to the default endpoint, localhost:4318: the receiver waits there.
     const receiver = new Receiver();
     await receiver.listen(4318);
-    const system = new TestSystem(uniquePrefix('traces-off'), REDIS_URL, { OTEL_SERVICE_NAME: 'tserve-off', OTEL_BSP_SCHEDULE_DELAY: 50 });
+    const system = new TestSystem(uniquePrefix('traces-off'), REDIS_URL, {
+      OTEL_SERVICE_NAME: 'tserve-off',
+      OTEL_BSP_SCHEDULE_DELAY: 50,
+    });
     try {
       const gateway = await system.startGateway();
       const worker = system.startWorker({ model: MODEL });
       await system.waitForWorkers(MODEL);
-      const res = await system.post(`/models/${MODEL}`, { inputs: 'not traced' }, { traceparent: traceparent().header });
+      const res = await system.post(
+        `/models/${MODEL}`,
+        { inputs: 'not traced' },
+        { traceparent: traceparent().header },
+      );
       assert.equal(res.status, 200, JSON.stringify(res.body));
       // A graceful stop shuts a tracer provider down, which exports whatever it still holds.
       assert.equal(await worker.stop('SIGTERM'), 0);

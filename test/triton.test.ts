@@ -20,8 +20,16 @@ interface ModelStats {
   last_inference: number;
   inference_count: number;
   execution_count: number;
-  inference_stats: Record<'success' | 'fail' | 'queue' | 'compute_input' | 'compute_infer' | 'compute_output' | 'cache_hit' | 'cache_miss', Duration>;
-  batch_stats: Array<{ batch_size: number; compute_input: Duration; compute_infer: Duration; compute_output: Duration }>;
+  inference_stats: Record<
+    'success' | 'fail' | 'queue' | 'compute_input' | 'compute_infer' | 'compute_output' | 'cache_hit' | 'cache_miss',
+    Duration
+  >;
+  batch_stats: Array<{
+    batch_size: number;
+    compute_input: Duration;
+    compute_infer: Duration;
+    compute_output: Duration;
+  }>;
 }
 
 const enc = encodeURIComponent;
@@ -32,7 +40,8 @@ describe("Triton's model configuration, statistics and classification", () => {
     const res = await fetch(`${system.url}${path}`);
     return { status: res.status, body: (await res.json()) as any };
   };
-  const stats = async (model: string) => ((await get(`/v2/models/${enc(model)}/stats`)).body.model_stats as ModelStats[])[0];
+  const stats = async (model: string) =>
+    ((await get(`/v2/models/${enc(model)}/stats`)).body.model_stats as ModelStats[])[0];
 
   before(async () => {
     await system.startGateway();
@@ -64,7 +73,11 @@ describe("Triton's model configuration, statistics and classification", () => {
     assert.deepEqual(body.dynamic_batching.preferred_batch_size, [16]);
     assert.deepEqual([body.instance_group[0].kind, body.instance_group[0].count], ['KIND_CPU', 1]);
 
-    assert.deepEqual((await get(`/v2/models/${CLASSIFIER}/versions/1/config`)).body, body, 'the name may go unescaped, with a version');
+    assert.deepEqual(
+      (await get(`/v2/models/${CLASSIFIER}/versions/1/config`)).body,
+      body,
+      'the name may go unescaped, with a version',
+    );
     const embedder = (await get(`/v2/models/${enc(EMBEDDER)}/config`)).body;
     assert.deepEqual(embedder.output[0].name, 'embeddings');
     assert.equal((await get(`/v2/models/${enc(CLASSIFIER)}/versions/2/config`)).status, 404);
@@ -79,7 +92,11 @@ describe("Triton's model configuration, statistics and classification", () => {
     assert.equal(before.version, '1');
     const texts = ['I love this', 'I hate this', 'a much longer text about what I think of this place'];
     const answers = await Promise.all(
-      texts.map((text) => system.post(`/v2/models/${enc(CLASSIFIER)}/infer`, { inputs: [{ name: 'text', shape: [1], datatype: 'BYTES', data: [text] }] })),
+      texts.map((text) =>
+        system.post(`/v2/models/${enc(CLASSIFIER)}/infer`, {
+          inputs: [{ name: 'text', shape: [1], datatype: 'BYTES', data: [text] }],
+        }),
+      ),
     );
     for (const a of answers) assert.equal(a.status, 200, JSON.stringify(a.body));
     const both = await system.infer(CLASSIFIER, ['one', 'two']);
@@ -92,11 +109,15 @@ describe("Triton's model configuration, statistics and classification", () => {
       'the counts of those requests in the stats',
       async () => {
         const s = await stats(CLASSIFIER);
-        return s.inference_count >= before.inference_count + 5 && s.inference_stats.fail.count >= before.inference_stats.fail.count + 1 ? s : undefined;
+        return s.inference_count >= before.inference_count + 5 &&
+          s.inference_stats.fail.count >= before.inference_stats.fail.count + 1
+          ? s
+          : undefined;
       },
       10_000,
     );
-    const grew = (key: keyof ModelStats['inference_stats']) => after.inference_stats[key].count - before.inference_stats[key].count;
+    const grew = (key: keyof ModelStats['inference_stats']) =>
+      after.inference_stats[key].count - before.inference_stats[key].count;
     assert.equal(grew('success'), 4, 'four requests answered');
     assert.equal(after.inference_count - before.inference_count, 5, 'five texts');
     assert.equal(grew('fail'), 1);
@@ -104,7 +125,10 @@ describe("Triton's model configuration, statistics and classification", () => {
       assert.equal(grew(key), 4, key);
       assert.ok(after.inference_stats[key].ns > before.inference_stats[key].ns, `${key} took time`);
     }
-    assert.ok(after.inference_stats.success.ns >= after.inference_stats.compute_infer.ns, 'a request lasts at least its model calls');
+    assert.ok(
+      after.inference_stats.success.ns >= after.inference_stats.compute_infer.ns,
+      'a request lasts at least its model calls',
+    );
     assert.ok(after.execution_count > before.execution_count && after.execution_count - before.execution_count <= 5);
     assert.ok(after.last_inference >= Date.now() - 60_000);
     const calls = after.batch_stats.reduce((n, b) => n + b.compute_infer.count, 0);
@@ -128,7 +152,11 @@ describe("Triton's model configuration, statistics and classification", () => {
     top.data.forEach((entry: string, row: number) => {
       const [value, index, label] = entry.split(':');
       const rowLogits = logits.data.slice(row * 2, row * 2 + 2) as number[];
-      assert.equal(Number(index), rowLogits.indexOf(Math.max(...rowLogits)), 'the largest probability is the largest logit');
+      assert.equal(
+        Number(index),
+        rowLogits.indexOf(Math.max(...rowLogits)),
+        'the largest probability is the largest logit',
+      );
       assert.equal(label, labels[Number(index)]);
       assert.ok(Number(value) > 0.5 && Number(value) <= 1);
     });
@@ -136,7 +164,14 @@ describe("Triton's model configuration, statistics and classification", () => {
     // As tritonclient asks: binary input, and the classes as a binary BYTES tensor.
     const [request, headerLength] = binaryRequest(
       {
-        inputs: [{ name: 'text', shape: [2, 1], datatype: 'BYTES', parameters: { binary_data_size: bytesTensor(texts).length } }],
+        inputs: [
+          {
+            name: 'text',
+            shape: [2, 1],
+            datatype: 'BYTES',
+            parameters: { binary_data_size: bytesTensor(texts).length },
+          },
+        ],
         outputs: [{ name: 'probabilities', parameters: { classification: 2, binary_data: true } }],
       },
       bytesTensor(texts),

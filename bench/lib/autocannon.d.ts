@@ -48,7 +48,10 @@ declare module 'autocannon' {
   }
 
   export interface Instance extends EventEmitter {
-    on(event: 'response', listener: (client: Client, statusCode: number, resBytes: number, responseTime: number) => void): this;
+    on(
+      event: 'response',
+      listener: (client: Client, statusCode: number, resBytes: number, responseTime: number) => void,
+    ): this;
     on(event: 'reqError', listener: (error: Error) => void): this;
     on(event: 'done', listener: (result: Result) => void): this;
     on(event: string, listener: (...args: any[]) => void): this;

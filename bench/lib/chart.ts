@@ -64,7 +64,9 @@ function panel(r: BenchResults, model: string, ox: number): string {
     );
     const single = m.singles.find((s) => s.tokens === tokens)!;
     const frontier: Pt[] = [{ x: 1000 / single.latency.p50, y: single.latency.p50, label: '1' }];
-    for (const b of m.batched.filter((b) => b.tokens === tokens && b.batchSize > 1).sort((a, c) => a.batchSize - c.batchSize)) {
+    for (const b of m.batched
+      .filter((b) => b.tokens === tokens && b.batchSize > 1)
+      .sort((a, c) => a.batchSize - c.batchSize)) {
       frontier.push({ x: b.seqPerSec, y: b.callP50Ms, label: `b=${b.batchSize}` });
     }
     inproc.set(tokens, frontier);
@@ -72,7 +74,9 @@ function panel(r: BenchResults, model: string, ox: number): string {
       batch1.push({ x: p.load.rps, y: p.load.latency.p50, tokens, label: `c=${p.concurrency}, size 1` });
     }
   }
-  const mixed = r.mixed.filter((x) => x.model === model).map((x) => ({ x: x.mixed.rps, y: x.mixed.latency.p50, tokens: x.shortTokens }));
+  const mixed = r.mixed
+    .filter((x) => x.model === model)
+    .map((x) => ({ x: x.mixed.rps, y: x.mixed.latency.p50, tokens: x.shortTokens }));
   const all = [...server.values(), ...inproc.values(), batch1, mixed].flat();
   const [x0, x1] = domain(all.map((p) => p.x));
   const [y0, y1] = domain(all.map((p) => p.y));
@@ -83,20 +87,28 @@ function panel(r: BenchResults, model: string, ox: number): string {
   const ok = (p: Pt) => Number.isFinite(p.x) && Number.isFinite(p.y) && p.x > 0 && p.y > 0;
 
   const s: string[] = [];
-  s.push(`<text x="${ox + M.left + w / 2}" y="${M.top - 14}" text-anchor="middle" font-size="15" font-weight="bold" ${FONT}>${esc(model)}</text>`);
+  s.push(
+    `<text x="${ox + M.left + w / 2}" y="${M.top - 14}" text-anchor="middle" font-size="15" font-weight="bold" ${FONT}>${esc(model)}</text>`,
+  );
   s.push(`<rect x="${ox + M.left}" y="${M.top}" width="${w}" height="${h}" fill="#fff" stroke="#999"/>`);
   for (const t of logTicks(x0, x1)) {
     s.push(`<line x1="${sx(t)}" x2="${sx(t)}" y1="${M.top}" y2="${M.top + h}" stroke="#eee"/>`);
-    s.push(`<text x="${sx(t)}" y="${M.top + h + 16}" text-anchor="middle" font-size="11" fill="#444" ${FONT}>${fmt(t)}</text>`);
+    s.push(
+      `<text x="${sx(t)}" y="${M.top + h + 16}" text-anchor="middle" font-size="11" fill="#444" ${FONT}>${fmt(t)}</text>`,
+    );
   }
   for (const t of logTicks(y0, y1)) {
     s.push(`<line x1="${ox + M.left}" x2="${ox + M.left + w}" y1="${sy(t)}" y2="${sy(t)}" stroke="#eee"/>`);
-    s.push(`<text x="${ox + M.left - 6}" y="${sy(t) + 4}" text-anchor="end" font-size="11" fill="#444" ${FONT}>${fmt(t)}</text>`);
+    s.push(
+      `<text x="${ox + M.left - 6}" y="${sy(t) + 4}" text-anchor="end" font-size="11" fill="#444" ${FONT}>${fmt(t)}</text>`,
+    );
   }
   s.push(
     `<text x="${ox + M.left + w / 2}" y="${M.top + h + 36}" text-anchor="middle" font-size="12" ${FONT}>throughput (requests/s; in-process: sequences/s)</text>`,
   );
-  s.push(`<text transform="translate(${ox + 16},${M.top + h / 2}) rotate(-90)" text-anchor="middle" font-size="12" ${FONT}>p50 latency (ms)</text>`);
+  s.push(
+    `<text transform="translate(${ox + 16},${M.top + h / 2}) rotate(-90)" text-anchor="middle" font-size="12" ${FONT}>p50 latency (ms)</text>`,
+  );
 
   lengths.forEach((tokens, i) => {
     const color = COLORS[i % COLORS.length];
@@ -107,10 +119,17 @@ function panel(r: BenchResults, model: string, ox: number): string {
         `<polyline fill="none" stroke="${color}" stroke-width="1.5" stroke-dasharray="5,4" points="${ip.map((p) => `${sx(p.x)},${sy(p.y)}`).join(' ')}"/>`,
       );
     for (const p of ip) {
-      s.push(`<rect x="${sx(p.x) - 4}" y="${sy(p.y) - 4}" width="8" height="8" fill="#fff" stroke="${color}" stroke-width="1.5"/>`);
-      s.push(`<text x="${sx(p.x) + 6}" y="${sy(p.y) + 14}" font-size="10" fill="${color}" ${FONT}>${esc(p.label ?? '')}</text>`);
+      s.push(
+        `<rect x="${sx(p.x) - 4}" y="${sy(p.y) - 4}" width="8" height="8" fill="#fff" stroke="${color}" stroke-width="1.5"/>`,
+      );
+      s.push(
+        `<text x="${sx(p.x) + 6}" y="${sy(p.y) + 14}" font-size="10" fill="${color}" ${FONT}>${esc(p.label ?? '')}</text>`,
+      );
     }
-    if (sv.length > 1) s.push(`<polyline fill="none" stroke="${color}" stroke-width="2.5" points="${sv.map((p) => `${sx(p.x)},${sy(p.y)}`).join(' ')}"/>`);
+    if (sv.length > 1)
+      s.push(
+        `<polyline fill="none" stroke="${color}" stroke-width="2.5" points="${sv.map((p) => `${sx(p.x)},${sy(p.y)}`).join(' ')}"/>`,
+      );
     for (const p of sv) {
       s.push(`<circle cx="${sx(p.x)}" cy="${sy(p.y)}" r="4.5" fill="${color}"/>`);
       s.push(
@@ -119,12 +138,16 @@ function panel(r: BenchResults, model: string, ox: number): string {
     }
     for (const p of batch1.filter((b) => b.tokens === tokens && ok(b))) {
       const [cx, cy] = [sx(p.x), sy(p.y)];
-      s.push(`<path d="M${cx - 5},${cy - 5}L${cx + 5},${cy + 5}M${cx - 5},${cy + 5}L${cx + 5},${cy - 5}" stroke="${color}" stroke-width="2.5"/>`);
+      s.push(
+        `<path d="M${cx - 5},${cy - 5}L${cx + 5},${cy + 5}M${cx - 5},${cy + 5}L${cx + 5},${cy - 5}" stroke="${color}" stroke-width="2.5"/>`,
+      );
       s.push(`<text x="${cx + 8}" y="${cy + 4}" font-size="10" fill="${color}" ${FONT}>size 1</text>`);
     }
     for (const p of mixed.filter((x) => x.tokens === tokens && ok(x))) {
       const [cx, cy] = [sx(p.x), sy(p.y)];
-      s.push(`<path d="M${cx},${cy - 6}L${cx + 6},${cy}L${cx},${cy + 6}L${cx - 6},${cy}Z" fill="#fff" stroke="${color}" stroke-width="2"/>`);
+      s.push(
+        `<path d="M${cx},${cy - 6}L${cx + 6},${cy}L${cx},${cy + 6}L${cx - 6},${cy}Z" fill="#fff" stroke="${color}" stroke-width="2"/>`,
+      );
       s.push(`<text x="${cx + 8}" y="${cy + 4}" font-size="10" fill="${color}" ${FONT}>mixed</text>`);
     }
   });
@@ -141,7 +164,9 @@ function panel(r: BenchResults, model: string, ox: number): string {
     s.push(
       `<line x1="${rx}" x2="${rx + 22}" y1="${ly - 4}" y2="${ly - 4}" stroke="${color}" stroke-width="1.5" stroke-dasharray="5,4"/><rect x="${rx + 7}" y="${ly - 8}" width="8" height="8" fill="#fff" stroke="${color}" stroke-width="1.5"/>`,
     );
-    s.push(`<text x="${rx + 28}" y="${ly}" font-size="11" ${FONT}>in-process, ${tokens} tok (1: pipe(text); b: list size)</text>`);
+    s.push(
+      `<text x="${rx + 28}" y="${ly}" font-size="11" ${FONT}>in-process, ${tokens} tok (1: pipe(text); b: list size)</text>`,
+    );
     ly += 18;
   });
   if (batch1.length || mixed.length) {

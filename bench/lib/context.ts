@@ -40,7 +40,12 @@ export async function quiesce(ctx: BenchContext, model: string, maxMs = 60_000):
  * Quiesces, measures, and if something outside the bench took a share of the CPU meanwhile,
  * measures once more (while the run's retry budget lasts), keeping the less disturbed figure.
  */
-export async function measureQuietly<T>(ctx: BenchContext, model: string, work: () => Promise<T>, otherOf: (t: T) => number | undefined): Promise<T> {
+export async function measureQuietly<T>(
+  ctx: BenchContext,
+  model: string,
+  work: () => Promise<T>,
+  otherOf: (t: T) => number | undefined,
+): Promise<T> {
   await quiesce(ctx, model);
   let best = await work();
   const other = otherOf(best) ?? 0;

@@ -124,7 +124,10 @@ export class QuietGate {
 }
 
 /** Runs `work` and reports the CPU used meanwhile by our processes and by everything else. */
-export async function withCpu<T>(pids: Record<string, number | undefined>, work: () => Promise<T>): Promise<{ value: T; cpu: CpuUsage }> {
+export async function withCpu<T>(
+  pids: Record<string, number | undefined>,
+  work: () => Promise<T>,
+): Promise<{ value: T; cpu: CpuUsage }> {
   const a = sampleCpu(pids);
   const value = await work();
   return { value, cpu: cpuBetween(a, sampleCpu(pids)) };

@@ -51,9 +51,15 @@ export async function readGatewayGc(url: string): Promise<GcReading | undefined>
 function kindOverWindow(start: GcTotals, end: GcTotals, windowSeconds: number): GcWindow {
   const collections = end.count - start.count;
   const seconds = end.seconds - start.seconds;
-  return { collections, meanPauseMs: collections > 0 ? (seconds * 1000) / collections : 0, pausedShare: windowSeconds > 0 ? seconds / windowSeconds : 0 };
+  return {
+    collections,
+    meanPauseMs: collections > 0 ? (seconds * 1000) / collections : 0,
+    pausedShare: windowSeconds > 0 ? seconds / windowSeconds : 0,
+  };
 }
 
 export function gcOverWindow(start: GcReading, end: GcReading, windowSeconds: number): GatewayGc {
-  return Object.fromEntries(GC_KINDS.map((kind) => [kind, kindOverWindow(start[kind], end[kind], windowSeconds)])) as GatewayGc;
+  return Object.fromEntries(
+    GC_KINDS.map((kind) => [kind, kindOverWindow(start[kind], end[kind], windowSeconds)]),
+  ) as GatewayGc;
 }

@@ -54,7 +54,11 @@ export async function loadInProcess(
     device,
     ...(sessionOptions ? { session_options: sessionOptions } : {}),
   })) as unknown as Pipe & { dispose(): Promise<void> };
-  const load = { modelDir: rows?.modelDir ?? modelDir, dtype: dtype === 'int8-row' ? 'fp32' : dtype, ...(rows ? { fileName: rows.fileName } : {}) };
+  const load = {
+    modelDir: rows?.modelDir ?? modelDir,
+    dtype: dtype === 'int8-row' ? 'fp32' : dtype,
+    ...(rows ? { fileName: rows.fileName } : {}),
+  };
   return { model, pipe, device, dtype, load, dispose: () => pipe.dispose() };
 }
 
@@ -79,7 +83,12 @@ export interface BatchedResult {
   callP50Ms: number;
 }
 
-export async function measureBatched(m: InProcessModel, text: string, batchSize: number, seconds: number): Promise<BatchedResult> {
+export async function measureBatched(
+  m: InProcessModel,
+  text: string,
+  batchSize: number,
+  seconds: number,
+): Promise<BatchedResult> {
   const list = Array.from({ length: batchSize }, () => text);
   await m.pipe(list);
   await m.pipe(list);
@@ -92,7 +101,12 @@ export async function measureBatched(m: InProcessModel, text: string, batchSize:
     times.push(performance.now() - t);
   }
   const elapsed = performance.now() - started;
-  return { batchSize, calls: times.length, seqPerSec: (times.length * batchSize * 1000) / elapsed, callP50Ms: summarize(times).p50 };
+  return {
+    batchSize,
+    calls: times.length,
+    seqPerSec: (times.length * batchSize * 1000) / elapsed,
+    callP50Ms: summarize(times).p50,
+  };
 }
 
 /**

@@ -9,7 +9,11 @@ import { int8RowWeights } from '../../apps/worker/src/model/int8-row/index.ts';
  * A model's int8-row file as a worker writes it, but in a folder of links to the model's files, so
  * that the models folder (often shared, or read-only) is left as it is.
  */
-export async function int8RowModel(modelDir: string, model: string, writtenFrom?: 'fp32' | 'q8'): Promise<{ modelDir: string; fileName: string }> {
+export async function int8RowModel(
+  modelDir: string,
+  model: string,
+  writtenFrom?: 'fp32' | 'q8',
+): Promise<{ modelDir: string; fileName: string }> {
   const root = fs.mkdtempSync(path.join(os.tmpdir(), 'tserve-int8-row-'));
   const from = path.join(modelDir, model);
   const to = path.join(root, model);
@@ -21,6 +25,10 @@ export async function int8RowModel(modelDir: string, model: string, writtenFrom?
   // `writtenFrom`: a bench comparing the two sources; a worker always takes int8RowSource's.
   const source = writtenFrom ?? int8RowSource(available);
   const file = dtypeFile(source);
-  const rows = await int8RowWeights(to, { file, sha256: await sha256File(path.join(to, file)), from: source }, path.join(root, 'cache'));
+  const rows = await int8RowWeights(
+    to,
+    { file, sha256: await sha256File(path.join(to, file)), from: source },
+    path.join(root, 'cache'),
+  );
   return { modelDir: root, fileName: rows.fileName };
 }

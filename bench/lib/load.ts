@@ -140,7 +140,12 @@ class Recorder {
     this.status[key] = (this.status[key] ?? 0) + 1;
     (this.latency[key] ??= []).push(ms);
     if (status < 200 || status >= 300) return;
-    const { 'x-batch-size': batch, 'x-queue-time': queue, 'x-inference-time': inference, 'x-total-time': total } = headers;
+    const {
+      'x-batch-size': batch,
+      'x-queue-time': queue,
+      'x-inference-time': inference,
+      'x-total-time': total,
+    } = headers;
     if (batch !== undefined) this.batch.push(batch);
     if (batch && inference !== undefined) this.modelMs += inference / batch;
     if (queue !== undefined) this.queue.push(queue);
@@ -153,7 +158,13 @@ class Recorder {
   }
 }
 
-function runInstance(spec: LoadSpec, recorder: Recorder, connections: number, rate: number | undefined, seconds: number): Promise<void> {
+function runInstance(
+  spec: LoadSpec,
+  recorder: Recorder,
+  connections: number,
+  rate: number | undefined,
+  seconds: number,
+): Promise<void> {
   const fixed = typeof spec.body === 'string';
   const headers = { 'content-type': 'application/json', ...spec.headers };
   return new Promise((resolve, reject) => {
@@ -167,7 +178,16 @@ function runInstance(spec: LoadSpec, recorder: Recorder, connections: number, ra
         // Fixed bodies are encoded once; a generated one is rebuilt per request.
         ...(fixed
           ? { method: 'POST', headers, body: spec.body as string, requests: [{ method: 'POST', path: spec.path }] }
-          : { requests: [{ method: 'POST', path: spec.path, headers, setupRequest: (req) => ({ ...req, body: (spec.body as () => string)() }) }] }),
+          : {
+              requests: [
+                {
+                  method: 'POST',
+                  path: spec.path,
+                  headers,
+                  setupRequest: (req) => ({ ...req, body: (spec.body as () => string)() }),
+                },
+              ],
+            }),
         setupClient: (client: Client) => {
           const state = client as Client & { lastHeaders?: string[] };
           client.on('headers', (info) => (state.lastHeaders = info.headers));
@@ -220,7 +240,11 @@ export async function runLoad(spec: LoadSpec): Promise<LoadResult> {
     const connections = share(spec.connections, i);
     const rate = spec.rate ? Math.max(1, share(Math.round(spec.rate), i)) : undefined;
     if (connections === 0) continue;
-    runs.push(new Promise<void>((r) => setTimeout(r, offset * 1000)).then(() => runInstance(spec, recorder, connections, rate, total - offset)));
+    runs.push(
+      new Promise<void>((r) => setTimeout(r, offset * 1000)).then(() =>
+        runInstance(spec, recorder, connections, rate, total - offset),
+      ),
+    );
   }
   try {
     await Promise.all(runs);
@@ -266,7 +290,15 @@ export async function runLoad(spec: LoadSpec): Promise<LoadResult> {
           const byStatus = Object.entries(b?.latency ?? {});
           const l = summarize(byStatus.flatMap(([, v]) => v));
           const p99ByStatus = Object.fromEntries(byStatus.map(([s, v]) => [s, summarize(v).p99]));
-          return { second, sent: b?.sent ?? 0, status: b?.status ?? {}, p50: l.p50, p99: l.p99, max: l.max, p99ByStatus };
+          return {
+            second,
+            sent: b?.sent ?? 0,
+            status: b?.status ?? {},
+            p50: l.p50,
+            p99: l.p99,
+            max: l.max,
+            p99ByStatus,
+          };
         })
       : undefined,
   };

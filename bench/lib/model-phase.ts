@@ -34,8 +34,12 @@ function describe(load: LoadResult, model: string): string {
         .map(([k, v]) => `${k.replace(/^worker:.*/, 'worker')} ${v}%`)
     : [];
   const cpu = load.cpu ? ` cpu[${procs.join(' ')} other ${load.cpu.other}%]` : '';
-  const redis = load.redis ? ` redis[${round(load.redis.commandsPerRequest, 1)} cmd ${round(load.redis.processUsecPerRequest, 1)} µs cpu per req]` : '';
-  const memory = load.workerMemory ? ` worker RSS ${load.workerMemory.startMiB} MiB, peak ${load.workerMemory.peakMiB}` : '';
+  const redis = load.redis
+    ? ` redis[${round(load.redis.commandsPerRequest, 1)} cmd ${round(load.redis.processUsecPerRequest, 1)} µs cpu per req]`
+    : '';
+  const memory = load.workerMemory
+    ? ` worker RSS ${load.workerMemory.startMiB} MiB, peak ${load.workerMemory.peakMiB}`
+    : '';
   return `${round(load.rps, 1)} req/s p50 ${round(load.latency.p50)} ms p99 ${round(load.latency.p99)} ms batch ${round(load.server.batchMean, 1)} errors ${load.errors}${cpu}${redis}${memory}`;
 }
 
@@ -67,10 +71,17 @@ export async function runModelPhase(ctx: BenchContext, model: string): Promise<M
         (r) => r.cpu.other,
       );
       results.singles.push({ tokens, latency: value, cpu });
-      log(`${short(model)} in-process ${tokens} tok: pipe(text) p50 ${round(value.p50)} ms p99 ${round(value.p99)} ms (other cpu ${cpu.other}%)`);
+      log(
+        `${short(model)} in-process ${tokens} tok: pipe(text) p50 ${round(value.p50)} ms p99 ${round(value.p99)} ms (other cpu ${cpu.other}%)`,
+      );
     }
     if (!options.skip.has('sweep') && options.concurrencies.includes(1) && ctx.system) {
-      results.leastServer = await measureLeastServerOf(ctx, ctx.system.redisUrl, inproc, texts[Math.min(...options.lengths)].text);
+      results.leastServer = await measureLeastServerOf(
+        ctx,
+        ctx.system.redisUrl,
+        inproc,
+        texts[Math.min(...options.lengths)].text,
+      );
       log(
         `${short(model)} least server of the same parts running the model, c=1: p50 ${round(results.leastServer.p50)} ms p99 ${round(results.leastServer.p99)} ms`,
       );
@@ -112,25 +123,45 @@ export async function runModelPhase(ctx: BenchContext, model: string): Promise<M
 }
 
 /** The c=1 point's load against the least server running the model (lib/path-floor.ts), the server idle meanwhile. */
-async function measureLeastServerOf(ctx: BenchContext, redisUrl: string, inproc: InProcessModel, text: string): Promise<Summary> {
+async function measureLeastServerOf(
+  ctx: BenchContext,
+  redisUrl: string,
+  inproc: InProcessModel,
+  text: string,
+): Promise<Summary> {
   const { options } = ctx;
   const floorModel = { model: inproc.model, load: inproc.load, device: inproc.device, text };
   const time = async (url: string) =>
-    (await runLoad({ url, path: '/', body: inferBody(text), connections: 1, warmupSeconds: options.warmupSeconds, durationSeconds: options.durationSeconds }))
-      .latency;
+    (
+      await runLoad({
+        url,
+        path: '/',
+        body: inferBody(text),
+        connections: 1,
+        warmupSeconds: options.warmupSeconds,
+        durationSeconds: options.durationSeconds,
+      })
+    ).latency;
   await quiesce(ctx, inproc.model);
   return measureLeastServer(redisUrl, time, floorModel);
 }
 
 /** One answer through the whole system against the same call in-process (q8 shifts with batch mates; fp16 within its precision). */
-async function checkAnswer(ctx: BenchContext, inproc: InProcessModel, text: string): Promise<NonNullable<ModelResults['answerCheck']>> {
+async function checkAnswer(
+  ctx: BenchContext,
+  inproc: InProcessModel,
+  text: string,
+): Promise<NonNullable<ModelResults['answerCheck']>> {
   const res = await fetch(`${ctx.url()}${inferPath(inproc.model)}`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ inputs: text, parameters: { top_k: null } }),
   });
   const served = ((await res.json()) as Array<Array<{ label: string; score: number }>>)[0];
-  const local = await (inproc.pipe as (t: string, o: unknown) => Promise<Array<{ label: string; score: number }>>)(text, { top_k: null });
+  const local = await (inproc.pipe as (t: string, o: unknown) => Promise<Array<{ label: string; score: number }>>)(
+    text,
+    { top_k: null },
+  );
   const byLabel = new Map(local.map((l) => [l.label, l.score]));
   return {
     text,
@@ -143,7 +174,13 @@ async function checkAnswer(ctx: BenchContext, inproc: InProcessModel, text: stri
  * One closed-loop point, with the worker's peak memory over it: its high-water mark (VmHWM) is reset
  * as the point starts, so the peak is this workload's, above what the worker already held then.
  */
-function serverPoint(ctx: BenchContext, model: string, text: string, concurrency: number, body?: () => string): Promise<LoadResult> {
+function serverPoint(
+  ctx: BenchContext,
+  model: string,
+  text: string,
+  concurrency: number,
+  body?: () => string,
+): Promise<LoadResult> {
   const worker = ctx.system?.workers.get(model)?.pid;
   const run = async () => {
     const start = resetPeakMemory(worker) ? processMemory(worker) : undefined;
@@ -158,7 +195,9 @@ function serverPoint(ctx: BenchContext, model: string, text: string, concurrency
       redisUrl: ctx.system?.redisUrl,
     });
     const end = processMemory(worker);
-    return start && end ? { ...load, workerMemory: { startMiB: round(start.rss, 1), peakMiB: round(end.peak, 1) } } : load;
+    return start && end
+      ? { ...load, workerMemory: { startMiB: round(start.rss, 1), peakMiB: round(end.peak, 1) } }
+      : load;
   };
   return measureQuietly(ctx, model, run, (load) => load.cpu?.other);
 }
@@ -173,13 +212,23 @@ async function runVaried(ctx: BenchContext, model: string, points: ServerPoint[]
 }
 
 /** In-process pipe(list) at every (rounded) mean batch size the server formed, per length. */
-async function measureBatchSizes(ctx: BenchContext, inproc: InProcessModel, results: ModelResults, points: ServerPoint[]): Promise<void> {
+async function measureBatchSizes(
+  ctx: BenchContext,
+  inproc: InProcessModel,
+  results: ModelResults,
+  points: ServerPoint[],
+): Promise<void> {
   for (const tokens of ctx.options.lengths) {
     const sizes = new Set(
-      points.filter((p) => p.tokens === tokens && Number.isFinite(p.load.server.batchMean)).map((p) => Math.max(1, Math.round(p.load.server.batchMean))),
+      points
+        .filter((p) => p.tokens === tokens && Number.isFinite(p.load.server.batchMean))
+        .map((p) => Math.max(1, Math.round(p.load.server.batchMean))),
     );
     for (const batchSize of [...sizes].sort((a, b) => a - b)) {
-      const measure = () => withCpu(ctx.pids(), () => measureBatched(inproc, results.texts[tokens].text, batchSize, ctx.options.batchedSeconds));
+      const measure = () =>
+        withCpu(ctx.pids(), () =>
+          measureBatched(inproc, results.texts[tokens].text, batchSize, ctx.options.batchedSeconds),
+        );
       const { value, cpu } = await measureQuietly(ctx, results.model, measure, (r) => r.cpu.other);
       results.batched.push({ tokens, ...value, cpu });
       ctx.log(
@@ -190,7 +239,12 @@ async function measureBatchSizes(ctx: BenchContext, inproc: InProcessModel, resu
 }
 
 /** Targets (a) and (b)'s comparisons, each side measured right after the other (lib/paired.ts): c=1 at the shortest length, the top concurrency at each. */
-async function measurePairs(ctx: BenchContext, inproc: InProcessModel, results: ModelResults, points: ServerPoint[]): Promise<PairedComparison[]> {
+async function measurePairs(
+  ctx: BenchContext,
+  inproc: InProcessModel,
+  results: ModelResults,
+  points: ServerPoint[],
+): Promise<PairedComparison[]> {
   const { options } = ctx;
   const top = Math.max(...options.concurrencies);
   const shortest = Math.min(...options.lengths);
@@ -216,11 +270,19 @@ async function measurePairs(ctx: BenchContext, inproc: InProcessModel, results: 
   return compared;
 }
 
-async function runMixed(ctx: BenchContext, inproc: InProcessModel, model: string, texts: Record<string, InputText>, points: ServerPoint[]): Promise<MixedRun> {
+async function runMixed(
+  ctx: BenchContext,
+  inproc: InProcessModel,
+  model: string,
+  texts: Record<string, InputText>,
+  points: ServerPoint[],
+): Promise<MixedRun> {
   const { options } = ctx;
   const shortTokens = Math.min(...options.lengths);
   const concurrency = options.mixedConcurrency;
-  let allShort = points.find((p) => p.kind === 'sweep' && p.tokens === shortTokens && p.concurrency === concurrency)?.load;
+  let allShort = points.find(
+    (p) => p.kind === 'sweep' && p.tokens === shortTokens && p.concurrency === concurrency,
+  )?.load;
   if (!allShort) {
     allShort = await serverPoint(ctx, model, texts[shortTokens].text, concurrency);
     points.push({ model, tokens: shortTokens, concurrency, kind: 'sweep', load: allShort });
@@ -229,7 +291,9 @@ async function runMixed(ctx: BenchContext, inproc: InProcessModel, model: string
   const longBody = inferBody(texts[options.mixedLongTokens].text);
   let sent = 0;
   // One request in `every` is long, counted over all connections, so the ratio holds exactly.
-  const mixed = await serverPoint(ctx, model, '', concurrency, () => (sent++ % options.mixedEvery === 0 ? longBody : shortBody));
+  const mixed = await serverPoint(ctx, model, '', concurrency, () =>
+    sent++ % options.mixedEvery === 0 ? longBody : shortBody,
+  );
   ctx.log(
     `${short(model)} mixed (1 in ${options.mixedEvery} of ${options.mixedLongTokens} tok) c=${concurrency}: ${describe(mixed, model)}; all-short ${round(allShort.rps, 1)} req/s`,
   );
@@ -244,7 +308,9 @@ async function runMixed(ctx: BenchContext, inproc: InProcessModel, model: string
     batchSize,
     options.batchedSeconds * 2,
   );
-  ctx.log(`${short(model)} in-process mixed cycle: ideal throughput ratio ${round(ideal.idealRatio, 3)} (batches of ${batchSize})`);
+  ctx.log(
+    `${short(model)} in-process mixed cycle: ideal throughput ratio ${round(ideal.idealRatio, 3)} (batches of ${batchSize})`,
+  );
   return {
     model,
     concurrency,

@@ -39,7 +39,10 @@ export interface BenchOptions {
 const PHASES = ['sweep', 'batch1', 'pairs', 'mixed', 'varied', 'soak'] as const;
 type Phase = (typeof PHASES)[number];
 
-const DEFAULT_MODELS = ['replica/MiniLM-L6-H384-uncased-sst2', 'replica/distilbert-base-uncased-finetuned-sst-2-english'];
+const DEFAULT_MODELS = [
+  'replica/MiniLM-L6-H384-uncased-sst2',
+  'replica/distilbert-base-uncased-finetuned-sst-2-english',
+];
 
 export const HELP = `tserve benchmark: closed-loop concurrency sweep, batching gain, mixed and varied lengths and an
 overload soak, each compared with the same model run in-process (transformers.js) in this process, and

@@ -68,7 +68,10 @@ type Role = 'http' | 'relay' | 'echo';
 async function echo(redisUrl: string, key: string, model?: FloorModel): Promise<void> {
   const blocking = new Redis(redisUrl);
   const publisher = new Redis(redisUrl);
-  const thread = new Worker(ECHO_THREAD, { eval: true, workerData: { model, transformers: import.meta.resolve('@huggingface/transformers') } });
+  const thread = new Worker(ECHO_THREAD, {
+    eval: true,
+    workerData: { model, transformers: import.meta.resolve('@huggingface/transformers') },
+  });
   await once(thread, 'message');
   await publisher.ping();
   console.log('ready');
@@ -165,7 +168,11 @@ export async function measurePathFloor(redisUrl: string, time: (url: string) => 
  * for each request. No validation, batching, bookkeeping or JSON of the server's own: what it
  * measures beyond in-process is what this machine charges any server built this way.
  */
-export async function measureLeastServer(redisUrl: string, time: (url: string) => Promise<Summary>, model: FloorModel): Promise<Summary> {
+export async function measureLeastServer(
+  redisUrl: string,
+  time: (url: string) => Promise<Summary>,
+  model: FloorModel,
+): Promise<Summary> {
   const children: ChildProcess[] = [];
   try {
     return await timeRelay(redisUrl, `least-server-${process.pid}`, time, children, model);
@@ -175,7 +182,13 @@ export async function measureLeastServer(redisUrl: string, time: (url: string) =
 }
 
 if (process.argv[1] === SELF) {
-  const [role, redisUrl, key, port, model] = process.argv.slice(2) as [Role, string, string, string, string | undefined];
+  const [role, redisUrl, key, port, model] = process.argv.slice(2) as [
+    Role,
+    string,
+    string,
+    string,
+    string | undefined,
+  ];
   if (role === 'echo') await echo(redisUrl, key, model ? (JSON.parse(model) as FloorModel) : undefined);
   else await serve(role, redisUrl, key, Number(port));
 }

@@ -52,10 +52,15 @@ await call([encoded[0]]);
 const started = performance.now();
 for (let i = 0; i < encoded.length; i += config.BATCH_MAX_SIZE) {
   const gathered = encoded.slice(i, i + config.BATCH_MAX_SIZE).map((e) => ({ owner: e, encoded: e }));
-  for (const chunk of planBatches(gathered, { maxSize: config.BATCH_MAX_SIZE, maxPaddedTokens: config.BATCH_MAX_TOKENS })) {
+  for (const chunk of planBatches(gathered, {
+    maxSize: config.BATCH_MAX_SIZE,
+    maxPaddedTokens: config.BATCH_MAX_TOKENS,
+  })) {
     await call(chunk.map((s) => s.encoded));
   }
 }
 const seconds = (performance.now() - started) / 1000;
 const memory = processMemory(process.pid);
-process.stdout.write(`${JSON.stringify({ textsPerSecond: texts.length / seconds, peakMiB: memory?.peak, endMiB: memory?.rss })}\n`);
+process.stdout.write(
+  `${JSON.stringify({ textsPerSecond: texts.length / seconds, peakMiB: memory?.peak, endMiB: memory?.rss })}\n`,
+);

@@ -11,7 +11,9 @@ import type { BenchResults, ServerPoint } from './types.ts';
 type Cell = string | number | undefined;
 
 function table(headers: string[], rows: Cell[][], leftColumns = 1): string {
-  const text = rows.map((r) => r.map((c) => (c === undefined || (typeof c === 'number' && !Number.isFinite(c)) ? '-' : String(c))));
+  const text = rows.map((r) =>
+    r.map((c) => (c === undefined || (typeof c === 'number' && !Number.isFinite(c)) ? '-' : String(c))),
+  );
   const widths = headers.map((h, i) => Math.max(h.length, ...text.map((r) => r[i]?.length ?? 0)));
   const line = (cells: string[]) =>
     cells
@@ -31,8 +33,12 @@ const ms = (v: number | undefined) => (v === undefined ? undefined : round(v, v 
 function cpuCell(p: ServerPoint): string | undefined {
   const cpu = p.load.cpu;
   if (!cpu) return undefined;
-  const worker = Object.entries(cpu.procs).find(([k]) => k.startsWith('worker:') && k.endsWith(p.model.split('/').pop()!))?.[1];
-  return [cpu.procs.gateway, worker, cpu.procs.redis, cpu.procs.bench, cpu.other].map((v) => v ?? '-').join('/') + flag(cpu);
+  const worker = Object.entries(cpu.procs).find(
+    ([k]) => k.startsWith('worker:') && k.endsWith(p.model.split('/').pop()!),
+  )?.[1];
+  return (
+    [cpu.procs.gateway, worker, cpu.procs.redis, cpu.procs.bench, cpu.other].map((v) => v ?? '-').join('/') + flag(cpu)
+  );
 }
 
 /** Marks a figure taken while processes outside the bench used a noticeable share of the CPU. */
@@ -74,7 +80,10 @@ function workerMemoryRows(r: BenchResults): Cell[][] {
     const sweep = r.points.filter((p) => p.model === model && p.kind === 'sweep');
     const lengths = sweep.map((p) => p.tokens);
     const workloads: Array<[string, Array<ServerPoint['load']>]> = [
-      [`short (${Math.min(...lengths)} tok)`, sweep.filter((p) => p.tokens === Math.min(...lengths)).map((p) => p.load)],
+      [
+        `short (${Math.min(...lengths)} tok)`,
+        sweep.filter((p) => p.tokens === Math.min(...lengths)).map((p) => p.load),
+      ],
       [`long (${Math.max(...lengths)} tok)`, sweep.filter((p) => p.tokens === Math.max(...lengths)).map((p) => p.load)],
       ['mixed', r.mixed.filter((m) => m.model === model).map((m) => m.mixed)],
       ['varied (1-400 words)', r.points.filter((p) => p.model === model && p.kind === 'varied').map((p) => p.load)],
@@ -114,11 +123,20 @@ export function formatReport(r: BenchResults): string {
   const sweep = r.points.filter((p) => p.kind === 'sweep');
   if (sweep.length) {
     out.push('Concurrency sweep (closed loop). Latency: client-side, 200 responses, ms. batch: mean x-batch-size.');
-    out.push('queue/infer/gw: medians of x-queue-time, x-inference-time, x-total-time; http: client latency - x-total-time (median).');
-    out.push('busy: % of the point the model computed (the sum of x-inference-time / x-batch-size over the answers); below 100 it waited for work.');
-    out.push(`cpu: % of one core used by gateway/worker/redis/bench(load generator)/other processes during the point; ! other > ${DISTURBED_PCT}%.`);
-    out.push("redis: per answered request, the commands Redis ran (INFO commandstats, inside BullMQ's scripts too) and the redis-server CPU µs.");
-    if (r.meta.target !== 'started by the bench') out.push('(with --url the server\'s own processes are not known and count as "other")');
+    out.push(
+      'queue/infer/gw: medians of x-queue-time, x-inference-time, x-total-time; http: client latency - x-total-time (median).',
+    );
+    out.push(
+      'busy: % of the point the model computed (the sum of x-inference-time / x-batch-size over the answers); below 100 it waited for work.',
+    );
+    out.push(
+      `cpu: % of one core used by gateway/worker/redis/bench(load generator)/other processes during the point; ! other > ${DISTURBED_PCT}%.`,
+    );
+    out.push(
+      "redis: per answered request, the commands Redis ran (INFO commandstats, inside BullMQ's scripts too) and the redis-server CPU µs.",
+    );
+    if (r.meta.target !== 'started by the bench')
+      out.push('(with --url the server\'s own processes are not known and count as "other")');
     out.push(
       table(
         [
@@ -173,7 +191,9 @@ export function formatReport(r: BenchResults): string {
     );
   }
 
-  out.push('In-process baseline (transformers.js pipeline in the bench process, server idle): pipe(text) one at a time; pipe(list) throughput by batch size.');
+  out.push(
+    'In-process baseline (transformers.js pipeline in the bench process, server idle): pipe(text) one at a time; pipe(list) throughput by batch size.',
+  );
   out.push(
     table(
       ['model', 'tok', 'p50 ms', 'p99 ms', 'other cpu', 'batched (batch size: seq/s, call p50 ms)'],
@@ -201,7 +221,9 @@ export function formatReport(r: BenchResults): string {
       table(
         ['model', 'tok', 'c', 'req/s batched', 'req/s size 1', 'gain', 'p50 batched', 'p50 size 1', 'p99 size 1'],
         batch1.map((b) => {
-          const full = sweep.find((p) => p.model === b.model && p.tokens === b.tokens && p.concurrency === b.concurrency);
+          const full = sweep.find(
+            (p) => p.model === b.model && p.tokens === b.tokens && p.concurrency === b.concurrency,
+          );
           return [
             short(b.model),
             b.tokens,
@@ -220,12 +242,29 @@ export function formatReport(r: BenchResults): string {
   }
 
   if (r.mixed.length) {
-    out.push('Mixed lengths: one input in N is long, the rest short, against the all-short sweep point at the same concurrency.');
+    out.push(
+      'Mixed lengths: one input in N is long, the rest short, against the all-short sweep point at the same concurrency.',
+    );
     out.push(
       table(
-        ['model', 'c', 'mix', 'req/s mixed', 'req/s short', 'ratio', 'in-proc ideal', 'p50 mixed', 'p99 mixed', 'p99 short', 'batch mixed', 'err'],
+        [
+          'model',
+          'c',
+          'mix',
+          'req/s mixed',
+          'req/s short',
+          'ratio',
+          'in-proc ideal',
+          'p50 mixed',
+          'p99 mixed',
+          'p99 short',
+          'batch mixed',
+          'err',
+        ],
         r.mixed.map((x) => {
-          const allShort = sweep.find((p) => p.model === x.model && p.tokens === x.shortTokens && p.concurrency === x.concurrency);
+          const allShort = sweep.find(
+            (p) => p.model === x.model && p.tokens === x.shortTokens && p.concurrency === x.concurrency,
+          );
           return [
             short(x.model),
             x.concurrency,
@@ -316,7 +355,10 @@ export function formatReport(r: BenchResults): string {
         `Gateway collections in the window: ${pauses('young-generation', minor)}; ${pauses('full (final pause)', major)}; ${pauses('incremental marking steps', incremental)}.`,
       );
     }
-    if (s.redisMiB) out.push(`Redis used_memory: ${s.redisMiB.start} MiB when the measured window started, ${s.redisMiB.end} MiB at its end.`);
+    if (s.redisMiB)
+      out.push(
+        `Redis used_memory: ${s.redisMiB.start} MiB when the measured window started, ${s.redisMiB.end} MiB at its end.`,
+      );
     out.push(
       `Load shape: autocannon overallRate, one request per connection per second, ${STAGGERED_INSTANCES} instances whose one-second windows open ${round(1000 / STAGGERED_INSTANCES, 1)} ms apart.`,
       ...soakTimeline(s),
@@ -333,7 +375,8 @@ export function formatReport(r: BenchResults): string {
   }
 
   out.push('Targets');
-  for (const t of r.targets) out.push(`  ${t.pass === null ? 'SKIP' : t.pass ? 'PASS' : 'FAIL'}  ${t.name}\n        ${t.detail}`);
+  for (const t of r.targets)
+    out.push(`  ${t.pass === null ? 'SKIP' : t.pass ? 'PASS' : 'FAIL'}  ${t.name}\n        ${t.detail}`);
   return out.join('\n');
 }
 

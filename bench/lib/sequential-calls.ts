@@ -10,10 +10,16 @@ export async function timeSequentialCalls(url: string, body: string, calls: numb
   const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
   const post = () =>
     new Promise<void>((resolve, reject) => {
-      const req = http.request(url, { method: 'POST', agent, headers: { 'content-type': 'text/plain', 'content-length': Buffer.byteLength(body) } }, (res) => {
-        res.resume();
-        res.on('end', () => (res.statusCode! < 400 ? resolve() : reject(new Error(`POST ${url} answered ${res.statusCode}`))));
-      });
+      const req = http.request(
+        url,
+        { method: 'POST', agent, headers: { 'content-type': 'text/plain', 'content-length': Buffer.byteLength(body) } },
+        (res) => {
+          res.resume();
+          res.on('end', () =>
+            res.statusCode! < 400 ? resolve() : reject(new Error(`POST ${url} answered ${res.statusCode}`)),
+          );
+        },
+      );
       req.on('error', reject);
       req.end(body);
     });

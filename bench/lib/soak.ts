@@ -25,10 +25,19 @@ const REQUESTS_PER_CONNECTION = 1;
 const MAX_CONNECTIONS = 4000;
 export const STAGGERED_INSTANCES = 100;
 
-export async function runSoak(ctx: BenchContext, model: string, text: string, tokens: number, capacityRps: number): Promise<SoakRun> {
+export async function runSoak(
+  ctx: BenchContext,
+  model: string,
+  text: string,
+  tokens: number,
+  capacityRps: number,
+): Promise<SoakRun> {
   const { options, log } = ctx;
   if (ctx.system) {
-    await ctx.system.restartGateway({ MAX_QUEUE_DEPTH: options.soakQueueDepth, REQUEST_TIMEOUT_MS: options.soakTimeoutMs });
+    await ctx.system.restartGateway({
+      MAX_QUEUE_DEPTH: options.soakQueueDepth,
+      REQUEST_TIMEOUT_MS: options.soakTimeoutMs,
+    });
   }
   const targetRate = Math.max(1, Math.round(capacityRps * options.soakFactor));
   const connections = Math.min(MAX_CONNECTIONS, Math.max(16, Math.ceil(targetRate / REQUESTS_PER_CONNECTION)));
@@ -70,14 +79,20 @@ export async function runSoak(ctx: BenchContext, model: string, text: string, to
 
   let recoveredStatus: number | undefined;
   try {
-    const res = await fetch(`${ctx.url()}${inferPath(model)}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: inferBody(text) });
+    const res = await fetch(`${ctx.url()}${inferPath(model)}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: inferBody(text),
+    });
     recoveredStatus = res.status;
     await res.arrayBuffer();
   } catch {
     recoveredStatus = 0;
   }
 
-  const shedFloor = ctx.system ? await measureShedFloorOf(ctx, ctx.system.workerSettings, model, text, targetRate, connections) : undefined;
+  const shedFloor = ctx.system
+    ? await measureShedFloorOf(ctx, ctx.system.workerSettings, model, text, targetRate, connections)
+    : undefined;
 
   const status = load.status;
   const count = (s: string) => status[s] ?? 0;
@@ -100,7 +115,13 @@ export async function runSoak(ctx: BenchContext, model: string, text: string, to
     counts: { ok, shed: count('503'), timeout: count('504'), other, socketErrors: load.socketErrors },
     acceptedLatency: load.latency,
     shedLatency: load.latencyByStatus['503'] ?? summarize([]),
-    rss: { start: samples[0]?.mib, end: end ?? samples.at(-1)?.mib, max: maxOf(samples.map((x) => x.mib)), afterDrain, samples },
+    rss: {
+      start: samples[0]?.mib,
+      end: end ?? samples.at(-1)?.mib,
+      max: maxOf(samples.map((x) => x.mib)),
+      afterDrain,
+      samples,
+    },
     redisMiB: redisUrl ? { start: await redisStart, end: redisEnd } : undefined,
     gatewayGc: gcFirst && gcLast ? gcOverWindow(gcFirst, gcLast, options.soakSeconds) : undefined,
     recoveredStatus,
@@ -127,7 +148,14 @@ async function measureShedFloorOf(
   const { options } = ctx;
   await quiesce(ctx, model);
   const worker = loadWorkerConfig({ ...workerSettings, MODEL: model });
-  const burn = { model, modelDir: options.modelDir, text, batch: worker.BATCH_MAX_SIZE, nice: worker.WORKER_NICE, sessionOptions: sessionOptions(worker) };
+  const burn = {
+    model,
+    modelDir: options.modelDir,
+    text,
+    batch: worker.BATCH_MAX_SIZE,
+    nice: worker.WORKER_NICE,
+    sessionOptions: sessionOptions(worker),
+  };
   return measureShedFloor(burn, async (url) => {
     const load = await runLoad({
       url,

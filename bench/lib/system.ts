@@ -1,6 +1,15 @@
 import type { ReadyBody } from '@tserve/contract';
 import { colocatedWorkerSettings } from '../../apps/launcher/src/colocated.ts';
-import { cleanPrefix, freePort, PrivateRedis, Proc, redisAnswers, startNode, waitFor, type Env } from '../../test/helpers/processes.ts';
+import {
+  cleanPrefix,
+  freePort,
+  PrivateRedis,
+  Proc,
+  redisAnswers,
+  startNode,
+  waitFor,
+  type Env,
+} from '../../test/helpers/processes.ts';
 
 /**
  * The server under test, started from the built output with the tests' process harness: a private
@@ -55,7 +64,13 @@ export class BenchSystem {
   }
 
   private env(extra: Env): Env {
-    return { REDIS_URL: this.redisUrl, QUEUE_PREFIX: this.prefix, MODEL_DIR: this.options.modelDir, LOG_LEVEL: this.options.logLevel, ...extra };
+    return {
+      REDIS_URL: this.redisUrl,
+      QUEUE_PREFIX: this.prefix,
+      MODEL_DIR: this.options.modelDir,
+      LOG_LEVEL: this.options.logLevel,
+      ...extra,
+    };
   }
 
   async startRedis(): Promise<void> {
@@ -72,7 +87,12 @@ export class BenchSystem {
 
   async startGateway(extra: Env = {}): Promise<void> {
     this.port = await freePort();
-    this.gateway = startProgram('gateway', 'apps/gateway/dist/main.js', this.env({ PORT: this.port, HOST: '127.0.0.1', ...extra }), this.options.root);
+    this.gateway = startProgram(
+      'gateway',
+      'apps/gateway/dist/main.js',
+      this.env({ PORT: this.port, HOST: '127.0.0.1', ...extra }),
+      this.options.root,
+    );
     await waitFor('gateway /health', async () => (await fetch(`${this.url}/health`)).ok, 20_000).catch((err) => {
       throw new Error(`${String(err)}\n${this.gateway?.output ?? ''}`);
     });
@@ -107,17 +127,31 @@ export class BenchSystem {
   /** `root`: another built checkout to run this worker from (an A/B of workers behind one gateway). */
   async startWorker(model: string, extra: Env = {}, root = this.options.root): Promise<void> {
     // The environment reaches the worker anyway (startProgram); these fill in what it leaves unset.
-    const unset = Object.fromEntries(Object.entries(this.colocated).filter(([name]) => process.env[name] === undefined));
-    const worker = startProgram(`worker ${model}`, 'apps/worker/dist/main.js', this.env({ ...unset, MODEL: model, ...extra }), root);
+    const unset = Object.fromEntries(
+      Object.entries(this.colocated).filter(([name]) => process.env[name] === undefined),
+    );
+    const worker = startProgram(
+      `worker ${model}`,
+      'apps/worker/dist/main.js',
+      this.env({ ...unset, MODEL: model, ...extra }),
+      root,
+    );
     this.workers.set(model, worker);
     await this.waitForWorkers(model, 1, worker);
   }
 
   /** Starts one more worker of a model that has one; resolves once the gateway routes to all of them. */
   async addWorker(model: string, extra: Env = {}): Promise<void> {
-    const unset = Object.fromEntries(Object.entries(this.colocated).filter(([name]) => process.env[name] === undefined));
+    const unset = Object.fromEntries(
+      Object.entries(this.colocated).filter(([name]) => process.env[name] === undefined),
+    );
     const n = this.moreWorkers.filter((w) => w.model === model).length + 2;
-    const proc = startProgram(`worker ${model} #${n}`, 'apps/worker/dist/main.js', this.env({ ...unset, MODEL: model, ...extra }), this.options.root);
+    const proc = startProgram(
+      `worker ${model} #${n}`,
+      'apps/worker/dist/main.js',
+      this.env({ ...unset, MODEL: model, ...extra }),
+      this.options.root,
+    );
     this.moreWorkers.push({ model, proc });
     await this.waitForWorkers(model, n, proc);
   }
@@ -143,7 +177,11 @@ export class BenchSystem {
   }
 
   pids(): Record<string, number | undefined> {
-    const pids: Record<string, number | undefined> = { gateway: this.gateway?.pid, redis: this.redis?.proc?.pid, bench: process.pid };
+    const pids: Record<string, number | undefined> = {
+      gateway: this.gateway?.pid,
+      redis: this.redis?.proc?.pid,
+      bench: process.pid,
+    };
     for (const [model, w] of this.workers) pids[`worker:${model.split('/').pop()}`] = w.pid;
     this.moreWorkers.forEach((w, i) => (pids[`worker:${w.model.split('/').pop()}#${i + 2}`] = w.proc.pid));
     this.moreGateways.forEach((g, i) => (pids[`gateway#${i + 2}`] = g.proc.pid));
@@ -152,7 +190,9 @@ export class BenchSystem {
 
   /** SIGTERM first (workers leave the registry, NODE_OPTIONS=--cpu-prof profiles get written), then SIGKILL. */
   async stop(): Promise<void> {
-    await Promise.allSettled([...this.workers.values(), ...this.moreWorkers.map((w) => w.proc)].map((w) => w.stop('SIGTERM', 3000)));
+    await Promise.allSettled(
+      [...this.workers.values(), ...this.moreWorkers.map((w) => w.proc)].map((w) => w.stop('SIGTERM', 3000)),
+    );
     await Promise.allSettled(this.moreGateways.map((g) => g.proc.stop('SIGTERM', 3000)));
     await this.gateway?.stop('SIGTERM', 3000);
     if (this.redis) await this.redis.stop();

@@ -30,7 +30,12 @@ const REDIS_COMMANDS_ALONE = 90;
 const REDIS_COMMANDS_LOADED = 5;
 const REDIS_USEC_LOADED = 25;
 
-const skip = (id: string, name: string, why: string): TargetResult => ({ id, name, pass: null, detail: `not measured: ${why}` });
+const skip = (id: string, name: string, why: string): TargetResult => ({
+  id,
+  name,
+  pass: null,
+  detail: `not measured: ${why}`,
+});
 const short = (model: string) => model.split('/').pop()!;
 const inprocessShare = (model: string) => INPROCESS_SHARE_BY_MODEL[short(model)] ?? INPROCESS_SHARE;
 
@@ -39,17 +44,25 @@ const inprocessShare = (model: string) => INPROCESS_SHARE_BY_MODEL[short(model)]
  * the server's p50 exceeds in-process's, above it the median share of in-process throughput.
  */
 export function pairedMedian(comparison: PairedComparison): number {
-  return median(comparison.rounds.map((x) => (comparison.concurrency === 1 ? x.server - x.inProcess : x.server / x.inProcess)));
+  return median(
+    comparison.rounds.map((x) => (comparison.concurrency === 1 ? x.server - x.inProcess : x.server / x.inProcess)),
+  );
 }
 
-export function evaluateTargets(r: Omit<BenchResults, 'targets'>, lengths: number[], concurrencies: number[]): TargetResult[] {
+export function evaluateTargets(
+  r: Omit<BenchResults, 'targets'>,
+  lengths: number[],
+  concurrencies: number[],
+): TargetResult[] {
   const out: TargetResult[] = [];
   const shortest = Math.min(...lengths);
   const top = Math.max(...concurrencies);
 
   for (const m of r.models) {
     const name = `(a) ${short(m.model)}: c=1, ${shortest} tok, gateway p50 <= in-process p50 + ${SINGLE_OVERHEAD_MS} ms`;
-    const point = r.points.find((p) => p.model === m.model && p.kind === 'sweep' && p.tokens === shortest && p.concurrency === 1);
+    const point = r.points.find(
+      (p) => p.model === m.model && p.kind === 'sweep' && p.tokens === shortest && p.concurrency === 1,
+    );
     const single = m.singles.find((s) => s.tokens === shortest);
     if (!point || !single) {
       out.push(skip('a', name, 'no c=1 point'));
@@ -59,7 +72,9 @@ export function evaluateTargets(r: Omit<BenchResults, 'targets'>, lengths: numbe
     const limit = single.latency.p50 + SINGLE_OVERHEAD_MS;
     const overhead = gw - single.latency.p50;
     // What the machine charges for the hops, alone and at the model's pace, tells a slow machine from slow code.
-    const floor = r.pathFloor ? `; path floor, no work, ${round(r.pathFloor.relayed.p50)} ms (HTTP alone ${round(r.pathFloor.http.p50)})` : '';
+    const floor = r.pathFloor
+      ? `; path floor, no work, ${round(r.pathFloor.relayed.p50)} ms (HTTP alone ${round(r.pathFloor.http.p50)})`
+      : '';
     const least = m.leastServer
       ? `; least server of the same parts running this model ${round(m.leastServer.p50)} ms (+${round(m.leastServer.p50 - single.latency.p50)} ms${m.leastServer.p50 > limit ? ', itself over the limit' : ''}), the server's own work beyond it +${round(gw - m.leastServer.p50)} ms`
       : r.pathFloor
@@ -84,7 +99,9 @@ export function evaluateTargets(r: Omit<BenchResults, 'targets'>, lengths: numbe
     for (const tokens of lengths) {
       const minShare = inprocessShare(m.model);
       const name = `(b) ${short(m.model)}: c=${top}, ${tokens} tok, >= ${BATCHING_GAIN}x BATCH_MAX_SIZE=1 and >= ${minShare * 100}% of in-process batched`;
-      const point = r.points.find((p) => p.model === m.model && p.kind === 'sweep' && p.tokens === tokens && p.concurrency === top);
+      const point = r.points.find(
+        (p) => p.model === m.model && p.kind === 'sweep' && p.tokens === tokens && p.concurrency === top,
+      );
       if (!point || top === 1) {
         out.push(skip('b', name, top === 1 ? 'the sweep has no concurrency above 1' : `no c=${top} point`));
         continue;
@@ -112,7 +129,9 @@ export function evaluateTargets(r: Omit<BenchResults, 'targets'>, lengths: numbe
       if (inproc) {
         const share = point.load.rps / inproc.seqPerSec;
         if (!paired) shareOk = share >= minShare;
-        parts.push(`${paired ? 'in the sweep ' : ''}${round(share * 100, 1)}% of in-process pipe(list of ${size}) ${round(inproc.seqPerSec, 1)} seq/s`);
+        parts.push(
+          `${paired ? 'in the sweep ' : ''}${round(share * 100, 1)}% of in-process pipe(list of ${size}) ${round(inproc.seqPerSec, 1)} seq/s`,
+        );
         // What batching can give at all on this CPU: in-process, the same batch size against one at a time.
         const alone = m.batched.find((b) => b.tokens === tokens && b.batchSize === 1);
         if (alone) parts.push(`in-process batching gain at this size ${round(inproc.seqPerSec / alone.seqPerSec, 2)}x`);
@@ -141,7 +160,9 @@ export function evaluateTargets(r: Omit<BenchResults, 'targets'>, lengths: numbe
       continue;
     }
     const ratio = mixed.mixed.rps / mixed.allShortRps;
-    const ideal = mixed.inProcessIdeal ? `; in-process best possible ${round(mixed.inProcessIdeal.idealRatio, 3)}x` : '';
+    const ideal = mixed.inProcessIdeal
+      ? `; in-process best possible ${round(mixed.inProcessIdeal.idealRatio, 3)}x`
+      : '';
     out.push({
       id: 'c',
       name,
@@ -185,13 +206,16 @@ export function evaluateTargets(r: Omit<BenchResults, 'targets'>, lengths: numbe
     });
   }
   for (const m of r.models) {
-    const sweep = (c: number) => r.points.find((p) => p.model === m.model && p.kind === 'sweep' && p.tokens === shortest && p.concurrency === c);
+    const sweep = (c: number) =>
+      r.points.find((p) => p.model === m.model && p.kind === 'sweep' && p.tokens === shortest && p.concurrency === c);
     const alone = sweep(1)?.load.redis;
     const loaded = sweep(top)?.load.redis;
     const name = `(e) ${short(m.model)}: Redis per request, ${shortest} tok: c=1 <= ${REDIS_COMMANDS_ALONE} commands; c=${top} <= ${REDIS_COMMANDS_LOADED} commands and <= ${REDIS_USEC_LOADED} µs`;
     if (!alone || !loaded || top === 1) {
       const why =
-        top === 1 ? 'the sweep has no concurrency above 1' : 'no c=1 or top point with Redis figures (a Redis the bench did not start is not measured)';
+        top === 1
+          ? 'the sweep has no concurrency above 1'
+          : 'no c=1 or top point with Redis figures (a Redis the bench did not start is not measured)';
       out.push(skip('e', name, why));
       continue;
     }
@@ -199,7 +223,9 @@ export function evaluateTargets(r: Omit<BenchResults, 'targets'>, lengths: numbe
       id: 'e',
       name,
       pass:
-        alone.commandsPerRequest <= REDIS_COMMANDS_ALONE && loaded.commandsPerRequest <= REDIS_COMMANDS_LOADED && loaded.usecPerRequest <= REDIS_USEC_LOADED,
+        alone.commandsPerRequest <= REDIS_COMMANDS_ALONE &&
+        loaded.commandsPerRequest <= REDIS_COMMANDS_LOADED &&
+        loaded.usecPerRequest <= REDIS_USEC_LOADED,
       detail: `c=1 ${round(alone.commandsPerRequest, 1)} commands; c=${top} ${round(loaded.commandsPerRequest, 2)} commands, ${round(loaded.usecPerRequest, 1)} µs (INFO commandstats; redis-server CPU ${round(loaded.processUsecPerRequest, 0)} µs)`,
     });
   }

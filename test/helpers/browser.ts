@@ -9,7 +9,9 @@ import { chromium, type Browser, type Page } from 'playwright-core';
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 
 /** Why a browser test is skipped, or false when Chromium is there. */
-export const noBrowser = !fs.existsSync(CHROMIUM) && `no Chromium at ${CHROMIUM} (apt-get install chromium, as .ci/run does; or set CHROMIUM_PATH)`;
+export const noBrowser =
+  !fs.existsSync(CHROMIUM) &&
+  `no Chromium at ${CHROMIUM} (apt-get install chromium, as .ci/run does; or set CHROMIUM_PATH)`;
 
 export function launchBrowser(): Promise<Browser> {
   return chromium.launch({

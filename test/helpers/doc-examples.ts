@@ -62,14 +62,20 @@ function examplesOf(block: Block): Example[] {
     let command = lines[i++];
     while (command.endsWith('\\') && i < lines.length) command += `\n${lines[i++]}`;
     const shown = SHOWN.exec(lines[i] ?? '');
-    examples.push({ where, command, shown: shown ? { status: shown[1] ? Number(shown[1]) : undefined, body: shown[2] } : undefined });
+    examples.push({
+      where,
+      command,
+      shown: shown ? { status: shown[1] ? Number(shown[1]) : undefined, body: shown[2] } : undefined,
+    });
   }
   return examples;
 }
 
 /** README.md and every Markdown file under docs/. */
 function docFiles(): string[] {
-  const docs = fs.existsSync(path.join(ROOT, 'docs')) ? (fs.readdirSync(path.join(ROOT, 'docs'), { recursive: true }) as string[]) : [];
+  const docs = fs.existsSync(path.join(ROOT, 'docs'))
+    ? (fs.readdirSync(path.join(ROOT, 'docs'), { recursive: true }) as string[])
+    : [];
   return [
     'README.md',
     ...docs
@@ -113,13 +119,19 @@ export interface CurlAnswer {
 
 /** Runs one example, as written, with bash and curl, against the gateway at `port`. */
 export async function curlExample(example: Example, port: number): Promise<CurlAnswer> {
-  assert.match(example.command, /^curl /, `${example.where}: not a curl call; mark its block <!-- docs-test: not run (why) -->`);
+  assert.match(
+    example.command,
+    /^curl /,
+    `${example.where}: not a curl call; mark its block <!-- docs-test: not run (why) -->`,
+  );
   assert.ok(example.command.includes(DOC_PORT), `${example.where}: does not call ${DOC_PORT}`);
   const command = example.command.replaceAll(DOC_PORT, `127.0.0.1:${port}`);
   const script = `curl() { command curl --silent --show-error --write-out '\\n%{http_code} %{method} %{url_effective} %{content_type}' "$@"; }\n${command}`;
-  const { stdout } = await run('bash', ['-c', script], { timeout: 30_000, maxBuffer: 64 * 1024 * 1024 }).catch((err: Error & { stderr?: string }) => {
-    throw new Error(`${example.where}: ${err.message}${err.stderr ?? ''}`);
-  });
+  const { stdout } = await run('bash', ['-c', script], { timeout: 30_000, maxBuffer: 64 * 1024 * 1024 }).catch(
+    (err: Error & { stderr?: string }) => {
+      throw new Error(`${example.where}: ${err.message}${err.stderr ?? ''}`);
+    },
+  );
   const cut = stdout.lastIndexOf('\n');
   const [, status, method, url, contentType] = /^(\d+) (\S+) (\S+) ?(.*)$/.exec(stdout.slice(cut + 1)) ?? [];
   assert.ok(status, `${example.where}: curl wrote no status: ${stdout.slice(-300)}`);

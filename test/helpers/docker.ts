@@ -19,7 +19,11 @@ interface Ran {
 }
 
 /** Runs a command to its end, or kills it after `timeoutMs` (then `code` is null). */
-function run(cmd: string, args: string[], opts: { timeoutMs: number; env?: NodeJS.ProcessEnv; cwd?: string }): Promise<Ran> {
+function run(
+  cmd: string,
+  args: string[],
+  opts: { timeoutMs: number; env?: NodeJS.ProcessEnv; cwd?: string },
+): Promise<Ran> {
   return new Promise((resolve, reject) => {
     const child = spawn(cmd, args, { cwd: opts.cwd, env: opts.env, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
@@ -39,7 +43,11 @@ function run(cmd: string, args: string[], opts: { timeoutMs: number; env?: NodeJ
 }
 
 /** `run`, failing with the command's own words unless it exits 0; gives its stdout. */
-export async function runOk(cmd: string, args: string[], opts: { timeoutMs: number; env?: NodeJS.ProcessEnv; cwd?: string }): Promise<string> {
+export async function runOk(
+  cmd: string,
+  args: string[],
+  opts: { timeoutMs: number; env?: NodeJS.ProcessEnv; cwd?: string },
+): Promise<string> {
   const r = await run(cmd, args, opts);
   if (r.code !== 0) {
     const how = r.code === null ? `was killed after ${opts.timeoutMs} ms` : `exited ${r.code}`;
@@ -68,7 +76,8 @@ export function whyNoDocker(): string | undefined {
     const why = (info.stderr || info.stdout).trim().split('\n').at(-1);
     return `the Docker engine is not usable (${why}); .ci/run starts dockerd, or start it yourself`;
   }
-  if (!composeCommand()) return 'neither `docker compose` nor docker-compose is installed (apt-get install docker-compose)';
+  if (!composeCommand())
+    return 'neither `docker compose` nor docker-compose is installed (apt-get install docker-compose)';
   const missing = BASE_IMAGES.filter((image) => !works('docker', ['image', 'inspect', image]));
   if (missing.length > 0 && !works('debootstrap', ['--version'])) {
     return `no ${missing.join(' or ')} image and no debootstrap to make one (apt-get install debootstrap; see scripts/docker-base-images.sh)`;
@@ -131,7 +140,16 @@ export class ComposeProject {
   async containers(service: string): Promise<string[]> {
     const out = await runOk(
       'docker',
-      ['ps', '-a', '-q', '--no-trunc', '--filter', `label=com.docker.compose.project=${this.name}`, '--filter', `label=com.docker.compose.service=${service}`],
+      [
+        'ps',
+        '-a',
+        '-q',
+        '--no-trunc',
+        '--filter',
+        `label=com.docker.compose.project=${this.name}`,
+        '--filter',
+        `label=com.docker.compose.service=${service}`,
+      ],
       { timeoutMs: 30_000 },
     );
     return out.split('\n').filter(Boolean);
@@ -154,7 +172,8 @@ export class ComposeProject {
   /** What is left of the project in Docker: containers, networks and volumes. */
   async leftovers(): Promise<string[]> {
     const label = `label=com.docker.compose.project=${this.name}`;
-    const list = async (args: string[]) => (await runOk('docker', args, { timeoutMs: 30_000 })).split('\n').filter(Boolean);
+    const list = async (args: string[]) =>
+      (await runOk('docker', args, { timeoutMs: 30_000 })).split('\n').filter(Boolean);
     return [
       ...(await list(['ps', '-a', '--filter', label, '--format', 'container {{.Names}}'])),
       ...(await list(['network', 'ls', '--filter', label, '--format', 'network {{.Name}}'])),
@@ -196,7 +215,13 @@ export interface HttpAnswer {
  */
 export function httpRequest(
   url: string,
-  opts: { method?: string; body?: string; headers?: Record<string, string>; agent?: http.Agent; timeoutMs?: number } = {},
+  opts: {
+    method?: string;
+    body?: string;
+    headers?: Record<string, string>;
+    agent?: http.Agent;
+    timeoutMs?: number;
+  } = {},
 ): Promise<HttpAnswer> {
   return new Promise((resolve, reject) => {
     const req = http.request(url, { method: opts.method ?? 'GET', headers: opts.headers, agent: opts.agent }, (res) => {
@@ -207,7 +232,9 @@ export function httpRequest(
       res.once('error', reject);
       res.once('close', () => res.complete || reject(new Error('the answer was cut short')));
     });
-    req.setTimeout(opts.timeoutMs ?? 30_000, () => req.destroy(new Error(`no answer in ${opts.timeoutMs ?? 30_000} ms`)));
+    req.setTimeout(opts.timeoutMs ?? 30_000, () =>
+      req.destroy(new Error(`no answer in ${opts.timeoutMs ?? 30_000} ms`)),
+    );
     req.once('error', reject);
     req.end(opts.body);
   });

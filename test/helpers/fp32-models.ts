@@ -13,7 +13,10 @@ import { MODEL_DIR, ROOT } from './processes.ts';
 const PYTHON = fs.existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3';
 
 /** A model folder of links to the shared folder's files: a worker may write beside them (its int8-row cache), the shared folder stays as it is. */
-export function linkedModelDir(models: string[], options: { q8Only?: boolean } = {}): { dir: string; remove: () => void } {
+export function linkedModelDir(
+  models: string[],
+  options: { q8Only?: boolean } = {},
+): { dir: string; remove: () => void } {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tserve-models-'));
   for (const model of models) {
     const from = path.join(MODEL_DIR, model);
@@ -23,7 +26,9 @@ export function linkedModelDir(models: string[], options: { q8Only?: boolean } =
       if (entry.isFile()) fs.symlinkSync(path.join(from, entry.name), path.join(to, entry.name));
     }
     // q8Only: a folder of models that ship only a q8 export, whatever else the shared folder has.
-    const files = fs.readdirSync(path.join(from, 'onnx')).filter((file) => !options.q8Only || file === 'model_quantized.onnx');
+    const files = fs
+      .readdirSync(path.join(from, 'onnx'))
+      .filter((file) => !options.q8Only || file === 'model_quantized.onnx');
     for (const file of files) fs.symlinkSync(path.join(from, 'onnx', file), path.join(to, 'onnx', file));
   }
   return { dir, remove: () => fs.rmSync(dir, { recursive: true, force: true }) };
@@ -35,9 +40,17 @@ export function fp32ModelDir(models: string[]): { dir: string; remove: () => voi
     const from = path.join(MODEL_DIR, model);
     const to = path.join(linked.dir, model);
     if (!fs.existsSync(path.join(to, 'onnx/model.onnx'))) {
-      execFileSync(PYTHON, [path.join(ROOT, 'scripts/fp32-from-q8.py'), path.join(from, 'onnx/model_quantized.onnx'), path.join(to, 'onnx/model.onnx')], {
-        stdio: 'pipe',
-      });
+      execFileSync(
+        PYTHON,
+        [
+          path.join(ROOT, 'scripts/fp32-from-q8.py'),
+          path.join(from, 'onnx/model_quantized.onnx'),
+          path.join(to, 'onnx/model.onnx'),
+        ],
+        {
+          stdio: 'pipe',
+        },
+      );
     }
   }
   return linked;

@@ -68,7 +68,13 @@ export class HubMirror {
   }
 
   private record(server: MirrorRequest['server'], req: http.IncomingMessage): void {
-    this.requests.push({ server, method: req.method ?? '', path: req.url ?? '', authorization: req.headers.authorization, range: req.headers.range });
+    this.requests.push({
+      server,
+      method: req.method ?? '',
+      path: req.url ?? '',
+      authorization: req.headers.authorization,
+      range: req.headers.range,
+    });
   }
 
   /** The file's sha256 (the etag of an LFS file) and git blob sha1 (the etag of the others). */
@@ -99,10 +105,13 @@ export class HubMirror {
     if (!repo) return fail(401, 'RepoNotFound', 'Repository not found');
     if (repo.token) {
       const auth = req.headers.authorization;
-      if (!auth) return fail(401, 'GatedRepo', `Access to model ${id} is restricted. You must be authenticated to access it.`);
-      if (auth !== `Bearer ${repo.token}`) return fail(403, 'GatedRepo', `Access to model ${id} is restricted and you are not in the authorized list.`);
+      if (!auth)
+        return fail(401, 'GatedRepo', `Access to model ${id} is restricted. You must be authenticated to access it.`);
+      if (auth !== `Bearer ${repo.token}`)
+        return fail(403, 'GatedRepo', `Access to model ${id} is restricted and you are not in the authorized list.`);
     }
-    if (revision !== 'main' && revision !== HubMirror.COMMIT) return fail(404, 'RevisionNotFound', `Invalid rev id: ${revision}`);
+    if (revision !== 'main' && revision !== HubMirror.COMMIT)
+      return fail(404, 'RevisionNotFound', `Invalid rev id: ${revision}`);
     const local = path.join(repo.dir, file);
     if (!local.startsWith(repo.dir + path.sep) || !fs.existsSync(local) || !fs.statSync(local).isFile()) {
       return fail(404, 'EntryNotFound', `${file} does not exist on "${revision}"`);
@@ -122,7 +131,12 @@ export class HubMirror {
       res.end();
       return;
     }
-    res.writeHead(200, { ...common, 'content-length': String(size), etag: `"${gitSha1}"`, 'content-type': 'application/octet-stream' });
+    res.writeHead(200, {
+      ...common,
+      'content-length': String(size),
+      etag: `"${gitSha1}"`,
+      'content-type': 'application/octet-stream',
+    });
     res.end(req.method === 'HEAD' ? undefined : fs.readFileSync(local));
   }
 
@@ -138,9 +152,17 @@ export class HubMirror {
     let bytes = fs.readFileSync(path.join(repo.dir, file));
     const range = /^bytes=(\d+)-$/.exec(req.headers.range ?? '');
     const from = range ? Number(range[1]) : 0;
-    const headers = { 'content-type': 'application/octet-stream', 'accept-ranges': 'bytes', etag: `"${this.hashesOf(path.join(repo.dir, file)).sha256}"` };
+    const headers = {
+      'content-type': 'application/octet-stream',
+      'accept-ranges': 'bytes',
+      etag: `"${this.hashesOf(path.join(repo.dir, file)).sha256}"`,
+    };
     if (range) {
-      res.writeHead(206, { ...headers, 'content-length': String(bytes.length - from), 'content-range': `bytes ${from}-${bytes.length - 1}/${bytes.length}` });
+      res.writeHead(206, {
+        ...headers,
+        'content-length': String(bytes.length - from),
+        'content-range': `bytes ${from}-${bytes.length - 1}/${bytes.length}`,
+      });
     } else {
       res.writeHead(200, { ...headers, 'content-length': String(bytes.length) });
     }

@@ -56,7 +56,8 @@ export function processMemory(pid: number | undefined): { rss: number; peak: num
   if (!pid) return undefined;
   try {
     const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
-    const mib = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+)\\s+kB`, 'm').exec(status)?.[1] ?? NaN) / 1024;
+    const mib = (field: string) =>
+      Number(new RegExp(`^${field}:\\s+(\\d+)\\s+kB`, 'm').exec(status)?.[1] ?? NaN) / 1024;
     const [rss, peak] = [mib('VmRSS'), mib('VmHWM')];
     return Number.isFinite(rss) && Number.isFinite(peak) ? { rss, peak } : undefined;
   } catch {
@@ -76,7 +77,12 @@ export function resetPeakMemory(pid: number | undefined): boolean {
 }
 
 /** Polls `probe` until it gives a truthy value; a probe that throws counts as "not yet". */
-export async function waitFor<T>(what: string, probe: () => Promise<T | undefined | false>, timeoutMs = 30_000, everyMs = 100): Promise<T> {
+export async function waitFor<T>(
+  what: string,
+  probe: () => Promise<T | undefined | false>,
+  timeoutMs = 30_000,
+  everyMs = 100,
+): Promise<T> {
   const until = Date.now() + timeoutMs;
   let last: string | undefined;
   while (Date.now() < until) {
@@ -156,7 +162,14 @@ export function startNode({ name, script, env, baseEnv, nodeArgs = [], keepChars
   );
   const child = spawn(process.execPath, [...nodeArgs, path.join(root, script)], {
     // NODE_V8_COVERAGE passes through so that `npm run coverage:all` (c8) covers the processes too.
-    env: { ...(baseEnv ?? { PATH: process.env.PATH, HOME: process.env.HOME, NODE_V8_COVERAGE: process.env.NODE_V8_COVERAGE }), ...own },
+    env: {
+      ...(baseEnv ?? {
+        PATH: process.env.PATH,
+        HOME: process.env.HOME,
+        NODE_V8_COVERAGE: process.env.NODE_V8_COVERAGE,
+      }),
+      ...own,
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   return new Proc(name, child, keepChars);
@@ -191,9 +204,13 @@ export class PrivateRedis {
     return `redis://127.0.0.1:${this.port}`;
   }
   async start(): Promise<void> {
-    const child = spawn('redis-server', ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const child = spawn(
+      'redis-server',
+      ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+      {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
     child.on('error', () => {});
     this.proc = new Proc(`redis:${this.port}`, child);
     await waitFor(
@@ -209,7 +226,8 @@ export class PrivateRedis {
   /** Lets this process exit without waiting for the server, which is killed when this process exits. */
   detach(): void {
     const child = this.proc?.child;
-    for (const handle of [child, child?.stdout, child?.stderr]) (handle as { unref?: () => void } | null | undefined)?.unref?.();
+    for (const handle of [child, child?.stdout, child?.stderr])
+      (handle as { unref?: () => void } | null | undefined)?.unref?.();
     process.on('exit', () => this.proc?.kill('SIGKILL'));
   }
 }

@@ -5,7 +5,13 @@
 import { randomUUID } from 'node:crypto';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
-import { PROTOCOL, resultMessageSchema, type JobData, type RequestOutcome, type TaskParameters } from '@tserve/contract';
+import {
+  PROTOCOL,
+  resultMessageSchema,
+  type JobData,
+  type RequestOutcome,
+  type TaskParameters,
+} from '@tserve/contract';
 import { JOB_NAME, QUEUE_STREAMS, jobOptions, keys, queueNameFor } from '@tserve/queue';
 
 export class QueueClient {
@@ -20,7 +26,12 @@ export class QueueClient {
   constructor(redisUrl: string, prefix: string, model: string) {
     this.redis = new Redis(redisUrl, { maxRetriesPerRequest: null });
     this.subscriber = new Redis(redisUrl, { maxRetriesPerRequest: null });
-    this.queue = new Queue(queueNameFor(model), { connection: this.redis, prefix, defaultJobOptions: jobOptions(1000), streams: QUEUE_STREAMS });
+    this.queue = new Queue(queueNameFor(model), {
+      connection: this.redis,
+      prefix,
+      defaultJobOptions: jobOptions(1000),
+      streams: QUEUE_STREAMS,
+    });
     this.channel = keys.results(prefix, `test-${randomUUID()}`);
     this.subscriber.on('message', (_c: string, message: string) => {
       const parsed = resultMessageSchema.parse(JSON.parse(message));
@@ -44,7 +55,9 @@ export class QueueClient {
   }
 
   /** Enqueues several requests as one job, as a gateway coalesces them; returns their ids (the first is the job's). */
-  async addJob(requests: Array<{ inputs: string[]; parameters?: TaskParameters; deadlineInMs?: number }>): Promise<string[]> {
+  async addJob(
+    requests: Array<{ inputs: string[]; parameters?: TaskParameters; deadlineInMs?: number }>,
+  ): Promise<string[]> {
     const now = Date.now();
     const data: JobData = {
       kind: 'job',

@@ -11,7 +11,19 @@ import { queueNameFor } from '@tserve/queue';
 import type { ReadyBody } from '@tserve/contract';
 import { cleanPrefix, freePort, MODEL_DIR, readMetric, startNode, waitFor, type Env, type Proc } from './processes.ts';
 
-export { cleanPrefix, freePort, metricValue, MODEL_DIR, PrivateRedis, processMemory, Proc, redisAnswers, ROOT, sleep, waitFor } from './processes.ts';
+export {
+  cleanPrefix,
+  freePort,
+  metricValue,
+  MODEL_DIR,
+  PrivateRedis,
+  processMemory,
+  Proc,
+  redisAnswers,
+  ROOT,
+  sleep,
+  waitFor,
+} from './processes.ts';
 
 /** The tests' Redis: what test/setup.ts found or started, else the local default. */
 export const REDIS_URL = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
@@ -53,7 +65,15 @@ export class TestSystem {
   }
 
   private env(extra: Env = {}) {
-    return { REDIS_URL: this.redisUrl, QUEUE_PREFIX: this.prefix, MODEL_DIR, HEARTBEAT_MS: 200, WORKER_TTL_MS: 1500, ...this.common, ...extra };
+    return {
+      REDIS_URL: this.redisUrl,
+      QUEUE_PREFIX: this.prefix,
+      MODEL_DIR,
+      HEARTBEAT_MS: 200,
+      WORKER_TTL_MS: 1500,
+      ...this.common,
+      ...extra,
+    };
   }
 
   /** `nodeArgs`: Node's own flags, before the program (a preload, for one). */
@@ -94,7 +114,11 @@ export class TestSystem {
     );
   }
 
-  async post(pathname: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; body: any; headers: Headers }> {
+  async post(
+    pathname: string,
+    body: unknown,
+    headers: Record<string, string> = {},
+  ): Promise<{ status: number; body: any; headers: Headers }> {
     const res = await fetch(`${this.url}${pathname}`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', ...headers },

@@ -1,14 +1,23 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { ApiError } from '@tserve/contract';
-import { BodyBudget, QueueDepth, depthLimit, depthRefusal, sizeRefusal, type OverloadLimits } from '../../apps/gateway/src/admission/overload.ts';
+import {
+  BodyBudget,
+  QueueDepth,
+  depthLimit,
+  depthRefusal,
+  sizeRefusal,
+  type OverloadLimits,
+} from '../../apps/gateway/src/admission/overload.ts';
 import { Admission } from '../../apps/gateway/src/admission/admission.ts';
 import type { BreakerState, RedisBreaker } from '../../apps/gateway/src/admission/breaker.ts';
 
 const limits: OverloadLimits = { maxQueueDepth: 10, batchQueueShare: 0.5, maxInputsPerRequest: 8 };
 
 /** A breaker whose state the test sets; it never calls Redis. */
-function fakeBreaker(state: BreakerState = 'closed'): RedisBreaker & { state(): BreakerState; set(s: BreakerState): void } {
+function fakeBreaker(
+  state: BreakerState = 'closed',
+): RedisBreaker & { state(): BreakerState; set(s: BreakerState): void } {
   let current = state;
   return {
     guard: (call) => call(),
@@ -40,7 +49,10 @@ describe('overload limits', () => {
     assert.equal(batch?.retryAfterSeconds, 1);
     assert.match(batch.message, /model m has 5 requests waiting \(batch class refused first\)/);
     assert.equal(depthRefusal(limits, 'm', 9, 'interactive'), undefined);
-    assert.match(depthRefusal(limits, 'm', 10, 'interactive')!.message, /^model m has 10 requests waiting; retry shortly$/);
+    assert.match(
+      depthRefusal(limits, 'm', 10, 'interactive')!.message,
+      /^model m has 10 requests waiting; retry shortly$/,
+    );
   });
 
   it('rounds the batch share down, so a share of a small depth can be none', () => {
@@ -115,7 +127,14 @@ describe('admission after the body', () => {
     return {
       depth,
       breaker,
-      admission: new Admission({ limits, depth, bodies: { budget: new BodyBudget(1000) }, breaker, isServed: served, requestTimeoutMs: 1000 }),
+      admission: new Admission({
+        limits,
+        depth,
+        bodies: { budget: new BodyBudget(1000) },
+        breaker,
+        isServed: served,
+        requestTimeoutMs: 1000,
+      }),
     };
   };
   const refusedWith = (check: () => void) => {
@@ -191,7 +210,10 @@ describe('admission after the body', () => {
     const { admission: a } = admission(breaker);
     assert.match(a.enqueueFailure(new Error('Command timed out')).message, /Redis is not answering/);
     assert.match(a.enqueueFailure(new Error('connect ECONNREFUSED 127.0.0.1:1')).message, /Redis is unreachable/);
-    assert.match(a.enqueueFailure(new Error("OOM command not allowed when used memory > 'maxmemory'.")).message, /Redis is out of memory/);
+    assert.match(
+      a.enqueueFailure(new Error("OOM command not allowed when used memory > 'maxmemory'.")).message,
+      /Redis is out of memory/,
+    );
     breaker.set('open');
     assert.equal(a.enqueueFailure(new Error('Command timed out')).message, 'breaker open');
   });

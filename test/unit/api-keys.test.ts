@@ -1,6 +1,12 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { KeyStore, createKey, effectivePriority, keyAllows, parseKeyFile } from '../../apps/gateway/src/admission/api-keys.ts';
+import {
+  KeyStore,
+  createKey,
+  effectivePriority,
+  keyAllows,
+  parseKeyFile,
+} from '../../apps/gateway/src/admission/api-keys.ts';
 
 // The secret is base64url, which may itself hold '_': it is all after the id.
 const secretOf = (token: string): string => token.split('_').slice(2).join('_');
@@ -45,7 +51,10 @@ describe('API keys', () => {
 
   it('refuses a key file that is not valid, saying where', () => {
     assert.throws(() => parseKeyFile('{', 'keys.json'), /keys\.json is not valid JSON/);
-    assert.throws(() => parseKeyFile('{"keys":[{"id":"ab","name":"x","hash":"sha256:00"}]}', 'keys.json'), /keys\.json: keys\.0\.id/);
+    assert.throws(
+      () => parseKeyFile('{"keys":[{"id":"ab","name":"x","hash":"sha256:00"}]}', 'keys.json'),
+      /keys\.json: keys\.0\.id/,
+    );
     const twice = JSON.stringify({ keys: [alice.entry, alice.entry] });
     assert.throws(() => parseKeyFile(twice, 'keys.json'), /appears twice/);
   });

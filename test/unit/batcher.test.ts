@@ -36,7 +36,10 @@ describe('gatherBatch', () => {
       ),
       [1],
     );
-    assert.deepEqual({ waiting: calls.waiting, take: calls.take, left: queue.length }, { waiting: 0, take: 0, left: 2 });
+    assert.deepEqual(
+      { waiting: calls.waiting, take: calls.take, left: queue.length },
+      { waiting: 0, take: 0, left: 2 },
+    );
   });
 
   it('tops up a first job that may not run alone', async () => {

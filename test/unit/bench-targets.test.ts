@@ -19,12 +19,25 @@ function point(concurrency: number, p50: number, rps: number): ServerPoint {
   return { model: MODEL, tokens: 16, concurrency, kind: 'sweep', load };
 }
 
-function results(points: ServerPoint[], extra: Partial<ModelResults> = {}, soak?: SoakRun): Omit<BenchResults, 'targets'> {
+function results(
+  points: ServerPoint[],
+  extra: Partial<ModelResults> = {},
+  soak?: SoakRun,
+): Omit<BenchResults, 'targets'> {
   const model: ModelResults = {
     model: MODEL,
     texts: {},
     singles: [{ tokens: 16, latency: summary(2), cpu: { other: 0 } } as unknown as ModelResults['singles'][number]],
-    batched: [{ tokens: 16, batchSize: 16, calls: 10, seqPerSec: 1000, callP50Ms: 16, cpu: { other: 0 } } as unknown as ModelResults['batched'][number]],
+    batched: [
+      {
+        tokens: 16,
+        batchSize: 16,
+        calls: 10,
+        seqPerSec: 1000,
+        callP50Ms: 16,
+        cpu: { other: 0 },
+      } as unknown as ModelResults['batched'][number],
+    ],
     ...extra,
   };
   return { meta: {} as BenchResults['meta'], models: [model], points, mixed: [], soak };
@@ -44,7 +57,10 @@ describe('bench targets', () => {
     const r = results([point(1, 5, 200)], { leastServer: summary(4) });
     const [a] = byId(evaluateTargets(r, [16], [1]), 'a');
     assert.equal(a.pass, false);
-    assert.match(a.detail, /least server of the same parts running this model 4 ms \(\+2 ms, itself over the limit\), the server's own work beyond it \+1 ms/);
+    assert.match(
+      a.detail,
+      /least server of the same parts running this model 4 ms \(\+2 ms, itself over the limit\), the server's own work beyond it \+1 ms/,
+    );
   });
 
   it('(a) passes on its own figures, whatever the floor', () => {
@@ -88,13 +104,19 @@ describe('bench targets', () => {
   it('(b) says when in-process pipe(list) itself gains less than 2x over the server at BATCH_MAX_SIZE=1', () => {
     const judge = (batch1Rps: number, serverRps = 900) => {
       const batch1: ServerPoint = { ...point(64, 40, batch1Rps), kind: 'batch1' };
-      return byId(evaluateTargets(results([point(1, 5, 200), point(64, 20, serverRps), batch1]), [16], [1, 64]), 'b')[0];
+      return byId(
+        evaluateTargets(results([point(1, 5, 200), point(64, 20, serverRps), batch1]), [16], [1, 64]),
+        'b',
+      )[0];
     };
     // In-process pipe(list of 16) runs 1000 seq/s: 1.67x a server answering 600 req/s at BATCH_MAX_SIZE=1.
     const capped = judge(600);
     assert.equal(capped.pass, false);
     assert.match(capped.detail, /1\.5x BATCH_MAX_SIZE=1 \(600 req\/s\)/);
-    assert.match(capped.detail, /in-process pipe\(list of 16\) is itself only 1\.67x BATCH_MAX_SIZE=1, so a server would have to outrun it for 2x/);
+    assert.match(
+      capped.detail,
+      /in-process pipe\(list of 16\) is itself only 1\.67x BATCH_MAX_SIZE=1, so a server would have to outrun it for 2x/,
+    );
     const reachable = judge(400);
     assert.equal(reachable.pass, true);
     assert.doesNotMatch(reachable.detail, /is itself only/);
@@ -123,17 +145,26 @@ describe('bench targets', () => {
     ];
     const alone = evaluateTargets(sweep(), [16], [1, 64]);
     assert.equal(byId(alone, 'a')[0].pass, false);
-    assert.match(byId(alone, 'b')[0].detail, /^900 req\/s; BATCH_MAX_SIZE=1 not measured; 90% of in-process pipe\(list of 16\)/);
+    assert.match(
+      byId(alone, 'b')[0].detail,
+      /^900 req\/s; BATCH_MAX_SIZE=1 not measured; 90% of in-process pipe\(list of 16\)/,
+    );
 
     const r = sweep();
     r.models[0].paired = paired;
     const judged = evaluateTargets(r, [16], [1, 64]);
     const [a] = byId(judged, 'a');
     assert.equal(a.pass, true, a.detail);
-    assert.match(a.detail, /^back to back, median of 3 rounds \+1\.2 ms \(gateway\/in-process p50 ms: 3\/2, 9\/3, 3\.2\/2\); in the sweep gateway p50 5 ms/);
+    assert.match(
+      a.detail,
+      /^back to back, median of 3 rounds \+1\.2 ms \(gateway\/in-process p50 ms: 3\/2, 9\/3, 3\.2\/2\); in the sweep gateway p50 5 ms/,
+    );
     const [b] = byId(judged, 'b');
     assert.equal(b.pass, false, 'a median share of 75% fails, whatever the sweep said');
-    assert.match(b.detail, /75% of in-process pipe\(list of 16\), median of 3 rounds back to back \(70%, 95%, 75%\); in the sweep 90% of/);
+    assert.match(
+      b.detail,
+      /75% of in-process pipe\(list of 16\), median of 3 rounds back to back \(70%, 95%, 75%\); in the sweep 90% of/,
+    );
   });
 
   it('takes the median of an even number of rounds as the mean of the middle two', () => {
@@ -160,13 +191,20 @@ describe('bench targets', () => {
     } as unknown as SoakRun;
     const shed = byId(evaluateTargets(results([], {}, soak), [16], [1]), 'd').find((t) => t.name.includes('shed'))!;
     assert.equal(shed.pass, false);
-    assert.match(shed.detail, /p99 40 ms over 10 shed .*the least server that sheds, beside the model flat out, under the same load: p99 8 ms/);
+    assert.match(
+      shed.detail,
+      /p99 40 ms over 10 shed .*the least server that sheds, beside the model flat out, under the same load: p99 8 ms/,
+    );
   });
 
   it('(d) judges RSS by the peaks of each half of the soak, so the sawtooth of full collections is not growth', () => {
     // A full run's samples: V8's old generation filling and emptying, the floor settling.
-    const sawtooth = [140, 135, 135, 149, 166, 148, 147, 160, 183, 194, 158, 158, 171, 194, 200, 162, 162, 162, 172, 189];
-    const growing = [140, 141, 143, 146, 150, 153, 156, 160, 163, 167, 170, 174, 178, 181, 185, 189, 192, 196, 200, 204];
+    const sawtooth = [
+      140, 135, 135, 149, 166, 148, 147, 160, 183, 194, 158, 158, 171, 194, 200, 162, 162, 162, 172, 189,
+    ];
+    const growing = [
+      140, 141, 143, 146, 150, 153, 156, 160, 163, 167, 170, 174, 178, 181, 185, 189, 192, 196, 200, 204,
+    ];
     const rssTarget = (mib: number[]) => {
       const soak = {
         counts: { ok: 10, shed: 0, timeout: 0, other: 0, socketErrors: 0 },

@@ -24,7 +24,9 @@ const request = (id: string, inputs = 1): QueuedRequest => ({
 function heldEnqueue() {
   const calls: Array<{ model: string; priority: Priority; jobs: CoalescedJob[]; release: (err?: Error) => void }> = [];
   const enqueue = (model: string, priority: Priority, jobs: CoalescedJob[]) =>
-    new Promise<void>((resolve, reject) => calls.push({ model, priority, jobs, release: (err) => (err ? reject(err) : resolve()) }));
+    new Promise<void>((resolve, reject) =>
+      calls.push({ model, priority, jobs, release: (err) => (err ? reject(err) : resolve()) }),
+    );
   return { calls, enqueue };
 }
 
@@ -40,12 +42,19 @@ function coalescerOver(
     graceMs?: number;
   } = {},
 ) {
-  return new EnqueueCoalescer(enqueue, options.maxSequences ?? (() => 32), options.othersOutstanding ?? (() => true), options.graceMs ?? 60_000);
+  return new EnqueueCoalescer(
+    enqueue,
+    options.maxSequences ?? (() => 32),
+    options.othersOutstanding ?? (() => true),
+    options.graceMs ?? 60_000,
+  );
 }
 
 describe('splitIntoJobs', () => {
   it('keeps order and caps each job by sequences; an oversized request goes alone', () => {
-    const entries = [request('a', 2), request('b', 2), request('c', 1), request('d', 5), request('e', 1)].map((r) => ({ request: r }));
+    const entries = [request('a', 2), request('b', 2), request('c', 1), request('d', 5), request('e', 1)].map((r) => ({
+      request: r,
+    }));
     assert.deepEqual(
       splitIntoJobs(entries, 4).map((job) => job.map((e) => e.request.id)),
       [['a', 'b'], ['c'], ['d'], ['e']],
@@ -63,7 +72,10 @@ describe('oneEnqueue', () => {
     assert.equal(oneEnqueue([], 7), 0);
   });
   it('counts every string of pair and question inputs', () => {
-    assert.equal(textLength({ inputs: [{ text: 'abc', text_pair: 'de' }, { question: 'q', context: 'ctx' }, 'zz'] }), 11);
+    assert.equal(
+      textLength({ inputs: [{ text: 'abc', text_pair: 'de' }, { question: 'q', context: 'ctx' }, 'zz'] }),
+      11,
+    );
   });
 });
 
@@ -72,7 +84,10 @@ describe('EnqueueCoalescer', () => {
     const { calls, enqueue } = heldEnqueue();
     const coalescer = coalescerOver(enqueue, { othersOutstanding: () => false });
     const big = (id: string): QueuedRequest => ({ ...request(id), inputs: ['x'.repeat(MOST_CHARS_PER_ENQUEUE / 2)] });
-    const sent = [coalescer.submit('m', request('r0')), ...['b1', 'b2', 'b3', 'b4', 'b5'].map((id) => coalescer.submit('m', big(id)))];
+    const sent = [
+      coalescer.submit('m', request('r0')),
+      ...['b1', 'b2', 'b3', 'b4', 'b5'].map((id) => coalescer.submit('m', big(id))),
+    ];
     assert.equal(calls.length, 1);
     calls[0].release();
     await new Promise((resolve) => setImmediate(resolve));

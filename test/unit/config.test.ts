@@ -49,7 +49,13 @@ describe('settings', () => {
     assert.deepEqual(periods({ HEARTBEAT_MS: '50' }), [250, 500, 250, 20]);
     // Set, each wins alone (the tests shorten them that way).
     assert.deepEqual(
-      periods({ HEARTBEAT_MS: '200', WORKER_TTL_MS: '1500', JOB_LOCK_MS: '2000', STALLED_INTERVAL_MS: '700', REGISTRY_REFRESH_MS: '100' }),
+      periods({
+        HEARTBEAT_MS: '200',
+        WORKER_TTL_MS: '1500',
+        JOB_LOCK_MS: '2000',
+        STALLED_INTERVAL_MS: '700',
+        REGISTRY_REFRESH_MS: '100',
+      }),
       [1500, 2000, 700, 100],
     );
     assert.deepEqual(periods({ JOB_LOCK_MS: '1500' }), [5000, 1500, 5000, 250]);
@@ -61,7 +67,10 @@ describe('settings', () => {
       () => loadWorkerConfig({ MODEL: 'm', HEARTBEAT_MS: '2000', WORKER_TTL_MS: '2000' }),
       () => loadGatewayConfig({ WORKER_TTL_MS: '900' }),
     ]) {
-      assert.throws(load, (err: unknown) => err instanceof ConfigError && /WORKER_TTL_MS: \d+ must exceed HEARTBEAT_MS/.test(err.message));
+      assert.throws(
+        load,
+        (err: unknown) => err instanceof ConfigError && /WORKER_TTL_MS: \d+ must exceed HEARTBEAT_MS/.test(err.message),
+      );
     }
   });
 
@@ -87,12 +96,21 @@ describe('settings', () => {
     assert.deepEqual(breaker({ REDIS_COMMAND_TIMEOUT_MS: '30000' }), [30_000, 75_000, 50, 10]);
     // An open breaker never probes more often than once a second.
     assert.deepEqual(breaker({ REDIS_COMMAND_TIMEOUT_MS: '100' }), [100, 1000, 50, 10]);
-    assert.deepEqual(breaker({ BREAKER_VOLUME: '5', BREAKER_RESET_MS: '1', BREAKER_TIMEOUT_MS: '1', BREAKER_ERROR_PERCENT: '1' }), [2000, 5000, 50, 10]);
-    for (const shape of Object.values(SETTINGS)) assert.ok(!Object.keys(shape).some((name) => name.startsWith('BREAKER_')));
+    assert.deepEqual(
+      breaker({ BREAKER_VOLUME: '5', BREAKER_RESET_MS: '1', BREAKER_TIMEOUT_MS: '1', BREAKER_ERROR_PERCENT: '1' }),
+      [2000, 5000, 50, 10],
+    );
+    for (const shape of Object.values(SETTINGS))
+      assert.ok(!Object.keys(shape).some((name) => name.startsWith('BREAKER_')));
   });
 
   it('takes an empty value as unset: the default, or the derivation', () => {
-    const gateway = loadGatewayConfig({ RESULT_POLL_MS: '', HTTP_SEND_TIMEOUT_MS: ' ', REQUEST_TIMEOUT_MS: '60000', REDIS_URL: '' });
+    const gateway = loadGatewayConfig({
+      RESULT_POLL_MS: '',
+      HTTP_SEND_TIMEOUT_MS: ' ',
+      REQUEST_TIMEOUT_MS: '60000',
+      REDIS_URL: '',
+    });
     assert.equal(gateway.RESULT_POLL_MS, 1000);
     assert.equal(gateway.HTTP_SEND_TIMEOUT_MS, 60_000);
     assert.equal(gateway.REDIS_URL, 'redis://127.0.0.1:6379');
@@ -100,7 +118,8 @@ describe('settings', () => {
   });
 
   it('refuses a bad value with a message naming the setting', () => {
-    const refusal = (load: () => unknown, pattern: RegExp) => assert.throws(load, (err: unknown) => err instanceof ConfigError && pattern.test(err.message));
+    const refusal = (load: () => unknown, pattern: RegExp) =>
+      assert.throws(load, (err: unknown) => err instanceof ConfigError && pattern.test(err.message));
     refusal(() => loadGatewayConfig({ PORT: 'eighty' }), /PORT:/);
     refusal(() => loadGatewayConfig({ BATCH_QUEUE_SHARE: '2' }), /BATCH_QUEUE_SHARE:/);
     refusal(() => loadGatewayConfig({ DASHBOARD_READONLY: 'maybe' }), /DASHBOARD_READONLY:/);
@@ -120,7 +139,14 @@ describe('settings', () => {
     for (const section of ['gateway', 'common'] as const) {
       for (const [name, schema] of Object.entries(SETTINGS[section])) {
         const [, shown, description] = settingHelp(name, schema);
-        assert.match(help, new RegExp(`^  ${name} +${shown.replace(/[().*+?[\]|/]/g, '\\$&')} +${description.replace(/[().*+?[\]|/]/g, '\\$&')}$`, 'm'), name);
+        assert.match(
+          help,
+          new RegExp(
+            `^  ${name} +${shown.replace(/[().*+?[\]|/]/g, '\\$&')} +${description.replace(/[().*+?[\]|/]/g, '\\$&')}$`,
+            'm',
+          ),
+          name,
+        );
       }
     }
     assert.doesNotMatch(help, /BATCH_MAX_SIZE/);
@@ -137,10 +163,21 @@ describe('settings', () => {
     assert.ok(advanced, launcher);
     const names = (text: string) => [...text.matchAll(/^ {2}([A-Z][A-Z0-9_]*) /gm)].map((m) => m[1]);
     const all = Object.values(SETTINGS).flatMap((shape) => Object.entries(shape));
-    const expected = (tier: boolean) => new Set(all.filter(([, schema]) => isAdvanced(schema) === tier).map(([name]) => name));
+    const expected = (tier: boolean) =>
+      new Set(all.filter(([, schema]) => isAdvanced(schema) === tier).map(([name]) => name));
     assert.deepEqual(new Set(names(user)), expected(false));
     assert.deepEqual(new Set(names(advanced)), expected(true));
-    for (const name of ['MODEL', 'DEVICE', 'DTYPE', 'PORT', 'REQUEST_TIMEOUT_MS', 'MAX_QUEUE_DEPTH', 'API_KEYS', 'BATCH_MAX_SIZE', 'WORKERS'])
+    for (const name of [
+      'MODEL',
+      'DEVICE',
+      'DTYPE',
+      'PORT',
+      'REQUEST_TIMEOUT_MS',
+      'MAX_QUEUE_DEPTH',
+      'API_KEYS',
+      'BATCH_MAX_SIZE',
+      'WORKERS',
+    ])
       assert.ok(expected(false).has(name), name);
     // Few decisions for a user; the rest are knobs. A new setting is advanced unless a user must decide it.
     assert.ok(expected(false).size <= 30, `${expected(false).size} user settings`);
@@ -156,8 +193,16 @@ describe('settings', () => {
 
   it("keeps docs/configuration.md's settings tables as generated from the declarations (npm run docs:settings)", () => {
     const start = '<!-- settings: generated from packages/config by npm run docs:settings -->';
-    const block = CONFIGURATION_DOC.slice(CONFIGURATION_DOC.indexOf(start) + start.length, CONFIGURATION_DOC.indexOf('<!-- /settings -->')).trim();
-    assert.equal(block, formatSettingsMarkdown(), 'docs/configuration.md differs from packages/config: run npm run docs:settings');
-    for (const shape of Object.values(SETTINGS)) for (const name of Object.keys(shape)) assert.ok(block.includes(`| \`${name}\` |`), name);
+    const block = CONFIGURATION_DOC.slice(
+      CONFIGURATION_DOC.indexOf(start) + start.length,
+      CONFIGURATION_DOC.indexOf('<!-- /settings -->'),
+    ).trim();
+    assert.equal(
+      block,
+      formatSettingsMarkdown(),
+      'docs/configuration.md differs from packages/config: run npm run docs:settings',
+    );
+    for (const shape of Object.values(SETTINGS))
+      for (const name of Object.keys(shape)) assert.ok(block.includes(`| \`${name}\` |`), name);
   });
 });

@@ -1,6 +1,12 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { ApiError, applyScoreFunction, decodeJobFailure, defaultScoreFunction, encodeJobFailure } from '@tserve/contract';
+import {
+  ApiError,
+  applyScoreFunction,
+  decodeJobFailure,
+  defaultScoreFunction,
+  encodeJobFailure,
+} from '@tserve/contract';
 
 describe('job failure text', () => {
   it("round-trips a worker's error with its type", () => {
@@ -35,7 +41,10 @@ describe('ApiError', () => {
 describe('score functions (function_to_apply)', () => {
   it('picks a sigmoid for multi-label and single-logit models, a softmax otherwise, as the HF pipelines do', () => {
     assert.equal(defaultScoreFunction({ id2label: { 0: 'NEGATIVE', 1: 'POSITIVE' } }), 'softmax');
-    assert.equal(defaultScoreFunction({ id2label: { 0: 'a', 1: 'b' }, problem_type: 'multi_label_classification' }), 'sigmoid');
+    assert.equal(
+      defaultScoreFunction({ id2label: { 0: 'a', 1: 'b' }, problem_type: 'multi_label_classification' }),
+      'sigmoid',
+    );
     assert.equal(defaultScoreFunction({ id2label: { 0: 'score' } }), 'sigmoid');
     assert.equal(defaultScoreFunction({}), 'softmax');
   });

@@ -67,7 +67,9 @@ describe('dashboard writes from other sites', () => {
   it('trusts Sec-Fetch-Site first, then Origin against Host', () => {
     assert.ok(isForeignWrite({ method: 'PUT', secFetchSite: 'cross-site', origin: 'http://gw:8000', host: 'gw:8000' }));
     assert.ok(isForeignWrite({ method: 'PUT', secFetchSite: 'same-site' }));
-    assert.ok(!isForeignWrite({ method: 'PUT', secFetchSite: 'same-origin', origin: 'https://evil.example', host: 'gw:8000' }));
+    assert.ok(
+      !isForeignWrite({ method: 'PUT', secFetchSite: 'same-origin', origin: 'https://evil.example', host: 'gw:8000' }),
+    );
     assert.ok(!isForeignWrite({ method: 'PUT', secFetchSite: 'none' }));
     assert.ok(isForeignWrite({ method: 'POST', origin: 'https://evil.example', host: 'gw:8000' }));
     assert.ok(isForeignWrite({ method: 'POST', origin: 'not a url', host: 'gw:8000' }));

@@ -1,7 +1,14 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { loadWorkerConfig } from '@tserve/config';
-import { DeviceChoiceError, checkDtypeFile, chooseDtype, int8RowSource, isNoAdapterError, resolveDevice } from '../../apps/worker/src/model/device.ts';
+import {
+  DeviceChoiceError,
+  checkDtypeFile,
+  chooseDtype,
+  int8RowSource,
+  isNoAdapterError,
+  resolveDevice,
+} from '../../apps/worker/src/model/device.ts';
 
 const both = ['model.onnx', 'model_fp16.onnx'];
 
@@ -18,7 +25,10 @@ describe('device and dtype choice', () => {
     assert.deepEqual(chooseDtype('auto', 'cpu', ['model_quantized.onnx'], false), { dtype: 'int8-row' });
     assert.equal(int8RowSource(both), 'fp32');
     assert.equal(int8RowSource(['model_quantized.onnx']), 'q8');
-    assert.throws(() => checkDtypeFile('m', 'int8-row', ['model_fp16.onnx']), /no onnx\/model.onnx or onnx\/model_quantized.onnx/);
+    assert.throws(
+      () => checkDtypeFile('m', 'int8-row', ['model_fp16.onnx']),
+      /no onnx\/model.onnx or onnx\/model_quantized.onnx/,
+    );
     assert.deepEqual(chooseDtype('auto', 'webgpu', both, false), { dtype: 'fp16' });
     assert.deepEqual(chooseDtype('auto', 'webgpu', ['model.onnx'], false), { dtype: 'fp32' });
     const hub = chooseDtype('auto', 'cuda', undefined, false);

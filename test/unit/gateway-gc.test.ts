@@ -55,7 +55,11 @@ describe("bench: the gateway's collections", () => {
   it("gives each kind's collections, mean pause and paused share of the window", () => {
     const none = { count: 0, seconds: 0 };
     const start = { minor: { count: 100, seconds: 0.5 }, major: { count: 7, seconds: 0.1 }, incremental: none };
-    const end = { minor: { count: 180, seconds: 0.9 }, major: { count: 7, seconds: 0.1 }, incremental: { count: 4, seconds: 0.008 } };
+    const end = {
+      minor: { count: 180, seconds: 0.9 },
+      major: { count: 7, seconds: 0.1 },
+      incremental: { count: 4, seconds: 0.008 },
+    };
     const gc = gcOverWindow(start, end, 20);
     assert.equal(gc.minor.collections, 80);
     assert.ok(Math.abs(gc.minor.meanPauseMs - 5) < 1e-9);

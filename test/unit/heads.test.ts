@@ -16,7 +16,24 @@ import { topK } from '../../apps/worker/src/tasks/math.ts';
  * The task heads read hand-made logits here, with a WordPiece-like stand-in for the tokenizer: a
  * fixed vocabulary, words split on spaces, "##" continuing a word.
  */
-const VOCAB = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', 'paris', 'is', 'the', 'capital', 'city', 'of', 'france', 'john', '##son', 'lives', 'in'];
+const VOCAB = [
+  '[PAD]',
+  '[UNK]',
+  '[CLS]',
+  '[SEP]',
+  '[MASK]',
+  'paris',
+  'is',
+  'the',
+  'capital',
+  'city',
+  'of',
+  'france',
+  'john',
+  '##son',
+  'lives',
+  'in',
+];
 const CLS = 2;
 const SEP = 3;
 const MASK = 4;
@@ -33,18 +50,34 @@ const tokenizer = {
       .map((id) => VOCAB[id])
       .join(' ')
       .replaceAll(' ##', ''),
-  _tokenizer: { id_to_token: (id: number) => VOCAB[id], normalizer: null, pre_tokenizer: null, model: { unk_token: '[UNK]', continuing_subword_prefix: '##' } },
+  _tokenizer: {
+    id_to_token: (id: number) => VOCAB[id],
+    normalizer: null,
+    pre_tokenizer: null,
+    model: { unk_token: '[UNK]', continuing_subword_prefix: '##' },
+  },
 };
 
 function model(task: Task, config: ModelConfig = {}, maxLength = 512): LoadedModel {
-  return { id: 'test/model', task, tasks: [task], tokenizer: tokenizer as unknown as LoadedModel['tokenizer'], config, maxLength, positions: maxLength };
+  return {
+    id: 'test/model',
+    task,
+    tasks: [task],
+    tokenizer: tokenizer as unknown as LoadedModel['tokenizer'],
+    config,
+    maxLength,
+    positions: maxLength,
+  };
 }
 
 /** [CLS] tokens [SEP] as one sequence. */
 const sequence = (text: string, tokens: string[]): Encoded => ({ text, ids: [CLS, ...tokens.map(idOf), SEP] });
 
 /** A [rows, classes] output from rows of logits. */
-const pooled = (rows: number[][]): BatchOutput => ({ data: Float32Array.from(rows.flat()), dims: [rows.length, rows[0].length] });
+const pooled = (rows: number[][]): BatchOutput => ({
+  data: Float32Array.from(rows.flat()),
+  dims: [rows.length, rows[0].length],
+});
 
 /** A [rows, length, width] output from each row's per-token vectors. */
 const perToken = (rows: number[][][]): BatchOutput => ({
@@ -53,9 +86,11 @@ const perToken = (rows: number[][][]): BatchOutput => ({
 });
 
 /** A row of `classes` logits, `value` at `hot` and 0 elsewhere. */
-const oneHot = (classes: number, hot: number, value: number) => Array.from({ length: classes }, (_, i) => (i === hot ? value : 0));
+const oneHot = (classes: number, hot: number, value: number) =>
+  Array.from({ length: classes }, (_, i) => (i === hot ? value : 0));
 
-const close = (actual: number, expected: number, what: string) => assert.ok(Math.abs(actual - expected) < 1e-6, `${what}: ${actual} ≠ ${expected}`);
+const close = (actual: number, expected: number, what: string) =>
+  assert.ok(Math.abs(actual - expected) < 1e-6, `${what}: ${actual} ≠ ${expected}`);
 
 describe('text-classification head', () => {
   const labels = { id2label: { 0: 'NEGATIVE', 1: 'POSITIVE' } };
@@ -79,13 +114,21 @@ describe('text-classification head', () => {
   });
 
   it('uses a sigmoid for multi-label and single-logit models, and raw logits with function_to_apply none', () => {
-    const multi = textClassificationHead(model('text-classification', { ...labels, problem_type: 'multi_label_classification' }));
+    const multi = textClassificationHead(
+      model('text-classification', { ...labels, problem_type: 'multi_label_classification' }),
+    );
     const scores = multi.decode(output, 0, encoded, { top_k: 2 }) as Array<{ label: string; score: number }>;
     close(scores[0].score, 1 / (1 + Math.exp(-2)), 'sigmoid(2)');
     close(scores[1].score, 0.5, 'sigmoid(0)');
     const single = textClassificationHead(model('text-classification', { id2label: { 0: 'RELEVANT' } }));
-    close((single.decode(pooled([[1]]), 0, encoded, {}) as Array<{ score: number }>)[0].score, 1 / (1 + Math.exp(-1)), 'one logit');
-    const raw = textClassificationHead(model('text-classification', labels)).decode(output, 1, encoded, { function_to_apply: 'none' });
+    close(
+      (single.decode(pooled([[1]]), 0, encoded, {}) as Array<{ score: number }>)[0].score,
+      1 / (1 + Math.exp(-1)),
+      'one logit',
+    );
+    const raw = textClassificationHead(model('text-classification', labels)).decode(output, 1, encoded, {
+      function_to_apply: 'none',
+    });
     assert.deepEqual(raw, [{ label: 'NEGATIVE', score: 3 }]);
   });
 
@@ -100,12 +143,28 @@ describe('token-classification head', () => {
   const text = 'johnson lives in paris';
   const encoded = sequence(text, ['john', '##son', 'lives', 'in', 'paris']);
   // [CLS] john ##son lives in paris [SEP]: "john" leans PER, "##son" strongly LOC, "paris" LOC.
-  const output = perToken([[oneHot(5, 0, 5), oneHot(5, 1, 2), oneHot(5, 4, 6), oneHot(5, 0, 5), oneHot(5, 0, 5), oneHot(5, 3, 5), oneHot(5, 0, 5)]]);
+  const output = perToken([
+    [
+      oneHot(5, 0, 5),
+      oneHot(5, 1, 2),
+      oneHot(5, 4, 6),
+      oneHot(5, 0, 5),
+      oneHot(5, 0, 5),
+      oneHot(5, 3, 5),
+      oneHot(5, 0, 5),
+    ],
+  ]);
   const head = tokenClassificationHead(model('token-classification', config));
   type Group = { entity_group: string; word: string; start: number | null; end: number | null; score: number };
 
   it('labels each token with its span in the input, skipping the template tokens and O', () => {
-    const entities = head.decode(output, 0, encoded, {}) as Array<{ entity: string; index: number; word: string; start: number; end: number }>;
+    const entities = head.decode(output, 0, encoded, {}) as Array<{
+      entity: string;
+      index: number;
+      word: string;
+      start: number;
+      end: number;
+    }>;
     assert.deepEqual(
       entities.map(({ entity, index, word, start, end }) => ({ entity, index, word, start, end })),
       [
@@ -192,7 +251,9 @@ describe('fill-mask head', () => {
     assert.throws(
       () => head.check!(masks(500), { top_k: 3 }),
       (err: unknown) =>
-        err instanceof ApiError && err.type === 'validation' && err.message.includes('500 mask tokens and top_k is 3: 1500 candidates, at most 1000'),
+        err instanceof ApiError &&
+        err.type === 'validation' &&
+        err.message.includes('500 mask tokens and top_k is 3: 1500 candidates, at most 1000'),
     );
     assert.throws(() => head.check!(masks(201), {}), /201 mask tokens and top_k is 5/);
   });
@@ -237,7 +298,10 @@ describe('feature-extraction head', () => {
   it('counts the numbers a sequence puts in the answer: one vector, or one per token with pooling none; wide where the config names no width', () => {
     assert.equal(head.answerValues!(encoded, {}), 2);
     assert.equal(head.answerValues!(encoded, { pooling: 'none' }), 4);
-    assert.equal(featureExtractionHead(model('feature-extraction', { dim: 768 })).answerValues!(encoded, { pooling: 'none' }), 2 * 768);
+    assert.equal(
+      featureExtractionHead(model('feature-extraction', { dim: 768 })).answerValues!(encoded, { pooling: 'none' }),
+      2 * 768,
+    );
     assert.equal(featureExtractionHead(model('feature-extraction')).answerValues!(encoded, {}), 4096);
   });
 
@@ -248,7 +312,11 @@ describe('feature-extraction head', () => {
       [0, 2],
       [3, 3],
     ].map((v) => similarity.decode(perToken([[v]]), 0, { text: '', ids: [CLS] }, {}));
-    const [orthogonal, diagonal] = similarity.combine!(vectors, { source_sentence: '', sentences: ['', ''] }, {}) as number[];
+    const [orthogonal, diagonal] = similarity.combine!(
+      vectors,
+      { source_sentence: '', sentences: ['', ''] },
+      {},
+    ) as number[];
     close(orthogonal, 0, 'orthogonal');
     close(diagonal, Math.SQRT1_2, '45 degrees');
   });
@@ -258,7 +326,11 @@ describe('feature-extraction head', () => {
 function pairEngine(): Engine & { pairs: Array<[string, string]> } {
   const build = (first: string[], second: string[] = []) => {
     const tokens = ['[CLS]', ...first, '[SEP]', ...(second.length ? [...second, '[SEP]'] : [])];
-    return { ids: tokens.map(idOf), typeIds: tokens.map((_, i) => (i > first.length + 1 ? 1 : 0)), at: first.length + 2 };
+    return {
+      ids: tokens.map(idOf),
+      typeIds: tokens.map((_, i) => (i > first.length + 1 ? 1 : 0)),
+      at: first.length + 2,
+    };
   };
   const pairs: Array<[string, string]> = [];
   return {
@@ -280,7 +352,10 @@ describe('question-answering head', () => {
   const head = questionAnsweringHead(model('question-answering'));
 
   /** Start and end logits for each window: `start`/`end` give a position's logit (0 otherwise). */
-  function run(parameters: Record<string, unknown>, logits: (window: number, position: number) => { start?: number; end?: number }) {
+  function run(
+    parameters: Record<string, unknown>,
+    logits: (window: number, position: number) => { start?: number; end?: number },
+  ) {
     const sequences = head.encode!({ question: 'which', context }, parameters, engine);
     const width = Math.max(...sequences.map((s) => s.ids.length));
     const starts = new Float32Array(sequences.length * width);
@@ -300,7 +375,10 @@ describe('question-answering head', () => {
     // [CLS] which [SEP] one two ... : context token k is at position 3 + k.
     const { sequences, answer } = run({}, (_w, i) => (i === 3 + 5 ? { start: 8 } : i === 3 + 6 ? { end: 8 } : {}));
     assert.equal(sequences.length, 1);
-    assert.deepEqual({ ...(answer as object), score: undefined }, { answer: 'six seven', start: 24, end: 33, score: undefined });
+    assert.deepEqual(
+      { ...(answer as object), score: undefined },
+      { answer: 'six seven', start: 24, end: 33, score: undefined },
+    );
   });
 
   it('never picks a span longer than max_answer_len, nor one ending before it starts', () => {
@@ -312,18 +390,28 @@ describe('question-answering head', () => {
 
   it('reads a long context in overlapping windows and finds the answer in a later one', () => {
     // 6 context tokens per window (10 less the question and 3 specials), 2 shared: windows start at tokens 0 and 4.
-    const { sequences, answer } = run({ max_seq_len: 10, doc_stride: 2 }, (w, i) => (w === 1 && i === 3 + 4 ? { start: 9, end: 9 } : {}));
+    const { sequences, answer } = run({ max_seq_len: 10, doc_stride: 2 }, (w, i) =>
+      w === 1 && i === 3 + 4 ? { start: 9, end: 9 } : {},
+    );
     assert.equal(sequences.length, 2);
-    assert.deepEqual({ ...(answer as object), score: undefined }, { answer: 'nine', start: 40, end: 44, score: undefined });
+    assert.deepEqual(
+      { ...(answer as object), score: undefined },
+      { answer: 'nine', start: 40, end: 44, score: undefined },
+    );
   });
 
   it('answers "" when no answer beats the no-answer score and handle_impossible_answer is set', () => {
-    const { answer } = run({ handle_impossible_answer: true, top_k: 2 }, (_w, i) => (i === 0 ? { start: 12, end: 12 } : {}));
+    const { answer } = run({ handle_impossible_answer: true, top_k: 2 }, (_w, i) =>
+      i === 0 ? { start: 12, end: 12 } : {},
+    );
     assert.deepEqual((answer as Array<{ answer: string }>).map((a) => a.answer)[0], '');
   });
 
   it('refuses a window stride that would not advance', () => {
-    assert.throws(() => head.encode!({ question: 'which', context }, { max_seq_len: 10, doc_stride: 6 }, engine), /doc_stride/);
+    assert.throws(
+      () => head.encode!({ question: 'which', context }, { max_seq_len: 10, doc_stride: 6 }, engine),
+      /doc_stride/,
+    );
   });
 });
 
@@ -349,17 +437,26 @@ describe('zero-shot-classification head', () => {
   });
 
   it('compares entailment across labels, or scores each alone against contradiction (multi_label)', () => {
-    const single = head.combine!(parts, 'text', { candidate_labels }) as { sequence: string; labels: string[]; scores: number[] };
+    const single = head.combine!(parts, 'text', { candidate_labels }) as {
+      sequence: string;
+      labels: string[];
+      scores: number[];
+    };
     assert.deepEqual(single.labels, ['politics', 'sports', 'cooking']);
     const e = [Math.exp(3), Math.exp(1), 1];
     close(single.scores[0], e[0] / (e[0] + e[1] + e[2]), 'softmax over entailment logits');
-    const multi = head.combine!(parts, 'text', { candidate_labels, multi_label: true }) as { labels: string[]; scores: number[] };
+    const multi = head.combine!(parts, 'text', { candidate_labels, multi_label: true }) as {
+      labels: string[];
+      scores: number[];
+    };
     assert.deepEqual(multi.labels, ['politics', 'sports', 'cooking']);
     close(multi.scores[2], 0.5, 'entailment 0 against contradiction 0');
   });
 
   it('refuses a model with no entailment label', () => {
-    const noNli = zeroShotClassificationHead(model('zero-shot-classification', { id2label: { 0: 'NEGATIVE', 1: 'POSITIVE' } }));
+    const noNli = zeroShotClassificationHead(
+      model('zero-shot-classification', { id2label: { 0: 'NEGATIVE', 1: 'POSITIVE' } }),
+    );
     assert.throws(
       () => noNli.encode!('x', { candidate_labels }, pairEngine()),
       (err: unknown) => err instanceof ApiError && err.type === 'validation',
@@ -375,7 +472,8 @@ describe('topK', () => {
       // Few distinct values, so that ties are many.
       const values = Float32Array.from({ length }, () => Math.floor(random() * 50) / 7);
       const sorted = Array.from({ length }, (_, i) => i).sort((a, b) => values[b] - values[a]);
-      for (const k of [1, 5, 100, 1000, length, length + 3]) assert.deepEqual(topK(values, k), sorted.slice(0, k), `length ${length}, k ${k}`);
+      for (const k of [1, 5, 100, 1000, length, length + 3])
+        assert.deepEqual(topK(values, k), sorted.slice(0, k), `length ${length}, k ${k}`);
     }
   });
 });

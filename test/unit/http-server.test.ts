@@ -41,7 +41,11 @@ describe('expressServer: requests born with the app’s prototypes', () => {
 
   it('creates each request and response with the app’s prototypes, so that Express need not change them', async () => {
     born.length = 0;
-    const res = await fetch(`${base}/echo`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-probe': 'p' }, body: '{"a":1}' });
+    const res = await fetch(`${base}/echo`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-probe': 'p' },
+      body: '{"a":1}',
+    });
     assert.equal(res.status, 201);
     assert.deepEqual(await res.json(), { app: true, body: { a: 1 }, header: 'p' });
     assert.equal(born.length, 1);
@@ -72,7 +76,10 @@ describe('slowClientTimeouts', () => {
     for (const timeout of ['5000', '10000', '30000', '7']) {
       const config = loadGatewayConfig({ REQUEST_TIMEOUT_MS: timeout });
       const options = slowClientTimeouts(config.HTTP_HEADERS_TIMEOUT_MS, config.HTTP_REQUEST_TIMEOUT_MS);
-      assert.ok(Number.isInteger(options.connectionsCheckingInterval), `${timeout}: ${options.connectionsCheckingInterval}`);
+      assert.ok(
+        Number.isInteger(options.connectionsCheckingInterval),
+        `${timeout}: ${options.connectionsCheckingInterval}`,
+      );
       // Node's own check of the options: it throws where it would refuse them.
       expressServer(express(), options, () => {}).close();
     }

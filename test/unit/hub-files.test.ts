@@ -6,14 +6,19 @@ import { loadWorkerConfig } from '@tserve/config';
 import { hubFilePlan } from '../../apps/worker/src/model/model.ts';
 import { MODEL_DIR } from '../helpers/processes.ts';
 
-const bertConfig = JSON.parse(fs.readFileSync(path.join(MODEL_DIR, 'replica/tiny-bert-sst2/config.json'), 'utf8')) as Record<string, unknown>;
+const bertConfig = JSON.parse(
+  fs.readFileSync(path.join(MODEL_DIR, 'replica/tiny-bert-sst2/config.json'), 'utf8'),
+) as Record<string, unknown>;
 const plan = (env: Record<string, string>, config = bertConfig, onServer: string[] = []) => {
   const asked: string[] = [];
   const has = (file: string) => {
     asked.push(file);
     return Promise.resolve(onServer.includes(file));
   };
-  return hubFilePlan(loadWorkerConfig({ MODEL: 'org/model', ...env }))(config, has).then((files) => ({ ...files, asked }));
+  return hubFilePlan(loadWorkerConfig({ MODEL: 'org/model', ...env }))(config, has).then((files) => ({
+    ...files,
+    asked,
+  }));
 };
 
 describe('which files a worker fetches from the hub', () => {
@@ -26,7 +31,10 @@ describe('which files a worker fetches from the hub', () => {
     const both = await plan({}, bertConfig, ['onnx/model.onnx', 'onnx/model_quantized.onnx']);
     assert.deepEqual([both.required, both.asked], [['onnx/model.onnx'], ['onnx/model.onnx']]);
     const q8 = await plan({}, bertConfig, ['onnx/model_quantized.onnx']);
-    assert.deepEqual([q8.required, q8.asked], [['onnx/model_quantized.onnx'], ['onnx/model.onnx', 'onnx/model_quantized.onnx']]);
+    assert.deepEqual(
+      [q8.required, q8.asked],
+      [['onnx/model_quantized.onnx'], ['onnx/model.onnx', 'onnx/model_quantized.onnx']],
+    );
     assert.deepEqual((await plan({}, bertConfig, [])).required, ['onnx/model.onnx']);
   });
 
@@ -42,6 +50,10 @@ describe('which files a worker fetches from the hub', () => {
 
   it('weights split into external data come with their data files', async () => {
     const config = { ...bertConfig, 'transformers.js_config': { use_external_data_format: { 'model.onnx': 2 } } };
-    assert.deepEqual((await plan({ DTYPE: 'fp32' }, config)).required, ['onnx/model.onnx', 'onnx/model.onnx_data', 'onnx/model.onnx_data_1']);
+    assert.deepEqual((await plan({ DTYPE: 'fp32' }, config)).required, [
+      'onnx/model.onnx',
+      'onnx/model.onnx_data',
+      'onnx/model.onnx_data_1',
+    ]);
   });
 });

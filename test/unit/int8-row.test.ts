@@ -11,8 +11,19 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import ort from 'onnxruntime-node';
 import { out, type Field } from '../../apps/worker/src/model/int8-row/protobuf.ts';
-import { initializer, parseModel, serializeModel, TensorType, type OnnxNode } from '../../apps/worker/src/model/int8-row/onnx.ts';
-import { quantizeColumns, RewriteError, rowsFromFp32, rowsFromQ8 } from '../../apps/worker/src/model/int8-row/rewrite.ts';
+import {
+  initializer,
+  parseModel,
+  serializeModel,
+  TensorType,
+  type OnnxNode,
+} from '../../apps/worker/src/model/int8-row/onnx.ts';
+import {
+  quantizeColumns,
+  RewriteError,
+  rowsFromFp32,
+  rowsFromQ8,
+} from '../../apps/worker/src/model/int8-row/rewrite.ts';
 import { int8RowWeights } from '../../apps/worker/src/model/int8-row/index.ts';
 import { dropSoftmaxNanGuards } from '../../apps/worker/src/model/int8-row/nan-guards.ts';
 
@@ -60,7 +71,11 @@ const node = (opType: string, inputs: string[], outputs: string[], attributes?: 
 });
 
 const floatModel = (opset?: number) =>
-  model([node('MatMul', ['x', 'w'], ['y'])], [initializer('w', TensorType.FLOAT, [K, N], new Uint8Array(WEIGHT.buffer))], opset);
+  model(
+    [node('MatMul', ['x', 'w'], ['y'])],
+    [initializer('w', TensorType.FLOAT, [K, N], new Uint8Array(WEIGHT.buffer))],
+    opset,
+  );
 
 /** What ONNX Runtime's quantize_dynamic writes for y = x·w: w int8 per tensor, x quantized per call. */
 function q8Model(): { bytes: Uint8Array; dequantized: Float32Array } {
@@ -117,12 +132,18 @@ describe('int8-row rewrite', () => {
       const rows = rewrite(floatModel(opset), rowsFromFp32);
       assert.deepEqual(rows.report, { quantizers: 1, matmuls: 1 });
       const ops = parseModel(rows.bytes).nodes.map((n) => n.opType);
-      assert.ok(ops.includes('MatMulInteger') && !ops.includes('MatMul'), `the MatMul is now integer: ${ops.join(' ')}`);
+      assert.ok(
+        ops.includes('MatMulInteger') && !ops.includes('MatMul'),
+        `the MatMul is now integer: ${ops.join(' ')}`,
+      );
       const batched = await run(rows.bytes, [...ROWS, LOUD]);
       for (const [i, row] of ROWS.entries()) {
         const [alone] = await run(rows.bytes, [row]);
         assert.deepEqual(alone, batched[i], `row ${i} alone vs beside a loud row`);
-        assert.ok(relativeError(alone, reference(row, WEIGHT)) < 0.02, `row ${i}: ${relativeError(alone, reference(row, WEIGHT))}`);
+        assert.ok(
+          relativeError(alone, reference(row, WEIGHT)) < 0.02,
+          `row ${i}: ${relativeError(alone, reference(row, WEIGHT))}`,
+        );
       }
     });
   }
@@ -140,7 +161,10 @@ describe('int8-row rewrite', () => {
     for (const [i, row] of ROWS.entries()) {
       const [alone] = await run(rows.bytes, [row]);
       assert.deepEqual(alone, batched[i], `row ${i} alone vs beside a loud row`);
-      assert.ok(relativeError(alone, reference(row, q8.dequantized)) < 0.02, `row ${i}: ${relativeError(alone, reference(row, q8.dequantized))}`);
+      assert.ok(
+        relativeError(alone, reference(row, q8.dequantized)) < 0.02,
+        `row ${i}: ${relativeError(alone, reference(row, q8.dequantized))}`,
+      );
     }
   });
 
@@ -197,7 +221,11 @@ function modelFolder(): { dir: string; cache: string; source: { file: string; sh
   fs.mkdirSync(path.join(dir, 'onnx'), { recursive: true });
   fs.writeFileSync(path.join(dir, 'onnx', 'model.onnx'), floatModel());
   fs.writeFileSync(path.join(dir, 'config.json'), '{"model_type":"bert"}');
-  return { dir, cache: path.join(root, 'cache'), source: { file: 'onnx/model.onnx', sha256: 'ab'.repeat(32), from: 'fp32' } };
+  return {
+    dir,
+    cache: path.join(root, 'cache'),
+    source: { file: 'onnx/model.onnx', sha256: 'ab'.repeat(32), from: 'fp32' },
+  };
 }
 
 /** Mounts `dir` over itself read-only, as compose and Kubernetes mount model volumes; false where this process may not mount. */
@@ -221,7 +249,10 @@ describe('the int8-row file', () => {
     const { mtimeMs } = fs.statSync(path.join(dir, first.file));
     const second = await int8RowWeights(dir, source, cache);
     assert.equal(second.written, undefined, 'the second start does not');
-    assert.deepEqual([second.dir, second.sha256, fs.statSync(path.join(dir, second.file)).mtimeMs], [dir, first.sha256, mtimeMs]);
+    assert.deepEqual(
+      [second.dir, second.sha256, fs.statSync(path.join(dir, second.file)).mtimeMs],
+      [dir, first.sha256, mtimeMs],
+    );
   });
 
   it('goes to the cache, in a folder linked to the model, where the model folder is read-only', async (t) => {

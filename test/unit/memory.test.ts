@@ -30,7 +30,15 @@ const MINILM_CONFIG = {
   vocab_size: 30522,
   max_position_embeddings: 512,
 };
-const DISTILBERT_CONFIG = { model_type: 'distilbert', dim: 768, n_heads: 12, n_layers: 6, hidden_dim: 3072, vocab_size: 30522, max_position_embeddings: 512 };
+const DISTILBERT_CONFIG = {
+  model_type: 'distilbert',
+  dim: 768,
+  n_heads: 12,
+  n_layers: 6,
+  hidden_dim: 3072,
+  vocab_size: 30522,
+  max_position_embeddings: 512,
+};
 const MINILM = modelShape(MINILM_CONFIG)!;
 
 /** A budget input for MiniLM at the CPU defaults. */
@@ -47,7 +55,14 @@ const minilm = (budgetMiB: number, restingMiB = 230) => ({
 describe('the memory a model call takes', () => {
   it('reads the sizes from BERT and DistilBERT configs, and nothing from a config that does not say', () => {
     assert.deepEqual(MINILM, { hidden: 384, heads: 12, layers: 6, intermediate: 1536, vocab: 30522, positions: 512 });
-    assert.deepEqual(modelShape(DISTILBERT_CONFIG), { hidden: 768, heads: 12, layers: 6, intermediate: 3072, vocab: 30522, positions: 512 });
+    assert.deepEqual(modelShape(DISTILBERT_CONFIG), {
+      hidden: 768,
+      heads: 12,
+      layers: 6,
+      intermediate: 3072,
+      vocab: 30522,
+      positions: 512,
+    });
     assert.equal(modelShape({ model_type: 'mystery', hidden_size: 64 }), undefined);
   });
 
@@ -66,7 +81,11 @@ describe('the memory a model call takes', () => {
 
   it('grows linearly with rows and, at length, with its square (attention)', () => {
     assert.equal(callBytes(MINILM, 32, 128), 32 * callBytes(MINILM, 1, 128));
-    assert.equal(heldBytes(MINILM, 8, 512), 1.3 * callBytes(MINILM, 8, 512), 'what the arena comes to hold among calls of other sizes');
+    assert.equal(
+      heldBytes(MINILM, 8, 512),
+      1.3 * callBytes(MINILM, 8, 512),
+      'what the arena comes to hold among calls of other sizes',
+    );
     const growth = callBytes(MINILM, 1, 512) / callBytes(MINILM, 1, 256);
     assert.ok(growth > 3.5 && growth < 4, `doubling the length multiplies it by ${growth}`);
     // The CPU defaults' largest call, 32 rows of 512 tokens: about 2 GiB (docs/memory.md).
@@ -83,9 +102,15 @@ describe('the limits a memory budget sets', () => {
       assert.equal(limits.callBudgetBytes, input.budgetBytes - input.restingBytes - HEADROOM_BYTES);
       for (let length = 1; length <= limits.longest; length++) {
         const rows = limits.maxRows(length);
-        assert.ok(heldBytes(MINILM, rows, length) <= limits.callBudgetBytes, `${budget} MiB: ${rows} rows of ${length}`);
+        assert.ok(
+          heldBytes(MINILM, rows, length) <= limits.callBudgetBytes,
+          `${budget} MiB: ${rows} rows of ${length}`,
+        );
         const capped = rows === input.maxSize || (rows + 1) * length > input.maxPaddedTokens;
-        assert.ok(capped || heldBytes(MINILM, rows + 1, length) > limits.callBudgetBytes, `${budget} MiB: one more row of ${length} would fit`);
+        assert.ok(
+          capped || heldBytes(MINILM, rows + 1, length) > limits.callBudgetBytes,
+          `${budget} MiB: one more row of ${length} would fit`,
+        );
         assert.ok(rows * length <= limits.maxPaddedTokens && rows <= limits.maxSize);
       }
       assert.ok(limits.longest === 512 || heldBytes(MINILM, 1, limits.longest + 1) > limits.callBudgetBytes);
@@ -105,29 +130,42 @@ describe('the limits a memory budget sets', () => {
 
   it('leaves the settings as they are where the budget holds their largest call', () => {
     const limits = limitsWithin(minilm(4096));
-    assert.deepEqual([limits.maxSize, limits.maxPaddedTokens, limits.longest, limits.maxRows(512), limits.maxRows(16)], [32, 16384, 512, 32, 32]);
+    assert.deepEqual(
+      [limits.maxSize, limits.maxPaddedTokens, limits.longest, limits.maxRows(512), limits.maxRows(16)],
+      [32, 16384, 512, 32, 32],
+    );
   });
 
   it('keeps a BATCH_MAX_TOKENS below the model length as it is: a longer input runs alone', () => {
     const limits = limitsWithin({ ...minilm(1024), maxPaddedTokens: 100 });
-    assert.deepEqual([limits.maxPaddedTokens, limits.longest, limits.maxRows(300), limits.maxRows(50)], [100, 512, 1, 2]);
+    assert.deepEqual(
+      [limits.maxPaddedTokens, limits.longest, limits.maxRows(300), limits.maxRows(50)],
+      [100, 512, 1, 2],
+    );
   });
 
   it("without a stated position table, takes inputs as long as fit alone, past the tokenizer's limit", () => {
     const limits = limitsWithin({ ...minilm(1024), positions: undefined });
     assert.ok(limits.longest > 512, `${limits.longest}`);
-    assert.ok(heldBytes(MINILM, 1, limits.longest) <= limits.callBudgetBytes && heldBytes(MINILM, 1, limits.longest + 1) > limits.callBudgetBytes);
+    assert.ok(
+      heldBytes(MINILM, 1, limits.longest) <= limits.callBudgetBytes &&
+        heldBytes(MINILM, 1, limits.longest + 1) > limits.callBudgetBytes,
+    );
   });
 
   it('takes inputs only as long as fit alone under a small budget, and refuses a budget the model fills at rest', () => {
     const small = limitsWithin(minilm(310));
     assert.ok(small.longest < 512 && small.longest > 100, `${small.longest}`);
-    assert.ok(heldBytes(MINILM, 1, small.longest) <= small.callBudgetBytes && heldBytes(MINILM, 1, small.longest + 1) > small.callBudgetBytes);
+    assert.ok(
+      heldBytes(MINILM, 1, small.longest) <= small.callBudgetBytes &&
+        heldBytes(MINILM, 1, small.longest + 1) > small.callBudgetBytes,
+    );
     assert.equal(small.maxRows(small.longest), 1);
     assert.throws(
       () => limitsWithin(minilm(280)),
       (err: Error) =>
-        err instanceof MemoryBudgetError && /WORKER_MEMORY_MB=280 leaves no room .* about 230 MiB at rest.* give it at least 380/.test(err.message),
+        err instanceof MemoryBudgetError &&
+        /WORKER_MEMORY_MB=280 leaves no room .* about 230 MiB at rest.* give it at least 380/.test(err.message),
     );
   });
 

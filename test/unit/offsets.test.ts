@@ -1,6 +1,11 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { alignTokens, codePointSlicer, sliceCodePoints, type TokenizerParts } from '../../apps/worker/src/tasks/offsets.ts';
+import {
+  alignTokens,
+  codePointSlicer,
+  sliceCodePoints,
+  type TokenizerParts,
+} from '../../apps/worker/src/tasks/offsets.ts';
 
 /** A BERT-like normalizer (lower-case, strip accents, space around CJK) and a whitespace/punctuation pre-tokenizer. */
 const bertLike: TokenizerParts = {
@@ -48,7 +53,10 @@ describe('alignTokens', () => {
 
   it('reads only the part of a long text its tokens cover, and aligns as over the whole', () => {
     let normalized = 0;
-    const counting: TokenizerParts = { ...bertLike, normalizer: { normalize: (text) => ((normalized += text.length), bertLike.normalizer!.normalize(text)) } };
+    const counting: TokenizerParts = {
+      ...bertLike,
+      normalizer: { normalize: (text) => ((normalized += text.length), bertLike.normalizer!.normalize(text)) },
+    };
     const text = Array.from({ length: 200_000 }, (_, i) => `Wörd${i}`).join(' ');
     const words = text.split(' ').slice(0, 510);
     const tokens = words.map((w) => w.toLowerCase().replace('ö', 'o'));
@@ -81,7 +89,11 @@ describe('codePointSlicer', () => {
       const points = Array.from(text).length + 2;
       for (let start = 0; start <= points; start++) {
         for (let end = start; end <= points; end++)
-          assert.equal(slice([start, end]), sliceCodePoints(text, [start, end]), `${JSON.stringify(text)} [${start}, ${end}]`);
+          assert.equal(
+            slice([start, end]),
+            sliceCodePoints(text, [start, end]),
+            `${JSON.stringify(text)} [${start}, ${end}]`,
+          );
       }
     }
   });

@@ -32,9 +32,15 @@ describe('windows (a long context read in overlapping spans)', () => {
 });
 
 describe('task detection from config.json', () => {
-  const nli = { architectures: ['BertForSequenceClassification'], label2id: { contradiction: 0, neutral: 1, entailment: 2 } };
+  const nli = {
+    architectures: ['BertForSequenceClassification'],
+    label2id: { contradiction: 0, neutral: 1, entailment: 2 },
+  };
   it('reads the architecture, and an entailment label makes a classifier an NLI model', () => {
-    assert.equal(taskFromConfig({ architectures: ['BertForSequenceClassification'], id2label: { 0: 'NEGATIVE', 1: 'POSITIVE' } }), 'text-classification');
+    assert.equal(
+      taskFromConfig({ architectures: ['BertForSequenceClassification'], id2label: { 0: 'NEGATIVE', 1: 'POSITIVE' } }),
+      'text-classification',
+    );
     assert.equal(taskFromConfig(nli), 'zero-shot-classification');
     assert.equal(entailmentId(nli), 2);
     assert.equal(taskFromConfig({ architectures: ['BertForQuestionAnswering'] }), 'question-answering');

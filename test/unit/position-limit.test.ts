@@ -12,6 +12,10 @@ describe('positionLimit (the longest sequence a position table indexes)', () => 
   it('leaves out the rows up to the padding index where positions start after it (RoBERTa, XLM-R, CamemBERT)', () => {
     assert.equal(positionLimit({ model_type: 'roberta', max_position_embeddings: 514, pad_token_id: 1 }), 512);
     assert.equal(positionLimit({ model_type: 'xlm-roberta', max_position_embeddings: 8194, pad_token_id: 1 }), 8192);
-    assert.equal(positionLimit({ model_type: 'camembert', max_position_embeddings: 514 }), 512, 'their padding index is 1 unless stated');
+    assert.equal(
+      positionLimit({ model_type: 'camembert', max_position_embeddings: 514 }),
+      512,
+      'their padding index is 1 unless stated',
+    );
   });
 });

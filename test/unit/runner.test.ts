@@ -12,7 +12,14 @@ import type { TaskHead } from '../../apps/worker/src/tasks/index.ts';
  * answers a sequence with its text and row.
  */
 function harness(
-  options: { abandoned?: string[]; head?: TaskHead; maxSize?: number; onEncode?: (text: string) => void; maxAnswerValues?: number; longest?: number } = {},
+  options: {
+    abandoned?: string[];
+    head?: TaskHead;
+    maxSize?: number;
+    onEncode?: (text: string) => void;
+    maxAnswerValues?: number;
+    longest?: number;
+  } = {},
 ) {
   let now = 1_000_000;
   const calls: string[][] = [];
@@ -56,7 +63,8 @@ function harness(
 }
 
 /** The error type of a failed outcome; undefined for a success. */
-const errorType = (outcome: RequestOutcome | undefined) => (outcome && !outcome.ok ? outcome.error.error_type : undefined);
+const errorType = (outcome: RequestOutcome | undefined) =>
+  outcome && !outcome.ok ? outcome.error.error_type : undefined;
 
 describe('planBatches', () => {
   const seq = (n: number) => ({ owner: n, encoded: { text: '', ids: Array(n).fill(0) } });
@@ -77,7 +85,9 @@ describe('planBatches', () => {
   });
 
   it('gives a sequence longer than the padded-token cap a call of its own, and plans every sequence once', () => {
-    const plan = planBatches([3, 50, 3, 3].map(seq), { maxSize: 8, maxPaddedTokens: 10 }).map((c) => c.map((s) => s.owner));
+    const plan = planBatches([3, 50, 3, 3].map(seq), { maxSize: 8, maxPaddedTokens: 10 }).map((c) =>
+      c.map((s) => s.owner),
+    );
     assert.deepEqual(plan, [[3, 3, 3], [50]]);
   });
 });
@@ -116,12 +126,20 @@ describe('BatchRunner', () => {
   it('refuses unrun an input longer than the position table, where its call would fail; the rest of the batch runs without halving', async () => {
     const { runner, finished, calls, request } = harness({ maxSize: 8 });
     const long = Array(600).fill('w').join(' ');
-    await runner.run([request('a', ['x1']), request('long', [long]), request('mixed', ['x2', long, 'x3']), request('b', ['x4'])]);
+    await runner.run([
+      request('a', ['x1']),
+      request('long', [long]),
+      request('mixed', ['x2', long, 'x3']),
+      request('b', ['x4']),
+    ]);
     const refused = (id: string) => {
       const outcome = finished.get(id)!;
       return !outcome.ok && outcome.error.error_type === 'validation' ? outcome.error.error : undefined;
     };
-    assert.equal(refused('long'), 'input is 600 tokens long but this model accepts at most 512; shorten it or leave "truncation" on');
+    assert.equal(
+      refused('long'),
+      'input is 600 tokens long but this model accepts at most 512; shorten it or leave "truncation" on',
+    );
     assert.match(refused('mixed') ?? '', /^inputs\[1\]: input is 600 tokens long/);
     assert.ok(finished.get('a')!.ok && finished.get('b')!.ok);
     assert.deepEqual(calls, [['x1', 'x4']], "one call, without the refused requests' inputs");
@@ -130,7 +148,12 @@ describe('BatchRunner', () => {
   it('refuses unrun, 413, an input whose call would not fit the memory budget even alone; the rest of the batch runs', async () => {
     const { runner, finished, calls, request } = harness({ maxSize: 8, longest: 100 });
     const long = Array(101).fill('w').join(' ');
-    await runner.run([request('a', ['x1']), request('long', [long]), request('mixed', ['x2', long]), request('fits', [Array(100).fill('w').join(' ')])]);
+    await runner.run([
+      request('a', ['x1']),
+      request('long', [long]),
+      request('mixed', ['x2', long]),
+      request('fits', [Array(100).fill('w').join(' ')]),
+    ]);
     const refused = (id: string) => {
       const outcome = finished.get(id)!;
       return !outcome.ok && outcome.error.error_type === 'payload_too_large' ? outcome.error.error : undefined;
@@ -205,7 +228,10 @@ describe('BatchRunner', () => {
     const { runner, finished, request } = harness({ head });
     await runner.run([request('m', ['fine words', 'then poison here'])]);
     const m = finished.get('m')!;
-    assert.ok(!m.ok && m.error.error.startsWith('inputs[1]: ') && m.error.error_type === 'inference', JSON.stringify(m));
+    assert.ok(
+      !m.ok && m.error.error.startsWith('inputs[1]: ') && m.error.error_type === 'inference',
+      JSON.stringify(m),
+    );
   });
 
   it('fails only the unanswered requests of a batch that broke outside its isolation', async () => {
@@ -229,7 +255,9 @@ describe('BatchRunner', () => {
         while (performance.now() < until);
       };
       const { runner, request } =
-        path === 'encoded for the model' ? harness({ onEncode: slowly }) : harness({ head: { answer: slowly } as unknown as TaskHead });
+        path === 'encoded for the model'
+          ? harness({ onEncode: slowly })
+          : harness({ head: { answer: slowly } as unknown as TaskHead });
       const ticker = setInterval(() => turns++, 0);
       try {
         await runner.prepare([request('a', ['one', 'two', 'three']), request('b', ['four'])]);
@@ -285,7 +313,9 @@ describe('BatchRunner', () => {
     assert.ok(finished.get('fits')!.ok);
     const over = finished.get('over')!;
     assert.ok(
-      !over.ok && over.error.error_type === 'payload_too_large' && /110 numbers; at most 100 .*MAX_ANSWER_VALUES/.test(over.error.error),
+      !over.ok &&
+        over.error.error_type === 'payload_too_large' &&
+        /110 numbers; at most 100 .*MAX_ANSWER_VALUES/.test(over.error.error),
       JSON.stringify(over),
     );
     assert.deepEqual(calls.flat(), ['a b c d e f g h i j']);

@@ -18,9 +18,16 @@ import { Settling, leastJsonBytes } from '../../apps/worker/src/transport/settli
 import type { Work } from '../../apps/worker/src/transport/work.ts';
 import { Cancellations } from '../../apps/worker/src/pipeline/cancellations.ts';
 
-const notice = (ids: string[], deadline: number) => JSON.stringify({ kind: 'cancel', ids, deadline } satisfies CancelNotice);
+const notice = (ids: string[], deadline: number) =>
+  JSON.stringify({ kind: 'cancel', ids, deadline } satisfies CancelNotice);
 const request = (id: string): QueuedRequest => ({ id, inputs: ['x'], parameters: {}, deadline: 0, enqueuedAt: 0 });
-const answer = (id: string): RequestOutcome => ({ id, ok: true, outputs: [id], warnings: [], timing: { queue_ms: 0, inference_ms: 0, batch_size: 1 } });
+const answer = (id: string): RequestOutcome => ({
+  id,
+  ok: true,
+  outputs: [id],
+  warnings: [],
+  timing: { queue_ms: 0, inference_ms: 0, batch_size: 1 },
+});
 
 /** A Settling over a publisher and jobs that record what they are asked to do. */
 function harness() {
@@ -60,7 +67,12 @@ function harness() {
   });
   const silent = { debug() {}, warn() {} } as unknown as Logger;
   const cancellations = new Cancellations();
-  const sink = new Settling(publisher as unknown as Redis, cancellations, { prefix: 'p', model: 'm', token: 'worker-1' }, silent);
+  const sink = new Settling(
+    publisher as unknown as Redis,
+    cancellations,
+    { prefix: 'p', model: 'm', token: 'worker-1' },
+    silent,
+  );
   return { sink, job, published, completed, stored, taken, cancellations, steps };
 }
 
@@ -75,7 +87,12 @@ describe('Settling', () => {
     sink.record(request('a'), answer('a'));
     sink.record(request('unknown'), answer('unknown'));
     await sink.drain();
-    assert.deepEqual(published, [{ channel: 'reply:j1', outcome: { kind: 'outcome', job: 'j1', model: 'm', outcomes: [answer('a'), answer('b')] } }]);
+    assert.deepEqual(published, [
+      {
+        channel: 'reply:j1',
+        outcome: { kind: 'outcome', job: 'j1', model: 'm', outcomes: [answer('a'), answer('b')] },
+      },
+    ]);
     assert.deepEqual(completed, [{ job: 'j1', token: 'worker-1' }]);
     assert.deepEqual(sink.heldJobIds(), ['j2'], 'j2 keeps its lock');
   });
@@ -141,7 +158,10 @@ describe('Cancellations', () => {
     cancellations.note(notice(['again'], 10 ** 15));
     now += 5 * 60_000;
     cancellations.note(notice(['latest'], 10 ** 15));
-    assert.deepEqual([cancellations.has('once'), cancellations.has('again'), cancellations.has('latest')], [false, true, true]);
+    assert.deepEqual(
+      [cancellations.has('once'), cancellations.has('again'), cancellations.has('latest')],
+      [false, true, true],
+    );
   });
 
   it('forgets a notice once the deadline it names has passed, when its request would be dropped unrun anyway', () => {
@@ -151,13 +171,21 @@ describe('Cancellations', () => {
     cancellations.note(notice(['far'], 10 ** 15));
     now = 30_999;
     cancellations.note(notice(['next'], 61_000));
-    assert.deepEqual([cancellations.has('short'), cancellations.has('far')], [true, true], 'due only at its deadline, when the runner drops its request');
+    assert.deepEqual(
+      [cancellations.has('short'), cancellations.has('far')],
+      [true, true],
+      'due only at its deadline, when the runner drops its request',
+    );
     now = 31_000;
     cancellations.note(notice(['later'], 91_000));
     assert.equal(cancellations.has('short'), false);
     now += 10 * 60_000;
     cancellations.note(notice(['last'], now + 30_000));
-    assert.deepEqual([cancellations.has('far'), cancellations.has('next')], [false, false], 'no notice is kept past ten minutes');
+    assert.deepEqual(
+      [cancellations.has('far'), cancellations.has('next')],
+      [false, false],
+      'no notice is kept past ten minutes',
+    );
   });
 });
 

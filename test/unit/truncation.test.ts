@@ -10,7 +10,8 @@ import { MODEL_DIR } from '../helpers/processes.ts';
 import { CLASSIFIER } from '../helpers/replicas.ts';
 
 /** The kept tokens of a cut, as the whole text's tokens give them. */
-const keptOf = (tokens: string[], keep: number, direction: 'right' | 'left') => (direction === 'right' ? tokens.slice(0, keep) : tokens.slice(-keep));
+const keptOf = (tokens: string[], keep: number, direction: 'right' | 'left') =>
+  direction === 'right' ? tokens.slice(0, keep) : tokens.slice(-keep);
 
 describe('tokensForCut (a long text read only as far as its cut)', () => {
   const words = (text: string) => text.split(/\s+/).filter(Boolean);
@@ -47,7 +48,11 @@ describe('tokensForCut (a long text read only as far as its cut)', () => {
 
   it("keeps exactly the whole text's tokens with a real WordPiece tokenizer, either way, whatever the whitespace", async () => {
     const tokenizer = await AutoTokenizer.from_pretrained(path.join(MODEL_DIR, CLASSIFIER));
-    const inner = (tokenizer as unknown as { _tokenizer: { encode_text(t: string): string[]; tokenizer: Parameters<typeof tokenBoundaries>[0] } })._tokenizer;
+    const inner = (
+      tokenizer as unknown as {
+        _tokenizer: { encode_text(t: string): string[]; tokenizer: Parameters<typeof tokenBoundaries>[0] };
+      }
+    )._tokenizer;
     const boundary = tokenBoundaries(inner.tokenizer)!;
     assert.ok(boundary('中'.charCodeAt(0)), "BERT's normalizer spaces CJK ideographs");
     assert.ok(boundary('!'.charCodeAt(0)) && boundary('«'.charCodeAt(0)), "BERT's pre-tokenizer isolates punctuation");
@@ -62,11 +67,31 @@ describe('tokensForCut (a long text read only as far as its cut)', () => {
     ];
     let seed = 7;
     const random = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
-    const text = Array.from({ length: 4000 }, () => samples[Math.floor(random() * samples.length)]).join(random() < 0.5 ? ' ' : '\n');
+    const text = Array.from({ length: 4000 }, () => samples[Math.floor(random() * samples.length)]).join(
+      random() < 0.5 ? ' ' : '\n',
+    );
     // And Chinese and Japanese with no whitespace at all: cut before an ideograph.
     const cjk = Array.from({ length: 3000 }, () => samples[samples.length - 1]).join('');
     // And words and punctuation with no whitespace: cut before a punctuation character.
-    const marks = ['!', '...', ',', '«', '»', '¿', '—', '$', '@', '#', "'", 'é', 'don', 't', '3.14', 'Zürich', '\u0301'];
+    const marks = [
+      '!',
+      '...',
+      ',',
+      '«',
+      '»',
+      '¿',
+      '—',
+      '$',
+      '@',
+      '#',
+      "'",
+      'é',
+      'don',
+      't',
+      '3.14',
+      'Zürich',
+      '\u0301',
+    ];
     const dense = Array.from({ length: 30_000 }, () => marks[Math.floor(random() * marks.length)]).join('');
     for (const long of [text, cjk, dense, '!'.repeat(100_000)]) {
       const whole = pieces(long);
@@ -75,7 +100,11 @@ describe('tokensForCut (a long text read only as far as its cut)', () => {
           const cut = tokensForCut(long, keep, direction, pieces, boundary);
           assert.equal(cut.whole, false);
           assert.ok(cut.tokens.length < whole.length / 4);
-          assert.deepEqual(keptOf(cut.tokens, keep, direction), keptOf(whole, keep, direction), `${long.slice(0, 8)} ${direction} ${keep}`);
+          assert.deepEqual(
+            keptOf(cut.tokens, keep, direction),
+            keptOf(whole, keep, direction),
+            `${long.slice(0, 8)} ${direction} ${keep}`,
+          );
         }
       }
     }
@@ -86,7 +115,10 @@ describe('tokenBoundaries (where a tokenizer always ends a token)', () => {
   const space = ' '.charCodeAt(0);
   const ideograph = '中'.charCodeAt(0);
   it("is whitespace for a whitespace-splitting pre-tokenizer, punctuation too for BERT's, CJK ideographs under BERT's normalizer, and nothing known otherwise", () => {
-    const bert = tokenBoundaries({ pre_tokenizer: { type: 'BertPreTokenizer' }, normalizer: { type: 'BertNormalizer', handle_chinese_chars: true } })!;
+    const bert = tokenBoundaries({
+      pre_tokenizer: { type: 'BertPreTokenizer' },
+      normalizer: { type: 'BertNormalizer', handle_chinese_chars: true },
+    })!;
     assert.deepEqual(
       [bert(space), bert(ideograph), bert('a'.charCodeAt(0)), bert('.'.charCodeAt(0)), bert('$'.charCodeAt(0))],
       [true, true, false, true, true],
@@ -96,7 +128,10 @@ describe('tokenBoundaries (where a tokenizer always ends a token)', () => {
       [true, true, false, false],
       'Unicode P, not S or letters',
     );
-    const plain = tokenBoundaries({ pre_tokenizer: { type: 'BertPreTokenizer' }, normalizer: { type: 'BertNormalizer', handle_chinese_chars: false } })!;
+    const plain = tokenBoundaries({
+      pre_tokenizer: { type: 'BertPreTokenizer' },
+      normalizer: { type: 'BertNormalizer', handle_chinese_chars: false },
+    })!;
     assert.deepEqual([plain(space), plain(ideograph)], [true, false]);
     // Other pre-tokenizers keep runs of punctuation together ("!!!" is one piece): no boundary there.
     const whitespace = tokenBoundaries({ pre_tokenizer: { type: 'Whitespace' } })!;
@@ -108,11 +143,21 @@ describe('tokenBoundaries (where a tokenizer always ends a token)', () => {
 
 describe('splitsAtWhitespace (tokenizers whose tokens end where whitespace begins)', () => {
   it('knows the whitespace-splitting pre-tokenizers, and trusts no other', () => {
-    for (const type of ['BertPreTokenizer', 'Whitespace', 'WhitespaceSplit', 'ByteLevel', 'Metaspace']) assert.equal(splitsAtWhitespace({ type }), true, type);
+    for (const type of ['BertPreTokenizer', 'Whitespace', 'WhitespaceSplit', 'ByteLevel', 'Metaspace'])
+      assert.equal(splitsAtWhitespace({ type }), true, type);
     assert.equal(splitsAtWhitespace({ type: 'ByteLevel', use_regex: false }), false);
     assert.equal(splitsAtWhitespace({ type: 'Metaspace', split: false }), false);
-    assert.equal(splitsAtWhitespace({ type: 'Sequence', pretokenizers: [{ type: 'Digits' }, { type: 'WhitespaceSplit' }] }), true);
-    assert.equal(splitsAtWhitespace({ type: 'Sequence', pretokenizers: [{ type: 'Split' }, { type: 'ByteLevel', use_regex: false }] }), false);
+    assert.equal(
+      splitsAtWhitespace({ type: 'Sequence', pretokenizers: [{ type: 'Digits' }, { type: 'WhitespaceSplit' }] }),
+      true,
+    );
+    assert.equal(
+      splitsAtWhitespace({
+        type: 'Sequence',
+        pretokenizers: [{ type: 'Split' }, { type: 'ByteLevel', use_regex: false }],
+      }),
+      false,
+    );
     assert.equal(splitsAtWhitespace({ type: 'Split' }), false);
     assert.equal(splitsAtWhitespace(null), false);
   });
@@ -123,14 +168,20 @@ describe('Engine: cut texts and pairs read in part give the sequences of texts r
   async function engines() {
     const tokenizer = await AutoTokenizer.from_pretrained(path.join(MODEL_DIR, CLASSIFIER));
     const inner = (tokenizer as unknown as { _tokenizer: { tokenizer: object } })._tokenizer;
-    const wholeInner = Object.create(inner, { tokenizer: { value: { ...inner.tokenizer, pre_tokenizer: null } } }) as object;
+    const wholeInner = Object.create(inner, {
+      tokenizer: { value: { ...inner.tokenizer, pre_tokenizer: null } },
+    }) as object;
     const wholeTokenizer = Object.create(tokenizer, { _tokenizer: { value: wholeInner } }) as typeof tokenizer;
     const loaded = (t: typeof tokenizer) => ({ tokenizer: t, maxLength: 512 }) as unknown as LoadedModel;
     let pieces = 0;
     const parts = new Engine(loaded(tokenizer), undefined as unknown as ModelThread);
     const counted = parts.pieces.bind(parts);
     parts.pieces = (text) => ((pieces += text.length), counted(text));
-    return { parts, whole: new Engine(loaded(wholeTokenizer), undefined as unknown as ModelThread), charsRead: () => pieces };
+    return {
+      parts,
+      whole: new Engine(loaded(wholeTokenizer), undefined as unknown as ModelThread),
+      charsRead: () => pieces,
+    };
   }
 
   const words = (n: number, word: string) => Array.from({ length: n }, (_, i) => `${word}${i % 10}`).join(' ');
@@ -152,15 +203,21 @@ describe('Engine: cut texts and pairs read in part give the sequences of texts r
         const want = whole.encode(text, { truncate: true, direction });
         assert.deepEqual(got.ids, want.ids);
         assert.ok(
-          got.truncatedFrom?.atLeast ? got.truncatedFrom.tokens <= want.truncatedFrom!.tokens : got.truncatedFrom?.tokens === want.truncatedFrom?.tokens,
+          got.truncatedFrom?.atLeast
+            ? got.truncatedFrom.tokens <= want.truncatedFrom!.tokens
+            : got.truncatedFrom?.tokens === want.truncatedFrom?.tokens,
         );
       }
     }
     // A question's first tokens (question answering's max_question_len).
-    for (const text of Object.values(texts)) assert.deepEqual(parts.leadingPieces(text, 64), whole.pieces(text).slice(0, 64));
+    for (const text of Object.values(texts))
+      assert.deepEqual(parts.leadingPieces(text, 64), whole.pieces(text).slice(0, 64));
     const before = charsRead();
     parts.encode(texts.longer, true);
-    assert.ok(charsRead() - before < texts.longer.length / 3, `read ${charsRead() - before} characters of ${texts.longer.length}`);
+    assert.ok(
+      charsRead() - before < texts.longer.length / 3,
+      `read ${charsRead() - before} characters of ${texts.longer.length}`,
+    );
   });
 
   it('pairs, for every strategy and direction, and reads a first text shared by pairs once', async () => {
@@ -174,7 +231,9 @@ describe('Engine: cut texts and pairs read in part give the sequences of texts r
             const what = `${first.slice(0, 8)} | ${second.slice(0, 8)} ${strategy} ${direction}`;
             assert.deepEqual([got.ids, got.typeIds], [want.ids, want.typeIds], what);
             assert.ok(
-              got.truncatedFrom?.atLeast ? got.truncatedFrom.tokens <= want.truncatedFrom!.tokens : got.truncatedFrom?.tokens === want.truncatedFrom?.tokens,
+              got.truncatedFrom?.atLeast
+                ? got.truncatedFrom.tokens <= want.truncatedFrom!.tokens
+                : got.truncatedFrom?.tokens === want.truncatedFrom?.tokens,
               what,
             );
           }
@@ -183,10 +242,14 @@ describe('Engine: cut texts and pairs read in part give the sequences of texts r
     }
     // Not cut: both read whole.
     for (const direction of ['right', 'left'] as const)
-      assert.deepEqual(parts.encodePair(texts.long, texts.longer, false, direction), whole.encodePair(texts.long, texts.longer, false, direction));
+      assert.deepEqual(
+        parts.encodePair(texts.long, texts.longer, false, direction),
+        whole.encodePair(texts.long, texts.longer, false, direction),
+      );
     // Zero-shot: one input, a hypothesis per label; the input, with no whitespace to cut at, read once.
     const before = charsRead();
-    for (let label = 0; label < 20; label++) parts.encodePair(texts.noSpaces, `This example is label ${label}.`, 'only_first');
+    for (let label = 0; label < 20; label++)
+      parts.encodePair(texts.noSpaces, `This example is label ${label}.`, 'only_first');
     assert.ok(
       charsRead() - before < 2 * texts.noSpaces.length,
       `read ${charsRead() - before} characters for 20 pairs of a ${texts.noSpaces.length}-character input`,

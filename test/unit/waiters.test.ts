@@ -17,7 +17,10 @@ class Subscriber extends EventEmitter {
   }
 }
 
-async function harness(t: { after: (fn: () => Promise<void>) => void }, readFinished: ReadFinished = () => Promise.reject(new Error('not here'))) {
+async function harness(
+  t: { after: (fn: () => Promise<void>) => void },
+  readFinished: ReadFinished = () => Promise.reject(new Error('not here')),
+) {
   const subscriber = new Subscriber();
   const taken: string[][] = [];
   const warned: string[] = [];
@@ -36,7 +39,13 @@ async function harness(t: { after: (fn: () => Promise<void>) => void }, readFini
   return { subscriber, waiters, taken, warned };
 }
 
-const answer = (id: string) => ({ id, ok: true as const, outputs: [id], warnings: [], timing: { queue_ms: 1, inference_ms: 1, batch_size: 2 } });
+const answer = (id: string) => ({
+  id,
+  ok: true as const,
+  outputs: [id],
+  warnings: [],
+  timing: { queue_ms: 1, inference_ms: 1, batch_size: 2 },
+});
 
 describe('outcome waiters', () => {
   it('passes a worker’s word that it took jobs on to the coalescer', async (t) => {

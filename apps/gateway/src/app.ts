@@ -64,7 +64,9 @@ export function createApp(parts: AppParts): Express {
   openAiRoutes(app, parts);
   teiRoutes(app, parts);
   kserveRoutes(app, parts);
-  app.use((req, _res, next) => next(new ApiError('not_found', `no route for ${clip(req.method)} ${clip(req.path)}; see ${ROUTES}`)));
+  app.use((req, _res, next) =>
+    next(new ApiError('not_found', `no route for ${clip(req.method)} ${clip(req.path)}; see ${ROUTES}`)),
+  );
   app.use(answerErrors);
   return app;
 }

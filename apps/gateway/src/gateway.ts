@@ -47,8 +47,16 @@ function responseCache(config: GatewayConfig, redis: Redis, logger: Logger): Res
     loggedAt = Date.now();
     logger.warn({ err: String(err) }, 'response cache: Redis failed; requests are computed afresh meanwhile');
   };
-  logger.info(`response cache on: answers kept ${config.RESPONSE_CACHE_TTL_S} s, at most ${config.RESPONSE_CACHE_MAX_MB} MB`);
-  return new ResponseCache(redis, keys.responseCache(config.QUEUE_PREFIX), config.RESPONSE_CACHE_TTL_S, config.RESPONSE_CACHE_MAX_MB, onError);
+  logger.info(
+    `response cache on: answers kept ${config.RESPONSE_CACHE_TTL_S} s, at most ${config.RESPONSE_CACHE_MAX_MB} MB`,
+  );
+  return new ResponseCache(
+    redis,
+    keys.responseCache(config.QUEUE_PREFIX),
+    config.RESPONSE_CACHE_TTL_S,
+    config.RESPONSE_CACHE_MAX_MB,
+    onError,
+  );
 }
 
 export interface Gateway {
@@ -67,7 +75,14 @@ export interface Gateway {
 export function createGateway(config: GatewayConfig, gatewayId: string, logger: Logger, tracing?: Tracing): Gateway {
   const redis = createRedis(config.REDIS_URL, 'gateway', config.REDIS_COMMAND_TIMEOUT_MS);
   const subscriber = createRedis(config.REDIS_URL, 'subscriber');
-  const registry = new ModelRegistry(redis, config.QUEUE_PREFIX, config.REGISTRY_REFRESH_MS, config.LOAD_FAILURE_TTL_MS, logger, config.MODELS);
+  const registry = new ModelRegistry(
+    redis,
+    config.QUEUE_PREFIX,
+    config.REGISTRY_REFRESH_MS,
+    config.LOAD_FAILURE_TTL_MS,
+    logger,
+    config.MODELS,
+  );
   // A gateway's report older than a few refreshes is from one that stopped, and is ignored.
   const depthStaleMs = Math.max(3 * config.REGISTRY_REFRESH_MS, 2000);
   const depth = new QueueDepth((mine) => exchangeDepths(redis, config.QUEUE_PREFIX, gatewayId, mine, depthStaleMs));
@@ -87,17 +102,26 @@ export function createGateway(config: GatewayConfig, gatewayId: string, logger: 
   const snapshot = createSnapshot(registry, depth, breaker, () => transport.held());
   const bodies = new BodyBudget(config.MAX_BODIES_BYTES);
   // Clients that do not read their answers may not pin them, or the gateway's memory.
-  const unread = new UnreadAnswers(config.MAX_UNREAD_ANSWERS_BYTES, config.HTTP_SEND_TIMEOUT_MS, (reason, unreadBytes) =>
-    logger.warn({ reason, unreadBytes }, 'closed a connection whose client did not read its answer'),
+  const unread = new UnreadAnswers(
+    config.MAX_UNREAD_ANSWERS_BYTES,
+    config.HTTP_SEND_TIMEOUT_MS,
+    (reason, unreadBytes) =>
+      logger.warn({ reason, unreadBytes }, 'closed a connection whose client did not read its answer'),
   );
-  const cacheRedis = config.RESPONSE_CACHE_REDIS_URL ? createRedis(config.RESPONSE_CACHE_REDIS_URL, 'gateway', config.REDIS_COMMAND_TIMEOUT_MS) : redis;
+  const cacheRedis = config.RESPONSE_CACHE_REDIS_URL
+    ? createRedis(config.RESPONSE_CACHE_REDIS_URL, 'gateway', config.REDIS_COMMAND_TIMEOUT_MS)
+    : redis;
   const cache = config.RESPONSE_CACHE_TTL_S > 0 ? responseCache(config, cacheRedis, logger) : undefined;
   const metrics = createMetrics({ snapshot, transport, bodies, unread, cache });
   const apiKeys = loadKeys(config, logger);
   const admission = new Admission({
     keys: apiKeys,
     quotas: apiKeys ? new Quotas(redis, config.QUEUE_PREFIX) : undefined,
-    limits: { maxQueueDepth: config.MAX_QUEUE_DEPTH, batchQueueShare: config.BATCH_QUEUE_SHARE, maxInputsPerRequest: config.MAX_INPUTS_PER_REQUEST },
+    limits: {
+      maxQueueDepth: config.MAX_QUEUE_DEPTH,
+      batchQueueShare: config.BATCH_QUEUE_SHARE,
+      maxInputsPerRequest: config.MAX_INPUTS_PER_REQUEST,
+    },
     depth,
     bodies: { budget: bodies },
     breaker,
@@ -135,14 +159,22 @@ export function createGateway(config: GatewayConfig, gatewayId: string, logger: 
       await whenReady(redis, config.REDIS_COMMAND_TIMEOUT_MS);
       await registry.start();
       // A configured model is shared with no worker too: its backlog is what wakes one.
-      await depth.start(() => [...new Set([...registry.served().map((m) => m.id), ...registry.configured()])], config.REGISTRY_REFRESH_MS);
+      await depth.start(
+        () => [...new Set([...registry.served().map((m) => m.id), ...registry.configured()])],
+        config.REGISTRY_REFRESH_MS,
+      );
     },
     async stop() {
       registry.stop();
       depth.stop();
       apiKeys?.stop();
       await transport.stop();
-      await Promise.allSettled([redis.quit(), subscriber.quit(), ...(cacheRedis === redis ? [] : [cacheRedis.quit()]), traces?.shutdown()]);
+      await Promise.allSettled([
+        redis.quit(),
+        subscriber.quit(),
+        ...(cacheRedis === redis ? [] : [cacheRedis.quit()]),
+        traces?.shutdown(),
+      ]);
     },
   };
 }

@@ -30,7 +30,10 @@ async function main(): Promise<void> {
   // A last line of defence: a promise rejection nobody handled is a bug to log and fix, but not a
   // reason to drop every other client's connection. (Node's default would exit the process.)
   process.on('unhandledRejection', (reason) => {
-    logger.error({ err: reason instanceof Error ? { message: reason.message, stack: reason.stack } : String(reason) }, 'unhandled rejection');
+    logger.error(
+      { err: reason instanceof Error ? { message: reason.message, stack: reason.stack } : String(reason) },
+      'unhandled rejection',
+    );
   });
 
   const tracing = await startTracing('tserve-gateway');
@@ -38,13 +41,19 @@ async function main(): Promise<void> {
   const gateway = createGateway(config, gatewayId, logger, tracing);
   await gateway.start();
 
-  const server = expressServer(gateway.app, slowClientTimeouts(config.HTTP_HEADERS_TIMEOUT_MS, config.HTTP_REQUEST_TIMEOUT_MS), (res) =>
-    gateway.unread.written(res),
+  const server = expressServer(
+    gateway.app,
+    slowClientTimeouts(config.HTTP_HEADERS_TIMEOUT_MS, config.HTTP_REQUEST_TIMEOUT_MS),
+    (res) => gateway.unread.written(res),
   );
   server.keepAliveTimeout = 65_000;
   server.maxConnections = config.MAX_CONNECTIONS;
   server.on('drop', gateway.connectionDropped);
-  capConnectionsPerClient(server, { maxPerClient: config.MAX_CONNECTIONS_PER_CLIENT, maxConnections: config.MAX_CONNECTIONS }, gateway.connectionDropped);
+  capConnectionsPerClient(
+    server,
+    { maxPerClient: config.MAX_CONNECTIONS_PER_CLIENT, maxConnections: config.MAX_CONNECTIONS },
+    gateway.connectionDropped,
+  );
   answerMalformedRequests(server);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
@@ -53,7 +62,12 @@ async function main(): Promise<void> {
       resolve();
     });
   }).catch((err: NodeJS.ErrnoException) => {
-    const why = err.code === 'EADDRINUSE' ? 'is already in use' : err.code === 'EACCES' ? 'needs more privileges' : `cannot be opened (${err.message})`;
+    const why =
+      err.code === 'EADDRINUSE'
+        ? 'is already in use'
+        : err.code === 'EACCES'
+          ? 'needs more privileges'
+          : `cannot be opened (${err.message})`;
     throw new StartupError(`gateway: port ${config.PORT} on ${config.HOST} ${why}; set PORT to a free port`);
   });
   const port = (server.address() as AddressInfo).port;

@@ -42,7 +42,12 @@ async function main(): Promise<void> {
   const workerEnv = { ...colocatedWorkerSettings(config.models.length * config.WORKERS), ...env };
   for (const model of config.models) {
     for (let i = 0; i < config.WORKERS; i++) {
-      supervisor.start({ name: `worker ${model} #${i + 1}`, script: script('worker'), env: { ...workerEnv, MODEL: model }, essential: false });
+      supervisor.start({
+        name: `worker ${model} #${i + 1}`,
+        script: script('worker'),
+        env: { ...workerEnv, MODEL: model },
+        essential: false,
+      });
     }
   }
   log(`started gateway and ${config.WORKERS} worker(s) for ${config.models.join(', ')}; Ctrl-C stops everything`);

@@ -11,7 +11,11 @@ export class RedisUnavailable extends Error {}
  * Redis at REDIS_URL, or, when nothing answers there and it is a local address, an embedded
  * redis-server started for this run (no persistence: the queue holds only requests in flight).
  */
-export async function ensureRedis(url: string, bin: string, log: (msg: string) => void): Promise<ChildProcess | undefined> {
+export async function ensureRedis(
+  url: string,
+  bin: string,
+  log: (msg: string) => void,
+): Promise<ChildProcess | undefined> {
   if (await redisAnswers(url)) return undefined;
   const parsed = new URL(url);
   const local = ['127.0.0.1', 'localhost', '::1', '[::1]'].includes(parsed.hostname);
@@ -25,9 +29,13 @@ export async function ensureRedis(url: string, bin: string, log: (msg: string) =
   }
   const port = parsed.port || '6379';
   log(`no Redis at ${url}; starting ${bin} on port ${port}`);
-  const child = spawn(bin, ['--port', port, '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--maxmemory-policy', 'noeviction'], {
-    stdio: ['ignore', 'ignore', 'inherit'],
-  });
+  const child = spawn(
+    bin,
+    ['--port', port, '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--maxmemory-policy', 'noeviction'],
+    {
+      stdio: ['ignore', 'ignore', 'inherit'],
+    },
+  );
   for (let i = 0; i < 50; i++) {
     if (await redisAnswers(url, 200)) return child;
     if (child.exitCode !== null) break;

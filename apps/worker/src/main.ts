@@ -6,7 +6,15 @@ import { pino, type Logger } from 'pino';
 import { ConfigError, formatHelp, loadWorkerConfig, type WorkerConfig } from '@tserve/config';
 import { defaultScoreFunction, PROTOCOL, type WorkerInfo } from '@tserve/contract';
 import { startTracing, TracingConfigError } from '@tserve/telemetry';
-import { clearLoadFailure, createRedis, keys, queueNameFor, recordLoadTime, reportLoadFailure, whenReady } from '@tserve/queue';
+import {
+  clearLoadFailure,
+  createRedis,
+  keys,
+  queueNameFor,
+  recordLoadTime,
+  reportLoadFailure,
+  whenReady,
+} from '@tserve/queue';
 import {
   chooseRuntime,
   describeModel,
@@ -17,7 +25,14 @@ import {
   type Runtime,
   type SessionFile,
 } from './model/model.js';
-import { limitsWithin, MemoryBudgetError, modelShape, residentMemory, restingBytes, type BudgetInput } from './model/memory.js';
+import {
+  limitsWithin,
+  MemoryBudgetError,
+  modelShape,
+  residentMemory,
+  restingBytes,
+  type BudgetInput,
+} from './model/memory.js';
 import { dtypeFile, int8RowSource, isGpu } from './model/device.js';
 import { int8RowWeights, OnnxFormatError, ProtobufError, RewriteError } from './model/int8-row/index.js';
 import { fetchModel, hubSettings, sha256File } from './model/download.js';
@@ -98,11 +113,19 @@ async function main(): Promise<void> {
     batchMaxWaitMs: config.BATCH_MAX_WAIT_MS,
     maxTokens: 0,
   };
-  const heartbeat = new Heartbeat(publisher, config.QUEUE_PREFIX, info, config.HEARTBEAT_MS, config.WORKER_TTL_MS, logger);
+  const heartbeat = new Heartbeat(
+    publisher,
+    config.QUEUE_PREFIX,
+    info,
+    config.HEARTBEAT_MS,
+    config.WORKER_TTL_MS,
+    logger,
+  );
   await heartbeat.start();
   const reportFailure = async (err: unknown) => {
     await heartbeat.stop();
-    if (err instanceof ModelLoadError) await leaveFailureReport(config.REDIS_URL, config.QUEUE_PREFIX, config.MODEL, err.message);
+    if (err instanceof ModelLoadError)
+      await leaveFailureReport(config.REDIS_URL, config.QUEUE_PREFIX, config.MODEL, err.message);
     throw err;
   };
   // Before the model thread exists: Linux threads inherit their creator's niceness, so the model
@@ -111,7 +134,10 @@ async function main(): Promise<void> {
     try {
       os.setPriority(config.WORKER_NICE);
     } catch (err) {
-      logger.warn({ err: String(err), nice: config.WORKER_NICE }, "could not change the worker's priority; running at the default");
+      logger.warn(
+        { err: String(err), nice: config.WORKER_NICE },
+        "could not change the worker's priority; running at the default",
+      );
     }
   }
   // A hub model is downloaded into the cache first (its progress rides on the heartbeat), then
@@ -157,7 +183,12 @@ async function main(): Promise<void> {
   const limits =
     budget &&
     (await Promise.resolve()
-      .then(() => boundedCalls(config.MODEL, { ...budget, restingBytes: Math.max(budget.restingBytes, residentMemory().rssBytes) }))
+      .then(() =>
+        boundedCalls(config.MODEL, {
+          ...budget,
+          restingBytes: Math.max(budget.restingBytes, residentMemory().rssBytes),
+        }),
+      )
       .catch(reportFailure));
   if (budget && limits) {
     logger.info(
@@ -207,11 +238,22 @@ async function main(): Promise<void> {
   // Data flows one way: the intake fetches jobs, the runner runs their requests, the settling settles the jobs.
   const intake = new Intake(
     connection,
-    { prefix: config.QUEUE_PREFIX, model: config.MODEL, workerId, lockMs: config.JOB_LOCK_MS, stalledIntervalMs: config.STALLED_INTERVAL_MS },
+    {
+      prefix: config.QUEUE_PREFIX,
+      model: config.MODEL,
+      workerId,
+      lockMs: config.JOB_LOCK_MS,
+      stalledIntervalMs: config.STALLED_INTERVAL_MS,
+    },
     logger,
   );
   const cancelled = new Cancellations();
-  const settling = new Settling(publisher, cancelled, { prefix: config.QUEUE_PREFIX, model: config.MODEL, token: workerId }, logger);
+  const settling = new Settling(
+    publisher,
+    cancelled,
+    { prefix: config.QUEUE_PREFIX, model: config.MODEL, token: workerId },
+    logger,
+  );
   const runner = new BatchRunner(
     engine,
     headsFor(loaded),
@@ -227,7 +269,10 @@ async function main(): Promise<void> {
     intake,
     runner,
     settling,
-    { limits: { maxSize: batchLimits.maxSize, maxWaitMs: config.BATCH_MAX_WAIT_MS }, hasPeers: () => heartbeat.peers > 0 },
+    {
+      limits: { maxSize: batchLimits.maxSize, maxWaitMs: config.BATCH_MAX_WAIT_MS },
+      hasPeers: () => heartbeat.peers > 0,
+    },
     logger,
   );
   cancellationChannel.on('message', (_channel: string, message: string) => {
@@ -289,7 +334,12 @@ async function weightsToLoad(
   logger: Logger,
 ): Promise<{ dtype: Runtime['dtype']; dir: string; file: SessionFile; describe: string; sha256?: string }> {
   const model = config.MODEL;
-  const asItIs = (dtype: Exclude<Runtime['dtype'], 'int8-row'>) => ({ dtype, dir: source.dir, file: { dtype }, describe: dtypeFile(dtype) });
+  const asItIs = (dtype: Exclude<Runtime['dtype'], 'int8-row'>) => ({
+    dtype,
+    dir: source.dir,
+    file: { dtype },
+    describe: dtypeFile(dtype),
+  });
   if (runtime.dtype !== 'int8-row') return asItIs(runtime.dtype);
   const onnx = path.join(source.dir, 'onnx');
   const from = int8RowSource(fs.existsSync(onnx) ? fs.readdirSync(onnx) : []);
@@ -299,15 +349,30 @@ async function weightsToLoad(
     const started = performance.now();
     const rows = await int8RowWeights(source.dir, { file, sha256, from }, hubSettings(config).cacheDir);
     const to = path.join(rows.dir, rows.file);
-    if (rows.written) logger.info({ from: file, to, ...rows.written, ms: Math.round(performance.now() - started) }, 'wrote the int8-row file');
+    if (rows.written)
+      logger.info(
+        { from: file, to, ...rows.written, ms: Math.round(performance.now() - started) },
+        'wrote the int8-row file',
+      );
     else logger.info({ from: file, to }, 'int8-row file found in the cache');
-    return { dtype: 'int8-row', dir: rows.dir, file: { dtype: 'fp32', fileName: rows.fileName }, describe: `${file}+${rows.rewrite}`, sha256: rows.sha256 };
+    return {
+      dtype: 'int8-row',
+      dir: rows.dir,
+      file: { dtype: 'fp32', fileName: rows.fileName },
+      describe: `${file}+${rows.rewrite}`,
+      sha256: rows.sha256,
+    };
   } catch (err) {
     if (err instanceof RewriteError && config.DTYPE === 'auto') {
       logger.warn({ file, reason: err.message }, 'int8-row cannot be written from this file; running it as it is');
       return asItIs(from);
     }
-    if (err instanceof RewriteError || err instanceof OnnxFormatError || err instanceof ProtobufError || (err as NodeJS.ErrnoException).code) {
+    if (
+      err instanceof RewriteError ||
+      err instanceof OnnxFormatError ||
+      err instanceof ProtobufError ||
+      (err as NodeJS.ErrnoException).code
+    ) {
       throw new ModelLoadError(`cannot load model "${model}" as int8-row from ${file}: ${(err as Error).message}`);
     }
     throw err;
@@ -327,13 +392,28 @@ interface ModelSource {
 
 /** MODEL_DIR's folder for the model, or its snapshot in the hub cache, downloaded as needed. */
 async function locateModel(config: WorkerConfig, info: WorkerInfo, logger: Logger): Promise<ModelSource> {
-  if (config.MODEL_DIR) return { dir: localModelFolder(config.MODEL_DIR, config.MODEL), sha256: new Map(), downloadMs: 0 };
+  if (config.MODEL_DIR)
+    return { dir: localModelFolder(config.MODEL_DIR, config.MODEL), sha256: new Map(), downloadMs: 0 };
   const started = performance.now();
   const hub = hubSettings(config);
-  logger.info({ endpoint: hub.endpoint, revision: hub.revision, cache: hub.cacheDir, offline: hub.offline }, 'getting the model from the hub');
-  const fetched = await fetchModel(config.MODEL, hub, hubFilePlan(config), (download) => (info.download = download), logger);
+  logger.info(
+    { endpoint: hub.endpoint, revision: hub.revision, cache: hub.cacheDir, offline: hub.offline },
+    'getting the model from the hub',
+  );
+  const fetched = await fetchModel(
+    config.MODEL,
+    hub,
+    hubFilePlan(config),
+    (download) => (info.download = download),
+    logger,
+  );
   info.revision = fetched.revision;
-  return { dir: fetched.dir, revision: fetched.revision, sha256: fetched.sha256, downloadMs: performance.now() - started };
+  return {
+    dir: fetched.dir,
+    revision: fetched.revision,
+    sha256: fetched.sha256,
+    downloadMs: performance.now() - started,
+  };
 }
 
 /**
@@ -341,15 +421,27 @@ async function locateModel(config: WorkerConfig, info: WorkerInfo, logger: Logge
  * at rest fails now, with the reason, rather than after the load or in the kernel's OOM killer. A GPU
  * holds the call's tensors in its own memory, so there the budget bounds nothing.
  */
-function memoryBudget(config: WorkerConfig, defaulted: boolean, loaded: LoadedModel, runtime: Runtime, logger: Logger): BudgetInput | undefined {
+function memoryBudget(
+  config: WorkerConfig,
+  defaulted: boolean,
+  loaded: LoadedModel,
+  runtime: Runtime,
+  logger: Logger,
+): BudgetInput | undefined {
   if (config.WORKER_MEMORY_MB === undefined) return undefined;
   if (isGpu(runtime.device)) {
-    if (!defaulted) logger.warn({ device: runtime.device }, 'WORKER_MEMORY_MB bounds the model calls of CPU workers only; ignored on a GPU');
+    if (!defaulted)
+      logger.warn(
+        { device: runtime.device },
+        'WORKER_MEMORY_MB bounds the model calls of CPU workers only; ignored on a GPU',
+      );
     return undefined;
   }
   const shape = modelShape(loaded.config);
   if (!shape && defaulted) {
-    logger.warn('no memory budget: the model config names no hidden size, attention heads or layers; BATCH_MAX_TOKENS bounds its calls');
+    logger.warn(
+      'no memory budget: the model config names no hidden size, attention heads or layers; BATCH_MAX_TOKENS bounds its calls',
+    );
     return undefined;
   }
   if (!shape) {
@@ -395,7 +487,9 @@ async function leaveFailureReport(url: string, prefix: string, model: string, re
 
 main().catch((err) => {
   const message =
-    err instanceof ModelLoadError || err instanceof ConfigError || err instanceof TracingConfigError ? err.message : `worker failed: ${String(err)}`;
+    err instanceof ModelLoadError || err instanceof ConfigError || err instanceof TracingConfigError
+      ? err.message
+      : `worker failed: ${String(err)}`;
   process.stderr.write(`${message}\n`);
   process.exit(1);
 });

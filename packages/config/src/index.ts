@@ -42,7 +42,8 @@ const derived = (min: number, from: string, help: string, floor?: number) =>
     from,
   ).meta(ADVANCED);
 
-const int = (fallback: number, min: number, help: string) => setting(z.coerce.number().int().min(min).default(fallback), help);
+const int = (fallback: number, min: number, help: string) =>
+  setting(z.coerce.number().int().min(min).default(fallback), help);
 const bool = (fallback: boolean, help: string, shown?: string) =>
   setting(
     z
@@ -85,7 +86,9 @@ const commonShape = {
     'how often a worker announces itself; WORKER_TTL_MS, JOB_LOCK_MS, STALLED_INTERVAL_MS and REGISTRY_REFRESH_MS follow it, so it sets how soon a dead worker is noticed and its jobs run again: shorter fails over sooner and costs Redis more commands',
   ).meta(ADVANCED),
   WORKER_TTL_MS: derived(100, '5 × HEARTBEAT_MS', 'a worker silent this long counts as gone; above HEARTBEAT_MS'),
-  LOAD_FAILURE_TTL_MS: int(600_000, 0, 'how long a model whose worker failed to load it is reported as failed').meta(ADVANCED),
+  LOAD_FAILURE_TTL_MS: int(600_000, 0, 'how long a model whose worker failed to load it is reported as failed').meta(
+    ADVANCED,
+  ),
 };
 
 /**
@@ -111,32 +114,66 @@ const hubShape = {
   ),
   // A secret: sent only to HF_ENDPOINT, never logged.
   HF_TOKEN: optionalString('token for gated and private models, sent only to HF_ENDPOINT', '(none)'),
-  HF_HOME: optionalString('Hugging Face folder; downloads are cached in its hub/ folder', '~/.cache/huggingface').meta(ADVANCED),
-  HF_HUB_CACHE: optionalString("the download cache itself, in huggingface_hub's layout (models--ORG--NAME/snapshots/COMMIT/)", '$HF_HOME/hub').meta(ADVANCED),
-  HF_HUB_OFFLINE: bool(false, 'load from the download cache only, never the network; a model missing there fails to load, naming the files'),
+  HF_HOME: optionalString('Hugging Face folder; downloads are cached in its hub/ folder', '~/.cache/huggingface').meta(
+    ADVANCED,
+  ),
+  HF_HUB_CACHE: optionalString(
+    "the download cache itself, in huggingface_hub's layout (models--ORG--NAME/snapshots/COMMIT/)",
+    '$HF_HOME/hub',
+  ).meta(ADVANCED),
+  HF_HUB_OFFLINE: bool(
+    false,
+    'load from the download cache only, never the network; a model missing there fails to load, naming the files',
+  ),
 };
 
 const MODEL_REQUIRED = 'MODEL is required (a model id such as replica/tiny-bert-sst2)';
 
 const workerShape = {
-  MODEL: setting(z.string({ error: MODEL_REQUIRED }).min(1, MODEL_REQUIRED), 'model id, e.g. replica/MiniLM-L6-H384-uncased-sst2', '(required)'),
-  MODEL_DIR: optionalString('local models root (transformers.js layout); when set, models load offline from it', '(hub)'),
+  MODEL: setting(
+    z.string({ error: MODEL_REQUIRED }).min(1, MODEL_REQUIRED),
+    'model id, e.g. replica/MiniLM-L6-H384-uncased-sst2',
+    '(required)',
+  ),
+  MODEL_DIR: optionalString(
+    'local models root (transformers.js layout); when set, models load offline from it',
+    '(hub)',
+  ),
   // q8's kernels are CPU kernels: on a GPU they fall back to the CPU.
   DTYPE: setting(
     z.enum(DTYPES).default('auto'),
     `${DTYPES.join(' | ')}; auto: int8-row on cpu, fp16 (else fp32) on a GPU; int8-row: int8 MatMuls with activations quantized per row (answers independent of batch mates), written at first load from model.onnx (else model_quantized.onnx) and cached beside it`,
   ),
-  DTYPE_FORCE: bool(false, 'run q8 on a GPU anyway (its integer kernels fall back to the CPU, many times slower)').meta(ADVANCED),
-  DEVICE: setting(z.enum(DEVICES).default('cpu'), `${DEVICES.join(' | ')}; gpu: webgpu (Vulkan), the GPU backend onnxruntime-node ships`),
+  DTYPE_FORCE: bool(false, 'run q8 on a GPU anyway (its integer kernels fall back to the CPU, many times slower)').meta(
+    ADVANCED,
+  ),
+  DEVICE: setting(
+    z.enum(DEVICES).default('cpu'),
+    `${DEVICES.join(' | ')}; gpu: webgpu (Vulkan), the GPU backend onnxruntime-node ships`,
+  ),
   TASK: optionalString('override the task', '(from config.json)'),
   // Unset: by device (see batchDefaults). A GPU call costs milliseconds however full, so GPUs take larger batches.
-  BATCH_MAX_SIZE: setting(z.coerce.number().int().min(1).optional(), 'most sequences in one model call', '32 cpu / 128 gpu'),
-  BATCH_MAX_WAIT_MS: setting(z.coerce.number().min(0).default(2), 'the one deadline, after the first job, for gathering a batch').meta(ADVANCED),
-  BATCH_MAX_TOKENS: setting(z.coerce.number().int().min(1).optional(), 'most padded tokens (longest x count) in one model call', '16384 cpu / 65536 gpu'),
+  BATCH_MAX_SIZE: setting(
+    z.coerce.number().int().min(1).optional(),
+    'most sequences in one model call',
+    '32 cpu / 128 gpu',
+  ),
+  BATCH_MAX_WAIT_MS: setting(
+    z.coerce.number().min(0).default(2),
+    'the one deadline, after the first job, for gathering a batch',
+  ).meta(ADVANCED),
+  BATCH_MAX_TOKENS: setting(
+    z.coerce.number().int().min(1).optional(),
+    'most padded tokens (longest x count) in one model call',
+    '16384 cpu / 65536 gpu',
+  ),
   // A model call's tensors grow with its padded tokens and, for attention, with rows x length squared.
   WORKER_MEMORY_MB: setting(
     // Empty is unset, as compose passes a variable it was not given.
-    z.preprocess((v) => (typeof v === 'string' && v.trim() === '' ? undefined : v), z.coerce.number().int().min(1).optional()),
+    z.preprocess(
+      (v) => (typeof v === 'string' && v.trim() === '' ? undefined : v),
+      z.coerce.number().int().min(1).optional(),
+    ),
     "the most memory (peak RSS, MiB) the worker process may hold, a quarter under its container's limit (docs/memory.md): from the model's config the worker derives the largest model call that fits beside the weights and runtime, lowers BATCH_MAX_TOKENS and BATCH_MAX_SIZE to it, and refuses (413) an input too long to fit even alone; on a GPU it bounds nothing",
     "a quarter under the cgroup memory limit (memory.max); without one, 1024 (an all-MiniLM-L6-v2 worker's peak stayed under 1 GB); --help shows this container's",
   ),
@@ -186,7 +223,11 @@ const gatewayShape = {
     'model ids, comma-separated, that this gateway serves even while no worker runs (scaled to zero): a request for one waits (x-wait-for-model) or gets 503 "currently loading", and counts in GET /backlog, which wakes a worker; other models are known from their workers\' heartbeats',
     '(none)',
   ).meta(ADVANCED),
-  REQUEST_TIMEOUT_MS: int(30000, 1, "deadline of every request (clients may ask for less); the HTTP timeouts on a client's sending and reading follow it"),
+  REQUEST_TIMEOUT_MS: int(
+    30000,
+    1,
+    "deadline of every request (clients may ask for less); the HTTP timeouts on a client's sending and reading follow it",
+  ),
   MAX_QUEUE_DEPTH: int(1000, 1, 'requests in flight per model (all gateways) before new ones get 503'),
   BATCH_QUEUE_SHARE: setting(
     z.coerce.number().min(0).max(1).default(0.5),
@@ -212,7 +253,12 @@ const gatewayShape = {
     'Redis commands fail after this instead of hanging; an enqueue slower than this counts as a failure of the circuit breaker on Redis, which, once open, probes Redis again after 2.5 times this (at least a second)',
   ).meta(ADVANCED),
   SHUTDOWN_GRACE_MS: int(10000, 0, 'time to answer in-flight requests on SIGTERM').meta(ADVANCED),
-  HTTP_HEADERS_TIMEOUT_MS: derived(100, 'REQUEST_TIMEOUT_MS / 3', 'a client must send its request headers within this (408 after)', 1000),
+  HTTP_HEADERS_TIMEOUT_MS: derived(
+    100,
+    'REQUEST_TIMEOUT_MS / 3',
+    'a client must send its request headers within this (408 after)',
+    1000,
+  ),
   HTTP_REQUEST_TIMEOUT_MS: derived(
     100,
     'REQUEST_TIMEOUT_MS',
@@ -259,9 +305,14 @@ const gatewayShape = {
 };
 
 const launcherShape = {
-  MODEL: setting(z.string().default('replica/MiniLM-L6-H384-uncased-sst2'), 'model ids, comma-separated; a worker pool per model, the first serves POST /'),
+  MODEL: setting(
+    z.string().default('replica/MiniLM-L6-H384-uncased-sst2'),
+    'model ids, comma-separated; a worker pool per model, the first serves POST /',
+  ),
   WORKERS: int(1, 0, 'worker processes per model'),
-  REDIS_SERVER_BIN: setting(z.string().default('redis-server'), 'started when nothing answers at REDIS_URL').meta(ADVANCED),
+  REDIS_SERVER_BIN: setting(z.string().default('redis-server'), 'started when nothing answers at REDIS_URL').meta(
+    ADVANCED,
+  ),
 };
 
 const workerSchema = z.object({ ...commonShape, ...workerShape });
@@ -283,12 +334,22 @@ function batchDefaults(device: (typeof DEVICES)[number]): { size: number; tokens
 }
 
 /** The Redis circuit breaker's numbers, which are not settings: see breakerSettings. */
-type BreakerSettings = { BREAKER_TIMEOUT_MS: number; BREAKER_RESET_MS: number; BREAKER_ERROR_PERCENT: number; BREAKER_VOLUME: number };
+type BreakerSettings = {
+  BREAKER_TIMEOUT_MS: number;
+  BREAKER_RESET_MS: number;
+  BREAKER_ERROR_PERCENT: number;
+  BREAKER_VOLUME: number;
+};
 
 /** The gateway's settings with the derived periods and timeouts, and the circuit breaker's numbers, filled in. */
 export type GatewayConfig = Filled<
   z.infer<typeof gatewaySchema>,
-  'WORKER_TTL_MS' | 'REGISTRY_REFRESH_MS' | 'HTTP_HEADERS_TIMEOUT_MS' | 'HTTP_REQUEST_TIMEOUT_MS' | 'HTTP_SEND_TIMEOUT_MS' | 'MAX_CONNECTIONS_PER_CLIENT'
+  | 'WORKER_TTL_MS'
+  | 'REGISTRY_REFRESH_MS'
+  | 'HTTP_HEADERS_TIMEOUT_MS'
+  | 'HTTP_REQUEST_TIMEOUT_MS'
+  | 'HTTP_SEND_TIMEOUT_MS'
+  | 'MAX_CONNECTIONS_PER_CLIENT'
 > &
   BreakerSettings;
 export type LauncherConfig = Filled<z.infer<typeof launcherSchema>, 'WORKER_TTL_MS'> & { models: string[] };
@@ -389,11 +450,21 @@ export function loadLauncherConfig(env: Env = process.env): LauncherConfig {
 }
 
 /** The settings of each program, as `--help` lists them: `common` is every program's. */
-export const SETTINGS = { common: commonShape, worker: workerShape, gateway: gatewayShape, launcher: launcherShape } satisfies Record<string, z.ZodRawShape>;
+export const SETTINGS = {
+  common: commonShape,
+  worker: workerShape,
+  gateway: gatewayShape,
+  launcher: launcherShape,
+} satisfies Record<string, z.ZodRawShape>;
 
 /** The default a setting's schema fills in, found under its transforms and optional wrappers. */
 function schemaDefault(schema: z.core.$ZodType): unknown {
-  const def = schema._zod.def as { type: string; defaultValue?: unknown; in?: z.core.$ZodType; innerType?: z.core.$ZodType };
+  const def = schema._zod.def as {
+    type: string;
+    defaultValue?: unknown;
+    in?: z.core.$ZodType;
+    innerType?: z.core.$ZodType;
+  };
   if (def.type === 'default') return def.defaultValue;
   if (def.type === 'pipe' && def.in) return schemaDefault(def.in);
   if ((def.type === 'optional' || def.type === 'nullable') && def.innerType) return schemaDefault(def.innerType);
@@ -415,30 +486,44 @@ export function settingHelp(name: string, schema: z.core.$ZodType): [string, str
   const { description, shown } = meta(schema);
   if (!description) throw new Error(`setting ${name} has no help text`);
   const value = schemaDefault(schema);
-  return [name, shown ?? (value === undefined ? '(none)' : typeof value === 'string' ? value : JSON.stringify(value)), description];
+  return [
+    name,
+    shown ?? (value === undefined ? '(none)' : typeof value === 'string' ? value : JSON.stringify(value)),
+    description,
+  ];
 }
 
 type Section = keyof typeof SETTINGS;
 
 /** The settings of `sections`, user settings then advanced ones, each in declaration order. */
-function tiers(sections: Section[]): { user: Array<[string, z.core.$ZodType]>; advanced: Array<[string, z.core.$ZodType]> } {
+function tiers(sections: Section[]): {
+  user: Array<[string, z.core.$ZodType]>;
+  advanced: Array<[string, z.core.$ZodType]>;
+} {
   const all = sections.flatMap((section) => Object.entries(SETTINGS[section] as Record<string, z.core.$ZodType>));
-  return { user: all.filter(([, schema]) => !isAdvanced(schema)), advanced: all.filter(([, schema]) => isAdvanced(schema)) };
+  return {
+    user: all.filter(([, schema]) => !isAdvanced(schema)),
+    advanced: all.filter(([, schema]) => isAdvanced(schema)),
+  };
 }
 
-const ADVANCED_NOTE = 'internal knobs whose defaults suit most deployments; a derived one follows the settings its default names, unless it is set';
+const ADVANCED_NOTE =
+  'internal knobs whose defaults suit most deployments; a derived one follows the settings its default names, unless it is set';
 
 export function formatHelp(title: string, sections: Section[]): string {
   // A setting of two programs (MODEL: the launcher's list, the worker's id) is printed once, with
   // the meaning of the first section that lists it: the program whose help this is.
   const seen = new Set<string>();
   const rows = (settings: Array<[string, z.core.$ZodType]>) =>
-    settings.map(([name, schema]) => settingHelp(name, schema)).filter(([name]) => !seen.has(name) && Boolean(seen.add(name)));
+    settings
+      .map(([name, schema]) => settingHelp(name, schema))
+      .filter(([name]) => !seen.has(name) && Boolean(seen.add(name)));
   const { user, advanced } = tiers(sections);
   const [userRows, advancedRows] = [rows(user), rows(advanced)];
   const width = Math.max(...[...userRows, ...advancedRows].map(([name]) => name.length));
   const defWidth = Math.max(...[...userRows, ...advancedRows].map(([, def]) => def.length));
-  const lines = (list: Array<[string, string, string]>) => list.map(([name, def, what]) => `  ${name.padEnd(width)}  ${def.padEnd(defWidth)}  ${what}`);
+  const lines = (list: Array<[string, string, string]>) =>
+    list.map(([name, def, what]) => `  ${name.padEnd(width)}  ${def.padEnd(defWidth)}  ${what}`);
   return [
     title,
     '',
@@ -453,7 +538,8 @@ const SECTION_TITLES: Record<Section, string> = {
   common: 'Every program',
   gateway: 'Gateway (`node apps/gateway/dist/main.js`)',
   worker: 'Worker (`node apps/worker/dist/main.js`)',
-  launcher: '`npm start` (`node apps/launcher/dist/main.js`), which passes every other setting on to the gateway and workers it starts',
+  launcher:
+    '`npm start` (`node apps/launcher/dist/main.js`), which passes every other setting on to the gateway and workers it starts',
 };
 
 /** docs/configuration.md's settings tables, one per program and tier, from the same declarations as `--help`. */
@@ -461,7 +547,11 @@ export function formatSettingsMarkdown(): string {
   const cell = (text: string) => text.replaceAll('|', '\\|');
   // A derived default names the settings it follows: those names in code type, the rest as words.
   const value = (shown: string) =>
-    shown.startsWith('(') ? shown : /[A-Z]_[A-Z]/.test(shown) ? shown.replace(/\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b/g, '`$&`') : `\`${shown}\``;
+    shown.startsWith('(')
+      ? shown
+      : /[A-Z]_[A-Z]/.test(shown)
+        ? shown.replace(/\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b/g, '`$&`')
+        : `\`${shown}\``;
   const tables = (tier: 'user' | 'advanced') =>
     (Object.keys(SECTION_TITLES) as Section[])
       .map((section) => [section, tiers([section])[tier]] as const)

@@ -29,7 +29,10 @@ export const errorBodySchema = z.strictObject({
   error: z.string(),
   error_type: z.enum(Object.keys(ERROR_STATUS) as [ErrorType, ...ErrorType[]]),
   /** For a model still loading: seconds until it is likely ready (the Inference API's field). */
-  estimated_time: z.number().optional().meta({ description: 'for a model still loading: seconds until it is likely ready' }),
+  estimated_time: z
+    .number()
+    .optional()
+    .meta({ description: 'for a model still loading: seconds until it is likely ready' }),
 });
 export type ErrorBody = z.infer<typeof errorBodySchema>;
 

@@ -21,20 +21,41 @@ const readyDownloadSchema = z.strictObject({
 const readyModelSchema = z.strictObject({
   task: z.enum(TASKS).optional().meta(d("served, or served earlier: the model's own task")),
   workers: z.number().int().min(0).meta(d('live workers; 0 for a model loading, failed or lost')),
-  queue_depth: z.number().int().optional().meta(d('served or scaled to zero: requests accepted and not yet answered, over all gateways')),
-  held: z.number().int().optional().meta(d('served: of those, the requests this gateway holds, not yet sent to the queue')),
+  queue_depth: z
+    .number()
+    .int()
+    .optional()
+    .meta(d('served or scaled to zero: requests accepted and not yet answered, over all gateways')),
+  held: z
+    .number()
+    .int()
+    .optional()
+    .meta(d('served: of those, the requests this gateway holds, not yet sent to the queue')),
   devices: z.array(z.string()).optional().meta(d("served: its workers' device/dtype, each once")),
-  warning: z.string().optional().meta(d('served by a dtype whose answers shift with batch mates (q8): says so, and what to do')),
-  error: z.string().optional().meta(d('failed, or served only by workers of another wire protocol: why no worker serves it')),
+  warning: z
+    .string()
+    .optional()
+    .meta(d('served by a dtype whose answers shift with batch mates (q8): says so, and what to do')),
+  error: z
+    .string()
+    .optional()
+    .meta(d('failed, or served only by workers of another wire protocol: why no worker serves it')),
   loading: z.literal(true).optional(),
   scaled_to_zero: z
     .literal(true)
     .optional()
-    .meta(d('configured (MODELS) with no worker at all: a request wakes one; estimated_time is its last measured load time')),
+    .meta(
+      d(
+        'configured (MODELS) with no worker at all: a request wakes one; estimated_time is its last measured load time',
+      ),
+    ),
   estimated_time: z.number().optional().meta(d('loading: seconds until its first worker is likely ready')),
   download: readyDownloadSchema.optional().meta(d('loading: the download of its furthest-along worker')),
   revision: z.string().optional().meta(d('served: the hub revision (commit id) its workers loaded, where they agree')),
-  weights_sha256: z.string().optional().meta(d('served: the sha256 of the weights file its workers loaded, where they agree')),
+  weights_sha256: z
+    .string()
+    .optional()
+    .meta(d('served: the sha256 of the weights file its workers loaded, where they agree')),
   weights_file: z
     .string()
     .optional()

@@ -41,12 +41,15 @@ export type TaskInput = string | TextPair | QuestionAnsweringInput | SentenceSim
 const nonEmptyText = z.string({ error: 'each input must be a string' }).min(1, 'inputs must not be empty strings');
 
 const field = (name: string) =>
-  z.string({ error: (issue) => (issue.input === undefined ? `${name} is required` : `${name} must be a string`) }).min(1, `${name} must not be empty`);
+  z
+    .string({ error: (issue) => (issue.input === undefined ? `${name} is required` : `${name} must be a string`) })
+    .min(1, `${name} must not be empty`);
 
 /** One input or a list of them, as the Inference API accepts; `describe` names the item's shape in errors. */
 function oneOrMany<T extends z.ZodType>(item: T, describe: string) {
   return z.union([item, z.array(item).min(1, 'inputs must not be an empty list')], {
-    error: (issue) => (issue.input === undefined ? 'inputs is required' : `inputs must be ${describe} or a list of them`),
+    error: (issue) =>
+      issue.input === undefined ? 'inputs is required' : `inputs must be ${describe} or a list of them`,
   });
 }
 
@@ -57,7 +60,9 @@ const questionAnsweringSchema = z.object({ question: field('question'), context:
 const sentenceSimilaritySchema = z
   .object({
     source_sentence: field('source_sentence'),
-    sentences: z.array(field('each sentence'), { error: 'sentences must be a list of strings' }).min(1, 'sentences must not be empty'),
+    sentences: z
+      .array(field('each sentence'), { error: 'sentences must be a list of strings' })
+      .min(1, 'sentences must not be empty'),
   })
   .strict();
 
@@ -66,7 +71,10 @@ const sentenceSimilaritySchema = z
  * may be a pair (`{text, text_pair}`) for cross-encoders and NLI models.
  */
 export const taskInputSchemas = {
-  'text-classification': oneOrMany(z.union([nonEmptyText, textPairSchema]), 'a non-empty string or {"text", "text_pair"}'),
+  'text-classification': oneOrMany(
+    z.union([nonEmptyText, textPairSchema]),
+    'a non-empty string or {"text", "text_pair"}',
+  ),
   'fill-mask': inputsSchema,
   'feature-extraction': inputsSchema,
   'token-classification': inputsSchema,
@@ -77,8 +85,11 @@ export const taskInputSchemas = {
 } satisfies Record<Operation, z.ZodType>;
 
 /** Reads one input of any task: an object with text_pair stays a pair, a pair without it is its text. */
-export function normalizeInput(input: string | { text: string; text_pair?: string } | QuestionAnsweringInput | SentenceSimilarityInput): TaskInput {
-  if (typeof input === 'object' && 'text' in input) return input.text_pair === undefined ? input.text : { text: input.text, text_pair: input.text_pair };
+export function normalizeInput(
+  input: string | { text: string; text_pair?: string } | QuestionAnsweringInput | SentenceSimilarityInput,
+): TaskInput {
+  if (typeof input === 'object' && 'text' in input)
+    return input.text_pair === undefined ? input.text : { text: input.text, text_pair: input.text_pair };
   return input;
 }
 
@@ -153,7 +164,8 @@ export const parameterSchemas = {
       // The Inference API also takes one comma-separated string.
       candidate_labels: z
         .union([z.string(), z.array(z.string().min(1, 'candidate labels must not be empty strings'))], {
-          error: (issue) => (issue.input === undefined ? 'candidate_labels is required' : 'candidate_labels must be a list of strings'),
+          error: (issue) =>
+            issue.input === undefined ? 'candidate_labels is required' : 'candidate_labels must be a list of strings',
         })
         .transform((labels) =>
           typeof labels === 'string'
@@ -235,7 +247,8 @@ export const inferenceRequestSchema = z
 export function describeIssues(error: z.ZodError, prefix?: string): string {
   const sentences = flatten(error.issues).map((issue) => {
     const path = clip([...(prefix ? [prefix] : []), ...issue.path.map(String)].join('.')) || 'body';
-    if (issue.code === 'unrecognized_keys') return `${path}: unknown field(s) ${firstFew(issue.keys.map((k) => `"${clip(k)}"`))}`;
+    if (issue.code === 'unrecognized_keys')
+      return `${path}: unknown field(s) ${firstFew(issue.keys.map((k) => `"${clip(k)}"`))}`;
     return `${path}: ${issue.message}`;
   });
   return firstFew(sentences, '; ');

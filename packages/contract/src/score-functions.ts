@@ -44,6 +44,11 @@ export function applyScoreFunction(fn: ScoreFunction, logits: ArrayLike<number>)
 }
 
 /** As the HF pipelines choose: multi-label and single-logit models are scored with a sigmoid, others with a softmax. */
-export function defaultScoreFunction(config: { problem_type?: string; id2label?: Record<string, string> }): DefaultScoreFunction {
-  return config.problem_type === 'multi_label_classification' || Object.keys(config.id2label ?? {}).length === 1 ? 'sigmoid' : 'softmax';
+export function defaultScoreFunction(config: {
+  problem_type?: string;
+  id2label?: Record<string, string>;
+}): DefaultScoreFunction {
+  return config.problem_type === 'multi_label_classification' || Object.keys(config.id2label ?? {}).length === 1
+    ? 'sigmoid'
+    : 'softmax';
 }

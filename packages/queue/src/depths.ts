@@ -45,6 +45,13 @@ export async function exchangeDepths(
   const models = [...mine.keys()];
   if (models.length === 0) return new Map();
   const keyArgs = models.map((model) => keys.depth(prefix, model));
-  const sums = (await redis.eval(EXCHANGE, keyArgs.length, ...keyArgs, gatewayId, staleMs, ...models.map((m) => mine.get(m) ?? 0))) as number[];
+  const sums = (await redis.eval(
+    EXCHANGE,
+    keyArgs.length,
+    ...keyArgs,
+    gatewayId,
+    staleMs,
+    ...models.map((m) => mine.get(m) ?? 0),
+  )) as number[];
   return new Map(models.map((model, i) => [model, Number(sums[i] ?? 0)]));
 }

@@ -30,7 +30,12 @@ export async function listLoadTimes(redis: Redis, prefix: string): Promise<Map<s
 }
 
 /** Failures newer than `maxAgeMs`: an old one is about a deployment that has probably moved on. */
-export async function listLoadFailures(redis: Redis, prefix: string, maxAgeMs: number, now = Date.now()): Promise<LoadFailure[]> {
+export async function listLoadFailures(
+  redis: Redis,
+  prefix: string,
+  maxAgeMs: number,
+  now = Date.now(),
+): Promise<LoadFailure[]> {
   const all = await redis.hgetall(keys.loadFailures(prefix));
   return Object.values(all)
     .map((v) => JSON.parse(v) as LoadFailure)

@@ -11,7 +11,12 @@ export function redisCauseOf(err: unknown): RedisCause {
   if (/\bOOM\b/.test(text)) return 'out-of-memory';
   // ioredis' commandTimeout, and the breaker's own timeout (opossum: "Timed out after N ms").
   if (/Command timed out|Timed out after/i.test(text)) return 'not-answering';
-  if (/ECONNREFUSED|ECONNRESET|ENOTFOUND|EHOSTUNREACH|ETIMEDOUT|Connection is closed|Stream isn't writeable|connect/i.test(text)) return 'unreachable';
+  if (
+    /ECONNREFUSED|ECONNRESET|ENOTFOUND|EHOSTUNREACH|ETIMEDOUT|Connection is closed|Stream isn't writeable|connect/i.test(
+      text,
+    )
+  )
+    return 'unreachable';
   return 'other';
 }
 

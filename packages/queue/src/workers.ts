@@ -33,7 +33,12 @@ export async function announceWorker(redis: Redis, prefix: string, info: WorkerI
 }
 
 export async function withdrawWorker(redis: Redis, prefix: string, info: WorkerInfo): Promise<void> {
-  await redis.multi().srem(keys.workers(prefix), info.id).del(keys.worker(prefix, info.id)).zrem(keys.readyWorkers(prefix, info.model), info.id).exec();
+  await redis
+    .multi()
+    .srem(keys.workers(prefix), info.id)
+    .del(keys.worker(prefix, info.id))
+    .zrem(keys.readyWorkers(prefix, info.model), info.id)
+    .exec();
 }
 
 /** Every live worker's announcement; one that is not an announcement at all (another program's key) is left out. */

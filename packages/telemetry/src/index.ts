@@ -40,7 +40,12 @@ interface SpanOptions {
   links?: TraceContext[];
 }
 
-const KINDS = { server: SpanKind.SERVER, producer: SpanKind.PRODUCER, consumer: SpanKind.CONSUMER, internal: SpanKind.INTERNAL };
+const KINDS = {
+  server: SpanKind.SERVER,
+  producer: SpanKind.PRODUCER,
+  consumer: SpanKind.CONSUMER,
+  internal: SpanKind.INTERNAL,
+};
 
 /** One span: ended once, by whoever started it. */
 export class TraceSpan {
@@ -104,7 +109,10 @@ export class TracingConfigError extends Error {}
  * Starts tracing for a service when an OTLP endpoint is configured; undefined (and nothing loaded)
  * otherwise. `service` names it where OTEL_SERVICE_NAME does not.
  */
-export async function startTracing(service: string, env: NodeJS.ProcessEnv = process.env): Promise<Tracing | undefined> {
+export async function startTracing(
+  service: string,
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<Tracing | undefined> {
   const endpoint = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT || env.OTEL_EXPORTER_OTLP_ENDPOINT;
   if (!endpoint || env.OTEL_SDK_DISABLED === 'true' || env.OTEL_TRACES_EXPORTER === 'none') return undefined;
   const protocol = env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL || env.OTEL_EXPORTER_OTLP_PROTOCOL;
@@ -160,7 +168,12 @@ export async function startTracing(service: string, env: NodeJS.ProcessEnv = pro
       }
       const span = tracer.startSpan(
         name,
-        { kind: KINDS[options.kind ?? 'internal'], startTime: options.startTime, attributes: options.attributes, links },
+        {
+          kind: KINDS[options.kind ?? 'internal'],
+          startTime: options.startTime,
+          attributes: options.attributes,
+          links,
+        },
         parent,
       );
       return new TraceSpan(span, trace.setSpan(parent, span));
@@ -187,12 +200,14 @@ export async function startTracing(service: string, env: NodeJS.ProcessEnv = pro
 
 /** The sampler OTEL_TRACES_SAMPLER names (the specification's values), parent-based always-on by default. */
 async function samplerFrom(env: NodeJS.ProcessEnv) {
-  const { AlwaysOffSampler, AlwaysOnSampler, ParentBasedSampler, TraceIdRatioBasedSampler } = await import('@opentelemetry/sdk-trace');
+  const { AlwaysOffSampler, AlwaysOnSampler, ParentBasedSampler, TraceIdRatioBasedSampler } =
+    await import('@opentelemetry/sdk-trace');
   const name = env.OTEL_TRACES_SAMPLER || 'parentbased_always_on';
   const ratio = () => {
     const arg = env.OTEL_TRACES_SAMPLER_ARG;
     const value = arg === undefined || arg === '' ? 1 : Number(arg);
-    if (!(value >= 0 && value <= 1)) throw new TracingConfigError(`OTEL_TRACES_SAMPLER_ARG=${arg}: a ratio from 0 to 1`);
+    if (!(value >= 0 && value <= 1))
+      throw new TracingConfigError(`OTEL_TRACES_SAMPLER_ARG=${arg}: a ratio from 0 to 1`);
     return new TraceIdRatioBasedSampler(value);
   };
   switch (name) {

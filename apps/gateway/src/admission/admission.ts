@@ -51,7 +51,8 @@ function presentedKey(req: Request): string | undefined {
 function askedPriority(req: Request): Priority | undefined {
   const raw = req.get('x-priority');
   if (raw === undefined) return undefined;
-  if (!(PRIORITIES as readonly string[]).includes(raw)) throw new ApiError('validation', `x-priority must be one of ${PRIORITIES.join(', ')}`);
+  if (!(PRIORITIES as readonly string[]).includes(raw))
+    throw new ApiError('validation', `x-priority must be one of ${PRIORITIES.join(', ')}`);
   return raw as Priority;
 }
 
@@ -81,7 +82,10 @@ export class Admission {
         key = keys.verify(presentedKey(req));
         if (!key) {
           res.setHeader('WWW-Authenticate', 'Bearer realm="tserve"');
-          throw new ApiError('unauthorized', 'a valid API key is required: send Authorization: Bearer <key> or x-api-key: <key>');
+          throw new ApiError(
+            'unauthorized',
+            'a valid API key is required: send Authorization: Bearer <key> or x-api-key: <key>',
+          );
         }
       }
       const model = modelOf(req);
@@ -98,7 +102,12 @@ export class Admission {
           res.once('close', release);
           if (state) setQuotaHeaders(res, state);
         } catch (err) {
-          if (!(err instanceof QuotaExceeded)) throw new ApiError('unavailable', "cannot check the API key's quota (Redis is not answering); retry shortly", 2);
+          if (!(err instanceof QuotaExceeded))
+            throw new ApiError(
+              'unavailable',
+              "cannot check the API key's quota (Redis is not answering); retry shortly",
+              2,
+            );
           onQuotaRejected?.(key, err.reason);
           if (err.state) setQuotaHeaders(res, err.state);
           throw err;
@@ -115,7 +124,10 @@ export class Admission {
    * be down (503, the breaker is open). Throws the refusal.
    */
   afterBody(model: string, priority: Priority, size: { inputs: number; sequences: number }): void {
-    const refusal = sizeRefusal(this.parts.limits, size.inputs, size.sequences) ?? this.queueFull(model, priority) ?? this.parts.breaker.refusal();
+    const refusal =
+      sizeRefusal(this.parts.limits, size.inputs, size.sequences) ??
+      this.queueFull(model, priority) ??
+      this.parts.breaker.refusal();
     if (refusal) throw refusal;
   }
 
@@ -133,7 +145,11 @@ export class Admission {
     const { breaker } = this.parts;
     return (
       breaker.refusal() ??
-      new ApiError('unavailable', `the queue is unavailable: ${breaker.cause() ?? describeRedisCause(redisCauseOf(err))}; retry shortly`, 2)
+      new ApiError(
+        'unavailable',
+        `the queue is unavailable: ${breaker.cause() ?? describeRedisCause(redisCauseOf(err))}; retry shortly`,
+        2,
+      )
     );
   }
 

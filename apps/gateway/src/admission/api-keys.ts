@@ -56,7 +56,8 @@ export function parseKeyFile(text: string, source: string): ApiKey[] {
     throw new Error(`${source} is not valid JSON: ${err instanceof Error ? err.message : String(err)}`);
   }
   const parsed = keyFileSchema.safeParse(raw);
-  if (!parsed.success) throw new Error(`${source}: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
+  if (!parsed.success)
+    throw new Error(`${source}: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
   const ids = new Set<string>();
   for (const key of parsed.data.keys) {
     if (ids.has(key.id)) throw new Error(`${source}: key id ${key.id} appears twice`);
@@ -119,7 +120,10 @@ export class KeyStore {
         this.replace(parseKeyFile(fs.readFileSync(path, 'utf8'), path));
         this.onReload(`API keys reloaded from ${path}: ${this.keys.size} key(s)`);
       } catch (err) {
-        this.onReload(`API keys not reloaded, keeping the ${this.keys.size} in force: ${err instanceof Error ? err.message : String(err)}`, true);
+        this.onReload(
+          `API keys not reloaded, keeping the ${this.keys.size} in force: ${err instanceof Error ? err.message : String(err)}`,
+          true,
+        );
       }
     });
   }

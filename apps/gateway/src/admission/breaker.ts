@@ -50,7 +50,9 @@ export function createRedisBreaker(config: GatewayConfig, logger: Logger): Redis
   breaker.on('failure', failed);
   breaker.on('timeout', failed);
   const cause = () => describeRedisCause(lastCause);
-  breaker.on('open', () => logger.warn({ breaker: 'redis', cause: lastCause }, `circuit breaker opened: refusing requests; ${cause()}`));
+  breaker.on('open', () =>
+    logger.warn({ breaker: 'redis', cause: lastCause }, `circuit breaker opened: refusing requests; ${cause()}`),
+  );
   breaker.on('halfOpen', () => logger.info({ breaker: 'redis' }, 'circuit breaker half-open: probing'));
   breaker.on('close', () => logger.info({ breaker: 'redis' }, 'circuit breaker closed'));
   const retryAfterSeconds = Math.ceil(config.BREAKER_RESET_MS / 1000);
@@ -58,7 +60,13 @@ export function createRedisBreaker(config: GatewayConfig, logger: Logger): Redis
     guard: <T>(call: () => Promise<T>) => breaker.fire(call) as Promise<T>,
     state: () => (breaker.opened ? 'open' : breaker.halfOpen ? 'half-open' : 'closed'),
     refusal: () =>
-      breaker.opened ? new ApiError('unavailable', `the queue is unavailable (circuit breaker open): ${cause()}; retry shortly`, retryAfterSeconds) : undefined,
+      breaker.opened
+        ? new ApiError(
+            'unavailable',
+            `the queue is unavailable (circuit breaker open): ${cause()}; retry shortly`,
+            retryAfterSeconds,
+          )
+        : undefined,
     cause: () => (breaker.closed ? undefined : cause()),
   };
 }

@@ -21,7 +21,12 @@ export function depthLimit(limits: OverloadLimits, priority: Priority): number {
 }
 
 /** The 503 for a request that finds its model's queue full for its class; undefined if it may enter. */
-export function depthRefusal(limits: OverloadLimits, model: string, depth: number, priority: Priority): ApiError | undefined {
+export function depthRefusal(
+  limits: OverloadLimits,
+  model: string,
+  depth: number,
+  priority: Priority,
+): ApiError | undefined {
   if (depth < depthLimit(limits, priority)) return undefined;
   return new ApiError(
     'overloaded',
@@ -37,8 +42,14 @@ export function depthRefusal(limits: OverloadLimits, model: string, depth: numbe
 export function sizeRefusal(limits: OverloadLimits, inputs: number, sequences: number): ApiError | undefined {
   const max = limits.maxInputsPerRequest;
   if (inputs <= max && sequences <= max) return undefined;
-  const what = sequences > inputs ? `${sequences} model sequences (${inputs} input(s) × their pairs, labels or sentences)` : `${inputs} inputs`;
-  return new ApiError('payload_too_large', `${what} in one request; at most ${max} are accepted (MAX_INPUTS_PER_REQUEST)`);
+  const what =
+    sequences > inputs
+      ? `${sequences} model sequences (${inputs} input(s) × their pairs, labels or sentences)`
+      : `${inputs} inputs`;
+  return new ApiError(
+    'payload_too_large',
+    `${what} in one request; at most ${max} are accepted (MAX_INPUTS_PER_REQUEST)`,
+  );
 }
 
 /**
@@ -141,7 +152,9 @@ export class QueueDepth {
    */
   async share(models: string[]): Promise<void> {
     // And any model this gateway holds requests for: one waiting for its first worker, which no worker announces yet.
-    const mine = new Map([...new Set([...models, ...this.outstanding.keys()])].map((id) => [id, this.outstanding.get(id) ?? 0]));
+    const mine = new Map(
+      [...new Set([...models, ...this.outstanding.keys()])].map((id) => [id, this.outstanding.get(id) ?? 0]),
+    );
     this.peers = await this.exchange(mine);
   }
 

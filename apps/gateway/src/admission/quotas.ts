@@ -61,16 +61,26 @@ export class Quotas {
       const policy = `${requests};w=${per_seconds}`;
       try {
         const res = await this.limiter(key).consume(key.id);
-        state = { limit: requests, remaining: res.remainingPoints, resetSeconds: Math.ceil(res.msBeforeNext / 1000), policy };
+        state = {
+          limit: requests,
+          remaining: res.remainingPoints,
+          resetSeconds: Math.ceil(res.msBeforeNext / 1000),
+          policy,
+        };
       } catch (err) {
         if (!(err instanceof RateLimiterRes)) throw err;
         const reset = Math.max(1, Math.ceil(err.msBeforeNext / 1000));
-        throw new QuotaExceeded('rate', `API key ${key.name} is over its rate of ${requests} requests per ${per_seconds} s; retry in ${reset} s`, reset, {
-          limit: requests,
-          remaining: 0,
-          resetSeconds: reset,
-          policy,
-        });
+        throw new QuotaExceeded(
+          'rate',
+          `API key ${key.name} is over its rate of ${requests} requests per ${per_seconds} s; retry in ${reset} s`,
+          reset,
+          {
+            limit: requests,
+            remaining: 0,
+            resetSeconds: reset,
+            policy,
+          },
+        );
       }
     }
     if (!key.concurrency) return { state, release: () => {} };

@@ -57,8 +57,10 @@ function main(argv: string[]): void {
     const rate = values.rate === undefined ? undefined : /^(\d+)\/(\d+)$/.exec(values.rate);
     if (values.rate !== undefined && !rate) fail('--rate is REQUESTS/SECONDS, e.g. 100/60');
     const concurrency = values.concurrency === undefined ? undefined : Number(values.concurrency);
-    if (concurrency !== undefined && !(Number.isInteger(concurrency) && concurrency > 0)) fail('--concurrency is a positive integer');
-    if (values.priority !== undefined && !(PRIORITIES as readonly string[]).includes(values.priority)) fail(`--priority is one of ${PRIORITIES.join(', ')}`);
+    if (concurrency !== undefined && !(Number.isInteger(concurrency) && concurrency > 0))
+      fail('--concurrency is a positive integer');
+    if (values.priority !== undefined && !(PRIORITIES as readonly string[]).includes(values.priority))
+      fail(`--priority is one of ${PRIORITIES.join(', ')}`);
     const { token, entry } = createKey({
       name: values.name,
       models: values.models
@@ -85,8 +87,15 @@ function main(argv: string[]): void {
   const keys = readFile(values.file);
   if (command === 'list') {
     for (const k of keys) {
-      const limits = [k.rate && `${k.rate.requests}/${k.rate.per_seconds}s`, k.concurrency && `${k.concurrency} in flight`].filter(Boolean).join(', ');
-      process.stdout.write(`${k.id}  ${k.name}  models=${k.models.join(',')}  ${k.priority}${limits ? `  ${limits}` : ''}\n`);
+      const limits = [
+        k.rate && `${k.rate.requests}/${k.rate.per_seconds}s`,
+        k.concurrency && `${k.concurrency} in flight`,
+      ]
+        .filter(Boolean)
+        .join(', ');
+      process.stdout.write(
+        `${k.id}  ${k.name}  models=${k.models.join(',')}  ${k.priority}${limits ? `  ${limits}` : ''}\n`,
+      );
     }
     return;
   }

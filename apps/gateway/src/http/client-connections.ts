@@ -10,7 +10,11 @@ import type { Server } from 'node:net';
  * many clients, and refusing it with room to spare would refuse them all. `dropped` hears of each
  * connection closed for it.
  */
-export function capConnectionsPerClient(server: Server, limits: { maxPerClient: number; maxConnections: number }, dropped: () => void): void {
+export function capConnectionsPerClient(
+  server: Server,
+  limits: { maxPerClient: number; maxConnections: number },
+  dropped: () => void,
+): void {
   const open = new Map<string, number>();
   let total = 0;
   server.on('connection', (socket) => {

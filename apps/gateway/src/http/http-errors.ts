@@ -32,7 +32,8 @@ export class BodyTooLarge extends ApiError {
 }
 
 /** A path whose %-escapes do not decode (the router's URIError): the client's to fix, in the route's error shape. */
-const malformedUrl = () => new ApiError('validation', 'malformed URL: a %-escape in the path does not decode to UTF-8 text');
+const malformedUrl = () =>
+  new ApiError('validation', 'malformed URL: a %-escape in the path does not decode to UTF-8 text');
 
 /** A body that is not UTF-8 text, likewise. */
 export const invalidUtf8 = () => new ApiError('validation', 'request body is not valid UTF-8');
@@ -56,7 +57,10 @@ function fromBodyParser(err: BodyParserError, req: Request): ApiError | undefine
     default:
       // A body that does not decompress: body-parser passes zlib's own error on, with status 400 and no type.
       if (err.status === 400 && typeof err.errno === 'number') {
-        return new ApiError('validation', `request body could not be decompressed (content-encoding ${req.get('content-encoding')}): ${err.message}`);
+        return new ApiError(
+          'validation',
+          `request body could not be decompressed (content-encoding ${req.get('content-encoding')}): ${err.message}`,
+        );
       }
       return undefined;
   }
@@ -84,7 +88,10 @@ export function errorHandler(logger: Logger, format: ErrorFormat = nativeErrors)
       sendError(res, api, format);
       return;
     }
-    logger.error({ reqId: requestIdOf(res), err: err instanceof Error ? { message: err.message, stack: err.stack } : String(err) }, 'unhandled error');
+    logger.error(
+      { reqId: requestIdOf(res), err: err instanceof Error ? { message: err.message, stack: err.stack } : String(err) },
+      'unhandled error',
+    );
     sendError(res, new ApiError('internal', 'internal server error'), format);
   };
 }

@@ -29,7 +29,11 @@ export function slowClientTimeouts(headersTimeoutMs: number, requestTimeoutMs: n
  * mounted sub-app (the dashboard) still swaps prototypes for its own requests, as before.
  * `written` hears of each answer once it is written whole.
  */
-export function expressServer(app: Express, options: http.ServerOptions, written: (res: http.ServerResponse) => void): http.Server {
+export function expressServer(
+  app: Express,
+  options: http.ServerOptions,
+  written: (res: http.ServerResponse) => void,
+): http.Server {
   class Request extends http.IncomingMessage implements CountsBodyBytes {
     bodyBytes?: (bytes: number) => Error | undefined;
     bodyRefused?: Error;

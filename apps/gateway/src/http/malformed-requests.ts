@@ -16,12 +16,17 @@ function answerFor(code: string | undefined): { status: number; reason: string; 
       status: 408,
       reason: 'Request Timeout',
       body: {
-        error: 'the request did not arrive in time (HTTP_HEADERS_TIMEOUT_MS for its headers, HTTP_REQUEST_TIMEOUT_MS for all of it)',
+        error:
+          'the request did not arrive in time (HTTP_HEADERS_TIMEOUT_MS for its headers, HTTP_REQUEST_TIMEOUT_MS for all of it)',
         error_type: 'timeout',
       },
     };
   }
-  return { status: 400, reason: 'Bad Request', body: { error: `malformed HTTP request (${code ?? 'unparsable'})`, error_type: 'validation' } };
+  return {
+    status: 400,
+    reason: 'Bad Request',
+    body: { error: `malformed HTTP request (${code ?? 'unparsable'})`, error_type: 'validation' },
+  };
 }
 
 /**

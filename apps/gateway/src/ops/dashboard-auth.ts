@@ -44,11 +44,18 @@ export class DashboardAuth {
     realm: string,
   ) {
     const { user, password, token } = credentials;
-    this.session = token ? createHmac('sha256', token).update('tserve dashboard session').digest('base64url') : undefined;
-    this.challenges = [...(user && password ? [`Basic realm="${realm}", charset="UTF-8"`] : []), ...(token ? [`Bearer realm="${realm}"`] : [])];
+    this.session = token
+      ? createHmac('sha256', token).update('tserve dashboard session').digest('base64url')
+      : undefined;
+    this.challenges = [
+      ...(user && password ? [`Basic realm="${realm}", charset="UTF-8"`] : []),
+      ...(token ? [`Bearer realm="${realm}"`] : []),
+    ];
     this.how = [
       ...(user && password ? ['HTTP basic auth with DASHBOARD_USER and DASHBOARD_PASSWORD'] : []),
-      ...(token ? [`Authorization: Bearer <DASHBOARD_TOKEN>, or open ${path}?token=<DASHBOARD_TOKEN> once in a browser`] : []),
+      ...(token
+        ? [`Authorization: Bearer <DASHBOARD_TOKEN>, or open ${path}?token=<DASHBOARD_TOKEN> once in a browser`]
+        : []),
     ].join('; or ');
   }
 
@@ -90,10 +97,17 @@ export class DashboardAuth {
  * trusted first since it survives proxies that rewrite Host; Origin is the fallback for older browsers.
  * Clients that are not browsers (curl) send neither and pass.
  */
-export function isForeignWrite(request: { method: string; secFetchSite?: string; origin?: string; host?: string }): boolean {
+export function isForeignWrite(request: {
+  method: string;
+  secFetchSite?: string;
+  origin?: string;
+  host?: string;
+}): boolean {
   if (request.method === 'GET' || request.method === 'HEAD') return false;
   const { secFetchSite: site, origin, host } = request;
-  return site !== undefined ? site !== 'same-origin' && site !== 'none' : origin !== undefined && hostOf(origin) !== host;
+  return site !== undefined
+    ? site !== 'same-origin' && site !== 'none'
+    : origin !== undefined && hostOf(origin) !== host;
 }
 
 function hostOf(origin: string): string | undefined {

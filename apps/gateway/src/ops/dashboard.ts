@@ -28,7 +28,11 @@ function unauthorized(res: Response, challenges: string[], message: string): voi
 
 /** Lets in a caller with credentials (see `DashboardAuth`); a browser's `?token=` login gets the session cookie. */
 function authenticate(config: GatewayConfig): RequestHandler {
-  const auth = new DashboardAuth({ user: config.DASHBOARD_USER, password: config.DASHBOARD_PASSWORD, token: config.DASHBOARD_TOKEN }, DASHBOARD_PATH, REALM);
+  const auth = new DashboardAuth(
+    { user: config.DASHBOARD_USER, password: config.DASHBOARD_PASSWORD, token: config.DASHBOARD_TOKEN },
+    DASHBOARD_PATH,
+    REALM,
+  );
   return (req, res, next) => {
     const header = req.get('authorization') ?? '';
     if (auth.allows(header, readCookie(req.headers.cookie, SESSION_COOKIE))) return next();
@@ -36,19 +40,38 @@ function authenticate(config: GatewayConfig): RequestHandler {
     const login = typeof req.query.token === 'string' ? req.query.token : undefined;
     if (auth.session !== undefined && login !== undefined && req.method === 'GET') {
       if (!auth.tokenMatches(login)) return unauthorized(res, auth.challenges, 'wrong dashboard token');
-      res.cookie(SESSION_COOKIE, auth.session, { httpOnly: true, sameSite: 'strict', secure: req.secure, path: DASHBOARD_PATH });
+      res.cookie(SESSION_COOKIE, auth.session, {
+        httpOnly: true,
+        sameSite: 'strict',
+        secure: req.secure,
+        path: DASHBOARD_PATH,
+      });
       // Drops the token from the address bar and the browser history.
       const url = new URL(req.originalUrl, 'http://x');
       url.searchParams.delete('token');
       return res.redirect(303, `${url.pathname}${url.search}`);
     }
-    unauthorized(res, auth.challenges, header || login !== undefined ? 'wrong dashboard credentials' : `the queue dashboard needs credentials: ${auth.how}`);
+    unauthorized(
+      res,
+      auth.challenges,
+      header || login !== undefined
+        ? 'wrong dashboard credentials'
+        : `the queue dashboard needs credentials: ${auth.how}`,
+    );
   };
 }
 
 /** Refuses state-changing calls from other sites (see `isForeignWrite`). */
 const sameOriginWrites: RequestHandler = (req, res, next) => {
-  if (!isForeignWrite({ method: req.method, secFetchSite: req.get('sec-fetch-site'), origin: req.get('origin'), host: req.get('host') })) return next();
+  if (
+    !isForeignWrite({
+      method: req.method,
+      secFetchSite: req.get('sec-fetch-site'),
+      origin: req.get('origin'),
+      host: req.get('host'),
+    })
+  )
+    return next();
   sendError(res, new ApiError('forbidden', "dashboard changes are accepted from the dashboard's own pages only"));
 };
 
@@ -63,7 +86,9 @@ const FOREIGN_LINK = /<link\b[^>]*\bhref="(?:[a-z][a-z0-9+.-]*:)?\/\/[^"]*"[^>]*
 const ownOriginOnly: RequestHandler = (req, res, next) => {
   const render = res.render.bind(res);
   res.render = (view: string, options?: object) =>
-    render(view, options ?? {}, (err: Error | null, html: string) => (err ? req.next?.(err) : res.send(html.replace(FOREIGN_LINK, ''))));
+    render(view, options ?? {}, (err: Error | null, html: string) =>
+      err ? req.next?.(err) : res.send(html.replace(FOREIGN_LINK, '')),
+    );
   next();
 };
 
@@ -85,7 +110,9 @@ export function dashboard(parts: DashboardParts): Express {
 
   const basic = Boolean(config.DASHBOARD_USER || config.DASHBOARD_PASSWORD);
   if (basic && !(config.DASHBOARD_USER && config.DASHBOARD_PASSWORD)) {
-    throw new ConfigError('invalid configuration:\n  DASHBOARD_USER, DASHBOARD_PASSWORD: set both for basic auth on the queue dashboard, or neither');
+    throw new ConfigError(
+      'invalid configuration:\n  DASHBOARD_USER, DASHBOARD_PASSWORD: set both for basic auth on the queue dashboard, or neither',
+    );
   }
   if (!basic && !config.DASHBOARD_TOKEN) {
     app.use((_req, _res, next) =>
@@ -108,7 +135,13 @@ export function dashboard(parts: DashboardParts): Express {
     // Every model that has been served has a queue, whether it is served now or not.
     for (const { id } of snapshot().models.filter((m) => m.task !== undefined)) {
       if (shown.has(id)) continue;
-      board.addQueue(new BullMQAdapter(queue(id), { readOnlyMode: config.DASHBOARD_READONLY, allowRetries: !config.DASHBOARD_READONLY, description: id }));
+      board.addQueue(
+        new BullMQAdapter(queue(id), {
+          readOnlyMode: config.DASHBOARD_READONLY,
+          allowRetries: !config.DASHBOARD_READONLY,
+          description: id,
+        }),
+      );
       shown.add(id);
     }
     next();

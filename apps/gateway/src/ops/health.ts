@@ -23,7 +23,13 @@ function readyModel(m: ModelStatus): ReadyModel {
     case 'mismatched':
       return { workers: 0, error: m.error };
     case 'idle':
-      return { ...(m.task ? { task: m.task } : {}), workers: 0, scaled_to_zero: true, queue_depth: m.depth, estimated_time: m.estimatedSeconds };
+      return {
+        ...(m.task ? { task: m.task } : {}),
+        workers: 0,
+        scaled_to_zero: true,
+        queue_depth: m.depth,
+        estimated_time: m.estimatedSeconds,
+      };
     case 'loading':
       return {
         workers: 0,
@@ -49,10 +55,15 @@ function notReadyReasons(snap: GatewaySnapshot, defaultModel?: string): string[]
   const reasons: string[] = [];
   // A Redis that answers reads and refuses writes (out of memory) passes the registry's reads: the breaker names it.
   if (!snap.redisHealthy)
-    reasons.push(snap.redisError ? `${describeRedisCause(redisCauseOf(snap.redisError))} (${snap.redisError})` : 'Redis is not answering');
+    reasons.push(
+      snap.redisError
+        ? `${describeRedisCause(redisCauseOf(snap.redisError))} (${snap.redisError})`
+        : 'Redis is not answering',
+    );
   if (snap.breaker === 'open') reasons.push(`circuit breaker to Redis is open: ${snap.breakerCause ?? 'Redis failed'}`);
   // A model scaled to zero is no fault: the gateway must stay ready (in the Service) to take the request that wakes a worker.
-  if (!snap.models.some((m) => m.state === 'served' || m.state === 'loading' || m.state === 'idle')) reasons.push('no live worker serves any model');
+  if (!snap.models.some((m) => m.state === 'served' || m.state === 'loading' || m.state === 'idle'))
+    reasons.push('no live worker serves any model');
   for (const m of snap.models) {
     if (m.state === 'lost') reasons.push(`model ${m.id} has no live worker`);
     if (m.state === 'failed') reasons.push(`model ${m.id} is not served: ${m.error}`);
@@ -62,7 +73,8 @@ function notReadyReasons(snap: GatewaySnapshot, defaultModel?: string): string[]
       reasons.push(`model ${m.id} is loading (about ${m.estimatedSeconds} s${downloading})`);
     }
   }
-  if (defaultModel && !snap.models.some((m) => m.id === defaultModel)) reasons.push(`default model ${defaultModel} has no live worker`);
+  if (defaultModel && !snap.models.some((m) => m.id === defaultModel))
+    reasons.push(`default model ${defaultModel} has no live worker`);
   return reasons;
 }
 
@@ -72,7 +84,12 @@ function notReadyReasons(snap: GatewaySnapshot, defaultModel?: string): string[]
  * configured (MODELS) with no worker at all: scaled to zero, it is served by waking a worker. 503
  * says which of these is missing.
  */
-export function healthRoutes(router: IRouter, snapshot: Snapshot, backlog: (model: string) => number, defaultModel?: string): void {
+export function healthRoutes(
+  router: IRouter,
+  snapshot: Snapshot,
+  backlog: (model: string) => number,
+  defaultModel?: string,
+): void {
   router.get('/health', (_req, res) => {
     res.json({ status: 'ok' });
   });
@@ -93,7 +110,8 @@ export function healthRoutes(router: IRouter, snapshot: Snapshot, backlog: (mode
   // Always 200 while the process runs: KEDA treats any other status as a failed read.
   router.get('/backlog', (req, res, next) => {
     const model = req.query.model;
-    if (typeof model !== 'string' || model === '') return next(new ApiError('validation', 'GET /backlog needs ?model=<model id>'));
+    if (typeof model !== 'string' || model === '')
+      return next(new ApiError('validation', 'GET /backlog needs ?model=<model id>'));
     res.setHeader('cache-control', 'no-store');
     res.json({ model, backlog: backlog(model) } satisfies BacklogBody);
   });

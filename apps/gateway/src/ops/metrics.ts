@@ -116,7 +116,8 @@ export function createMetrics({ snapshot, transport, bodies, unread, cache }: Me
     registers,
     collect() {
       this.reset();
-      for (const [model, counts] of transport.abandoned) for (const [at, n] of Object.entries(counts)) this.inc({ model, at }, n);
+      for (const [model, counts] of transport.abandoned)
+        for (const [at, n] of Object.entries(counts)) this.inc({ model, at }, n);
     },
   });
   new Counter({
@@ -168,7 +169,8 @@ export function createMetrics({ snapshot, transport, bodies, unread, cache }: Me
     collect() {
       // Reset first: a model no longer served must drop out, not keep its last value.
       this.reset();
-      for (const model of snapshot().models) if (model.state === 'served' || model.state === 'idle') this.set({ model: model.id }, model.depth);
+      for (const model of snapshot().models)
+        if (model.state === 'served' || model.state === 'idle') this.set({ model: model.id }, model.depth);
     },
   });
   new Gauge({
@@ -204,7 +206,8 @@ export function createMetrics({ snapshot, transport, bodies, unread, cache }: Me
     registers,
     collect() {
       this.reset();
-      for (const model of snapshot().models) if (model.download) this.set({ model: model.id }, model.download.percent / 100);
+      for (const model of snapshot().models)
+        if (model.download) this.set({ model: model.id }, model.download.percent / 100);
     },
   });
   new Gauge({
@@ -214,7 +217,8 @@ export function createMetrics({ snapshot, transport, bodies, unread, cache }: Me
     registers,
     collect() {
       this.reset();
-      for (const model of snapshot().models) if (model.state !== 'loading') this.set({ model: model.id }, model.workers.length);
+      for (const model of snapshot().models)
+        if (model.state !== 'loading') this.set({ model: model.id }, model.workers.length);
     },
   });
   new Gauge({
@@ -251,7 +255,8 @@ export function createMetrics({ snapshot, transport, bodies, unread, cache }: Me
     collect() {
       this.reset();
       for (const model of snapshot().models) {
-        for (const w of model.workers) if (w.modelBusyMs !== undefined) this.inc({ model: model.id, worker: w.id }, w.modelBusyMs / 1000);
+        for (const w of model.workers)
+          if (w.modelBusyMs !== undefined) this.inc({ model: model.id, worker: w.id }, w.modelBusyMs / 1000);
       }
     },
   });
@@ -272,13 +277,21 @@ export function createMetrics({ snapshot, transport, bodies, unread, cache }: Me
         }
       },
     });
-  workerGauge('tserve_worker_resident_memory_bytes', "Each live worker process's resident memory (RSS), as of its last heartbeat", (w) => w.rssBytes);
+  workerGauge(
+    'tserve_worker_resident_memory_bytes',
+    "Each live worker process's resident memory (RSS), as of its last heartbeat",
+    (w) => w.rssBytes,
+  );
   workerGauge(
     'tserve_worker_peak_resident_memory_bytes',
     'The most resident memory each live worker process has held since it started (VmHWM), as of its last heartbeat',
     (w) => w.peakRssBytes,
   );
-  workerGauge('tserve_worker_memory_budget_bytes', "Each live worker's WORKER_MEMORY_MB, in bytes, where set", (w) => w.memoryBudgetBytes);
+  workerGauge(
+    'tserve_worker_memory_budget_bytes',
+    "Each live worker's WORKER_MEMORY_MB, in bytes, where set",
+    (w) => w.memoryBudgetBytes,
+  );
   workerGauge(
     'tserve_worker_largest_call_tokens',
     'Padded tokens (rows x longest) of the largest model call each live worker has run since it started: its tensors, and its memory, grew with it',
@@ -301,7 +314,11 @@ export function createMetrics({ snapshot, transport, bodies, unread, cache }: Me
     const started = performance.now();
     // 'close' comes once per response, answered or abandoned; 'finish' never comes for the latter.
     res.once('close', () => {
-      const labels = { method: req.method, route: routeOf(req, res), status: res.writableFinished ? String(res.statusCode) : CLIENT_CLOSED };
+      const labels = {
+        method: req.method,
+        route: routeOf(req, res),
+        status: res.writableFinished ? String(res.statusCode) : CLIENT_CLOSED,
+      };
       requests.inc(labels);
       duration.observe(labels, (performance.now() - started) / 1000);
     });
@@ -344,7 +361,11 @@ function responseCacheSeries(cache: NonNullable<MetricSources['cache']>, registe
       },
     });
   perModel('tserve_response_cache_hits_total', 'Inputs answered from the response cache, by model', (c) => c.hits);
-  perModel('tserve_response_cache_misses_total', 'Inputs looked up in the response cache and not found there (then computed), by model', (c) => c.misses);
+  perModel(
+    'tserve_response_cache_misses_total',
+    'Inputs looked up in the response cache and not found there (then computed), by model',
+    (c) => c.misses,
+  );
   new Counter({
     name: 'tserve_response_cache_stored_bytes_total',
     help: 'Bytes of entries this gateway stored in the response cache, counted as its bound counts them',

@@ -38,7 +38,9 @@ function jsonSchema(schema: z.ZodType, io: 'input' | 'output'): Json {
   return json;
 }
 
-const jsonContent = (schema: z.ZodType, io: 'input' | 'output') => ({ 'application/json': { schema: jsonSchema(schema, io) } });
+const jsonContent = (schema: z.ZodType, io: 'input' | 'output') => ({
+  'application/json': { schema: jsonSchema(schema, io) },
+});
 const ref = (kind: 'parameters' | 'headers' | 'responses', name: string) => ({ $ref: `#/components/${kind}/${name}` });
 
 /** Each protocol's error body; the native one is `{"error", "error_type"}`. */
@@ -71,7 +73,10 @@ function errors(protocol: Protocol, statuses: number[]): Record<string, Json> {
       String(status),
       {
         description: STATUS_TEXT[status],
-        headers: { 'x-request-id': ref('headers', 'RequestId'), ...([429, 503].includes(status) ? { 'Retry-After': ref('headers', 'RetryAfter') } : {}) },
+        headers: {
+          'x-request-id': ref('headers', 'RequestId'),
+          ...([429, 503].includes(status) ? { 'Retry-After': ref('headers', 'RetryAfter') } : {}),
+        },
         content: jsonContent(ERROR_BODIES[protocol], 'output'),
       },
     ]),
@@ -91,11 +96,19 @@ function answer(description: string, content: Json): Json {
     'x-model-sha256': 'ModelSha256',
     'x-model-revision': 'ModelRevision',
   };
-  return { description, headers: Object.fromEntries(Object.entries(headers).map(([name, component]) => [name, ref('headers', component)])), content };
+  return {
+    description,
+    headers: Object.fromEntries(Object.entries(headers).map(([name, component]) => [name, ref('headers', component)])),
+    content,
+  };
 }
 
 function ok(description: string, schema: z.ZodType): Json {
-  return { description, headers: { 'x-request-id': ref('headers', 'RequestId') }, content: jsonContent(schema, 'output') };
+  return {
+    description,
+    headers: { 'x-request-id': ref('headers', 'RequestId') },
+    content: jsonContent(schema, 'output'),
+  };
 }
 
 /** The Inference API body for one task: its inputs and parameters, as the request path checks them. */
@@ -111,10 +124,14 @@ function taskRequest(task: Task): z.ZodType {
     .meta({ title: task });
 }
 
-const inferenceRequest = z.union(TASKS.map(taskRequest)).meta({ description: "one of the tasks' bodies: the model's task decides which" });
+const inferenceRequest = z
+  .union(TASKS.map(taskRequest))
+  .meta({ description: "one of the tasks' bodies: the model's task decides which" });
 /** One output for a single input, or a list of them for a list of inputs; which task's is the model's. */
 const inferenceAnswer = z
-  .union(TASKS.map((task) => z.union([taskOutputSchemas[task], z.array(taskOutputSchemas[task])]).meta({ title: task })))
+  .union(
+    TASKS.map((task) => z.union([taskOutputSchemas[task], z.array(taskOutputSchemas[task])]).meta({ title: task })),
+  )
   .meta({ description: "one output per input (the list for a list of inputs), in the model's task's shape" });
 
 const PATH_PARAMETERS = {
@@ -125,8 +142,20 @@ const PATH_PARAMETERS = {
     description: 'the model id; it may hold a slash (replica/x), sent as is or as %2F',
     schema: { type: 'string' },
   },
-  Task: { name: 'task', in: 'path', required: true, description: 'the task to run the model for', schema: { type: 'string', enum: [...TASKS] } },
-  Version: { name: 'version', in: 'path', required: true, description: 'the model version: only "1" is served', schema: { type: 'string' } },
+  Task: {
+    name: 'task',
+    in: 'path',
+    required: true,
+    description: 'the task to run the model for',
+    schema: { type: 'string', enum: [...TASKS] },
+  },
+  Version: {
+    name: 'version',
+    in: 'path',
+    required: true,
+    description: 'the model version: only "1" is served',
+    schema: { type: 'string' },
+  },
 };
 
 const HEADER_PARAMETERS = {
@@ -151,13 +180,15 @@ const HEADER_PARAMETERS = {
   UseCache: {
     name: 'x-use-cache',
     in: 'header',
-    description: 'false computes afresh, bypassing the response cache (RESPONSE_CACHE_TTL_S), as options.use_cache: false does',
+    description:
+      'false computes afresh, bypassing the response cache (RESPONSE_CACHE_TTL_S), as options.use_cache: false does',
     schema: { type: 'string', enum: ['true', 'false', '1', '0'] },
   },
   TraceParent: {
     name: 'traceparent',
     in: 'header',
-    description: "W3C trace context: with tracing on (OTEL_EXPORTER_OTLP_ENDPOINT, docs/tracing.md) the request's spans continue this trace",
+    description:
+      "W3C trace context: with tracing on (OTEL_EXPORTER_OTLP_ENDPOINT, docs/tracing.md) the request's spans continue this trace",
     schema: { type: 'string', pattern: '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$' },
   },
   TeiModel: {
@@ -170,7 +201,10 @@ const HEADER_PARAMETERS = {
 
 const numberHeader = (description: string) => ({ description, schema: { type: 'number' } });
 const HEADERS = {
-  RequestId: { description: "the request's id (a fresh UUID), named in the gateway's and the worker's logs", schema: { type: 'string' } },
+  RequestId: {
+    description: "the request's id (a fresh UUID), named in the gateway's and the worker's logs",
+    schema: { type: 'string' },
+  },
   RetryAfter: { description: 'seconds to wait before retrying', schema: { type: 'integer' } },
   QueueTime: numberHeader('ms from enqueue to the start of the model call that ran the request'),
   InferenceTime: numberHeader('ms of the model work that ran it'),
@@ -180,7 +214,10 @@ const HEADERS = {
     description: 'with the response cache on: hit when every input was answered from it (no model call), else miss',
     schema: { type: 'string', enum: ['hit', 'miss'] },
   },
-  Warnings: { description: 'a JSON list, when there is something to say (an input was truncated)', schema: { type: 'string' } },
+  Warnings: {
+    description: 'a JSON list, when there is something to say (an input was truncated)',
+    schema: { type: 'string' },
+  },
   ModelSha256: { description: 'sha256 of the weights file that answered', schema: { type: 'string' } },
   ModelRevision: { description: 'the hub commit those weights came from', schema: { type: 'string' } },
 };
@@ -233,7 +270,11 @@ interface OpenApiOptions {
 /** The OpenAPI 3.1 document of the gateway's routes. */
 function openApiDocument({ keys }: OpenApiOptions): Json {
   /** A route that runs a model: admitted (keys, quotas, shedding), with the headers every model call reads. */
-  const modelCall = (protocol: Protocol, operation: Json & { parameters?: Json[]; responses: Json }, statuses: number[]): Json => ({
+  const modelCall = (
+    protocol: Protocol,
+    operation: Json & { parameters?: Json[]; responses: Json },
+    statuses: number[],
+  ): Json => ({
     ...operation,
     parameters: [
       ...(operation.parameters ?? []),
@@ -297,7 +338,8 @@ function openApiDocument({ keys }: OpenApiOptions): Json {
                   schema: {
                     type: 'string',
                     contentMediaType: 'application/octet-stream',
-                    description: "Triton's binary tensor data: a JSON header of Inference-Header-Content-Length bytes, then the tensors' bytes",
+                    description:
+                      "Triton's binary tensor data: a JSON header of Inference-Header-Content-Length bytes, then the tensors' bytes",
                   },
                 },
               },
@@ -305,7 +347,9 @@ function openApiDocument({ keys }: OpenApiOptions): Json {
             responses: {
               200: answer('the output tensors', {
                 ...jsonContent(kserveSchemas.inferResponse, 'output'),
-                'application/octet-stream': { schema: { type: 'string', contentMediaType: 'application/octet-stream' } },
+                'application/octet-stream': {
+                  schema: { type: 'string', contentMediaType: 'application/octet-stream' },
+                },
               }),
             },
           },
@@ -374,12 +418,14 @@ function openApiDocument({ keys }: OpenApiOptions): Json {
         [400, 413, 422, 500, 503, 504],
       ),
     },
-    '/models/{model}': { post: inferenceApi('run a model (the Hugging Face Inference API)', [ref('parameters', 'Model')]) },
+    '/models/{model}': {
+      post: inferenceApi('run a model (the Hugging Face Inference API)', [ref('parameters', 'Model')]),
+    },
     '/models/{model}/pipeline/{task}': {
-      post: inferenceApi('run a model for a task it serves (an embedding model serves feature-extraction and sentence-similarity)', [
-        ref('parameters', 'Model'),
-        ref('parameters', 'Task'),
-      ]),
+      post: inferenceApi(
+        'run a model for a task it serves (an embedding model serves feature-extraction and sentence-similarity)',
+        [ref('parameters', 'Model'), ref('parameters', 'Task')],
+      ),
     },
     '/v1/embeddings': {
       post: modelCall(
@@ -393,7 +439,13 @@ function openApiDocument({ keys }: OpenApiOptions): Json {
         [400, 404, 413, 422, 500, 503, 504],
       ),
     },
-    '/v1/models': { get: { ...tag('OpenAI'), summary: 'the served models', responses: { 200: ok('the served models', openAiSchemas.modelList) } } },
+    '/v1/models': {
+      get: {
+        ...tag('OpenAI'),
+        summary: 'the served models',
+        responses: { 200: ok('the served models', openAiSchemas.modelList) },
+      },
+    },
     '/v1/models/{model}': {
       get: {
         ...tag('OpenAI'),
@@ -403,9 +455,19 @@ function openApiDocument({ keys }: OpenApiOptions): Json {
       },
     },
     '/embed': { post: tei('embeddings (an embedding model)', teiSchemas.embedRequest, teiSchemas.embedResponse) },
-    '/predict': { post: tei('classify texts or pairs (a sequence classifier)', teiSchemas.predictRequest, teiSchemas.predictResponse) },
-    '/rerank': { post: tei('rank texts against a query (a reranker)', teiSchemas.rerankRequest, teiSchemas.rerankResponse) },
-    '/tokenize': { post: tei("tokenize texts with a model's tokenizer", teiSchemas.tokenizeRequest, teiSchemas.tokenizeResponse) },
+    '/predict': {
+      post: tei(
+        'classify texts or pairs (a sequence classifier)',
+        teiSchemas.predictRequest,
+        teiSchemas.predictResponse,
+      ),
+    },
+    '/rerank': {
+      post: tei('rank texts against a query (a reranker)', teiSchemas.rerankRequest, teiSchemas.rerankResponse),
+    },
+    '/tokenize': {
+      post: tei("tokenize texts with a model's tokenizer", teiSchemas.tokenizeRequest, teiSchemas.tokenizeResponse),
+    },
     '/info': {
       get: {
         ...tag('TEI'),
@@ -417,8 +479,16 @@ function openApiDocument({ keys }: OpenApiOptions): Json {
         responses: { 200: ok("the model's description", teiSchemas.info), ...errors('tei', [404, 422, 503]) },
       },
     },
-    '/v2': { get: { ...tag('KServe v2'), summary: 'server metadata', responses: { 200: ok('the server', kserveSchemas.serverMetadata) } } },
-    '/v2/health/live': { get: { ...tag('KServe v2'), summary: 'the process answers', responses: { 200: ok('live', kserveSchemas.live) } } },
+    '/v2': {
+      get: {
+        ...tag('KServe v2'),
+        summary: 'server metadata',
+        responses: { 200: ok('the server', kserveSchemas.serverMetadata) },
+      },
+    },
+    '/v2/health/live': {
+      get: { ...tag('KServe v2'), summary: 'the process answers', responses: { 200: ok('live', kserveSchemas.live) } },
+    },
     '/v2/health/ready': {
       get: {
         ...tag('KServe v2'),
@@ -439,14 +509,19 @@ function openApiDocument({ keys }: OpenApiOptions): Json {
         [`/v2/models/{model}/versions/{version}${action}`, kserveModel(action, true)],
       ]),
     ),
-    '/health': { get: { ...tag('Operations'), summary: 'the process answers', responses: { 200: ok('alive', healthBodySchema) } } },
+    '/health': {
+      get: { ...tag('Operations'), summary: 'the process answers', responses: { 200: ok('alive', healthBodySchema) } },
+    },
     '/ready': {
       get: {
         ...tag('Operations'),
         summary: 'the gateway can serve: Redis answers, the breaker is closed, every model has a live worker',
         responses: {
           200: ok('ready', readyBodySchema),
-          503: { ...ok('not ready: reasons says what is missing', readyBodySchema), headers: { 'Retry-After': ref('headers', 'RetryAfter') } },
+          503: {
+            ...ok('not ready: reasons says what is missing', readyBodySchema),
+            headers: { 'Retry-After': ref('headers', 'RetryAfter') },
+          },
         },
       },
     },
@@ -462,11 +537,20 @@ function openApiDocument({ keys }: OpenApiOptions): Json {
       get: {
         ...tag('Operations'),
         summary: 'Prometheus metrics',
-        responses: { 200: { description: 'the metrics, in the Prometheus text format', content: { 'text/plain': { schema: { type: 'string' } } } } },
+        responses: {
+          200: {
+            description: 'the metrics, in the Prometheus text format',
+            content: { 'text/plain': { schema: { type: 'string' } } },
+          },
+        },
       },
     },
     '/openapi.json': {
-      get: { ...tag('Operations'), summary: 'this document', responses: { 200: { description: 'the OpenAPI document', content: { 'application/json': {} } } } },
+      get: {
+        ...tag('Operations'),
+        summary: 'this document',
+        responses: { 200: { description: 'the OpenAPI document', content: { 'application/json': {} } } },
+      },
     },
     '/docs': {
       get: {
@@ -480,7 +564,8 @@ function openApiDocument({ keys }: OpenApiOptions): Json {
   for (const [template, item] of Object.entries(paths)) {
     for (const [method, operation] of Object.entries(item as Record<string, Json>)) {
       const operationId = operationIdOf(method, template);
-      if (!operationId) throw new Error(`openapi.ts: no operationId for ${method.toUpperCase()} ${template}; add one to OPERATION_IDS`);
+      if (!operationId)
+        throw new Error(`openapi.ts: no operationId for ${method.toUpperCase()} ${template}; add one to OPERATION_IDS`);
       // First, as generators list it: the name a generated client gives the call.
       item[method] = { operationId, ...operation };
     }

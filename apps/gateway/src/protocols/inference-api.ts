@@ -19,7 +19,11 @@ function respond(res: Response, result: InferenceResult, api: 'inference-api' | 
   }
   // A large answer, written as its worker serialized it: parsing it here only to write it again held the event loop.
   res.setHeader('Content-Type', 'application/json; charset=utf-8');
-  res.send(single ? json[0] : Buffer.concat([Buffer.from('['), ...json.flatMap((part, i) => (i ? [COMMA, part] : [part])), Buffer.from(']')]));
+  res.send(
+    single
+      ? json[0]
+      : Buffer.concat([Buffer.from('['), ...json.flatMap((part, i) => (i ? [COMMA, part] : [part])), Buffer.from(']')]),
+  );
 }
 
 const COMMA = Buffer.from(',');
@@ -27,7 +31,8 @@ const COMMA = Buffer.from(',');
 type ParsedBody = ReturnType<typeof parseInferenceBody>;
 
 function parseInferenceBody(body: unknown) {
-  if (body === undefined) throw new ApiError('unsupported_media_type', 'send a JSON body with Content-Type: application/json');
+  if (body === undefined)
+    throw new ApiError('unsupported_media_type', 'send a JSON body with Content-Type: application/json');
   const parsed = inferenceRequestSchema.safeParse(body);
   if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
   const { inputs, parameters, options } = parsed.data;
@@ -47,7 +52,8 @@ function modelAndTask(req: Request): { model: string; task?: Task } {
   const path = wildcardPath(req, 'id');
   const match = /^(.+)\/pipeline\/([^/]+)$/.exec(path);
   if (!match) return { model: path };
-  if (!(TASKS as readonly string[]).includes(match[2])) throw new ApiError('not_found', `unknown task "${match[2]}" in the path; tasks: ${TASKS.join(', ')}`);
+  if (!(TASKS as readonly string[]).includes(match[2]))
+    throw new ApiError('not_found', `unknown task "${match[2]}" in the path; tasks: ${TASKS.join(', ')}`);
   return { model: match[1], task: match[2] as Task };
 }
 
@@ -65,7 +71,14 @@ export function inferenceRoutes(
   answerErrors: ErrorRequestHandler,
 ): void {
   /** Runs a parsed request with what its headers and admission add, and answers it. */
-  const answer = async (req: Request, res: Response, model: string, call: ParsedBody, api: 'inference-api' | 'pipeline', task?: Task) => {
+  const answer = async (
+    req: Request,
+    res: Response,
+    model: string,
+    call: ParsedBody,
+    api: 'inference-api' | 'pipeline',
+    task?: Task,
+  ) => {
     const result = await runModelCall(service, req, res, {
       model,
       task,
@@ -94,9 +107,18 @@ export function inferenceRoutes(
     async (req: Request, res: Response) => {
       const call = isJson(req)
         ? parseInferenceBody(req.body)
-        : { inputs: String(req.body ?? ''), parameters: {}, timeoutMs: undefined, priority: undefined, options: undefined };
+        : {
+            inputs: String(req.body ?? ''),
+            parameters: {},
+            timeoutMs: undefined,
+            priority: undefined,
+            options: undefined,
+          };
       if (!isJson(req) && !call.inputs)
-        throw new ApiError('validation', 'send the text to run as the request body, e.g. curl -X POST -d "some text" localhost:8000/');
+        throw new ApiError(
+          'validation',
+          'send the text to run as the request body, e.g. curl -X POST -d "some text" localhost:8000/',
+        );
       await answer(req, res, service.requireDefaultModel(), call, 'pipeline');
     },
     answerErrors,
@@ -108,7 +130,8 @@ export function inferenceRoutes(
     admit((req) => modelAndTask(req).model),
     json,
     async (req: Request, res: Response) => {
-      if (!isJson(req)) throw new ApiError('unsupported_media_type', 'send a JSON body with Content-Type: application/json');
+      if (!isJson(req))
+        throw new ApiError('unsupported_media_type', 'send a JSON body with Content-Type: application/json');
       const { model, task } = modelAndTask(req);
       const call = parseInferenceBody(req.body);
       await answer(req, res, model, call, 'inference-api', task);

@@ -36,7 +36,15 @@ const modelConfigSchema = z.strictObject({
       optional: z.boolean(),
     }),
   ),
-  output: z.array(z.strictObject({ name: z.string(), data_type: z.string(), dims: z.array(int), label_filename: z.string(), is_shape_tensor: z.boolean() })),
+  output: z.array(
+    z.strictObject({
+      name: z.string(),
+      data_type: z.string(),
+      dims: z.array(int),
+      label_filename: z.string(),
+      is_shape_tensor: z.boolean(),
+    }),
+  ),
   dynamic_batching: z.strictObject({
     preferred_batch_size: z.array(int),
     max_queue_delay_microseconds: int,
@@ -75,7 +83,9 @@ const modelStatsSchema = z.strictObject({
     cache_miss: duration,
   }),
   response_stats: z.record(z.string(), z.unknown()),
-  batch_stats: z.array(z.strictObject({ batch_size: int, compute_input: duration, compute_infer: duration, compute_output: duration })),
+  batch_stats: z.array(
+    z.strictObject({ batch_size: int, compute_input: duration, compute_infer: duration, compute_output: duration }),
+  ),
   memory_usage: z.array(z.unknown()),
 });
 const statisticsSchema = z.strictObject({ model_stats: z.array(modelStatsSchema) });
@@ -108,8 +118,24 @@ export function modelConfig({ model, outputs, width }: TritonModel): z.infer<typ
     version_policy: { latest: { num_versions: 1 } },
     max_batch_size: maxBatchSize,
     // With batching, dims leave out the batch dimension: each request row is one text.
-    input: [{ name: 'text', data_type: 'TYPE_STRING', format: 'FORMAT_NONE', dims: [1], reshape: { shape: [] }, is_shape_tensor: false, optional: false }],
-    output: outputs.map((name) => ({ name, data_type: 'TYPE_FP32', dims: [width], label_filename: '', is_shape_tensor: false })),
+    input: [
+      {
+        name: 'text',
+        data_type: 'TYPE_STRING',
+        format: 'FORMAT_NONE',
+        dims: [1],
+        reshape: { shape: [] },
+        is_shape_tensor: false,
+        optional: false,
+      },
+    ],
+    output: outputs.map((name) => ({
+      name,
+      data_type: 'TYPE_FP32',
+      dims: [width],
+      label_filename: '',
+      is_shape_tensor: false,
+    })),
     dynamic_batching: {
       preferred_batch_size: [maxBatchSize],
       max_queue_delay_microseconds: Math.round(waitMs * 1000),
@@ -118,7 +144,16 @@ export function modelConfig({ model, outputs, width }: TritonModel): z.infer<typ
       priority_levels: 2,
       default_priority_level: 1,
     },
-    instance_group: [{ name: model.id, kind: gpu ? 'KIND_GPU' : 'KIND_CPU', count: workers.length, gpus: [], profile: [], passive: false }],
+    instance_group: [
+      {
+        name: model.id,
+        kind: gpu ? 'KIND_GPU' : 'KIND_CPU',
+        count: workers.length,
+        gpus: [],
+        profile: [],
+        passive: false,
+      },
+    ],
     parameters: {
       task: { string_value: model.task },
       dtype: { string_value: [...new Set(workers.map((w) => w.dtype))].join(',') },
@@ -142,12 +177,17 @@ function total(workers: WorkerInfo[]): InferenceStats {
   const out = emptyInferenceStats();
   for (const { stats } of workers) {
     if (!stats) continue;
-    for (const key of ['success', 'fail', 'queue', 'computeInput', 'computeInfer', 'computeOutput'] as const) out[key] = sum(out[key], stats[key]);
+    for (const key of ['success', 'fail', 'queue', 'computeInput', 'computeInfer', 'computeOutput'] as const)
+      out[key] = sum(out[key], stats[key]);
     out.inferenceCount += stats.inferenceCount;
     out.executionCount += stats.executionCount;
     out.lastInference = Math.max(out.lastInference, stats.lastInference);
     for (const [size, batch] of Object.entries(stats.batches)) {
-      const into = (out.batches[size] ??= { computeInput: noDuration(), computeInfer: noDuration(), computeOutput: noDuration() });
+      const into = (out.batches[size] ??= {
+        computeInput: noDuration(),
+        computeInfer: noDuration(),
+        computeOutput: noDuration(),
+      });
       into.computeInput = sum(into.computeInput, batch.computeInput);
       into.computeInfer = sum(into.computeInfer, batch.computeInfer);
       into.computeOutput = sum(into.computeOutput, batch.computeOutput);
@@ -178,7 +218,12 @@ export function modelStats({ model, version }: TritonModel): z.infer<typeof mode
     },
     response_stats: {},
     batch_stats: Object.entries(stats.batches)
-      .map(([size, b]) => ({ batch_size: Number(size), compute_input: b.computeInput, compute_infer: b.computeInfer, compute_output: b.computeOutput }))
+      .map(([size, b]) => ({
+        batch_size: Number(size),
+        compute_input: b.computeInput,
+        compute_infer: b.computeInfer,
+        compute_output: b.computeOutput,
+      }))
       .sort((a, b) => a.batch_size - b.batch_size),
     memory_usage: [],
   };

@@ -20,7 +20,10 @@ import { modelConfig, modelStats, type Statistics, type TritonModel } from './ks
 const errorBody = z.strictObject({ error: z.string() });
 
 /** The protocol's error body: `{"error": "..."}`. */
-const kserveErrors: ErrorFormat = (error) => ({ status: error.status, body: { error: error.message } satisfies z.infer<typeof errorBody> });
+const kserveErrors: ErrorFormat = (error) => ({
+  status: error.status,
+  body: { error: error.message } satisfies z.infer<typeof errorBody>,
+});
 
 const VERSION = '1';
 
@@ -54,7 +57,11 @@ const modelMetadata = z.strictObject({
   platform: z.string(),
   inputs: z.array(tensorMetadata),
   outputs: z.array(tensorMetadata),
-  parameters: z.strictObject({ labels: z.array(z.string()).optional(), revision: z.string().optional(), weights_sha256: z.string().optional() }),
+  parameters: z.strictObject({
+    labels: z.array(z.string()).optional(),
+    revision: z.string().optional(),
+    weights_sha256: z.string().optional(),
+  }),
 });
 const inferResponse = z.strictObject({
   model_name: z.string(),
@@ -62,10 +69,23 @@ const inferResponse = z.strictObject({
   id: z.string().optional(),
   outputs: z.array(
     z.union([
-      z.strictObject({ name: z.string(), datatype: z.literal('FP32'), shape: z.array(z.number().int()), data: z.array(z.number()) }),
+      z.strictObject({
+        name: z.string(),
+        datatype: z.literal('FP32'),
+        shape: z.array(z.number().int()),
+        data: z.array(z.number()),
+      }),
       z
-        .strictObject({ name: z.string(), datatype: z.literal('BYTES'), shape: z.array(z.number().int()), data: z.array(z.string()) })
-        .meta({ description: 'an output asked for with parameters.classification k: per row, the k largest as "value:index:label"' }),
+        .strictObject({
+          name: z.string(),
+          datatype: z.literal('BYTES'),
+          shape: z.array(z.number().int()),
+          data: z.array(z.string()),
+        })
+        .meta({
+          description:
+            'an output asked for with parameters.classification k: per row, the k largest as "value:index:label"',
+        }),
       z
         .strictObject({
           name: z.string(),
@@ -106,10 +126,20 @@ function outputsOf(m: ServedModel): string[] {
 
 function tritonModel(m: ServedModel): TritonModel {
   const kind = kindOf(m);
-  return { model: m, version: VERSION, outputs: kind ? outputsOf(m) : [], width: kind === 'classifier' ? (m.labels?.length ?? -1) : -1 };
+  return {
+    model: m,
+    version: VERSION,
+    outputs: kind ? outputsOf(m) : [],
+    width: kind === 'classifier' ? (m.labels?.length ?? -1) : -1,
+  };
 }
 
-const tensor = (name: string, rows: number[][]): OutputTensor => ({ name, datatype: 'FP32', shape: [rows.length, rows[0]?.length ?? 0], data: rows.flat() });
+const tensor = (name: string, rows: number[][]): OutputTensor => ({
+  name,
+  datatype: 'FP32',
+  shape: [rows.length, rows[0]?.length ?? 0],
+  data: rows.flat(),
+});
 
 /**
  * Triton's classification extension: an output asked for with `classification: k` answers, per
@@ -131,12 +161,18 @@ function classCount(output: { name: string; parameters?: Record<string, unknown>
   const k = output?.parameters?.classification;
   if (k === undefined) return undefined;
   if (!Number.isInteger(k) || (k as number) < 1)
-    throw new ApiError('validation', `output ${output!.name}: parameters.classification must be a positive integer (the number of classes)`);
+    throw new ApiError(
+      'validation',
+      `output ${output!.name}: parameters.classification must be a positive integer (the number of classes)`,
+    );
   return k as number;
 }
 
 /** A classifier call's parameters for one output: every label's score, raw for the logits. */
-const classifierParameters = (output: string) => ({ top_k: null, ...(output === 'logits' ? { function_to_apply: 'none' } : {}) });
+const classifierParameters = (output: string) => ({
+  top_k: null,
+  ...(output === 'logits' ? { function_to_apply: 'none' } : {}),
+});
 
 /** A classifier's answers as rows in the model's label order (the answers come ranked). */
 function classifierRows(m: ServedModel, outputs: unknown): number[][] {
@@ -179,7 +215,10 @@ function controls(params: Record<string, unknown> | undefined): { timeoutMs?: nu
   return out;
 }
 
-export function kserveRoutes(router: IRouter, { config, service, registry, snapshot, admission, logger }: ProtocolParts & { snapshot: Snapshot }): void {
+export function kserveRoutes(
+  router: IRouter,
+  { config, service, registry, snapshot, admission, logger }: ProtocolParts & { snapshot: Snapshot },
+): void {
   const served = (name: string): ServedModel => {
     const m = registry.get(name);
     if (!m)
@@ -195,11 +234,14 @@ export function kserveRoutes(router: IRouter, { config, service, registry, snaps
     return m;
   };
   const checkVersion = (version?: string) => {
-    if (version !== undefined && version !== VERSION) throw new ApiError('not_found', `model version ${version} is not served; the only version is ${VERSION}`);
+    if (version !== undefined && version !== VERSION)
+      throw new ApiError('not_found', `model version ${version} is not served; the only version is ${VERSION}`);
   };
 
   router.get('/v2', (_req, res) => {
-    res.json({ name: 'tserve', version: '0.1.0', extensions: ['binary_tensor_data'] } satisfies z.infer<typeof serverMetadata>);
+    res.json({ name: 'tserve', version: '0.1.0', extensions: ['binary_tensor_data'] } satisfies z.infer<
+      typeof serverMetadata
+    >);
   });
   router.get('/v2/health/live', (_req, res) => {
     res.json({ live: true });
@@ -207,7 +249,10 @@ export function kserveRoutes(router: IRouter, { config, service, registry, snaps
   router.get('/v2/health/ready', (_req, res) => {
     const snap = snapshot();
     // A model scaled to zero counts, as in /ready: the server takes the request that wakes its worker.
-    const ready = snap.redisHealthy && snap.breaker !== 'open' && snap.models.some((m) => m.state === 'served' || m.state === 'idle');
+    const ready =
+      snap.redisHealthy &&
+      snap.breaker !== 'open' &&
+      snap.models.some((m) => m.state === 'served' || m.state === 'idle');
     res.status(ready ? 200 : 503).json({ ready });
   });
 
@@ -226,7 +271,8 @@ export function kserveRoutes(router: IRouter, { config, service, registry, snaps
     }
     if (action === 'ready') {
       const m = registry.get(name);
-      if (!m && !registry.starting(name) && !registry.taskOf(name)) throw new ApiError('not_found', `model ${name} is not served`);
+      if (!m && !registry.starting(name) && !registry.taskOf(name))
+        throw new ApiError('not_found', `model ${name} is not served`);
       res.status(m ? 200 : 503).json({ name, ready: Boolean(m) });
       return;
     }
@@ -253,27 +299,44 @@ export function kserveRoutes(router: IRouter, { config, service, registry, snaps
   };
   router.post('/v2/models/*path', admission.beforeBody(modelOfInfer), rawBody(config), async (req, res) => {
     const { name, version, action } = parsePath(req);
-    if (action !== 'infer') throw new ApiError('not_found', `no route for POST ${req.path}; inference is POST /v2/models/<name>/infer`);
+    if (action !== 'infer')
+      throw new ApiError('not_found', `no route for POST ${req.path}; inference is POST /v2/models/<name>/infer`);
     checkVersion(version);
-    const parsed = inferRequest.safeParse(readInferBody(Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0), req.get(HEADER_LENGTH)));
+    const parsed = inferRequest.safeParse(
+      readInferBody(Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0), req.get(HEADER_LENGTH)),
+    );
     if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
     const body = parsed.data;
     const { timeoutMs, priority } = controls(body.parameters);
     const m = registry.get(name) ?? (await servedModel(service, req, res, name, timeoutMs));
     const kind = kindOf(m);
-    if (!kind) throw new ApiError('validation', `model ${name} serves ${m.task}; the v2 protocol here serves classifiers and embedding models`);
+    if (!kind)
+      throw new ApiError(
+        'validation',
+        `model ${name} serves ${m.task}; the v2 protocol here serves classifiers and embedding models`,
+      );
 
     const [input] = body.inputs;
-    if (input.datatype !== 'BYTES') throw new ApiError('validation', `input ${input.name}: datatype must be BYTES (the texts), not ${input.datatype}`);
+    if (input.datatype !== 'BYTES')
+      throw new ApiError(
+        'validation',
+        `input ${input.name}: datatype must be BYTES (the texts), not ${input.datatype}`,
+      );
     const [rows, ...rest] = input.shape;
     if (input.shape.length === 0 || input.shape.length > 2 || rest.some((d) => d !== 1)) {
-      throw new ApiError('validation', `input ${input.name}: shape must be [n] or [n, 1], not ${JSON.stringify(input.shape)}`);
+      throw new ApiError(
+        'validation',
+        `input ${input.name}: shape must be [n] or [n, 1], not ${JSON.stringify(input.shape)}`,
+      );
     }
     // Row-major data may nest as deep as its shape, no deeper: anything deeper is no text, and is
     // refused below without walking it (a body of 300,000 nested lists overflowed a recursive walk's stack).
     const texts = input.data.flat(input.shape.length - 1);
     if (texts.length !== rows)
-      throw new ApiError('validation', `input ${input.name}: shape ${JSON.stringify(input.shape)} holds ${rows} texts but data has ${texts.length}`);
+      throw new ApiError(
+        'validation',
+        `input ${input.name}: shape ${JSON.stringify(input.shape)} holds ${rows} texts but data has ${texts.length}`,
+      );
     if (texts.some((t) => typeof t !== 'string' || t.length === 0))
       throw new ApiError('validation', `input ${input.name}: every element must be a non-empty string`);
     if (rows === 0) throw new ApiError('validation', `input ${input.name}: send at least one text`);
@@ -281,10 +344,17 @@ export function kserveRoutes(router: IRouter, { config, service, registry, snaps
     const offered = outputsOf(m);
     const wanted = body.outputs?.map((o) => o.name) ?? [offered[0]];
     const unknown = wanted.filter((w) => !offered.includes(w));
-    if (unknown.length) throw new ApiError('validation', `unknown output(s) ${unknown.join(', ')}; model ${name} offers ${offered.join(', ')}`);
+    if (unknown.length)
+      throw new ApiError(
+        'validation',
+        `unknown output(s) ${unknown.join(', ')}; model ${name} offers ${offered.join(', ')}`,
+      );
     const counts = new Map(wanted.map((output) => [output, classCount(body.outputs?.find((o) => o.name === output))]));
     if (kind === 'embedding' && [...counts.values()].some((k) => k !== undefined))
-      throw new ApiError('validation', `parameters.classification applies to a classifier's outputs; model ${name} answers embeddings`);
+      throw new ApiError(
+        'validation',
+        `parameters.classification applies to a classifier's outputs; model ${name} answers embeddings`,
+      );
 
     const call = (output: string, i: number, parameters: Record<string, unknown>) =>
       runModelCall(service, req, res, {
@@ -308,7 +378,10 @@ export function kserveRoutes(router: IRouter, { config, service, registry, snaps
       // Both outputs from one model run: the probabilities are the model's default function of its logits.
       const logits = classifierRows(m, (await call('logits', 0, classifierParameters('logits'))).outputs);
       const scoreFunction = m.scoreFunction;
-      const byOutput = { logits, probabilities: logits.map((row) => Array.from(applyScoreFunction(scoreFunction, row))) };
+      const byOutput = {
+        logits,
+        probabilities: logits.map((row) => Array.from(applyScoreFunction(scoreFunction, row))),
+      };
       tensors = wanted.map((output) => classifierTensor(output, byOutput[output as keyof typeof byOutput]));
     } else {
       tensors = await Promise.all(
@@ -319,12 +392,15 @@ export function kserveRoutes(router: IRouter, { config, service, registry, snaps
       );
     }
     // An output's own binary_data decides, else the request's binary_data_output (Triton's client sets it when it names no outputs).
-    const binary = (output: string) => (body.outputs?.find((o) => o.name === output)?.parameters?.binary_data ?? body.parameters?.binary_data_output) === true;
+    const binary = (output: string) =>
+      (body.outputs?.find((o) => o.name === output)?.parameters?.binary_data ?? body.parameters?.binary_data_output) ===
+      true;
     const answer = writeInferResponse(
       { model_name: m.id, model_version: VERSION, ...(body.id !== undefined ? { id: body.id } : {}), outputs: tensors },
       binary,
     );
-    if (answer.headerLength !== undefined) res.set(HEADER_LENGTH, String(answer.headerLength)).type('application/octet-stream');
+    if (answer.headerLength !== undefined)
+      res.set(HEADER_LENGTH, String(answer.headerLength)).type('application/octet-stream');
     else res.type('application/json');
     res.send(answer.body);
   });

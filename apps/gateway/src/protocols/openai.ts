@@ -15,9 +15,12 @@ import { shorten } from '../serving/embedding-dimensions.js';
 const text = z.string({ error: 'each input must be a string' }).min(1, 'input must not contain empty strings');
 const embeddingsRequest = z
   .object({
-    model: z.string({ error: (issue) => (issue.input === undefined ? 'model is required' : 'model must be a string') }).min(1),
+    model: z
+      .string({ error: (issue) => (issue.input === undefined ? 'model is required' : 'model must be a string') })
+      .min(1),
     input: z.union([text, z.array(text).min(1, 'input must not be an empty list')], {
-      error: (issue) => (issue.input === undefined ? 'input is required' : 'input must be a string or a list of strings'),
+      error: (issue) =>
+        issue.input === undefined ? 'input is required' : 'input must be a string or a list of strings',
     }),
     encoding_format: z.enum(['float', 'base64']).optional(),
     dimensions: z.number().int().min(1).optional(),
@@ -43,17 +46,28 @@ const errorBody = z.strictObject({
 /** OpenAI's error body: `{"error": {"message", "type", "param", "code"}}`. */
 const openAiErrors: ErrorFormat = (error) => {
   const { type, code } = OPENAI_TYPES[error.type] ?? { type: 'invalid_request_error', code: null };
-  return { status: error.status, body: { error: { message: error.message, type, param: null, code } } satisfies z.infer<typeof errorBody> };
+  return {
+    status: error.status,
+    body: { error: { message: error.message, type, param: null, code } } satisfies z.infer<typeof errorBody>,
+  };
 };
 
-const modelSchema = z.strictObject({ id: z.string(), object: z.literal('model'), created: z.number().int(), owned_by: z.string() });
+const modelSchema = z.strictObject({
+  id: z.string(),
+  object: z.literal('model'),
+  created: z.number().int(),
+  owned_by: z.string(),
+});
 const embeddingsResponse = z.strictObject({
   object: z.literal('list'),
   data: z.array(
     z.strictObject({
       object: z.literal('embedding'),
       index: z.number().int(),
-      embedding: z.union([z.array(z.number()), z.string().meta({ description: 'little-endian float32, base64 (encoding_format "base64")' })]),
+      embedding: z.union([
+        z.array(z.number()),
+        z.string().meta({ description: 'little-endian float32, base64 (encoding_format "base64")' }),
+      ]),
     }),
   ),
   model: z.string(),
@@ -71,7 +85,12 @@ function toBase64(vector: number[]): string {
 
 /** A served model as OpenAI's model object; created when its first live worker started. */
 function modelObject(m: ServedModel): z.infer<typeof modelSchema> {
-  return { id: m.id, object: 'model', created: Math.floor(Math.min(...m.workers.map((w) => w.startedAt)) / 1000), owned_by: 'tserve' };
+  return {
+    id: m.id,
+    object: 'model',
+    created: Math.floor(Math.min(...m.workers.map((w) => w.startedAt)) / 1000),
+    owned_by: 'tserve',
+  };
 }
 
 export function openAiRoutes(router: IRouter, { config, service, registry, admission, logger }: ProtocolParts): void {
@@ -95,7 +114,10 @@ export function openAiRoutes(router: IRouter, { config, service, registry, admis
       const { model, input, encoding_format: format = 'float', dimensions } = parsed.data;
       const served = registry.get(model);
       if (served && !served.tasks.includes('feature-extraction')) {
-        throw new ApiError('validation', `model ${model} is not an embedding model (it serves ${served.tasks.join(', ')}); see GET /v1/models`);
+        throw new ApiError(
+          'validation',
+          `model ${model} is not an embedding model (it serves ${served.tasks.join(', ')}); see GET /v1/models`,
+        );
       }
       const result = await runModelCall(service, req, res, { model, task: 'feature-extraction', inputs: input });
       const vectors = (result.single ? [result.outputs[0]] : result.outputs) as number[][];
@@ -126,7 +148,12 @@ export function openAiRoutes(router: IRouter, { config, service, registry, admis
   });
 
   router.use('/v1', (req, _res, next) =>
-    next(new ApiError('not_found', `no route for ${req.method} /v1${req.path}; this server offers POST /v1/embeddings and GET /v1/models`)),
+    next(
+      new ApiError(
+        'not_found',
+        `no route for ${req.method} /v1${req.path}; this server offers POST /v1/embeddings and GET /v1/models`,
+      ),
+    ),
   );
   router.use('/v1', errorHandler(logger, openAiErrors));
 }

@@ -27,7 +27,12 @@ const TEI_TYPES: Partial<Record<ErrorType, string>> = {
  * TEI (1.9+) answers input errors, too-large batches included, with 422, and overload with 429. A
  * body over its payload limit is refused by its HTTP layer (axum) with 413: so is one over MAX_BODY_BYTES.
  */
-const TEI_STATUS: Partial<Record<ErrorType, number>> = { validation: 422, payload_too_large: 422, overloaded: 429, inference: 424 };
+const TEI_STATUS: Partial<Record<ErrorType, number>> = {
+  validation: 422,
+  payload_too_large: 422,
+  overloaded: 429,
+  inference: 424,
+};
 
 /** Empty inputs: TEI's own error type, answered 400. */
 class EmptyInput extends ApiError {
@@ -36,7 +41,10 @@ class EmptyInput extends ApiError {
   }
 }
 
-const errorBody = z.strictObject({ error: z.string(), error_type: z.string().meta({ description: 'Validation, Empty, Overloaded, Unhealthy, Backend, …' }) });
+const errorBody = z.strictObject({
+  error: z.string(),
+  error_type: z.string().meta({ description: 'Validation, Empty, Overloaded, Unhealthy, Backend, …' }),
+});
 type ErrorBody = z.infer<typeof errorBody>;
 
 /** TEI's error body: `{"error", "error_type"}`, with TEI's type names and statuses. */
@@ -53,7 +61,8 @@ function refuseEmpty(body: unknown, fields: string[]): void {
   if (typeof body !== 'object' || body === null) return;
   for (const field of fields) {
     const value = (body as Record<string, unknown>)[field];
-    if (value === '' || (Array.isArray(value) && (value.length === 0 || value.includes('')))) throw new EmptyInput(`\`${field}\` cannot be empty`);
+    if (value === '' || (Array.isArray(value) && (value.length === 0 || value.includes(''))))
+      throw new EmptyInput(`\`${field}\` cannot be empty`);
   }
 }
 
@@ -83,7 +92,10 @@ const sequence = z.union([text, pair]);
 const predictRequest = z
   .object({
     inputs: z.union([text, pair, z.array(sequence).min(1, 'inputs must not be an empty list')], {
-      error: (issue) => (issue.input === undefined ? 'inputs is required' : 'inputs must be a string, a pair [text, text_pair], or a list of those'),
+      error: (issue) =>
+        issue.input === undefined
+          ? 'inputs is required'
+          : 'inputs must be a string, a pair [text, text_pair], or a list of those',
     }),
     raw_scores: z.boolean().default(false),
     ...truncation,
@@ -112,17 +124,33 @@ const tokenizeRequest = z
   .strict();
 
 const labelScores = z.array(z.strictObject({ label: z.string(), score: z.number() }));
-const offset = z.number().int().min(0).nullable().meta({ description: 'UTF-8 byte offset into the input; null for a special token' });
-const tokenInfo = z.strictObject({ id: z.number().int(), text: z.string(), special: z.boolean(), start: offset, stop: offset });
+const offset = z
+  .number()
+  .int()
+  .min(0)
+  .nullable()
+  .meta({ description: 'UTF-8 byte offset into the input; null for a special token' });
+const tokenInfo = z.strictObject({
+  id: z.number().int(),
+  text: z.string(),
+  special: z.boolean(),
+  start: offset,
+  stop: offset,
+});
 const rankedText = z.strictObject({ index: z.number().int(), score: z.number(), text: z.string().optional() });
-const labelMap = z.strictObject({ id2label: z.record(z.string(), z.string()), label2id: z.record(z.string(), z.number().int()) });
+const labelMap = z.strictObject({
+  id2label: z.record(z.string(), z.string()),
+  label2id: z.record(z.string(), z.number().int()),
+});
 const info = z.strictObject({
   model_id: z.string(),
   model_sha: z.string().nullable(),
   model_weights_sha256: z.string().nullable(),
   served_model_name: z.string(),
   model_dtype: z.string(),
-  warning: z.string().optional().meta({ description: 'served in a dtype whose answers shift with their batch mates (q8): says so, and what to do' }),
+  warning: z.string().optional().meta({
+    description: 'served in a dtype whose answers shift with their batch mates (q8): says so, and what to do',
+  }),
   model_type: z.union([
     z.strictObject({ reranker: labelMap }),
     z.strictObject({ classifier: labelMap }),
@@ -145,7 +173,9 @@ export const teiSchemas = {
   embedRequest,
   embedResponse: z.array(z.array(z.number())),
   predictRequest,
-  predictResponse: z.union([labelScores, z.array(labelScores)]).meta({ description: 'one input: its labels; a batch: a list of them' }),
+  predictResponse: z
+    .union([labelScores, z.array(labelScores)])
+    .meta({ description: 'one input: its labels; a batch: a list of them' }),
   rerankRequest,
   rerankResponse: z.array(rankedText).meta({ description: 'the texts by score, highest first' }),
   tokenizeRequest,
@@ -172,7 +202,9 @@ function toByteOffsets<T extends TokenOffsets>(text: string, tokens: T[]): T[] {
   const bytesBefore = new Array<number>(chars.length + 1);
   bytesBefore[0] = 0;
   chars.forEach((c, i) => (bytesBefore[i + 1] = bytesBefore[i] + Buffer.byteLength(c)));
-  return tokens.map((t) => (t.start === null || t.stop === null ? t : { ...t, start: bytesBefore[t.start], stop: bytesBefore[t.stop] }));
+  return tokens.map((t) =>
+    t.start === null || t.stop === null ? t : { ...t, start: bytesBefore[t.start], stop: bytesBefore[t.stop] },
+  );
 }
 
 interface RouteKind {
@@ -213,7 +245,11 @@ export function teiRoutes(router: IRouter, { config, service, registry, admissio
     if (registry.served().length === 0 && configured.length === 1) return configured[0];
     if (fitting.length === 0) {
       const served = registry.served().map((m) => m.id);
-      throw new ApiError('unavailable', `no served model is ${kind.what}${served.length ? ` (served: ${served.join(', ')})` : ''}`, 2);
+      throw new ApiError(
+        'unavailable',
+        `no served model is ${kind.what}${served.length ? ` (served: ${served.join(', ')})` : ''}`,
+        2,
+      );
     }
     throw new ApiError(
       'validation',
@@ -232,7 +268,8 @@ export function teiRoutes(router: IRouter, { config, service, registry, admissio
   /** The model, once a worker serves it (one still to come is waited for, or refused, as a call is), checked to be of the route's kind. */
   const checkKind = async (req: Request, res: Response, id: string, kind: RouteKind) => {
     const served = registry.get(id) ?? (await servedModel(service, req, res, id));
-    if (!kind.fits(served)) throw new ApiError('validation', `model ${id} is not ${kind.what}; it serves ${served.tasks.join(', ')}`);
+    if (!kind.fits(served))
+      throw new ApiError('validation', `model ${id} is not ${kind.what}; it serves ${served.tasks.join(', ')}`);
   };
 
   router.post('/embed', admit(EMBEDDING), json, async (req, res) => {
@@ -243,11 +280,16 @@ export function teiRoutes(router: IRouter, { config, service, registry, admissio
       model: id,
       task: 'feature-extraction',
       inputs: typeof body.inputs === 'string' ? [body.inputs] : body.inputs,
-      parameters: { normalize: body.normalize, truncation: body.truncate, truncation_direction: body.truncation_direction },
+      parameters: {
+        normalize: body.normalize,
+        truncation: body.truncate,
+        truncation_direction: body.truncation_direction,
+      },
     });
     const vectors = result.outputs as number[][];
     const dimensions = body.dimensions ?? undefined;
-    if (dimensions !== undefined && dimensions > vectors[0].length) throw new ApiError('validation', `dimensions must be at most ${vectors[0].length}`);
+    if (dimensions !== undefined && dimensions > vectors[0].length)
+      throw new ApiError('validation', `dimensions must be at most ${vectors[0].length}`);
     res.json(vectors.map((v) => shorten(v, dimensions, body.normalize)));
   });
 
@@ -256,7 +298,8 @@ export function teiRoutes(router: IRouter, { config, service, registry, admissio
     const id = pick(req, CLASSIFIER, body.model);
     await checkKind(req, res, id, CLASSIFIER);
     // A string or a two-string list is one input; any other list is a batch.
-    const single = typeof body.inputs === 'string' || (body.inputs.length === 2 && body.inputs.every((x) => typeof x === 'string'));
+    const single =
+      typeof body.inputs === 'string' || (body.inputs.length === 2 && body.inputs.every((x) => typeof x === 'string'));
     const sequences = (single ? [body.inputs] : body.inputs) as Array<string | [string, string]>;
     const inputs = sequences.map((s) => (typeof s === 'string' ? s : { text: s[0], text_pair: s[1] }));
     const result = await runModelCall(service, req, res, {
@@ -282,10 +325,18 @@ export function teiRoutes(router: IRouter, { config, service, registry, admissio
       model: id,
       task: 'text-classification',
       inputs: body.texts.map((t) => ({ text: body.query, text_pair: t })),
-      parameters: { truncation: body.truncate, truncation_direction: body.truncation_direction, function_to_apply: body.raw_scores ? 'none' : 'sigmoid' },
+      parameters: {
+        truncation: body.truncate,
+        truncation_direction: body.truncation_direction,
+        function_to_apply: body.raw_scores ? 'none' : 'sigmoid',
+      },
     });
     const ranked = (result.outputs as Array<Array<{ score: number }>>)
-      .map((scores, index) => ({ index, score: scores[0].score, ...(body.return_text ? { text: body.texts[index] } : {}) }))
+      .map((scores, index) => ({
+        index,
+        score: scores[0].score,
+        ...(body.return_text ? { text: body.texts[index] } : {}),
+      }))
       .sort((a, b) => b.score - a.score);
     res.json(ranked satisfies z.infer<typeof rankedText>[]);
   });
@@ -308,7 +359,8 @@ export function teiRoutes(router: IRouter, { config, service, registry, admissio
     const id = pick(req, ANY, typeof req.query.model === 'string' ? req.query.model : undefined);
     const m = registry.get(id);
     if (!m) throw new ApiError('not_found', `model ${id} is not served`);
-    const smallest = (values: Array<number | undefined>) => Math.min(...values.filter((v): v is number => v !== undefined));
+    const smallest = (values: Array<number | undefined>) =>
+      Math.min(...values.filter((v): v is number => v !== undefined));
     res.json({
       model_id: m.id,
       // TEI's model_sha is the hub revision (commit) served; null for a local folder, or while workers disagree.
@@ -331,5 +383,6 @@ export function teiRoutes(router: IRouter, { config, service, registry, admissio
     } satisfies z.infer<typeof info>);
   });
 
-  for (const path of ['/embed', '/predict', '/rerank', '/tokenize', '/info']) router.use(path, errorHandler(logger, teiErrors));
+  for (const path of ['/embed', '/predict', '/rerank', '/tokenize', '/info'])
+    router.use(path, errorHandler(logger, teiErrors));
 }

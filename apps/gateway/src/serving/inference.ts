@@ -119,11 +119,14 @@ export class InferenceService {
     if (!wait.waitForModel) {
       void this.registry.whenServed(model, wait.deadline).then(leave);
       // The Inference API's answer; clients retry after estimated_time (or send x-wait-for-model).
-      throw new ApiError('unavailable', `Model ${model} is currently loading`, starting.estimatedSeconds, { estimated_time: starting.estimatedSeconds });
+      throw new ApiError('unavailable', `Model ${model} is currently loading`, starting.estimatedSeconds, {
+        estimated_time: starting.estimatedSeconds,
+      });
     }
     try {
       if (!(await this.registry.whenServed(model, wait.deadline, wait.signal))) {
-        if (wait.signal?.aborted) throw new ApiError('cancelled', `the client went away while model ${model} was loading`);
+        if (wait.signal?.aborted)
+          throw new ApiError('cancelled', `the client went away while model ${model} was loading`);
         throw new ApiError('timeout', `the request deadline passed while model ${model} was loading`);
       }
     } finally {
@@ -138,7 +141,10 @@ export class InferenceService {
     if (model !== undefined) return model;
     const served = this.registry.served();
     if (served.length === 0) throw this.noWorkers();
-    throw new ApiError('validation', `several models are served (${served.map((m) => m.id).join(', ')}); use POST /models/<model id> or set DEFAULT_MODEL`);
+    throw new ApiError(
+      'validation',
+      `several models are served (${served.map((m) => m.id).join(', ')}); use POST /models/<model id> or set DEFAULT_MODEL`,
+    );
   }
 
   /** A request's deadline (epoch ms): its client's timeout, at most REQUEST_TIMEOUT_MS, from now. */
@@ -171,7 +177,9 @@ export class InferenceService {
     // A model whose live workers disagree on their weights (a rollout) is computed afresh, never cached.
     const cached =
       this.cache && call.useCache !== false && sha256
-        ? await this.cache.answer({ model: call.model, sha256, task, parameters }, inputs, (places) => compute(places.map((i) => inputs[i])))
+        ? await this.cache.answer({ model: call.model, sha256, task, parameters }, inputs, (places) =>
+            compute(places.map((i) => inputs[i])),
+          )
         : undefined;
     const outcome = cached ? cached.outcome : await compute(inputs);
     this.tracing?.answering();
@@ -215,10 +223,12 @@ export class InferenceService {
     const leave = this.admission.enter(call.model);
     const trip = this.tracing?.trip(call.model, request);
     try {
-      const outcome = await this.transport.send({ model: call.model, request, priority: call.priority, signal: call.signal }).catch((err: unknown) => {
-        trip?.end(undefined, err);
-        throw err instanceof SendFailed ? this.admission.enqueueFailure(err.message) : err;
-      });
+      const outcome = await this.transport
+        .send({ model: call.model, request, priority: call.priority, signal: call.signal })
+        .catch((err: unknown) => {
+          trip?.end(undefined, err);
+          throw err instanceof SendFailed ? this.admission.enqueueFailure(err.message) : err;
+        });
       trip?.end(outcome);
       if (outcome.ok) this.observer.answered(call.model, outcome.timing);
       return outcome;
@@ -233,7 +243,8 @@ export class InferenceService {
     if (call.task === 'tokenize') return call.task;
     let task = call.task ?? taskOfInputs(call.inputs);
     // An NLI model classifies one text zero-shot when given candidate labels.
-    if (!task && 'candidate_labels' in call.parameters && served.tasks.includes('zero-shot-classification')) task = 'zero-shot-classification';
+    if (!task && 'candidate_labels' in call.parameters && served.tasks.includes('zero-shot-classification'))
+      task = 'zero-shot-classification';
     task ??= served.task;
     if (!served.tasks.includes(task)) {
       throw new ApiError('validation', `model ${served.id} cannot serve ${task}; it serves ${served.tasks.join(', ')}`);
@@ -243,21 +254,31 @@ export class InferenceService {
 
   private checkInputs(task: Operation, raw: unknown): { inputs: TaskInput[]; single: boolean } {
     const parsed = taskInputSchemas[task].safeParse(raw);
-    if (!parsed.success) throw new ApiError('validation', `invalid inputs for ${task}: ${describeIssues(parsed.error, 'inputs')}`);
+    if (!parsed.success)
+      throw new ApiError('validation', `invalid inputs for ${task}: ${describeIssues(parsed.error, 'inputs')}`);
     const value = parsed.data as Parameters<typeof normalizeInput>[0] | Array<Parameters<typeof normalizeInput>[0]>;
-    return Array.isArray(value) ? { inputs: value.map(normalizeInput), single: false } : { inputs: [normalizeInput(value)], single: true };
+    return Array.isArray(value)
+      ? { inputs: value.map(normalizeInput), single: false }
+      : { inputs: [normalizeInput(value)], single: true };
   }
 
-  private checkParameters(task: Operation, parameters: Record<string, unknown>, api: InferenceCall['api']): TaskParameters {
+  private checkParameters(
+    task: Operation,
+    parameters: Record<string, unknown>,
+    api: InferenceCall['api'],
+  ): TaskParameters {
     // The Inference API groups entities unless told otherwise; a pipeline called on a text does not.
-    const defaults = api === 'inference-api' && task === 'token-classification' ? { aggregation_strategy: 'simple' } : {};
+    const defaults =
+      api === 'inference-api' && task === 'token-classification' ? { aggregation_strategy: 'simple' } : {};
     const parsed = parameterSchemas[task].safeParse({ ...defaults, ...parameters });
-    if (!parsed.success) throw new ApiError('validation', `invalid parameters for ${task}: ${describeIssues(parsed.error, 'parameters')}`);
+    if (!parsed.success)
+      throw new ApiError('validation', `invalid parameters for ${task}: ${describeIssues(parsed.error, 'parameters')}`);
     return parsed.data;
   }
 
   private noWorkers(): ApiError {
-    if (!this.registry.healthy) return new ApiError('unavailable', 'cannot reach Redis to find the served models; retry shortly', 2);
+    if (!this.registry.healthy)
+      return new ApiError('unavailable', 'cannot reach Redis to find the served models; retry shortly', 2);
     return new ApiError('unavailable', 'no worker is serving any model yet; retry shortly', 2);
   }
 
@@ -266,10 +287,20 @@ export class InferenceService {
     const mismatch = this.registry.mismatch(model);
     if (mismatch) return new ApiError('unavailable', mismatch.reason, 5);
     const failure = this.registry.failure(model);
-    if (failure) return new ApiError('unavailable', `model ${model} is not served: its worker could not load it (${failure.reason})`, 5);
-    if (this.registry.taskOf(model)) return new ApiError('unavailable', `no live worker serves model ${model} right now; retry shortly`, 2);
-    if (!this.registry.healthy) return new ApiError('unavailable', 'cannot reach Redis to find the served models; retry shortly', 2);
+    if (failure)
+      return new ApiError(
+        'unavailable',
+        `model ${model} is not served: its worker could not load it (${failure.reason})`,
+        5,
+      );
+    if (this.registry.taskOf(model))
+      return new ApiError('unavailable', `no live worker serves model ${model} right now; retry shortly`, 2);
+    if (!this.registry.healthy)
+      return new ApiError('unavailable', 'cannot reach Redis to find the served models; retry shortly', 2);
     const served = this.registry.served().map((m) => m.id);
-    return new ApiError('not_found', `model ${model} is not served; served models: ${served.length ? served.join(', ') : '(none)'}`);
+    return new ApiError(
+      'not_found',
+      `model ${model} is not served; served models: ${served.length ? served.join(', ') : '(none)'}`,
+    );
   }
 }

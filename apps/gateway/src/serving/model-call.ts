@@ -67,7 +67,8 @@ function headerTimeout(req: Request): number | undefined {
   const raw = req.get('x-request-timeout-ms');
   if (raw === undefined) return undefined;
   const value = Number(raw);
-  if (!Number.isInteger(value) || value < 1) throw new ApiError('validation', 'x-request-timeout-ms must be a positive integer');
+  if (!Number.isInteger(value) || value < 1)
+    throw new ApiError('validation', 'x-request-timeout-ms must be a positive integer');
   return value;
 }
 
@@ -121,13 +122,24 @@ export function wildcardPath(req: Request, name: string): string {
  * The model once a worker serves it, for a route that needs it before its call (to shape its
  * outputs): a model whose first worker is still to come is waited for, or refused, as a call is.
  */
-export function servedModel(service: InferenceService, req: Request, res: Response, model: string, timeoutMs?: number): Promise<ServedModel> {
+export function servedModel(
+  service: InferenceService,
+  req: Request,
+  res: Response,
+  model: string,
+  timeoutMs?: number,
+): Promise<ServedModel> {
   const deadline = service.deadline(minDefined(timeoutMs, headerTimeout(req)));
   return service.whenServed(model, { waitForModel: waitsForModel(req, {}), deadline, signal: clientGone(res) });
 }
 
 /** Runs a call for an HTTP request, and sets the timing headers on its response. */
-export async function runModelCall(service: InferenceService, req: Request, res: Response, call: ModelCall): Promise<InferenceResult> {
+export async function runModelCall(
+  service: InferenceService,
+  req: Request,
+  res: Response,
+  call: ModelCall,
+): Promise<InferenceResult> {
   const startedAt = performance.now();
   const result = await service.infer({
     model: call.model,

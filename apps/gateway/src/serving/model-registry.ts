@@ -1,7 +1,14 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { PROTOCOL, type DefaultScoreFunction, type ModelDownload, type Task, type WorkerInfo } from '@tserve/contract';
-import { describeRedisCause, listLiveWorkers, listLoadFailures, listLoadTimes, redisCauseOf, type LoadFailure } from '@tserve/queue';
+import {
+  describeRedisCause,
+  listLiveWorkers,
+  listLoadFailures,
+  listLoadTimes,
+  redisCauseOf,
+  type LoadFailure,
+} from '@tserve/queue';
 
 export interface ServedModel {
   id: string;
@@ -117,7 +124,9 @@ export class ModelRegistry {
 
   /** Models that were served earlier and have no live worker now (a configured one is idle, not lost). */
   lost(): string[] {
-    return [...this.known.keys()].filter((id) => !this.models.has(id) && !this.loadingModels.has(id) && !this.configuredIds.includes(id));
+    return [...this.known.keys()].filter(
+      (id) => !this.models.has(id) && !this.loadingModels.has(id) && !this.configuredIds.includes(id),
+    );
   }
 
   /** MODELS: the models this gateway serves whether or not a worker runs. */
@@ -131,10 +140,15 @@ export class ModelRegistry {
    * and start come on top: docs/operations.md).
    */
   idle(model: string): LoadingModel | undefined {
-    if (!this.configuredIds.includes(model) || this.models.has(model) || this.loadingModels.has(model)) return undefined;
+    if (!this.configuredIds.includes(model) || this.models.has(model) || this.loadingModels.has(model))
+      return undefined;
     if (this.failures.has(model) || this.mismatched.has(model)) return undefined;
     const ms = this.loadTimes.get(model);
-    return { id: model, idle: true, estimatedSeconds: ms === undefined ? UNKNOWN_LOAD_SECONDS : Math.max(1, Math.ceil(ms / 1000)) };
+    return {
+      id: model,
+      idle: true,
+      estimatedSeconds: ms === undefined ? UNKNOWN_LOAD_SECONDS : Math.max(1, Math.ceil(ms / 1000)),
+    };
   }
 
   idleAll(): LoadingModel[] {
@@ -266,15 +280,22 @@ export class ModelRegistry {
       this.loadingModels = loading;
       this.loadTimes = loadTimes;
       this.mismatched = new Map(
-        [...foreign].filter(([id]) => !byModel.has(id) && !loading.has(id)).map(([id, protocols]) => [id, mismatchOf(id, [...protocols])]),
+        [...foreign]
+          .filter(([id]) => !byModel.has(id) && !loading.has(id))
+          .map(([id, protocols]) => [id, mismatchOf(id, [...protocols])]),
       );
-      this.failures = new Map(failures.filter((f) => !byModel.has(f.model) && !loading.has(f.model) && !this.mismatched.has(f.model)).map((f) => [f.model, f]));
+      this.failures = new Map(
+        failures
+          .filter((f) => !byModel.has(f.model) && !loading.has(f.model) && !this.mismatched.has(f.model))
+          .map((f) => [f.model, f]),
+      );
       for (const listener of [...this.listeners]) listener();
       if (this.lastError) this.logger.info('registry refresh recovered');
       this.lastError = undefined;
       this.lastRefreshAt = Date.now();
     } catch (err) {
-      if (!this.lastError) this.logger.warn({ err: String(err) }, `registry refresh failed: ${describeRedisCause(redisCauseOf(err))}`);
+      if (!this.lastError)
+        this.logger.warn({ err: String(err) }, `registry refresh failed: ${describeRedisCause(redisCauseOf(err))}`);
       this.lastError = err instanceof Error ? err.message : String(err);
     }
   }
@@ -282,7 +303,10 @@ export class ModelRegistry {
   private reportMismatch(worker: WorkerInfo): void {
     if (this.reportedMismatches.has(worker.id)) return;
     this.reportedMismatches.add(worker.id);
-    this.logger.warn({ worker: worker.id, model: worker.model, protocol: worker.protocol, ours: PROTOCOL }, mismatchOf(worker.model, [worker.protocol]).reason);
+    this.logger.warn(
+      { worker: worker.id, model: worker.model, protocol: worker.protocol, ours: PROTOCOL },
+      mismatchOf(worker.model, [worker.protocol]).reason,
+    );
   }
 }
 

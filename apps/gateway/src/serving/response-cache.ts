@@ -87,7 +87,9 @@ const NO_TIME: RequestTiming = { queue_ms: 0, inference_ms: 0, batch_size: 0 };
 function canonical(value: unknown): string {
   return JSON.stringify(value, (_key, v: unknown) =>
     v !== null && typeof v === 'object' && !Array.isArray(v)
-      ? Object.fromEntries(Object.entries(v as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))
+      ? Object.fromEntries(
+          Object.entries(v as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)),
+        )
       : v,
   );
 }
@@ -110,7 +112,9 @@ function renameInputs(message: string, places: number[], count: number): string 
   const indexed = /^inputs\[(\d+)\]/.exec(message);
   if (indexed) return `inputs[${places[Number(indexed[1])]}]${message.slice(indexed[0].length)}`;
   if (places.length !== 1 || count === 1) return message;
-  return message.startsWith('input ') ? `inputs[${places[0]}]${message.slice('input'.length)}` : `inputs[${places[0]}]: ${message}`;
+  return message.startsWith('input ')
+    ? `inputs[${places[0]}]${message.slice('input'.length)}`
+    : `inputs[${places[0]}]: ${message}`;
 }
 
 /** An outcome whose outputs are parsed from their JSON only when read, as the transport's recorded ones are. */
@@ -170,9 +174,16 @@ export class ResponseCache {
    * (called with their places, only if there are any), whose answers are then stored. A Redis error
    * makes every input a miss and stores nothing: the cache never fails a request.
    */
-  async answer(scope: CacheScope, inputs: TaskInput[], compute: (places: number[]) => Promise<ReadRequestOutcome>): Promise<CachedAnswer> {
+  async answer(
+    scope: CacheScope,
+    inputs: TaskInput[],
+    compute: (places: number[]) => Promise<ReadRequestOutcome>,
+  ): Promise<CachedAnswer> {
     const head = canonical([scope.model, scope.sha256, scope.task, scope.parameters]);
-    const keys = inputs.map((input) => `${this.prefix}:entry:${createHash('sha256').update(head).update('\n').update(canonical(input)).digest('base64url')}`);
+    const keys = inputs.map(
+      (input) =>
+        `${this.prefix}:entry:${createHash('sha256').update(head).update('\n').update(canonical(input)).digest('base64url')}`,
+    );
     const found = await this.redis.mgetBuffer(...keys).catch((err: unknown) => {
       this.onError(err);
       return keys.map(() => null);
@@ -234,7 +245,9 @@ export class ResponseCache {
       args.push(value, counted);
     });
     try {
-      this.bytes = Number(await this.redis.tserveResponseCacheStore(2 + keys.length, this.indexKey, this.bytesKey, ...keys, ...args));
+      this.bytes = Number(
+        await this.redis.tserveResponseCacheStore(2 + keys.length, this.indexKey, this.bytesKey, ...keys, ...args),
+      );
       this.storedBytes += bytes;
     } catch (err) {
       this.onError(err);

@@ -47,16 +47,33 @@ export interface GatewaySnapshot {
 /** What `/ready`, `/metrics`, `/v2/health/ready` and the dashboard report, taken from memory at once. */
 export type Snapshot = () => GatewaySnapshot;
 
-export function createSnapshot(registry: ModelRegistry, depth: QueueDepth, breaker: RedisBreaker, held: () => Map<string, number>): Snapshot {
+export function createSnapshot(
+  registry: ModelRegistry,
+  depth: QueueDepth,
+  breaker: RedisBreaker,
+  held: () => Map<string, number>,
+): Snapshot {
   return () => {
     const holding = held();
-    const served: ModelStatus[] = registry
-      .served()
-      .map((m) => ({ id: m.id, state: 'served', task: m.task, workers: m.workers, depth: depth.of(m.id), held: holding.get(m.id) ?? 0, weights: m.weights }));
+    const served: ModelStatus[] = registry.served().map((m) => ({
+      id: m.id,
+      state: 'served',
+      task: m.task,
+      workers: m.workers,
+      depth: depth.of(m.id),
+      held: holding.get(m.id) ?? 0,
+      weights: m.weights,
+    }));
     // A model that was served and then failed to load again is reported as failed: the more telling of the two.
-    const failed: ModelStatus[] = registry
-      .failed()
-      .map((f) => ({ id: f.model, state: 'failed', task: registry.taskOf(f.model), workers: [], depth: 0, held: 0, error: f.reason }));
+    const failed: ModelStatus[] = registry.failed().map((f) => ({
+      id: f.model,
+      state: 'failed',
+      task: registry.taskOf(f.model),
+      workers: [],
+      depth: 0,
+      held: 0,
+      error: f.reason,
+    }));
     const failedIds = new Set(failed.map((m) => m.id));
     const lost: ModelStatus[] = registry
       .lost()
@@ -81,9 +98,15 @@ export function createSnapshot(registry: ModelRegistry, depth: QueueDepth, break
       held: 0,
       estimatedSeconds: m.estimatedSeconds,
     }));
-    const mismatched: ModelStatus[] = registry
-      .mismatchedAll()
-      .map((m) => ({ id: m.id, state: 'mismatched', task: registry.taskOf(m.id), workers: [], depth: 0, held: 0, error: m.reason }));
+    const mismatched: ModelStatus[] = registry.mismatchedAll().map((m) => ({
+      id: m.id,
+      state: 'mismatched',
+      task: registry.taskOf(m.id),
+      workers: [],
+      depth: 0,
+      held: 0,
+      error: m.reason,
+    }));
     return {
       redisHealthy: registry.healthy,
       redisError: registry.lastError,

@@ -49,7 +49,8 @@ export class GatewayTracing {
         ...(route === undefined ? {} : { 'http.route': route }),
         ...(typeof requestId === 'string' ? { 'tserve.request_id': requestId } : {}),
       });
-      if (res.statusCode >= 500 || !res.writableFinished) span.fail(res.writableFinished ? `status ${res.statusCode}` : 'the client closed the connection');
+      if (res.statusCode >= 500 || !res.writableFinished)
+        span.fail(res.writableFinished ? `status ${res.statusCode}` : 'the client closed the connection');
       span.end();
     });
     tracing.bind(ctx, req);
@@ -59,7 +60,10 @@ export class GatewayTracing {
 
   /** Admission of a request whose size is known; ended by the caller. */
   admission(model: string): TraceSpan {
-    return this.tracing.span('tserve.admission', { parent: this.tracing.active(), attributes: { 'tserve.model': model } });
+    return this.tracing.span('tserve.admission', {
+      parent: this.tracing.active(),
+      attributes: { 'tserve.model': model },
+    });
   }
 
   /** The request's trip to a worker and back; puts its trace context in the request for the worker. */

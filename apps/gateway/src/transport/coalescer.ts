@@ -75,7 +75,13 @@ export class EnqueueCoalescer {
   /** Resolves with the id of the job that carries the request, once it is in Redis. */
   submit(model: string, request: QueuedRequest, priority: Priority = 'interactive'): Promise<string> {
     const key = laneKey(model, priority);
-    const lane: Lane = this.lanes.get(key) ?? { model, priority, waiting: [], sending: false, untaken: new Set<string>() };
+    const lane: Lane = this.lanes.get(key) ?? {
+      model,
+      priority,
+      waiting: [],
+      sending: false,
+      untaken: new Set<string>(),
+    };
     this.lanes.set(key, lane);
     const sent = new Promise<string>((resolve, reject) => lane.waiting.push({ request, resolve, reject }));
     this.pump(key, lane);
@@ -110,7 +116,8 @@ export class EnqueueCoalescer {
   /** Requests held here, not yet sent, per model. */
   held(): Map<string, number> {
     const held = new Map<string, number>();
-    for (const lane of this.lanes.values()) if (lane.waiting.length) held.set(lane.model, (held.get(lane.model) ?? 0) + lane.waiting.length);
+    for (const lane of this.lanes.values())
+      if (lane.waiting.length) held.set(lane.model, (held.get(lane.model) ?? 0) + lane.waiting.length);
     return held;
   }
 
@@ -145,7 +152,10 @@ export class EnqueueCoalescer {
     clearTimeout(lane.graceTimer);
     lane.graceTimer = undefined;
     const entries = lane.waiting.splice(0, oneEnqueue(lane.waiting, MOST_CHARS_PER_ENQUEUE));
-    const jobs = splitIntoJobs(entries, this.maxSequences(lane.model)).map((job) => ({ id: job[0].request.id, entries: job }));
+    const jobs = splitIntoJobs(entries, this.maxSequences(lane.model)).map((job) => ({
+      id: job[0].request.id,
+      entries: job,
+    }));
     const tellTaken = this.othersOutstanding(lane.model, entries.length);
     // Marked untaken before they are sent: a worker's word that it took one may overtake the enqueue's reply.
     if (tellTaken) {
@@ -184,7 +194,10 @@ export function oneEnqueue(entries: Array<{ request: Pick<QueuedRequest, 'inputs
 }
 
 /** Groups entries in order into jobs of at most `max` sequences; a request larger than that goes alone. */
-export function splitIntoJobs<E extends { request: Pick<QueuedRequest, 'inputs' | 'sequences'> }>(entries: E[], max: number): E[][] {
+export function splitIntoJobs<E extends { request: Pick<QueuedRequest, 'inputs' | 'sequences'> }>(
+  entries: E[],
+  max: number,
+): E[][] {
   const jobs: E[][] = [];
   let current: E[] = [];
   let size = 0;

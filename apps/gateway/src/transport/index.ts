@@ -1,6 +1,13 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { ApiError, type CancelNotice, type Priority, type QueuedRequest, type ReadRequestOutcome, type RequestOutcome } from '@tserve/contract';
+import {
+  ApiError,
+  type CancelNotice,
+  type Priority,
+  type QueuedRequest,
+  type ReadRequestOutcome,
+  type RequestOutcome,
+} from '@tserve/contract';
 import { FAILED_KEPT_MS, keys, outcomesKeptMs } from '@tserve/queue';
 import { EnqueueCoalescer, Withdrawn } from './coalescer.js';
 import { QueueSet } from './queues.js';
@@ -169,10 +176,13 @@ export class Transport {
     }
     counts.queue++;
     const notice: CancelNotice = { kind: 'cancel', ids: [request.id], deadline: request.deadline };
-    void sent.then(() => this.redis.publish(keys.cancellations(this.prefix, model), JSON.stringify(notice))).catch(() => {});
+    void sent
+      .then(() => this.redis.publish(keys.cancellations(this.prefix, model), JSON.stringify(notice)))
+      .catch(() => {});
   }
 
   private unclaimed(model: string, outcome: RequestOutcome): void {
-    if (!outcome.ok && outcome.error.error_type === 'cancelled') this.skipped.set(model, (this.skipped.get(model) ?? 0) + 1);
+    if (!outcome.ok && outcome.error.error_type === 'cancelled')
+      this.skipped.set(model, (this.skipped.get(model) ?? 0) + 1);
   }
 }

@@ -66,7 +66,14 @@ export class QueueSet {
     const queue = this.get(model);
     const entries = jobs.map((job) => ({
       name: jobName(job.requests.length),
-      data: { kind: 'job', protocol: PROTOCOL, requests: job.requests, replyTo, tellTaken: job.tellTaken, keepMs: this.keepMs } satisfies JobData,
+      data: {
+        kind: 'job',
+        protocol: PROTOCOL,
+        requests: job.requests,
+        replyTo,
+        tellTaken: job.tellTaken,
+        keepMs: this.keepMs,
+      } satisfies JobData,
       opts: priority === 'batch' ? { jobId: job.id, priority: BATCH_JOB_PRIORITY } : { jobId: job.id },
     }));
     if (entries.length === 1) await queue.add(entries[0].name, entries[0].data, entries[0].opts);
@@ -91,7 +98,12 @@ export class QueueSet {
     const error = decodeJobFailure(job.failedReason ?? 'no outcome recorded');
     const data = jobDataSchema.safeParse(job.data);
     const requests = data.success ? data.data.requests : [];
-    return { kind: 'outcome', job: jobId, model, outcomes: requests.map((request) => ({ id: request.id, ok: false, error })) };
+    return {
+      kind: 'outcome',
+      job: jobId,
+      model,
+      outcomes: requests.map((request) => ({ id: request.id, ok: false, error })),
+    };
   }
 
   async close(): Promise<void> {

@@ -64,7 +64,11 @@ export class RetentionSweep {
   }
 
   /** Removes the queue's jobs of `state` finished more than `ageMs` ago, a thousand at a time. */
-  private async removeOlder(queue: Queue, state: 'completed' | 'failed' | 'wait' | 'prioritized', ageMs: number): Promise<void> {
+  private async removeOlder(
+    queue: Queue,
+    state: 'completed' | 'failed' | 'wait' | 'prioritized',
+    ageMs: number,
+  ): Promise<void> {
     const batch = 1000;
     while ((await queue.clean(ageMs, batch, state)).length === batch);
   }

@@ -1,6 +1,12 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { ApiError, resultMessageSchema, type ReadJobOutcome, type ReadRequestOutcome, type RequestOutcome } from '@tserve/contract';
+import {
+  ApiError,
+  resultMessageSchema,
+  type ReadJobOutcome,
+  type ReadRequestOutcome,
+  type RequestOutcome,
+} from '@tserve/contract';
 
 /** A BullMQ job that carries a waiting request: the fallback read looks there. */
 interface JobRef {
@@ -22,7 +28,11 @@ export type ReadFinished = (model: string, jobId: string) => Promise<ReadJobOutc
 
 /** A request whose job Redis no longer holds: nothing will answer it, so it is answered now, not at its deadline. */
 const jobLost = () =>
-  new ApiError('unavailable', 'the request was lost with its job: Redis no longer holds it (restarted empty, or evicted it under maxmemory); retry', 1);
+  new ApiError(
+    'unavailable',
+    'the request was lost with its job: Redis no longer holds it (restarted empty, or evicted it under maxmemory); retry',
+    1,
+  );
 
 /**
  * Delivers each request's outcome to the request waiting for it, by request id.
@@ -147,7 +157,8 @@ export class OutcomeWaiters {
     if (data.kind === 'taken') this.onTaken(data.jobs);
     else if (data.kind === 'outcome') this.deliverJob(data);
     // Too large to publish: read at once where the worker recorded it, if anyone here still waits.
-    else if (data.requests.some((id) => this.waiters.get(id)?.job?.id === data.job)) void this.read({ model: data.model, id: data.job });
+    else if (data.requests.some((id) => this.waiters.get(id)?.job?.id === data.job))
+      void this.read({ model: data.model, id: data.job });
     else this.onTaken([data.job]);
   }
 
@@ -158,7 +169,8 @@ export class OutcomeWaiters {
     try {
       const cutoff = Date.now() - this.pollMs;
       const jobs = new Map<string, JobRef>();
-      for (const waiter of this.waiters.values()) if (waiter.job && waiter.since <= cutoff) jobs.set(`${waiter.job.model}\n${waiter.job.id}`, waiter.job);
+      for (const waiter of this.waiters.values())
+        if (waiter.job && waiter.since <= cutoff) jobs.set(`${waiter.job.model}\n${waiter.job.id}`, waiter.job);
       await Promise.all([...jobs.values()].map((job) => this.read(job)));
     } finally {
       this.polling = false;

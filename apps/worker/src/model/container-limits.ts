@@ -16,7 +16,8 @@ export const UNLIMITED_WORKER_MEMORY_MIB = 1024;
 export function usableCpus(cpuMax: string | undefined, affinityCpus: number): number {
   const [quota, period] = (cpuMax ?? '').trim().split(/\s+/);
   const allowed = Number(quota) / Number(period || 100_000);
-  if (quota === undefined || quota === 'max' || !Number.isFinite(allowed) || allowed <= 0) return Math.max(1, affinityCpus);
+  if (quota === undefined || quota === 'max' || !Number.isFinite(allowed) || allowed <= 0)
+    return Math.max(1, affinityCpus);
   return Math.max(1, Math.min(affinityCpus, Math.floor(allowed)));
 }
 
@@ -33,7 +34,13 @@ const NO_LIMIT_BYTES = 2 ** 62;
 /** The memory limit in bytes, from cgroup v2's memory.max or v1's memory.limit_in_bytes; undefined for "max" (no limit) or no file. */
 export function memoryLimitBytes(memoryMax: string | undefined): number | undefined {
   const value = Number((memoryMax ?? '').trim());
-  return memoryMax !== undefined && memoryMax.trim() !== 'max' && Number.isFinite(value) && value > 0 && value < NO_LIMIT_BYTES ? value : undefined;
+  return memoryMax !== undefined &&
+    memoryMax.trim() !== 'max' &&
+    Number.isFinite(value) &&
+    value > 0 &&
+    value < NO_LIMIT_BYTES
+    ? value
+    : undefined;
 }
 
 /** WORKER_MEMORY_MB when unset: a quarter under the container's limit (the budget's estimate misses some; docs/memory.md), else UNLIMITED_WORKER_MEMORY_MIB. */
@@ -51,7 +58,8 @@ function readCgroup(file: string): string | undefined {
 
 /** This process's limits, read now: cgroup v2's files, else v1's (hosts that still mount v1, as Docker on them does for containers). */
 export function containerLimits(): { cpus: number; memoryLimitBytes: number | undefined } {
-  const cpuMax = readCgroup('cpu.max') ?? cpuMaxFromV1(readCgroup('cpu/cpu.cfs_quota_us'), readCgroup('cpu/cpu.cfs_period_us'));
+  const cpuMax =
+    readCgroup('cpu.max') ?? cpuMaxFromV1(readCgroup('cpu/cpu.cfs_quota_us'), readCgroup('cpu/cpu.cfs_period_us'));
   const memoryMax = readCgroup('memory.max') ?? readCgroup('memory/memory.limit_in_bytes');
   return { cpus: usableCpus(cpuMax, os.availableParallelism()), memoryLimitBytes: memoryLimitBytes(memoryMax) };
 }

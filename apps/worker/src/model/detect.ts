@@ -9,8 +9,10 @@ export interface TaskConfig {
 
 /** The id of an NLI model's entailment label, as the zero-shot pipeline finds it; undefined for other models. */
 export function entailmentId(config: TaskConfig): number | undefined {
-  for (const [label, id] of Object.entries(config.label2id ?? {})) if (label.toLowerCase().startsWith('entail')) return Number(id);
-  for (const [id, label] of Object.entries(config.id2label ?? {})) if (label.toLowerCase().startsWith('entail')) return Number(id);
+  for (const [label, id] of Object.entries(config.label2id ?? {}))
+    if (label.toLowerCase().startsWith('entail')) return Number(id);
+  for (const [id, label] of Object.entries(config.id2label ?? {}))
+    if (label.toLowerCase().startsWith('entail')) return Number(id);
   return undefined;
 }
 
@@ -20,7 +22,8 @@ export function entailmentId(config: TaskConfig): number | undefined {
  */
 export function taskFromConfig(config: TaskConfig): Task | undefined {
   const arch = config.architectures?.[0] ?? '';
-  if (arch.endsWith('ForSequenceClassification')) return entailmentId(config) === undefined ? 'text-classification' : 'zero-shot-classification';
+  if (arch.endsWith('ForSequenceClassification'))
+    return entailmentId(config) === undefined ? 'text-classification' : 'zero-shot-classification';
   if (arch.endsWith('ForQuestionAnswering')) return 'question-answering';
   if (arch.endsWith('ForMaskedLM')) return 'fill-mask';
   if (arch.endsWith('ForTokenClassification')) return 'token-classification';

@@ -29,7 +29,9 @@ export function dtypeFile(dtype: FileDtype): string {
 
 /** The file int8-row is written from: the fp32 weights where the model has them (quantized per column, better than q8's per-tensor weights), else the q8 export. */
 export function int8RowSource(available: string[] | undefined): 'fp32' | 'q8' {
-  return available === undefined || available.includes(DTYPE_FILES.fp32) || !available.includes(DTYPE_FILES.q8) ? 'fp32' : 'q8';
+  return available === undefined || available.includes(DTYPE_FILES.fp32) || !available.includes(DTYPE_FILES.q8)
+    ? 'fp32'
+    : 'q8';
 }
 
 /** Integer-quantised weights: their kernels exist on the CPU only, so on a GPU each call copies back and forth. */
@@ -54,7 +56,12 @@ export interface DtypeChoice {
  * The dtype to load. `available` lists the model's onnx/ files when it is local (undefined for the
  * hub, whose files are not known before the download).
  */
-export function chooseDtype(requested: (typeof DTYPES)[number], device: Device, available: string[] | undefined, force: boolean): DtypeChoice {
+export function chooseDtype(
+  requested: (typeof DTYPES)[number],
+  device: Device,
+  available: string[] | undefined,
+  force: boolean,
+): DtypeChoice {
   const has = (dtype: FileDtype) => available?.includes(DTYPE_FILES[dtype]) ?? false;
   if (requested === 'auto') {
     // On a CPU never q8, whose answers depend on the batch (batchDependence): int8-row is as
@@ -71,7 +78,10 @@ export function chooseDtype(requested: (typeof DTYPES)[number], device: Device, 
   }
   if (isGpu(device) && CPU_ONLY.includes(requested)) {
     const slow = `DTYPE=${requested} on ${device}: its integer kernels run on the CPU, with copies between CPU and GPU at every call (20-60x slower than on the CPU)`;
-    if (!force) throw new DeviceChoiceError(`${slow}. Use DTYPE=fp16 or fp32 (or DTYPE=auto), DEVICE=cpu, or set DTYPE_FORCE=true to run it anyway`);
+    if (!force)
+      throw new DeviceChoiceError(
+        `${slow}. Use DTYPE=fp16 or fp32 (or DTYPE=auto), DEVICE=cpu, or set DTYPE_FORCE=true to run it anyway`,
+      );
     return { dtype: requested, warning: `${slow}; running it because DTYPE_FORCE=true` };
   }
   return { dtype: requested };
@@ -80,8 +90,14 @@ export function chooseDtype(requested: (typeof DTYPES)[number], device: Device, 
 /** Refuses a dtype whose file a local model lacks, naming the files it has. */
 export function checkDtypeFile(model: string, dtype: Dtype, available: string[] | undefined): void {
   if (available === undefined) return;
-  if (dtype === 'int8-row' ? [DTYPE_FILES.fp32, DTYPE_FILES.q8].some((f) => available.includes(f)) : available.includes(DTYPE_FILES[dtype])) return;
-  const wanted = dtype === 'int8-row' ? `onnx/${DTYPE_FILES.fp32} or onnx/${DTYPE_FILES.q8}` : `onnx/${DTYPE_FILES[dtype]}`;
+  if (
+    dtype === 'int8-row'
+      ? [DTYPE_FILES.fp32, DTYPE_FILES.q8].some((f) => available.includes(f))
+      : available.includes(DTYPE_FILES[dtype])
+  )
+    return;
+  const wanted =
+    dtype === 'int8-row' ? `onnx/${DTYPE_FILES.fp32} or onnx/${DTYPE_FILES.q8}` : `onnx/${DTYPE_FILES[dtype]}`;
   const present = Object.entries(DTYPE_FILES)
     .filter(([, file]) => available.includes(file))
     .map(([d, file]) => `${file} (DTYPE=${d})`);

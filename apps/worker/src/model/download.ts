@@ -104,7 +104,9 @@ export async function fetchModel(
   logger: Logger,
 ): Promise<FetchedModel> {
   if (!REPO_ID.test(model) || model.includes('--') || model.includes('..')) {
-    throw new ModelLoadError(`cannot load model "${model}" from the hub: not a model id (<org>/<name>: letters, digits, ".", "_" and "-")`);
+    throw new ModelLoadError(
+      `cannot load model "${model}" from the hub: not a model id (<org>/<name>: letters, digits, ".", "_" and "-")`,
+    );
   }
   return new HubFetch(model, hub, plan, onProgress, logger).run();
 }
@@ -133,7 +135,10 @@ class HubFetch {
       if (!(err instanceof Unreachable)) throw err;
       // As huggingface_hub does: a model already in the cache still starts while the hub is down.
       const cached = this.cachedSnapshot();
-      if (!cached) throw this.failure(`cannot reach it (${err.message}), and the revision is not in the cache at ${this.hub.cacheDir}`);
+      if (!cached)
+        throw this.failure(
+          `cannot reach it (${err.message}), and the revision is not in the cache at ${this.hub.cacheDir}`,
+        );
       this.logger.warn(
         { endpoint: this.hub.endpoint, reason: err.message, revision: cached.revision },
         'cannot reach the hub; loading the model from the cache',
@@ -159,13 +164,19 @@ class HubFetch {
         if (!heads.has(file)) heads.set(file, await this.head(revision, file, false));
         return heads.get(file) !== undefined;
       };
-      const { required, optional } = await this.plan(modelConfig, (file) => (fs.existsSync(path.join(dir, file)) ? Promise.resolve(true) : head(file)));
+      const { required, optional } = await this.plan(modelConfig, (file) =>
+        fs.existsSync(path.join(dir, file)) ? Promise.resolve(true) : head(file),
+      );
       const wanted = [...TOKENIZER_FILES, ...required].filter((file) => !fs.existsSync(path.join(dir, file)));
-      const metas = await Promise.all(wanted.map(async (file) => (heads.has(file) ? heads.get(file) : this.head(revision, file, true))));
+      const metas = await Promise.all(
+        wanted.map(async (file) => (heads.has(file) ? heads.get(file) : this.head(revision, file, true))),
+      );
       const extras = await Promise.all(
         optional
           .filter((file) => !fs.existsSync(path.join(dir, file)))
-          .map(async (file) => [file, heads.has(file) ? heads.get(file) : await this.head(revision, file, false)] as const),
+          .map(
+            async (file) => [file, heads.has(file) ? heads.get(file) : await this.head(revision, file, false)] as const,
+          ),
       );
       const queue: Array<[string, FileMeta]> = [
         ...wanted.map((file, i) => [file, metas[i]!] as [string, FileMeta]),
@@ -177,7 +188,13 @@ class HubFetch {
       }
       progress.expect(queue.reduce((n, [, meta]) => n + (meta.size ?? 0), 0));
       this.logger.info(
-        { endpoint: this.hub.endpoint, revision, files: queue.map(([file]) => file), bytes: progress.total, cache: this.hub.cacheDir },
+        {
+          endpoint: this.hub.endpoint,
+          revision,
+          files: queue.map(([file]) => file),
+          bytes: progress.total,
+          cache: this.hub.cacheDir,
+        },
         'downloading the model',
       );
       for (const [file, meta] of queue) sha256.set(file, await this.download(revision, file, meta, dir, progress));
@@ -220,7 +237,8 @@ class HubFetch {
     if (!exists(CONFIG)) throw this.failure(`${why}, and ${cached.dir} lacks ${CONFIG}: ${missingHint}`, from);
     const { required } = await this.plan(readConfig(cached.dir), (file) => Promise.resolve(exists(file)));
     const missing = [...TOKENIZER_FILES, ...required].filter((file) => !exists(file));
-    if (missing.length) throw this.failure(`${why}, and ${cached.dir} lacks ${missing.join(', ')}: ${missingHint}`, from);
+    if (missing.length)
+      throw this.failure(`${why}, and ${cached.dir} lacks ${missing.join(', ')}: ${missingHint}`, from);
     return { dir: cached.dir, revision: cached.revision, sha256: new Map() };
   }
 
@@ -241,7 +259,11 @@ class HubFetch {
    * the storage a redirect points at. `stopAtOtherOrigin` returns a redirect to another origin as
    * it is: the hub's redirect to its storage carries the file's metadata (x-linked-size, -etag).
    */
-  private async request(url: string, init: { method: 'HEAD' | 'GET'; from?: number; signal?: AbortSignal }, stopAtOtherOrigin: boolean): Promise<Response> {
+  private async request(
+    url: string,
+    init: { method: 'HEAD' | 'GET'; from?: number; signal?: AbortSignal },
+    stopAtOtherOrigin: boolean,
+  ): Promise<Response> {
     let current = new URL(url);
     for (let hop = 0; hop < 10; hop++) {
       // identity: sizes, ranges and etags are the file's own bytes, never a compressed copy's.
@@ -250,7 +272,12 @@ class HubFetch {
       if (init.from) headers.range = `bytes=${init.from}-`;
       let res: Response;
       try {
-        res = await fetch(current, { method: init.method, headers, redirect: 'manual', signal: init.signal ?? AbortSignal.timeout(STALL_MS) });
+        res = await fetch(current, {
+          method: init.method,
+          headers,
+          redirect: 'manual',
+          signal: init.signal ?? AbortSignal.timeout(STALL_MS),
+        });
       } catch (err) {
         throw new Unreachable(describeNetworkError(err));
       }
@@ -270,7 +297,12 @@ class HubFetch {
    */
   private async head(revision: string, file: string, required: boolean): Promise<FileMeta | undefined> {
     const res = await this.request(this.url(revision, file), { method: 'HEAD' }, true);
-    if (res.status === 404 && !required && !['RepoNotFound', 'RevisionNotFound'].includes(res.headers.get('x-error-code') ?? '')) return undefined;
+    if (
+      res.status === 404 &&
+      !required &&
+      !['RepoNotFound', 'RevisionNotFound'].includes(res.headers.get('x-error-code') ?? '')
+    )
+      return undefined;
     if (res.status >= 400) throw this.statusFailure(res, file);
     const number = (name: string) => {
       const value = res.headers.get(name);
@@ -285,7 +317,13 @@ class HubFetch {
   }
 
   /** Fetches one file into `dir`, resuming after a cut; returns its sha256. */
-  private async download(revision: string, file: string, meta: FileMeta, dir: string, progress: Progress): Promise<string> {
+  private async download(
+    revision: string,
+    file: string,
+    meta: FileMeta,
+    dir: string,
+    progress: Progress,
+  ): Promise<string> {
     const dest = path.join(dir, file);
     await fsp.mkdir(path.dirname(dest), { recursive: true });
     await removeStaleTemps(dest);
@@ -306,7 +344,11 @@ class HubFetch {
         const stall = new AbortController();
         let timer = setTimeout(() => stall.abort(), STALL_MS);
         try {
-          const res = await this.request(this.url(revision, file), { method: 'GET', from: received, signal: stall.signal }, false);
+          const res = await this.request(
+            this.url(revision, file),
+            { method: 'GET', from: received, signal: stall.signal },
+            false,
+          );
           if (res.status === 416 && received > 0) {
             // The range asked for is past what the server holds now: start the file over.
             await res.body?.cancel();
@@ -315,7 +357,8 @@ class HubFetch {
           }
           if (res.status >= 400) {
             await res.body?.cancel();
-            if (res.status >= 500 || res.status === 408 || res.status === 429) throw new Retryable(`${this.hub.endpoint} answered ${res.status}`);
+            if (res.status >= 500 || res.status === 408 || res.status === 429)
+              throw new Retryable(`${this.hub.endpoint} answered ${res.status}`);
             throw this.statusFailure(res, file);
           }
           if (received > 0 && res.status !== 206) {
@@ -331,7 +374,8 @@ class HubFetch {
             received += chunk.length;
             progress.add(chunk.length);
           }
-          if (meta.size !== undefined && received !== meta.size) throw new Retryable(`the connection ended after ${received} of ${meta.size} bytes`);
+          if (meta.size !== undefined && received !== meta.size)
+            throw new Retryable(`the connection ended after ${received} of ${meta.size} bytes`);
           const mismatch = check.mismatch(received);
           if (mismatch) {
             // Not what the server said it holds: fetch it whole again, within the same tries.
@@ -343,12 +387,21 @@ class HubFetch {
           await fsp.rename(temp, dest);
           return check.sha256;
         } catch (err) {
-          const reason = stall.signal.aborted ? `no data for ${STALL_MS / 1000} s` : err instanceof Error ? err.message : String(err);
-          const retryable = err instanceof Retryable || err instanceof Unreachable || stall.signal.aborted || isBodyError(err);
+          const reason = stall.signal.aborted
+            ? `no data for ${STALL_MS / 1000} s`
+            : err instanceof Error
+              ? err.message
+              : String(err);
+          const retryable =
+            err instanceof Retryable || err instanceof Unreachable || stall.signal.aborted || isBodyError(err);
           if (!retryable) throw err;
-          if (attempt >= ATTEMPTS) throw this.failure(`downloading ${file} failed ${ATTEMPTS} times; the last: ${reason}`);
+          if (attempt >= ATTEMPTS)
+            throw this.failure(`downloading ${file} failed ${ATTEMPTS} times; the last: ${reason}`);
           const waitMs = Math.min(8_000, 500 * 2 ** (attempt - 1));
-          this.logger.warn({ file, received, reason, attempt, of: ATTEMPTS, retryInMs: waitMs }, 'download interrupted; resuming');
+          this.logger.warn(
+            { file, received, reason, attempt, of: ATTEMPTS, retryInMs: waitMs },
+            'download interrupted; resuming',
+          );
           await new Promise((resolve) => setTimeout(resolve, waitMs));
         } finally {
           clearTimeout(timer);
@@ -380,7 +433,9 @@ class HubFetch {
   }
 
   private failure(reason: string, from = this.hub.endpoint): ModelLoadError {
-    return new ModelLoadError(`cannot load model "${this.model}" (revision ${this.hub.revision}) from ${from}: ${reason}`);
+    return new ModelLoadError(
+      `cannot load model "${this.model}" (revision ${this.hub.revision}) from ${from}: ${reason}`,
+    );
   }
 }
 
@@ -401,7 +456,9 @@ function readConfig(dir: string): Record<string, unknown> {
   try {
     return JSON.parse(fs.readFileSync(path.join(dir, CONFIG), 'utf8')) as Record<string, unknown>;
   } catch (err) {
-    throw new ModelLoadError(`the model's ${CONFIG} in ${dir} cannot be read: ${err instanceof Error ? err.message : String(err)}`);
+    throw new ModelLoadError(
+      `the model's ${CONFIG} in ${dir} cannot be read: ${err instanceof Error ? err.message : String(err)}`,
+    );
   }
 }
 
@@ -447,9 +504,11 @@ class Check {
   mismatch(received: number): string | undefined {
     this.digest = this.sha.digest('hex');
     const etag = this.meta.etag;
-    if (etag && /^[0-9a-f]{64}$/.test(etag) && etag !== this.digest) return `its sha256 ${this.digest} is not the ${etag} the server named (${received} bytes)`;
+    if (etag && /^[0-9a-f]{64}$/.test(etag) && etag !== this.digest)
+      return `its sha256 ${this.digest} is not the ${etag} the server named (${received} bytes)`;
     const sha1s = this.sha1s?.map((hash) => hash.digest('hex'));
-    if (sha1s && !sha1s.includes(etag!)) return `its sha1 ${sha1s[1]} (git blob ${sha1s[0]}) is not the ${etag} the server named (${received} bytes)`;
+    if (sha1s && !sha1s.includes(etag!))
+      return `its sha1 ${sha1s[1]} (git blob ${sha1s[0]}) is not the ${etag} the server named (${received} bytes)`;
     return undefined;
   }
 
@@ -493,7 +552,11 @@ class Progress {
     const seconds = (Date.now() - this.started) / 1000;
     this.onProgress({ ...this.state(), percent: 100, doneAt: Date.now() });
     this.logger.info(
-      { bytes: this.bytes, seconds: Math.round(seconds * 10) / 10, bytesPerSecond: Math.round(this.bytes / Math.max(seconds, 0.001)) },
+      {
+        bytes: this.bytes,
+        seconds: Math.round(seconds * 10) / 10,
+        bytesPerSecond: Math.round(this.bytes / Math.max(seconds, 0.001)),
+      },
       'download complete',
     );
   }
@@ -520,14 +583,28 @@ class Progress {
 
   private state(): ModelDownload {
     const percent = this.total > 0 ? Math.min(100, Math.round((this.bytes / this.total) * 1000) / 10) : 0;
-    return { file: this.file, bytes: this.bytes, totalBytes: this.total, percent, bytesPerSecond: Math.round(this.rate()) };
+    return {
+      file: this.file,
+      bytes: this.bytes,
+      totalBytes: this.total,
+      percent,
+      bytesPerSecond: Math.round(this.rate()),
+    };
   }
 
   private log(): void {
     const s = this.state();
-    const eta = s.bytesPerSecond > 0 && s.totalBytes > 0 ? Math.ceil((s.totalBytes - s.bytes) / s.bytesPerSecond) : undefined;
+    const eta =
+      s.bytesPerSecond > 0 && s.totalBytes > 0 ? Math.ceil((s.totalBytes - s.bytes) / s.bytesPerSecond) : undefined;
     this.logger.info(
-      { file: s.file, bytes: s.bytes, totalBytes: s.totalBytes, percent: s.percent, bytesPerSecond: s.bytesPerSecond, etaSeconds: eta },
+      {
+        file: s.file,
+        bytes: s.bytes,
+        totalBytes: s.totalBytes,
+        percent: s.percent,
+        bytesPerSecond: s.bytesPerSecond,
+        etaSeconds: eta,
+      },
       'downloading',
     );
   }

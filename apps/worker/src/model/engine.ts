@@ -29,7 +29,13 @@ export interface TextTruncation {
 /** transformers.js's inner tokenizer: tokenization without special tokens, and the template that adds them. */
 interface InnerTokenizer {
   encode_text(text: string): string[];
-  post_processor?: ((first: string[], second: string[] | null, addSpecial: boolean) => { tokens: string[]; token_type_ids?: number[] }) | null;
+  post_processor?:
+    | ((
+        first: string[],
+        second: string[] | null,
+        addSpecial: boolean,
+      ) => { tokens: string[]; token_type_ids?: number[] })
+    | null;
   added_tokens_map: Map<string, { id: number }>;
   /** tokenizer.json. */
   tokenizer?: Parameters<typeof tokenBoundaries>[0];
@@ -55,7 +61,11 @@ export class Engine {
   /** Where a long text that will be cut may be cut, to tokenize only as far as the cut needs (see tokensForCut); undefined: read whole. */
   private readonly cutBoundary: TokenBoundary | undefined;
   /** The first text of the last pair and its tokens, read once for all the pairs that share it. */
-  private lastFirst?: { text: string; cut?: { keep: number; direction: 'right' | 'left' }; read: { tokens: string[]; whole: boolean } };
+  private lastFirst?: {
+    text: string;
+    cut?: { keep: number; direction: 'right' | 'left' };
+    read: { tokens: string[]; whole: boolean };
+  };
 
   constructor(
     readonly loaded: LoadedModel,
@@ -81,11 +91,20 @@ export class Engine {
     const tokens = processed?.tokens ?? [...first, ...(second ?? [])];
     const ids = tokens.map((t) => this.idOf(t));
     const typeIds = processed?.token_type_ids ?? [...first.map(() => 0), ...(second ?? []).map(() => 1)];
-    return { ids, typeIds: typeIds.length === ids.length ? typeIds : ids.map(() => 0), at: lastRun(tokens, second ?? first) };
+    return {
+      ids,
+      typeIds: typeIds.length === ids.length ? typeIds : ids.map(() => 0),
+      at: lastRun(tokens, second ?? first),
+    };
   }
 
   idOf(token: string): number {
-    return this.inner.added_tokens_map.get(token)?.id ?? this.inner.model.tokens_to_ids.get(token) ?? this.inner.model.unk_token_id ?? 0;
+    return (
+      this.inner.added_tokens_map.get(token)?.id ??
+      this.inner.model.tokens_to_ids.get(token) ??
+      this.inner.model.unk_token_id ??
+      0
+    );
   }
 
   tokenString(id: number): string {
@@ -100,42 +119,63 @@ export class Engine {
   encode(text: string, truncation: boolean | TextTruncation): Encoded {
     const { truncate, direction = 'right' } = typeof truncation === 'boolean' ? { truncate: truncation } : truncation;
     const budget = this.loaded.maxLength - this.specials.single;
-    const { tokens, whole } = this.read(text, truncate ? { keep: budget, direction } : this.pastPositions(this.specials.single));
+    const { tokens, whole } = this.read(
+      text,
+      truncate ? { keep: budget, direction } : this.pastPositions(this.specials.single),
+    );
     if (!truncate) return { text, ...this.build(tokens), ...(whole ? {} : { readInPart: true }) };
     if (tokens.length <= budget) return { text, ...this.build(tokens) };
     const kept = direction === 'left' ? tokens.slice(tokens.length - budget) : tokens.slice(0, budget);
-    return { text, ...this.build(kept), truncatedFrom: { tokens: tokens.length + this.specials.single, atLeast: !whole } };
+    return {
+      text,
+      ...this.build(kept),
+      truncatedFrom: { tokens: tokens.length + this.specials.single, atLeast: !whole },
+    };
   }
 
   /**
    * One sequence of two texts; with truncation off (or an impossible cut) it may exceed the model's
    * length, and is then refused. A left cut keeps each text's last tokens.
    */
-  encodePair(first: string, second: string, truncation: PairTruncation | false, direction: 'right' | 'left' = 'right'): Encoded {
+  encodePair(
+    first: string,
+    second: string,
+    truncation: PairTruncation | false,
+    direction: 'right' | 'left' = 'right',
+  ): Encoded {
     const budget = this.loaded.maxLength - this.specials.pair;
     const cut = truncation ? { keep: budget, direction } : this.pastPositions(this.specials.pair);
     // A zero-shot input, or a rerank query, is the first text of one pair per label or text.
-    if (this.lastFirst?.text !== first || this.lastFirst.cut?.direction !== cut?.direction || this.lastFirst.cut?.keep !== cut?.keep) {
+    if (
+      this.lastFirst?.text !== first ||
+      this.lastFirst.cut?.direction !== cut?.direction ||
+      this.lastFirst.cut?.keep !== cut?.keep
+    ) {
       this.lastFirst = { text: first, cut, read: this.read(first, cut) };
     }
     let a = this.lastFirst.read;
     let b = this.read(second, cut);
-    if (!truncation) return { text: first, ...this.build(a.tokens, b.tokens), ...(a.whole && b.whole ? {} : { readInPart: true }) };
+    if (!truncation)
+      return { text: first, ...this.build(a.tokens, b.tokens), ...(a.whole && b.whole ? {} : { readInPart: true }) };
     // A text read only in part has at least the tokens read. Where the cut turns on more than that,
     // it is read whole: which text is longer, when longest_first gives it the odd token; or the
     // true length, for an impossible cut, refused with it.
     if (!(a.whole && b.whole)) {
       const [lengthA, lengthB] = [a.tokens.length, b.tokens.length];
       const impossible = pairLengths(lengthA, lengthB, budget, truncation) === undefined;
-      const orderUnknown = truncation === 'longest_first' && ((!a.whole && (!b.whole || lengthB >= lengthA)) || (!b.whole && lengthA > lengthB));
+      const orderUnknown =
+        truncation === 'longest_first' &&
+        ((!a.whole && (!b.whole || lengthB >= lengthA)) || (!b.whole && lengthA > lengthB));
       if (impossible || orderUnknown) {
         if (!a.whole) a = this.lastFirst.read = this.read(first, undefined);
         if (!b.whole) b = this.read(second, undefined);
       }
     }
     const lengths = pairLengths(a.tokens.length, b.tokens.length, budget, truncation);
-    if (!lengths || (lengths[0] === a.tokens.length && lengths[1] === b.tokens.length)) return { text: first, ...this.build(a.tokens, b.tokens) };
-    const keep = (tokens: string[], n: number) => (direction === 'left' ? tokens.slice(tokens.length - n) : tokens.slice(0, n));
+    if (!lengths || (lengths[0] === a.tokens.length && lengths[1] === b.tokens.length))
+      return { text: first, ...this.build(a.tokens, b.tokens) };
+    const keep = (tokens: string[], n: number) =>
+      direction === 'left' ? tokens.slice(tokens.length - n) : tokens.slice(0, n);
     return {
       text: first,
       ...this.build(keep(a.tokens, lengths[0]), keep(b.tokens, lengths[1])),
@@ -154,11 +194,16 @@ export class Engine {
    * tokens' reading, not a megabyte's. Undefined where the table is unknown: read whole.
    */
   private pastPositions(specials: number): { keep: number; direction: 'right' } | undefined {
-    return this.loaded.positions === undefined ? undefined : { keep: this.loaded.positions - specials + 1, direction: 'right' };
+    return this.loaded.positions === undefined
+      ? undefined
+      : { keep: this.loaded.positions - specials + 1, direction: 'right' };
   }
 
   /** A text's tokens: whole, or where a cut will keep `keep` of them, as far as that takes (tokensForCut). */
-  private read(text: string, cut: { keep: number; direction: 'right' | 'left' } | undefined): { tokens: string[]; whole: boolean } {
+  private read(
+    text: string,
+    cut: { keep: number; direction: 'right' | 'left' } | undefined,
+  ): { tokens: string[]; whole: boolean } {
     if (!cut || !this.cutBoundary) return { tokens: this.pieces(text), whole: true };
     return tokensForCut(text, cut.keep, cut.direction, (part) => this.pieces(part), this.cutBoundary);
   }

@@ -44,13 +44,24 @@ const WEIGHT_COPIES = 2;
  */
 export const HEADROOM_BYTES = 64 * 2 ** 20;
 
-const BYTES_PER_WEIGHT: Record<Dtype, number> = { 'int8-row': 1, fp32: 4, fp16: 2, q8: 1, int8: 1, uint8: 1, q4: 0.5, q4f16: 0.5, bnb4: 0.5 };
+const BYTES_PER_WEIGHT: Record<Dtype, number> = {
+  'int8-row': 1,
+  fp32: 4,
+  fp16: 2,
+  q8: 1,
+  int8: 1,
+  uint8: 1,
+  q4: 0.5,
+  q4f16: 0.5,
+  bnb4: 0.5,
+};
 
 const MiB = 2 ** 20;
 
 /** The shape from a config.json: BERT's names, or DistilBERT's; undefined where it says too little to reckon with. */
 export function modelShape(config: Record<string, unknown>): ModelShape | undefined {
-  const read = (...names: string[]) => names.map((n) => config[n]).find((v): v is number => typeof v === 'number' && v > 0);
+  const read = (...names: string[]) =>
+    names.map((n) => config[n]).find((v): v is number => typeof v === 'number' && v > 0);
   const hidden = read('hidden_size', 'dim', 'd_model');
   const heads = read('num_attention_heads', 'n_heads', 'encoder_attention_heads');
   const layers = read('num_hidden_layers', 'n_layers', 'encoder_layers');
@@ -68,7 +79,10 @@ export function modelShape(config: Record<string, unknown>): ModelShape | undefi
 /** Parameters of the encoder: embeddings, then per layer attention (4 × hidden²) and feed-forward (2 × hidden × intermediate). */
 export function parameterCount(shape: ModelShape): number {
   const { hidden, layers, intermediate, vocab, positions } = shape;
-  return (vocab + positions + 2) * hidden + layers * (4 * hidden * hidden + 2 * hidden * intermediate + 9 * hidden + intermediate);
+  return (
+    (vocab + positions + 2) * hidden +
+    layers * (4 * hidden * hidden + 2 * hidden * intermediate + 9 * hidden + intermediate)
+  );
 }
 
 /** What the worker holds before any call: runtime and weights. */
@@ -134,7 +148,14 @@ export function limitsWithin(input: BudgetInput): Required<MemoryLimits> {
   while (longest < (positions ?? Number.POSITIVE_INFINITY) && fits(1, longest + 1)) longest++;
   // rows × length × (a + b × length) is linear in rows: the most that fit are a division away.
   const rowsAt = (length: number) =>
-    Math.max(0, Math.min(maxSize, Math.floor(maxPaddedTokens / length), Math.floor(callBudgetBytes / heldBytes(shape, 1, length))));
+    Math.max(
+      0,
+      Math.min(
+        maxSize,
+        Math.floor(maxPaddedTokens / length),
+        Math.floor(callBudgetBytes / heldBytes(shape, 1, length)),
+      ),
+    );
   let tokens = 0;
   let rows = 0;
   for (let length = 1; length <= longest; length++) {

@@ -19,8 +19,16 @@ export class ModelThread {
   private constructor(private readonly thread: Worker) {}
 
   /** Starts the thread and waits until its session is loaded from `file` in the model's folder `dir`. */
-  static async start(config: WorkerConfig, task: Task, dir: string, file: SessionFile, onDeath: (reason: string) => void): Promise<ModelThread> {
-    const thread = new Worker(new URL('./model-thread-main.js', import.meta.url), { workerData: { config, task, dir, file } });
+  static async start(
+    config: WorkerConfig,
+    task: Task,
+    dir: string,
+    file: SessionFile,
+    onDeath: (reason: string) => void,
+  ): Promise<ModelThread> {
+    const thread = new Worker(new URL('./model-thread-main.js', import.meta.url), {
+      workerData: { config, task, dir, file },
+    });
     const handle = new ModelThread(thread);
     await new Promise<void>((resolve, reject) => {
       const onMessage = (message: ThreadMessage) => {
@@ -37,12 +45,22 @@ export class ModelThread {
     return handle;
   }
 
-  forward(rows: number, width: number, inputIds: BigInt64Array, attention: BigInt64Array, tokenTypes: BigInt64Array): Promise<BatchOutput> {
+  forward(
+    rows: number,
+    width: number,
+    inputIds: BigInt64Array,
+    attention: BigInt64Array,
+    tokenTypes: BigInt64Array,
+  ): Promise<BatchOutput> {
     const id = this.nextId++;
     const request: ForwardRequest = { id, rows, width, inputIds, attention, tokenTypes };
     return new Promise((resolve, reject) => {
       this.pending.set(id, { resolve, reject });
-      this.thread.postMessage(request, [inputIds.buffer as ArrayBuffer, attention.buffer as ArrayBuffer, tokenTypes.buffer as ArrayBuffer]);
+      this.thread.postMessage(request, [
+        inputIds.buffer as ArrayBuffer,
+        attention.buffer as ArrayBuffer,
+        tokenTypes.buffer as ArrayBuffer,
+      ]);
     });
   }
 
@@ -55,7 +73,8 @@ export class ModelThread {
     if (message.kind !== 'output' && message.kind !== 'failed') return;
     const waiter = this.pending.get(message.id);
     this.pending.delete(message.id);
-    if (message.kind === 'output') waiter?.resolve({ data: message.data, dims: message.dims, endLogits: message.endLogits });
+    if (message.kind === 'output')
+      waiter?.resolve({ data: message.data, dims: message.dims, endLogits: message.endLogits });
     else waiter?.reject(new Error(message.message));
   }
 

@@ -66,7 +66,8 @@ const POSITIONS_AFTER_PADDING = new Set(['roberta', 'xlm-roberta', 'camembert'])
 export function positionLimit(config: ModelConfig): number | undefined {
   const table = config.max_position_embeddings;
   if (table === undefined) return undefined;
-  const offset = config.model_type && POSITIONS_AFTER_PADDING.has(config.model_type) ? (config.pad_token_id ?? 1) + 1 : 0;
+  const offset =
+    config.model_type && POSITIONS_AFTER_PADDING.has(config.model_type) ? (config.pad_token_id ?? 1) + 1 : 0;
   return table - offset;
 }
 
@@ -104,9 +105,13 @@ function loadError(config: WorkerConfig, dir: string, err: unknown): ModelLoadEr
   const reason = err instanceof Error ? err.message : String(err);
   const device = resolveDevice(config.DEVICE);
   if (isGpu(device) && isNoAdapterError(reason)) {
-    return new ModelLoadError(`cannot load model "${config.MODEL}": ${noAdapterMessage(device, reason.split('\n')[0].replace(/^.*?(Failed to get)/, '$1'))}`);
+    return new ModelLoadError(
+      `cannot load model "${config.MODEL}": ${noAdapterMessage(device, reason.split('\n')[0].replace(/^.*?(Failed to get)/, '$1'))}`,
+    );
   }
-  return new ModelLoadError(`cannot load model "${config.MODEL}" (dtype ${config.DTYPE}, device ${config.DEVICE}) from ${dir}: ${reason}`);
+  return new ModelLoadError(
+    `cannot load model "${config.MODEL}" (dtype ${config.DTYPE}, device ${config.DEVICE}) from ${dir}: ${reason}`,
+  );
 }
 
 /** The device and dtype a worker runs, decided before loading; warnings are for the start-up log. */
@@ -126,7 +131,8 @@ export function chooseRuntime(config: WorkerConfig, dir: string): Runtime {
     checkDtypeFile(config.MODEL, dtype, available);
     return { device, dtype, warnings: [warning, batchDependence(dtype)].filter((w) => w !== undefined) };
   } catch (err) {
-    if (err instanceof DeviceChoiceError) throw new ModelLoadError(`cannot load model "${config.MODEL}": ${err.message}`);
+    if (err instanceof DeviceChoiceError)
+      throw new ModelLoadError(`cannot load model "${config.MODEL}": ${err.message}`);
     throw err;
   }
 }
@@ -138,7 +144,10 @@ interface FilePlan {
   optional: string[];
 }
 
-export type PlanFiles = (modelConfig: Record<string, unknown>, has: (file: string) => Promise<boolean>) => Promise<FilePlan>;
+export type PlanFiles = (
+  modelConfig: Record<string, unknown>,
+  has: (file: string) => Promise<boolean>,
+) => Promise<FilePlan>;
 
 /**
  * The files a hub model needs for this worker's device and dtype, as transformers.js will read
@@ -150,9 +159,12 @@ export function hubFilePlan(config: WorkerConfig): PlanFiles {
   return async (modelConfig, has) => {
     const device = resolveDevice(config.DEVICE);
     // DTYPE=auto takes the file the device prefers where the server holds it (chooseDtype).
-    const [preferred, fallback] = isGpu(device) ? [dtypeFile('fp16'), dtypeFile('fp32')] : [dtypeFile('fp32'), dtypeFile('q8')];
+    const [preferred, fallback] = isGpu(device)
+      ? [dtypeFile('fp16'), dtypeFile('fp32')]
+      : [dtypeFile('fp32'), dtypeFile('q8')];
     // Where the server (or, offline, the cache) has neither, the preferred file is the one named missing.
-    const available = config.DTYPE === 'auto' ? [(await has(preferred)) || !(await has(fallback)) ? preferred : fallback] : undefined;
+    const available =
+      config.DTYPE === 'auto' ? [(await has(preferred)) || !(await has(fallback)) ? preferred : fallback] : undefined;
     let chosen: Dtype;
     try {
       chosen = chooseDtype(
@@ -162,7 +174,8 @@ export function hubFilePlan(config: WorkerConfig): PlanFiles {
         config.DTYPE_FORCE,
       ).dtype;
     } catch (err) {
-      if (err instanceof DeviceChoiceError) throw new ModelLoadError(`cannot load model "${config.MODEL}": ${err.message}`);
+      if (err instanceof DeviceChoiceError)
+        throw new ModelLoadError(`cannot load model "${config.MODEL}": ${err.message}`);
       throw err;
     }
     // int8-row is written here from the fp32 file where the server has it, else from the q8 one.
@@ -215,7 +228,9 @@ export async function describeModel(config: WorkerConfig, dir: string): Promise<
 }
 
 /** ONNX Runtime's options for a worker's session (the bench runs the model as the workers do with them). */
-export function sessionOptions(config: Pick<WorkerConfig, 'INTRA_OP_THREADS' | 'INTRA_OP_SPINNING'>): Record<string, unknown> {
+export function sessionOptions(
+  config: Pick<WorkerConfig, 'INTRA_OP_THREADS' | 'INTRA_OP_SPINNING'>,
+): Record<string, unknown> {
   return {
     ...(config.INTRA_OP_THREADS > 0 ? { intraOpNumThreads: config.INTRA_OP_THREADS } : {}),
     // A memory pattern is one block for all of a call's tensors, planned the first time a shape runs
@@ -226,7 +241,9 @@ export function sessionOptions(config: Pick<WorkerConfig, 'INTRA_OP_THREADS' | '
     enableMemPattern: false,
     // Spinning shortens the steps of a model call; past its end it only burns cores, so the threads
     // stop spinning when the call returns (force_spinning_stop): an idle worker used most of a core.
-    extra: { session: { intra_op: { allow_spinning: config.INTRA_OP_SPINNING ? '1' : '0' }, force_spinning_stop: '1' } },
+    extra: {
+      session: { intra_op: { allow_spinning: config.INTRA_OP_SPINNING ? '1' : '0' }, force_spinning_stop: '1' },
+    },
   };
 }
 
@@ -238,7 +255,12 @@ export interface SessionFile {
 }
 
 /** The ONNX Runtime session from the model's folder, for the model thread. */
-export async function loadSession(config: WorkerConfig, task: Task, dir: string, file: SessionFile): Promise<PreTrainedModel> {
+export async function loadSession(
+  config: WorkerConfig,
+  task: Task,
+  dir: string,
+  file: SessionFile,
+): Promise<PreTrainedModel> {
   configureLoading();
   try {
     return await AUTO_CLASS[task].from_pretrained(dir, {

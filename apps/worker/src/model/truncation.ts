@@ -6,7 +6,12 @@
  */
 export type PairTruncation = 'longest_first' | 'only_first' | 'only_second';
 
-export function pairLengths(first: number, second: number, budget: number, strategy: PairTruncation): [number, number] | undefined {
+export function pairLengths(
+  first: number,
+  second: number,
+  budget: number,
+  strategy: PairTruncation,
+): [number, number] | undefined {
   if (first + second <= budget) return [first, second];
   if (strategy === 'only_first') return second < budget ? [budget - second, second] : undefined;
   if (strategy === 'only_second') return first < budget ? [first, budget - first] : undefined;
@@ -30,7 +35,9 @@ export function windows(length: number, size: number, overlap: number): number[]
 }
 
 /** The pre-tokenizer types (tokenizer.json) that always end a token where whitespace begins. */
-export function splitsAtWhitespace(config: { type?: string; use_regex?: boolean; split?: boolean; pretokenizers?: unknown[] } | null | undefined): boolean {
+export function splitsAtWhitespace(
+  config: { type?: string; use_regex?: boolean; split?: boolean; pretokenizers?: unknown[] } | null | undefined,
+): boolean {
   switch (config?.type) {
     case 'BertPreTokenizer':
     case 'Whitespace':
@@ -41,7 +48,9 @@ export function splitsAtWhitespace(config: { type?: string; use_regex?: boolean;
     case 'Metaspace':
       return config.split !== false;
     case 'Sequence':
-      return (config.pretokenizers ?? []).some((p) => splitsAtWhitespace(p as Parameters<typeof splitsAtWhitespace>[0]));
+      return (config.pretokenizers ?? []).some((p) =>
+        splitsAtWhitespace(p as Parameters<typeof splitsAtWhitespace>[0]),
+      );
     default:
       return false;
   }
@@ -54,7 +63,8 @@ const CUT_MARGIN = 16;
 
 const isSpace = (code: number) => code === 32 || code === 9 || code === 10 || code === 13;
 /** The CJK ideographs of the Basic Multilingual Plane, as BERT's normalizer knows them (the others are surrogate pairs, never cut). */
-const isCjkIdeograph = (code: number) => (code >= 0x4e00 && code <= 0x9fff) || (code >= 0x3400 && code <= 0x4dbf) || (code >= 0xf900 && code <= 0xfaff);
+const isCjkIdeograph = (code: number) =>
+  (code >= 0x4e00 && code <= 0x9fff) || (code >= 0x3400 && code <= 0x4dbf) || (code >= 0xf900 && code <= 0xfaff);
 
 /** BERT's punctuation, as its pre-tokenizer (transformers.js's, and the tokenizers library's) isolates it: ASCII's and Unicode's P categories. */
 const isBertPunctuation = (code: number) =>
@@ -89,10 +99,16 @@ export type TokenBoundary = (code: number) => boolean;
  * "!", slow to read whole) can still be read in part. Undefined where no such place is known.
  */
 export function tokenBoundaries(
-  tokenizer: { pre_tokenizer?: Parameters<typeof splitsAtWhitespace>[0]; normalizer?: { type?: string; handle_chinese_chars?: boolean } | null } | undefined,
+  tokenizer:
+    | {
+        pre_tokenizer?: Parameters<typeof splitsAtWhitespace>[0];
+        normalizer?: { type?: string; handle_chinese_chars?: boolean } | null;
+      }
+    | undefined,
 ): TokenBoundary | undefined {
   if (!splitsAtWhitespace(tokenizer?.pre_tokenizer)) return undefined;
-  const spacesCjk = tokenizer?.normalizer?.type === 'BertNormalizer' && tokenizer.normalizer.handle_chinese_chars === true;
+  const spacesCjk =
+    tokenizer?.normalizer?.type === 'BertNormalizer' && tokenizer.normalizer.handle_chinese_chars === true;
   const punctuation = tokenizer?.pre_tokenizer?.type === 'BertPreTokenizer' ? bertPunctuation() : undefined;
   return (code) => isSpace(code) || punctuation?.[code] === 1 || (spacesCjk && isCjkIdeograph(code));
 }
@@ -126,9 +142,15 @@ export function tokensForCut(
  * at the first `boundary` past that many characters (whitespace by default, taken from the start
  * of its run). None when no boundary is left; a caller that no part serves reads the whole text.
  */
-export function* growingParts(text: string, firstChars: number, direction: 'right' | 'left' = 'right', boundary: TokenBoundary = isSpace): Generator<string> {
+export function* growingParts(
+  text: string,
+  firstChars: number,
+  direction: 'right' | 'left' = 'right',
+  boundary: TokenBoundary = isSpace,
+): Generator<string> {
   for (let chars = firstChars; chars * 2 < text.length; chars *= 4) {
-    const part = direction === 'right' ? headEndingAt(text, chars, boundary) : tailStartingAt(text, text.length - chars, boundary);
+    const part =
+      direction === 'right' ? headEndingAt(text, chars, boundary) : tailStartingAt(text, text.length - chars, boundary);
     if (part === undefined) return;
     yield part;
   }

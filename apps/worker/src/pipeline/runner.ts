@@ -1,5 +1,11 @@
 import { setTimeout as turnOfTheLoop } from 'node:timers/promises';
-import { ApiError, type QueuedRequest, type RequestOutcome, type TaskInput, type TaskParameters } from '@tserve/contract';
+import {
+  ApiError,
+  type QueuedRequest,
+  type RequestOutcome,
+  type TaskInput,
+  type TaskParameters,
+} from '@tserve/contract';
 import type { Engine, Encoded, BatchOutput } from '../model/engine.js';
 import type { TaskHead, TaskHeads } from '../tasks/index.js';
 import { planBatches, type PlanLimits, type Sequence } from './planner.js';
@@ -183,7 +189,13 @@ export class BatchRunner {
             pending.inputMs += performance.now() - started;
           }
           const queueMs = Math.max(0, this.now() - request.enqueuedAt);
-          this.stats.succeeded(this.now(), queueMs, { queueMs, inputMs: pending.inputMs, inferMs: 0, outputMs: 0, inputs: request.inputs.length });
+          this.stats.succeeded(this.now(), queueMs, {
+            queueMs,
+            inputMs: pending.inputMs,
+            inferMs: 0,
+            outputMs: 0,
+            inputs: request.inputs.length,
+          });
           this.outcomes.record(request, {
             id: request.id,
             ok: true,
@@ -205,7 +217,9 @@ export class BatchRunner {
         pending.remaining = encoded.reduce((n, sequences) => n + sequences.length, 0);
         pending.sequenceCount = pending.remaining;
         pending.tokens = encoded.map((sequences) => sequences.reduce((m, e) => m + e.ids.length, 0));
-        encoded.forEach((sequences, input) => sequences.forEach((e, part) => batch.sequences.push({ owner: { pending, input, part }, encoded: e })));
+        encoded.forEach((sequences, input) =>
+          sequences.forEach((e, part) => batch.sequences.push({ owner: { pending, input, part }, encoded: e })),
+        );
         // Nothing for the model to run (tokenization alone): answered now.
         if (pending.remaining === 0) await this.finishRequest(pending, turns);
       } catch (err) {
@@ -247,7 +261,10 @@ export class BatchRunner {
         pending.batchSize = Math.max(pending.batchSize, live.length);
         pending.queueMs ??= Math.max(0, startedAt - pending.request.enqueuedAt);
       }
-      const inputMs = live.reduce((ms, { owner }) => ms + owner.pending.inputMs / Math.max(1, owner.pending.sequenceCount), 0);
+      const inputMs = live.reduce(
+        (ms, { owner }) => ms + owner.pending.inputMs / Math.max(1, owner.pending.sequenceCount),
+        0,
+      );
       this.stats.executed(live.length, inputMs, timing.forwardMs, timing.decodeMs);
       const turns = new LoopTurns();
       for (const [i, { owner }] of live.entries()) await this.recordResult(owner, results[i], turns);
@@ -289,7 +306,10 @@ export class BatchRunner {
     }
     if (this.isAbandoned(request.id)) {
       report.abandoned++;
-      this.fail(request, new ApiError('cancelled', 'the client closed the connection before the model ran the request'));
+      this.fail(
+        request,
+        new ApiError('cancelled', 'the client closed the connection before the model ran the request'),
+      );
       return true;
     }
     return false;
@@ -301,7 +321,12 @@ export class BatchRunner {
     try {
       const sequences = head.encode
         ? head.encode(input, parameters, this.engine)
-        : [this.engine.encode(input as string, ('truncation' in parameters ? parameters.truncation : undefined) ?? true)];
+        : [
+            this.engine.encode(
+              input as string,
+              ('truncation' in parameters ? parameters.truncation : undefined) ?? true,
+            ),
+          ];
       for (const encoded of sequences) {
         if (encoded.truncatedFrom !== undefined) {
           const { tokens, atLeast } = encoded.truncatedFrom;
@@ -313,7 +338,8 @@ export class BatchRunner {
         // culprit (runIsolated) would cost every other input in it several calls: refused before any.
         const { positions } = this.engine.loaded;
         if (positions !== undefined && encoded.ids.length > positions) throw this.tooLong(encoded);
-        if (this.limits.longest !== undefined && encoded.ids.length > this.limits.longest) throw this.overBudget(encoded, this.limits.longest);
+        if (this.limits.longest !== undefined && encoded.ids.length > this.limits.longest)
+          throw this.overBudget(encoded, this.limits.longest);
         head.check?.(encoded, parameters);
       }
       return sequences;
@@ -370,9 +396,15 @@ export class BatchRunner {
       }
       const decoding = performance.now();
       try {
-        results.push({ ok: true, value: owner.pending.head.decode(output, row, chunk[row].encoded, owner.pending.parameters) });
+        results.push({
+          ok: true,
+          value: owner.pending.head.decode(output, row, chunk[row].encoded, owner.pending.parameters),
+        });
       } catch (err) {
-        results.push({ ok: false, error: new ApiError('internal', `post-processing failed: ${firstLine(String(err))}`) });
+        results.push({
+          ok: false,
+          error: new ApiError('internal', `post-processing failed: ${firstLine(String(err))}`),
+        });
       }
       timing.decodeMs += performance.now() - decoding;
     }
@@ -381,7 +413,10 @@ export class BatchRunner {
 
   private culpritError(encoded: Encoded, err: unknown): ApiError {
     if (encoded.ids.length > this.engine.loaded.maxLength) return this.tooLong(encoded);
-    return new ApiError('inference', `the model could not run this input: ${firstLine(err instanceof Error ? err.message : String(err))}`);
+    return new ApiError(
+      'inference',
+      `the model could not run this input: ${firstLine(err instanceof Error ? err.message : String(err))}`,
+    );
   }
 
   /** One sequence's decoded row (or failure); the request is finished with its last sequence. */
@@ -410,7 +445,8 @@ export class BatchRunner {
         pending.outputMs += performance.now() - started;
       }
     } catch (err) {
-      const error = err instanceof ApiError ? err : new ApiError('internal', `post-processing failed: ${firstLine(String(err))}`);
+      const error =
+        err instanceof ApiError ? err : new ApiError('internal', `post-processing failed: ${firstLine(String(err))}`);
       pending.failed = true;
       this.fail(request, error);
       return;
@@ -420,11 +456,21 @@ export class BatchRunner {
       ok: true,
       outputs,
       warnings: pending.warnings,
-      timing: { queue_ms: pending.queueMs ?? 0, inference_ms: round(pending.inferenceMs), batch_size: pending.batchSize },
+      timing: {
+        queue_ms: pending.queueMs ?? 0,
+        inference_ms: round(pending.inferenceMs),
+        batch_size: pending.batchSize,
+      },
       tokens: pending.tokens,
     });
     const { queueMs = 0, inputMs, inferMs, outputMs } = pending;
-    this.stats.succeeded(this.now(), Math.max(0, this.now() - request.enqueuedAt), { queueMs, inputMs, inferMs, outputMs, inputs: request.inputs.length });
+    this.stats.succeeded(this.now(), Math.max(0, this.now() - request.enqueuedAt), {
+      queueMs,
+      inputMs,
+      inferMs,
+      outputMs,
+      inputs: request.inputs.length,
+    });
   }
 
   private fail(request: QueuedRequest, error: ApiError): void {

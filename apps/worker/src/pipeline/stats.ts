@@ -17,7 +17,11 @@ export class InferenceStatistics {
   private readonly stats: InferenceStats = emptyInferenceStats();
 
   /** A request answered: `totalMs` from enqueue to its answer, and the time of each phase it went through. */
-  succeeded(at: number, totalMs: number, phases: { queueMs: number; inputMs: number; inferMs: number; outputMs: number; inputs: number }): void {
+  succeeded(
+    at: number,
+    totalMs: number,
+    phases: { queueMs: number; inputMs: number; inferMs: number; outputMs: number; inputs: number },
+  ): void {
     add(this.stats.success, totalMs);
     add(this.stats.queue, phases.queueMs);
     add(this.stats.computeInput, phases.inputMs);
@@ -35,7 +39,11 @@ export class InferenceStatistics {
   /** One model call of `size` sequences: tokenizing its sequences, running it, and decoding its rows. */
   executed(size: number, inputMs: number, inferMs: number, outputMs: number): void {
     this.stats.executionCount++;
-    const batch = (this.stats.batches[size] ??= { computeInput: noDuration(), computeInfer: noDuration(), computeOutput: noDuration() });
+    const batch = (this.stats.batches[size] ??= {
+      computeInput: noDuration(),
+      computeInfer: noDuration(),
+      computeOutput: noDuration(),
+    });
     add(batch.computeInput, inputMs);
     add(batch.computeInfer, inferMs);
     add(batch.computeOutput, outputMs);

@@ -60,7 +60,12 @@ export class WorkerTracing implements ModelCallObserver {
     if (!open) {
       const parent = this.tracing.extract(request.trace!);
       this.tracing.span('tserve.queue_wait', { parent, startTime: request.enqueuedAt }).end(start);
-      const inference = this.tracing.span('tserve.inference', { parent, kind: 'consumer', startTime: start, attributes: { 'tserve.request_id': request.id } });
+      const inference = this.tracing.span('tserve.inference', {
+        parent,
+        kind: 'consumer',
+        startTime: start,
+        attributes: { 'tserve.request_id': request.id },
+      });
       open = { parent, inference, lastModelEnd: start };
       this.open.set(request.id, open);
     }
@@ -72,7 +77,10 @@ export class WorkerTracing implements ModelCallObserver {
     const open = this.open.get(request.id);
     if (!open) {
       // Answered without a model call: tokenization alone, or refused (expired, invalid, abandoned).
-      const span = this.tracing.span('tserve.queue_wait', { parent: this.tracing.extract(request.trace!), startTime: request.enqueuedAt });
+      const span = this.tracing.span('tserve.queue_wait', {
+        parent: this.tracing.extract(request.trace!),
+        startTime: request.enqueuedAt,
+      });
       if (!outcome.ok) span.fail(outcome.error.error);
       span.end(end);
       return;

@@ -12,10 +12,15 @@ function normalized(vector: Float64Array): Float64Array {
 /** Sentence embeddings: mean pooling over real tokens and L2 normalisation, as sentence-transformers do. */
 export function featureExtractionHead(loaded: LoadedModel): TaskHead<FeatureExtractionParameters, string> {
   // The width of a token's vector, as the config names it; a config that names none is taken as wide.
-  const width = [loaded.config.hidden_size, loaded.config.dim, loaded.config.d_model].find((w): w is number => typeof w === 'number') ?? 4096;
+  const width =
+    [loaded.config.hidden_size, loaded.config.dim, loaded.config.d_model].find(
+      (w): w is number => typeof w === 'number',
+    ) ?? 4096;
   return {
     encode(input, parameters, engine) {
-      return [engine.encode(input, { truncate: parameters.truncation ?? true, direction: parameters.truncation_direction })];
+      return [
+        engine.encode(input, { truncate: parameters.truncation ?? true, direction: parameters.truncation_direction }),
+      ];
     },
     answerValues(encoded, parameters) {
       return (parameters.pooling === 'none' ? encoded.ids.length : 1) * width;

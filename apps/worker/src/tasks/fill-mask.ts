@@ -12,7 +12,11 @@ export function fillMaskHead(loaded: LoadedModel): TaskHead<FillMaskParameters, 
     check(encoded, parameters) {
       if (maskId === undefined || maskId === null) throw new ApiError('validation', 'this model has no mask token');
       const masks = maskPositions(encoded.ids).length;
-      if (masks === 0) throw new ApiError('validation', `input must contain the mask token ${maskToken}: "${encoded.text.slice(0, 80)}"`);
+      if (masks === 0)
+        throw new ApiError(
+          'validation',
+          `input must contain the mask token ${maskToken}: "${encoded.text.slice(0, 80)}"`,
+        );
       const k = parameters.top_k ?? 5;
       if (masks * k > FILL_MASK_MOST_CANDIDATES) {
         throw new ApiError(

@@ -31,7 +31,8 @@ export function headsFor(loaded: LoadedModel): TaskHeads {
   heads.set('tokenize', tokenizeHead(loaded));
   return (task = loaded.task) => {
     const head = heads.get(task);
-    if (!head) throw new ApiError('validation', `model ${loaded.id} cannot serve ${task}; it serves ${loaded.tasks.join(', ')}`);
+    if (!head)
+      throw new ApiError('validation', `model ${loaded.id} cannot serve ${task}; it serves ${loaded.tasks.join(', ')}`);
     return head;
   };
 }

@@ -2,7 +2,8 @@
 
 /** Indices of the k largest values, largest first (the first of equal values first). */
 export function topK(values: ArrayLike<number>, k: number): number[] {
-  if (k >= values.length) return Array.from({ length: values.length }, (_, i) => i).sort((a, b) => values[b] - values[a]);
+  if (k >= values.length)
+    return Array.from({ length: values.length }, (_, i) => i).sort((a, b) => values[b] - values[a]);
   // The best so far, kept in order by binary insertion: re-sorting them at every newcomer made
   // fill-mask over a whole vocabulary slow for a large top_k (bench/HISTORY.md).
   const best: number[] = [];

@@ -20,7 +20,11 @@ export type Span = [start: number, end: number];
 
 /** The parts of a transformers.js tokenizer that alignment uses (kept on its inner tokenizer). */
 export function tokenizerParts(tokenizer: unknown): TokenizerParts {
-  const inner = (tokenizer as { _tokenizer: { model?: { unk_token?: string; continuing_subword_prefix?: string } } & Partial<TokenizerParts> })._tokenizer;
+  const inner = (
+    tokenizer as {
+      _tokenizer: { model?: { unk_token?: string; continuing_subword_prefix?: string } } & Partial<TokenizerParts>;
+    }
+  )._tokenizer;
   return {
     normalizer: inner.normalizer,
     pre_tokenizer: inner.pre_tokenizer,
@@ -57,7 +61,11 @@ export function alignWords(text: string, tokens: string[], parts: TokenizerParts
   return alignWithin(text, tokens, parts);
 }
 
-function alignWithin(text: string, tokens: string[], parts: TokenizerParts): Alignment & { reachedEveryToken: boolean } {
+function alignWithin(
+  text: string,
+  tokens: string[],
+  parts: TokenizerParts,
+): Alignment & { reachedEveryToken: boolean } {
   const original = Array.from(text);
   // The normalized text, one code point per entry, and the original code point each came from.
   const normalized: string[] = [];
@@ -69,7 +77,9 @@ function alignWithin(text: string, tokens: string[], parts: TokenizerParts): Ali
     }
   });
   const joined = normalized.join('');
-  const words = parts.pre_tokenizer ? parts.pre_tokenizer.pre_tokenize_text(joined) : joined.split(/\s+/).filter(Boolean);
+  const words = parts.pre_tokenizer
+    ? parts.pre_tokenizer.pre_tokenize_text(joined)
+    : joined.split(/\s+/).filter(Boolean);
 
   // Where each word starts and ends in `normalized`: found in order, skipping what lies between.
   const wordSpans: Span[] = [];
@@ -104,9 +114,12 @@ function alignWithin(text: string, tokens: string[], parts: TokenizerParts): Ali
       within = 0;
       continue;
     }
-    const piece = Array.from(token.startsWith(parts.continuingPrefix) && within > 0 ? token.slice(parts.continuingPrefix.length) : token);
+    const piece = Array.from(
+      token.startsWith(parts.continuingPrefix) && within > 0 ? token.slice(parts.continuingPrefix.length) : token,
+    );
     const from = span[0] + within;
-    const fits = piece.length > 0 && from + piece.length <= span[1] && piece.every((c, k) => normalized[from + k] === c);
+    const fits =
+      piece.length > 0 && from + piece.length <= span[1] && piece.every((c, k) => normalized[from + k] === c);
     if (!fits) {
       // Not a WordPiece split of this word (another tokenizer family): give up on this token only.
       spans.push(null);
@@ -121,7 +134,12 @@ function alignWithin(text: string, tokens: string[], parts: TokenizerParts): Ali
       within = 0;
     }
   }
-  return { spans, words: tokenWords, wordSpans: wordSpans.map(([from, to]) => toOriginal(from, to)), reachedEveryToken };
+  return {
+    spans,
+    words: tokenWords,
+    wordSpans: wordSpans.map(([from, to]) => toOriginal(from, to)),
+    reachedEveryToken,
+  };
 }
 
 /** The original text between two code-point offsets, walking only as far as `end` (not the whole text, once per entity). */

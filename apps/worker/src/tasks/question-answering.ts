@@ -57,7 +57,9 @@ function maskedSoftmax(logits: Float32Array, length: number, allowed: (i: number
  * touches (`align_to_words`); spans with the same answer text add up; the best answers over all
  * windows win. Offsets are code points into the context.
  */
-export function questionAnsweringHead(loaded: LoadedModel): TaskHead<QuestionAnsweringParameters, QuestionAnsweringInput> {
+export function questionAnsweringHead(
+  loaded: LoadedModel,
+): TaskHead<QuestionAnsweringParameters, QuestionAnsweringInput> {
   const parts = tokenizerParts(loaded.tokenizer);
   return {
     encode(input, parameters, engine) {
@@ -66,7 +68,11 @@ export function questionAnsweringHead(loaded: LoadedModel): TaskHead<QuestionAns
       const context = engine.pieces(input.context);
       const size = maxSeqLen - question.length - engine.specialTokens(true);
       const stride = parameters.doc_stride ?? Math.min(Math.floor(maxSeqLen / 2), 128);
-      if (size <= 0) throw new ApiError('validation', `the question leaves no room for the context in ${maxSeqLen} tokens (max_seq_len); shorten it`);
+      if (size <= 0)
+        throw new ApiError(
+          'validation',
+          `the question leaves no room for the context in ${maxSeqLen} tokens (max_seq_len); shorten it`,
+        );
       if (stride >= size) {
         throw new ApiError(
           'validation',
@@ -117,7 +123,10 @@ export function questionAnsweringHead(loaded: LoadedModel): TaskHead<QuestionAns
         const span: Span | null = alignToWords && word !== null ? alignment.wordSpans[word] : alignment.spans[t];
         return span ? span[side] : 0;
       };
-      return { nullScore, candidates: best.map(({ score, s, e }) => ({ score, start: charSpan(s, 0), end: charSpan(e, 1) })) };
+      return {
+        nullScore,
+        candidates: best.map(({ score, s, e }) => ({ score, start: charSpan(s, 0), end: charSpan(e, 1) })),
+      };
     },
     combine(parts, input, parameters) {
       const windowsAnswers = parts as WindowAnswers[];

@@ -7,7 +7,9 @@ import { featureExtractionHead } from './feature-extraction.js';
  * Cosine similarity of each sentence to the source sentence, from the model's mean-pooled,
  * normalised embeddings; the source and each sentence are sequences of the same batch.
  */
-export function sentenceSimilarityHead(loaded: LoadedModel): TaskHead<SentenceSimilarityParameters, SentenceSimilarityInput> {
+export function sentenceSimilarityHead(
+  loaded: LoadedModel,
+): TaskHead<SentenceSimilarityParameters, SentenceSimilarityInput> {
   const embed = featureExtractionHead(loaded);
   return {
     encode(input, parameters, engine) {

@@ -1,4 +1,9 @@
-import { applyScoreFunction, defaultScoreFunction, type TextClassificationParameters, type TextPair } from '@tserve/contract';
+import {
+  applyScoreFunction,
+  defaultScoreFunction,
+  type TextClassificationParameters,
+  type TextPair,
+} from '@tserve/contract';
 import type { LoadedModel } from '../model/model.js';
 import type { TaskHead } from './head.js';
 import { row } from './math.js';
@@ -21,7 +26,9 @@ export function textClassificationHead(loaded: LoadedModel): TaskHead<TextClassi
       const classes = output.dims[1];
       const logits = row(output.data, index, classes);
       const scores = applyScoreFunction(parameters.function_to_apply ?? defaultFunction, logits);
-      const ranked = Array.from(scores, (score, i) => ({ label: labels[i] ?? `LABEL_${i}`, score })).sort((a, b) => b.score - a.score);
+      const ranked = Array.from(scores, (score, i) => ({ label: labels[i] ?? `LABEL_${i}`, score })).sort(
+        (a, b) => b.score - a.score,
+      );
       const k = parameters.top_k === null ? ranked.length : (parameters.top_k ?? 1);
       return ranked.slice(0, k);
     },

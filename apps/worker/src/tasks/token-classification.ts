@@ -112,7 +112,13 @@ export function tokenClassificationHead(loaded: LoadedModel): TaskHead<TokenClas
       const spans = alignTokens(encoded.text, words, parts);
       const tokens: TokenScore[] = positions.map((t, k) => {
         const start = (index * length + t) * classes;
-        return { index: t, id: encoded.ids[t], word: words[k], probs: softmax(output.data.subarray(start, start + classes)), span: spans[k] };
+        return {
+          index: t,
+          id: encoded.ids[t],
+          word: words[k],
+          probs: softmax(output.data.subarray(start, start + classes)),
+          span: spans[k],
+        };
       });
       const strategy = parameters.aggregation_strategy ?? 'none';
       const ignore = new Set(parameters.ignore_labels ?? ['O']);
@@ -120,7 +126,14 @@ export function tokenClassificationHead(loaded: LoadedModel): TaskHead<TokenClas
         return tokens
           .map((t) => ({ t, e: toEntity(t) }))
           .filter(({ e }) => !ignore.has(e.label))
-          .map(({ t, e }) => ({ entity: e.label, score: e.score, index: t.index, word: t.word, start: t.span?.[0] ?? null, end: t.span?.[1] ?? null }));
+          .map(({ t, e }) => ({
+            entity: e.label,
+            score: e.score,
+            index: t.index,
+            word: t.word,
+            start: t.span?.[0] ?? null,
+            end: t.span?.[1] ?? null,
+          }));
       }
       const entities = strategy === 'simple' ? tokens.map(toEntity) : mergeWords(tokens, strategy);
       return group(entities, encoded.text).filter((g) => !ignore.has(g.entity_group));

@@ -33,7 +33,8 @@ export function tokenizeHead(loaded: LoadedModel): TaskHead<TokenizeParameters, 
       // Code points, as TEI counts them (and as the offsets below do).
       const chars = Array.from(input);
       const limit = loaded.maxLength * CHARS_PER_TOKEN;
-      if (chars.length > limit) throw new ApiError('validation', `\`inputs\` must have less than ${limit} characters. Given: ${chars.length}`);
+      if (chars.length > limit)
+        throw new ApiError('validation', `\`inputs\` must have less than ${limit} characters. Given: ${chars.length}`);
       const pieces = engine.pieces(input);
       const spans = alignTokens(input, pieces, parts);
       const tokens: TokenInfo[] = pieces.map((piece, i) => {

@@ -17,11 +17,16 @@ export function zeroShotClassificationHead(loaded: LoadedModel): TaskHead<ZeroSh
   return {
     encode(input, parameters, engine) {
       if (entailment === undefined) {
-        throw new ApiError('validation', `model ${loaded.id} has no entailment label (config.json label2id), so it cannot classify zero-shot`);
+        throw new ApiError(
+          'validation',
+          `model ${loaded.id} has no entailment label (config.json label2id), so it cannot classify zero-shot`,
+        );
       }
       const template = parameters.hypothesis_template ?? DEFAULT_TEMPLATE;
       const truncate = parameters.truncation ?? true;
-      return parameters.candidate_labels.map((label) => engine.encodePair(input, template.replaceAll('{}', label), truncate ? 'only_first' : false));
+      return parameters.candidate_labels.map((label) =>
+        engine.encodePair(input, template.replaceAll('{}', label), truncate ? 'only_first' : false),
+      );
     },
     decode(output, index) {
       return Array.from(row(output.data, index, output.dims[1]));
@@ -34,7 +39,11 @@ export function zeroShotClassificationHead(loaded: LoadedModel): TaskHead<ZeroSh
           logits.map((l) => softmax([l[0], l[entailment!]])[1])
         : Array.from(softmax(logits.map((l) => l[entailment!])));
       const order = scores.map((_, i) => i).sort((a, b) => scores[b] - scores[a]);
-      return { sequence: input, labels: order.map((i) => parameters.candidate_labels[i]), scores: order.map((i) => scores[i]) };
+      return {
+        sequence: input,
+        labels: order.map((i) => parameters.candidate_labels[i]),
+        scores: order.map((i) => scores[i]),
+      };
     },
   };
 }

@@ -40,7 +40,10 @@ export class Heartbeat {
   /** Leaves the registry; bounded, since a worker leaving because Redis is gone must still exit. */
   async stop(timeoutMs = 2000): Promise<void> {
     clearInterval(this.timer);
-    await Promise.race([withdrawWorker(this.redis, this.prefix, this.info).catch(() => {}), new Promise((r) => setTimeout(r, timeoutMs).unref())]);
+    await Promise.race([
+      withdrawWorker(this.redis, this.prefix, this.info).catch(() => {}),
+      new Promise((r) => setTimeout(r, timeoutMs).unref()),
+    ]);
   }
 
   /** From now on each beat also carries what `read` measures then: the model's busy time, the process's memory. */

@@ -82,7 +82,9 @@ export class Intake implements JobSource<Work> {
 
   /** Up to `count` waiting jobs, interactive before batch class (BullMQ's order), fetched together. */
   async take(count: number): Promise<Work[]> {
-    const jobs = await Promise.all(Array.from({ length: count }, () => this.worker.getNextJob(this.options.workerId, { block: false })));
+    const jobs = await Promise.all(
+      Array.from({ length: count }, () => this.worker.getNextJob(this.options.workerId, { block: false })),
+    );
     const works = await Promise.all(jobs.filter((job) => job !== undefined).map((job) => this.read(job)));
     return works.filter((work) => work !== undefined);
   }
@@ -107,7 +109,13 @@ export class Intake implements JobSource<Work> {
       return { id: job.id!, requests, replyTo, tellTaken, bulk: (job.opts.priority ?? 0) > 0, keepMs, job };
     }
     this.logger.warn({ jobId: job.id, problem }, 'job failed unread');
-    await job.moveToFailed(new Error(encodeJobFailure({ error: problem!, error_type: 'internal' })), this.options.workerId, false).catch(() => {});
+    await job
+      .moveToFailed(
+        new Error(encodeJobFailure({ error: problem!, error_type: 'internal' })),
+        this.options.workerId,
+        false,
+      )
+      .catch(() => {});
     return undefined;
   }
 

@@ -78,7 +78,11 @@ export class Settling implements OutcomeSink {
   /** Takes on fetched work: its requests' outcomes are expected here. */
   hold(works: Work[]): void {
     for (const work of works) {
-      const held: HeldJob = { work, outcomes: new Array<RequestOutcome | undefined>(work.requests.length), remaining: work.requests.length };
+      const held: HeldJob = {
+        work,
+        outcomes: new Array<RequestOutcome | undefined>(work.requests.length),
+        remaining: work.requests.length,
+      };
       this.held.set(work.id, held);
       work.requests.forEach((request, index) => this.jobOfRequest.set(request.id, { held, index }));
       if (work.tellTaken) {
@@ -124,7 +128,10 @@ export class Settling implements OutcomeSink {
   }
 
   batchDone(report: BatchReport, jobs: number): void {
-    this.logger.debug({ jobs, calls: report.callSizes, expired: report.expired, abandoned: report.abandoned }, 'batch done');
+    this.logger.debug(
+      { jobs, calls: report.callSizes, expired: report.expired, abandoned: report.abandoned },
+      'batch done',
+    );
   }
 
   /** Waits for the settlements under way. */
@@ -137,7 +144,11 @@ export class Settling implements OutcomeSink {
    * for the publish's reply: sent together, the record (BullMQ's completion, the costliest script of
    * a job) was run by Redis first, and the client waited for it.
    */
-  private async publishAndRecord(work: Work, result: JobOutcome, message: string): Promise<Array<PromiseSettledResult<unknown>>> {
+  private async publishAndRecord(
+    work: Work,
+    result: JobOutcome,
+    message: string,
+  ): Promise<Array<PromiseSettledResult<unknown>>> {
     const [published] = await Promise.allSettled([this.publisher.publish(work.replyTo, message)]);
     const [stored] = await Promise.allSettled([this.store(work, result)]);
     return [published, stored];
@@ -170,17 +181,29 @@ export class Settling implements OutcomeSink {
   private settle(held: HeldJob): void {
     const { work } = held;
     this.held.delete(work.id);
-    const result: JobOutcome = { kind: 'outcome', job: work.id, model: this.options.model, outcomes: held.outcomes as RequestOutcome[] };
+    const result: JobOutcome = {
+      kind: 'outcome',
+      job: work.id,
+      model: this.options.model,
+      outcomes: held.outcomes as RequestOutcome[],
+    };
     const message = messageOf(result);
     const settling = (async () => {
-      const settled = message !== undefined ? await this.publishAndRecord(work, result, message) : await this.recordThenTell(work, result);
+      const settled =
+        message !== undefined
+          ? await this.publishAndRecord(work, result, message)
+          : await this.recordThenTell(work, result);
       for (const r of settled) {
         if (r.status === 'rejected') this.logger.warn({ jobId: work.id, err: String(r.reason) }, 'settling job failed');
       }
       // Failures get their type only: messages may quote the user's input.
       const failed = result.outcomes.filter((o) => !o.ok);
       this.logger.debug(
-        { jobId: work.id, requests: result.outcomes.map((o) => o.id), failed: failed.map((o) => (o.ok ? undefined : o.error.error_type)) },
+        {
+          jobId: work.id,
+          requests: result.outcomes.map((o) => o.id),
+          failed: failed.map((o) => (o.ok ? undefined : o.error.error_type)),
+        },
         'job settled',
       );
     })();

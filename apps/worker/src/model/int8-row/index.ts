@@ -35,7 +35,11 @@ const READ_ONLY = new Set(['EROFS', 'EACCES', 'EPERM']);
  * folder under `cacheRoot` whose other entries link to the model's, so that transformers.js loads
  * it as a model folder all the same.
  */
-export async function int8RowWeights(dir: string, source: { file: string; sha256: string; from: 'fp32' | 'q8' }, cacheRoot: string): Promise<RowWeights> {
+export async function int8RowWeights(
+  dir: string,
+  source: { file: string; sha256: string; from: 'fp32' | 'q8' },
+  cacheRoot: string,
+): Promise<RowWeights> {
   const fileName = `model_${REWRITE.replaceAll('-', '_')}_${source.sha256.slice(0, 16)}`;
   const file = `onnx/${fileName}.onnx`;
   const linked = path.join(
@@ -45,10 +49,14 @@ export async function int8RowWeights(dir: string, source: { file: string; sha256
   );
   const weights = { fileName, file, source: { file: source.file, sha256: source.sha256 }, rewrite: REWRITE };
   for (const folder of [dir, linked]) {
-    if (fs.existsSync(path.join(folder, file))) return { ...weights, dir: folder, sha256: await sha256File(path.join(folder, file)) };
+    if (fs.existsSync(path.join(folder, file)))
+      return { ...weights, dir: folder, sha256: await sha256File(path.join(folder, file)) };
   }
   const model = parseModel(await fs.promises.readFile(path.join(dir, source.file)));
-  const written = { ...(source.from === 'fp32' ? rowsFromFp32(model) : rowsFromQ8(model)), nanGuards: dropSoftmaxNanGuards(model) };
+  const written = {
+    ...(source.from === 'fp32' ? rowsFromFp32(model) : rowsFromQ8(model)),
+    nanGuards: dropSoftmaxNanGuards(model),
+  };
   const bytes = serializeModel(model);
   const sha256 = crypto.createHash('sha256').update(bytes).digest('hex');
   try {
@@ -74,8 +82,10 @@ async function linkFolder(dir: string, linked: string): Promise<void> {
   await fs.promises.mkdir(path.join(linked, 'onnx'), { recursive: true });
   for (const entry of await fs.promises.readdir(dir)) {
     if (entry === 'onnx') continue;
-    await fs.promises.symlink(path.resolve(dir, entry), path.join(linked, entry)).catch((err: NodeJS.ErrnoException) => {
-      if (err.code !== 'EEXIST') throw err;
-    });
+    await fs.promises
+      .symlink(path.resolve(dir, entry), path.join(linked, entry))
+      .catch((err: NodeJS.ErrnoException) => {
+        if (err.code !== 'EEXIST') throw err;
+      });
   }
 }

@@ -36,7 +36,13 @@ export function dropSoftmaxNanGuards(model: OnnxModel): number {
       isZero(zero);
     if (!guard) continue;
     dropped.add(isNaN);
-    identities.set(where, { opType: 'Identity', domain: '', name: `${where.name}/without_nan_guard`, inputs: [probabilities], outputs: where.outputs });
+    identities.set(where, {
+      opType: 'Identity',
+      domain: '',
+      name: `${where.name}/without_nan_guard`,
+      inputs: [probabilities],
+      outputs: where.outputs,
+    });
   }
   model.nodes = model.nodes.filter((n) => !dropped.has(n)).map((n) => identities.get(n) ?? n);
   return identities.size;

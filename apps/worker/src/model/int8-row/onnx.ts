@@ -92,7 +92,8 @@ export function parseModel(bytes: Uint8Array): OnnxModel {
   };
   for (const f of decodeFields(graph.value as Uint8Array)) {
     if (f.no === GRAPH_NODE) model.nodes.push(decodeNode(f));
-    else if (f.no === GRAPH_INITIALIZER) model.initializers.push({ name: named(decodeFields(f.value as Uint8Array), 8), field: f });
+    else if (f.no === GRAPH_INITIALIZER)
+      model.initializers.push({ name: named(decodeFields(f.value as Uint8Array), 8), field: f });
     else if (f.no === GRAPH_VALUE_INFO) model.valueInfo.set(named(decodeFields(f.value as Uint8Array), 1), f);
     else {
       if (f.no === GRAPH_INPUT) model.inputs.add(named(decodeFields(f.value as Uint8Array), 1));
@@ -121,7 +122,12 @@ function nodeField(node: OnnxNode): Field {
 }
 
 export function serializeModel(model: OnnxModel): Uint8Array {
-  const graph = encodeFields([...model.nodes.map(nodeField), ...model.graphFields, ...model.initializers.map((i) => i.field), ...model.valueInfo.values()]);
+  const graph = encodeFields([
+    ...model.nodes.map(nodeField),
+    ...model.graphFields,
+    ...model.initializers.map((i) => i.field),
+    ...model.valueInfo.values(),
+  ]);
   return encodeFields([...model.fields, { no: MODEL_GRAPH, wire: Wire.Bytes, value: graph }]);
 }
 
@@ -129,7 +135,12 @@ export function serializeModel(model: OnnxModel): Uint8Array {
 export function initializer(name: string, dataType: number, dims: number[], data: Uint8Array): Initializer {
   return {
     name,
-    field: out.message(GRAPH_INITIALIZER, [...dims.map((d) => out.int(1, d)), out.int(2, dataType), out.string(8, name), out.bytes(9, data)]),
+    field: out.message(GRAPH_INITIALIZER, [
+      ...dims.map((d) => out.int(1, d)),
+      out.int(2, dataType),
+      out.string(8, name),
+      out.bytes(9, data),
+    ]),
   };
 }
 
@@ -145,7 +156,9 @@ export function floatTensor(init: Initializer): FloatTensor | undefined {
   if (!type || num(type) !== TensorType.FLOAT) return undefined;
   const location = fields.find((f) => f.no === 14);
   if (location && num(location) === 1)
-    throw new OnnxFormatError(`initializer ${init.name} keeps its data in an external file, which the rewrite does not read`);
+    throw new OnnxFormatError(
+      `initializer ${init.name} keeps its data in an external file, which the rewrite does not read`,
+    );
   const dims = varints(fields, 1);
   const count = dims.reduce((a, b) => a * b, 1);
   const raw = fields.find((f) => f.no === 9);
@@ -178,5 +191,7 @@ export function constantTensor(node: OnnxNode): FloatTensor | undefined {
 
 /** The names of the graph's outputs. */
 export function graphOutputs(model: OnnxModel): Set<string> {
-  return new Set(model.graphFields.filter((f) => f.no === GRAPH_OUTPUT).map((f) => named(decodeFields(f.value as Uint8Array), 1)));
+  return new Set(
+    model.graphFields.filter((f) => f.no === GRAPH_OUTPUT).map((f) => named(decodeFields(f.value as Uint8Array), 1)),
+  );
 }

@@ -44,7 +44,8 @@ export function decodeFields(buf: Uint8Array): Field[] {
     let value: bigint | Uint8Array;
     if (wire === Wire.Varint) value = readVarint(buf, at);
     else {
-      const length = wire === Wire.Bytes ? Number(readVarint(buf, at)) : wire === Wire.Fixed64 ? 8 : wire === Wire.Fixed32 ? 4 : -1;
+      const length =
+        wire === Wire.Bytes ? Number(readVarint(buf, at)) : wire === Wire.Fixed64 ? 8 : wire === Wire.Fixed32 ? 4 : -1;
       if (length < 0) throw new ProtobufError(`unsupported wire type ${wire as number} (field ${no})`);
       if (at.pos + length > buf.length) throw new ProtobufError(`field ${no} runs past the end of its message`);
       value = buf.subarray(at.pos, at.pos + length);

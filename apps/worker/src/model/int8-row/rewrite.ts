@@ -39,7 +39,14 @@ class Builder {
   }
 
   node(opType: string, inputs: string[], outputs: string[], attributes?: OnnxNode['attributes']): void {
-    this.nodes.push({ opType, domain: '', name: this.name(opType), inputs, outputs, ...(attributes ? { attributes } : {}) });
+    this.nodes.push({
+      opType,
+      domain: '',
+      name: this.name(opType),
+      inputs,
+      outputs,
+      ...(attributes ? { attributes } : {}),
+    });
   }
 
   /** A scalar (or 1-D int64) constant, added once. */
@@ -98,7 +105,8 @@ function checkOpset(model: OnnxModel): void {
 /** Users of each tensor. */
 function consumers(nodes: OnnxNode[]): Map<string, Array<{ node: OnnxNode; slot: number }>> {
   const users = new Map<string, Array<{ node: OnnxNode; slot: number }>>();
-  for (const node of nodes) node.inputs.forEach((name, slot) => users.set(name, [...(users.get(name) ?? []), { node, slot }]));
+  for (const node of nodes)
+    node.inputs.forEach((name, slot) => users.set(name, [...(users.get(name) ?? []), { node, slot }]));
   return users;
 }
 
@@ -119,7 +127,9 @@ export function rowsFromQ8(model: OnnxModel): RewriteReport {
     const feedsMatMuls =
       node.opType === 'DynamicQuantizeLinear' &&
       isDefaultDomain(node) &&
-      [q, zeroPoint].every((t) => (users.get(t) ?? []).every((u) => u.node.opType === 'MatMulInteger' && u.slot === (t === q ? 0 : 2)));
+      [q, zeroPoint].every((t) =>
+        (users.get(t) ?? []).every((u) => u.node.opType === 'MatMulInteger' && u.slot === (t === q ? 0 : 2)),
+      );
     if (!feedsMatMuls) {
       nodes.push(node);
       continue;
@@ -134,13 +144,18 @@ export function rowsFromQ8(model: OnnxModel): RewriteReport {
     quantizers++;
     matmuls += (users.get(q) ?? []).length;
   }
-  if (quantizers === 0) throw new RewriteError('no DynamicQuantizeLinear feeding MatMulInteger: not a dynamically quantized (q8) model');
+  if (quantizers === 0)
+    throw new RewriteError('no DynamicQuantizeLinear feeding MatMulInteger: not a dynamically quantized (q8) model');
   model.nodes = nodes;
   return { quantizers, matmuls };
 }
 
 /** int8 weights per output column of a [K, N] weight, and their scales. */
-export function quantizeColumns(weight: Float32Array, rows: number, columns: number): { values: Int8Array; scales: Float32Array } {
+export function quantizeColumns(
+  weight: Float32Array,
+  rows: number,
+  columns: number,
+): { values: Int8Array; scales: Float32Array } {
   const scales = new Float32Array(columns);
   for (let k = 0; k < rows; k++) {
     for (let n = 0; n < columns; n++) scales[n] = Math.max(scales[n], Math.abs(weight[k * columns + n]));
@@ -170,7 +185,10 @@ export function rowsFromFp32(model: OnnxModel): RewriteReport {
   let matmuls = 0;
   for (const node of model.nodes) {
     const [x, w] = node.inputs;
-    const weight = node.opType === 'MatMul' && isDefaultDomain(node) && !inits.has(x) && !model.inputs.has(w) ? inits.get(w) : undefined;
+    const weight =
+      node.opType === 'MatMul' && isDefaultDomain(node) && !inits.has(x) && !model.inputs.has(w)
+        ? inits.get(w)
+        : undefined;
     const tensor = weight && floatTensor(weight);
     if (!tensor || tensor.dims.length !== 2) {
       nodes.push(node);
@@ -188,7 +206,9 @@ export function rowsFromFp32(model: OnnxModel): RewriteReport {
       const [rows, columns] = tensor.dims;
       const { values, scales } = quantizeColumns(tensor.data, rows, columns);
       integer = { values: `${w}/int8_row`, scales: `${w}/int8_row_scale` };
-      model.initializers.push(initializer(integer.values, TensorType.INT8, [rows, columns], new Uint8Array(values.buffer)));
+      model.initializers.push(
+        initializer(integer.values, TensorType.INT8, [rows, columns], new Uint8Array(values.buffer)),
+      );
       model.initializers.push(initializer(integer.scales, TensorType.FLOAT, [columns], new Uint8Array(scales.buffer)));
       weights.set(w, integer);
       // The float weight goes when every user of it is rewritten here.
