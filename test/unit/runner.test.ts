@@ -38,20 +38,20 @@ function harness(
   } as unknown as Engine;
   const head: TaskHead = options.head ?? { decode: (_output, row, encoded) => `${encoded.text}#${row}` };
   const finished = new Map<string, RequestOutcome>();
-  const runner = new BatchRunner(
+  const runner = new BatchRunner({
     engine,
-    () => head,
-    { maxSize: options.maxSize ?? 4, maxPaddedTokens: 1000, longest: options.longest },
-    {
+    heads: () => head,
+    limits: { maxSize: options.maxSize ?? 4, maxPaddedTokens: 1000, longest: options.longest },
+    outcomes: {
       record: (request, outcome) => {
         assert.ok(!finished.has(request.id), `${request.id} finished twice`);
         finished.set(request.id, outcome);
       },
     },
-    (id) => (options.abandoned ?? []).includes(id),
-    () => now,
-    options.maxAnswerValues,
-  );
+    isAbandoned: (id) => (options.abandoned ?? []).includes(id),
+    now: () => now,
+    maxAnswerValues: options.maxAnswerValues,
+  });
   const request = (id: string, inputs: string[], deadlineIn = 1000): QueuedRequest => ({
     id,
     inputs,

@@ -254,17 +254,16 @@ async function main(): Promise<void> {
     { prefix: config.QUEUE_PREFIX, model: config.MODEL, token: workerId },
     logger,
   );
-  const runner = new BatchRunner(
+  const runner = new BatchRunner({
     engine,
-    headsFor(loaded),
-    batchLimits,
-    traces ? traces.sink(settling) : settling,
-    (id) => cancelled.has(id),
-    Date.now,
-    config.MAX_ANSWER_VALUES,
+    heads: headsFor(loaded),
+    limits: batchLimits,
+    outcomes: traces ? traces.sink(settling) : settling,
+    isAbandoned: (id) => cancelled.has(id),
+    maxAnswerValues: config.MAX_ANSWER_VALUES,
     stats,
-    traces,
-  );
+    calls: traces,
+  });
   const consumer = new Consumer(
     intake,
     runner,

@@ -122,27 +122,50 @@ function namingInput(err: unknown, index: number, count: number): unknown {
   return err instanceof ApiError && count > 1 ? new ApiError(err.type, `inputs[${index}]: ${err.message}`) : err;
 }
 
+/** What a BatchRunner runs with; the optional parts have defaults for tests. */
+export interface BatchRunnerParts {
+  engine: Engine;
+  heads: TaskHeads;
+  /** `longest`: the longest sequence the memory budget takes (a longer one is refused 413); absent without a budget. */
+  limits: PlanLimits & { longest?: number };
+  outcomes: OutcomeSink;
+  /** True for a request whose client has gone away. */
+  isAbandoned?: (requestId: string) => boolean;
+  now?: () => number;
+  /** MAX_ANSWER_VALUES: numbers one request's answer may hold (see TaskHead.answerValues). */
+  maxAnswerValues?: number;
+  stats?: InferenceStatistics;
+  /** Told of each model call, where tracing is on. */
+  calls?: ModelCallObserver;
+}
+
 /**
  * Runs one gathered batch of requests: drops expired and abandoned ones unrun, rejects bad inputs
  * alone, plans model calls by length and tokens, and isolates a failing input by splitting its call
  * until only the culprit fails. Each request's outcome goes to the sink as soon as its last input is done.
  */
 export class BatchRunner {
-  constructor(
-    private readonly engine: Engine,
-    private readonly heads: TaskHeads,
-    /** `longest`: the longest sequence the memory budget takes (a longer one is refused 413); absent without a budget. */
-    private readonly limits: PlanLimits & { longest?: number },
-    private readonly outcomes: OutcomeSink,
-    /** True for a request whose client has gone away. */
-    private readonly isAbandoned: (requestId: string) => boolean = () => false,
-    private readonly now: () => number = Date.now,
-    /** MAX_ANSWER_VALUES: numbers one request's answer may hold (see TaskHead.answerValues). */
-    private readonly maxAnswerValues = Number.POSITIVE_INFINITY,
-    private readonly stats = new InferenceStatistics(),
-    /** Told of each model call, where tracing is on. */
-    private readonly calls?: ModelCallObserver,
-  ) {}
+  private readonly engine: Engine;
+  private readonly heads: TaskHeads;
+  private readonly limits: BatchRunnerParts['limits'];
+  private readonly outcomes: OutcomeSink;
+  private readonly isAbandoned: (requestId: string) => boolean;
+  private readonly now: () => number;
+  private readonly maxAnswerValues: number;
+  private readonly stats: InferenceStatistics;
+  private readonly calls?: ModelCallObserver;
+
+  constructor(parts: BatchRunnerParts) {
+    this.engine = parts.engine;
+    this.heads = parts.heads;
+    this.limits = parts.limits;
+    this.outcomes = parts.outcomes;
+    this.isAbandoned = parts.isAbandoned ?? (() => false);
+    this.now = parts.now ?? Date.now;
+    this.maxAnswerValues = parts.maxAnswerValues ?? Number.POSITIVE_INFINITY;
+    this.stats = parts.stats ?? new InferenceStatistics();
+    this.calls = parts.calls;
+  }
 
   async run(requests: QueuedRequest[]): Promise<BatchReport> {
     return this.execute(await this.prepare(requests));
