@@ -3,7 +3,7 @@ import { ApiError, describeIssues, inferenceRequestSchema, TASKS, type Task } fr
 import type { GatewayConfig } from '@tserve/config';
 import type { InferenceResult, InferenceService } from '../serving/inference.js';
 import type { Admission } from '../admission/admission.js';
-import { booleanHeader, isJson, jsonBody, runModelCall, textBody, wildcardPath } from '../serving/model-call.js';
+import { isJson, jsonBody, runRouteCall, textBody, wildcardPath } from '../serving/route-call.js';
 
 /**
  * The body of an answer: one output for a single input, else the list. The Inference API answers a
@@ -37,11 +37,6 @@ function parseInferenceBody(body: unknown) {
   if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
   const { inputs, parameters, options } = parsed.data;
   return { inputs, parameters: parameters ?? {}, timeoutMs: options?.timeout_ms, priority: options?.priority, options };
-}
-
-/** `x-wait-for-model` / `options.wait_for_model`: wait while the model loads, or for its first worker when it is scaled to zero. */
-function waitForModel(req: Request, body?: { wait_for_model?: boolean }): boolean {
-  return booleanHeader(req, 'x-wait-for-model') ?? body?.wait_for_model ?? false;
 }
 
 /**
@@ -79,7 +74,7 @@ export function inferenceRoutes(
     api: 'inference-api' | 'pipeline',
     task?: Task,
   ) => {
-    const result = await runModelCall(service, req, res, {
+    const result = await runRouteCall(service, req, res, {
       model,
       task,
       inputs: call.inputs,
@@ -87,7 +82,8 @@ export function inferenceRoutes(
       timeoutMs: call.timeoutMs,
       priority: call.priority,
       api,
-      waitForModel: waitForModel(req, call.options),
+      // `options.wait_for_model` / `x-wait-for-model`: wait while the model loads, or for its first worker.
+      waitForModel: call.options?.wait_for_model,
       // `x-use-cache` / `options.use_cache`: false bypasses the response cache (RESPONSE_CACHE_TTL_S).
       useCache: call.options?.use_cache,
     });

@@ -4,7 +4,7 @@ import { ApiError, applyScoreFunction, describeIssues, type Priority } from '@ts
 import type { ServedModel } from '../serving/model-registry.js';
 import type { Snapshot } from '../serving/snapshot.js';
 import { errorHandler, type ErrorFormat } from '../http/http-errors.js';
-import { rawBody, runModelCall, servedModel, wildcardPath, type ProtocolParts } from '../serving/model-call.js';
+import { rawBody, runRouteCall, servedModel, wildcardPath, type ProtocolParts } from '../serving/route-call.js';
 import { HEADER_LENGTH, readInferBody, writeInferResponse, type OutputTensor } from './kserve-binary.js';
 import { modelConfig, modelStats, type Statistics, type TritonModel } from './kserve-triton.js';
 
@@ -357,7 +357,7 @@ export function kserveRoutes(
       );
 
     const call = (output: string, i: number, parameters: Record<string, unknown>) =>
-      runModelCall(service, req, res, {
+      runRouteCall(service, req, res, {
         part: i > 0 ? output : undefined,
         model: m.id,
         task: kind === 'classifier' ? 'text-classification' : 'feature-extraction',

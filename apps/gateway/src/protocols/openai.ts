@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { ApiError, describeIssues, type ErrorType } from '@tserve/contract';
 import type { ServedModel } from '../serving/model-registry.js';
 import { errorHandler, type ErrorFormat } from '../http/http-errors.js';
-import { jsonBody, runModelCall, wildcardPath, type ProtocolParts } from '../serving/model-call.js';
+import { jsonBody, runRouteCall, wildcardPath, type ProtocolParts } from '../serving/route-call.js';
 import { shorten } from '../serving/embedding-dimensions.js';
 
 /**
@@ -119,7 +119,7 @@ export function openAiRoutes(router: IRouter, { config, service, registry, admis
           `model ${model} is not an embedding model (it serves ${served.tasks.join(', ')}); see GET /v1/models`,
         );
       }
-      const result = await runModelCall(service, req, res, { model, task: 'feature-extraction', inputs: input });
+      const result = await runRouteCall(service, req, res, { model, task: 'feature-extraction', inputs: input });
       const vectors = (result.single ? [result.outputs[0]] : result.outputs) as number[][];
       if (dimensions !== undefined && dimensions > vectors[0].length) {
         throw new ApiError('validation', `dimensions must be at most ${vectors[0].length} for model ${model}`);

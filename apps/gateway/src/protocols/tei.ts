@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { ApiError, batchWarning, describeIssues, TASKS, type ErrorType } from '@tserve/contract';
 import type { ServedModel } from '../serving/model-registry.js';
 import { BodyTooLarge, errorHandler, type ErrorFormat } from '../http/http-errors.js';
-import { jsonBody, runModelCall, servedModel, type ProtocolParts } from '../serving/model-call.js';
+import { jsonBody, runRouteCall, servedModel, type ProtocolParts } from '../serving/route-call.js';
 import { shorten } from '../serving/embedding-dimensions.js';
 
 /**
@@ -276,7 +276,7 @@ export function teiRoutes(router: IRouter, { config, service, registry, admissio
     const body = parse(embedRequest, req.body);
     const id = pick(req, EMBEDDING, body.model);
     await checkKind(req, res, id, EMBEDDING);
-    const result = await runModelCall(service, req, res, {
+    const result = await runRouteCall(service, req, res, {
       model: id,
       task: 'feature-extraction',
       inputs: typeof body.inputs === 'string' ? [body.inputs] : body.inputs,
@@ -302,7 +302,7 @@ export function teiRoutes(router: IRouter, { config, service, registry, admissio
       typeof body.inputs === 'string' || (body.inputs.length === 2 && body.inputs.every((x) => typeof x === 'string'));
     const sequences = (single ? [body.inputs] : body.inputs) as Array<string | [string, string]>;
     const inputs = sequences.map((s) => (typeof s === 'string' ? s : { text: s[0], text_pair: s[1] }));
-    const result = await runModelCall(service, req, res, {
+    const result = await runRouteCall(service, req, res, {
       model: id,
       task: 'text-classification',
       inputs,
@@ -321,7 +321,7 @@ export function teiRoutes(router: IRouter, { config, service, registry, admissio
     const id = pick(req, RERANKER, body.model);
     await checkKind(req, res, id, RERANKER);
     // Each (query, text) pair is one sequence of the worker's batches.
-    const result = await runModelCall(service, req, res, {
+    const result = await runRouteCall(service, req, res, {
       model: id,
       task: 'text-classification',
       inputs: body.texts.map((t) => ({ text: body.query, text_pair: t })),
@@ -345,7 +345,7 @@ export function teiRoutes(router: IRouter, { config, service, registry, admissio
     const body = parse(tokenizeRequest, req.body);
     const id = pick(req, ANY, body.model);
     const texts = typeof body.inputs === 'string' ? [body.inputs] : body.inputs;
-    const result = await runModelCall(service, req, res, {
+    const result = await runRouteCall(service, req, res, {
       model: id,
       task: 'tokenize',
       inputs: texts,

@@ -53,7 +53,7 @@ export function isJson(req: Request): boolean {
 }
 
 /** A boolean header of the Hugging Face clients; anything but true/false is refused, never ignored. */
-export function booleanHeader(req: Request, name: string): boolean | undefined {
+function booleanHeader(req: Request, name: string): boolean | undefined {
   const raw = req.get(name);
   if (raw === undefined) return undefined;
   const value = raw.trim().toLowerCase();
@@ -73,12 +73,12 @@ function headerTimeout(req: Request): number | undefined {
 }
 
 /**
- * Whether to wait for a model whose first worker is still to come: the call's own say (the
- * Inference API's body option), else the `x-wait-for-model` header, which every protocol's routes
- * honour alike.
+ * Whether to wait for a model that is loading, or whose first worker is still to come: the
+ * `x-wait-for-model` header, which every protocol's routes honour alike, else the call's own say
+ * (the Inference API's `options.wait_for_model`). The header decides first, as `x-use-cache` does.
  */
 function waitsForModel(req: Request, call: { waitForModel?: boolean }): boolean {
-  return call.waitForModel ?? booleanHeader(req, 'x-wait-for-model') ?? false;
+  return booleanHeader(req, 'x-wait-for-model') ?? call.waitForModel ?? false;
 }
 
 /** Aborts when the client closes the connection before its answer was sent. */
@@ -96,7 +96,7 @@ const minDefined = (...values: Array<number | undefined>) => {
 };
 
 /** What a route knows of a call; the rest comes from the HTTP request and its admission. */
-export interface ModelCall {
+export interface RouteCall {
   model: string;
   task?: Operation;
   inputs: unknown;
@@ -106,8 +106,9 @@ export interface ModelCall {
   /** The body's own priority, if the protocol has one; it may lower the key's class, never raise it. */
   priority?: Priority;
   api?: InferenceCall['api'];
+  /** The body's own `wait_for_model`, if the protocol has one; the `x-wait-for-model` header decides first. */
   waitForModel?: boolean;
-  /** The body's own `use_cache`, if the protocol has one; else the `x-use-cache` header decides. */
+  /** The body's own `use_cache`, if the protocol has one; the `x-use-cache` header decides first. */
   useCache?: boolean;
   /** Tells apart several calls made for one HTTP request (each needs its own request id). */
   part?: string;
@@ -134,11 +135,11 @@ export function servedModel(
 }
 
 /** Runs a call for an HTTP request, and sets the timing headers on its response. */
-export async function runModelCall(
+export async function runRouteCall(
   service: InferenceService,
   req: Request,
   res: Response,
-  call: ModelCall,
+  call: RouteCall,
 ): Promise<InferenceResult> {
   const startedAt = performance.now();
   const result = await service.infer({
