@@ -56,7 +56,7 @@ function harness() {
     // j3 comes from j1's gateway; j4's gateway had nothing else outstanding, and did not ask to be told.
     replyTo: id === 'j3' ? 'reply:j1' : `reply:${id}`,
     tellTaken: id !== 'j4',
-    bulk: false,
+    batchClass: false,
     keepMs: 15_000,
     job: {
       moveToCompleted: async (result: JobOutcome | JobRecorded, token: string) => {

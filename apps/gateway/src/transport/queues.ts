@@ -60,7 +60,7 @@ export class QueueSet {
   /**
    * Adds jobs to a model's queue; several go in one call, one round trip. Interactive jobs go to the
    * wait list, batch jobs to BullMQ's prioritized set, which workers take from only when the wait
-   * list is empty: interactive work overtakes queued bulk work at no extra Redis cost.
+   * list is empty: interactive work overtakes queued batch-class work at no extra Redis cost.
    */
   async enqueue(model: string, priority: Priority, replyTo: string, jobs: CoalescedJob[]): Promise<void> {
     const queue = this.get(model);

@@ -84,7 +84,7 @@ export class Consumer {
       // The batch starts as gathered: work that arrived while it waited forms the next batch, gathered
       // while this one runs. Topping it up first kept the model idle for a Redis round trip each
       // batch, several times the idle share it has without (bench/HISTORY.md). Only interactive
-      // work, which must not wait behind bulk (batch-class) work, is looked for first.
+      // work, which must not wait behind batch-class work, is looked for first.
       const ahead = waitedForModel && !this.stopping ? await this.interactiveAhead(jobs) : undefined;
       this.settling.tellTaken();
       modelBusy = true;
@@ -104,7 +104,7 @@ export class Consumer {
    * taken here are interactive.
    */
   private async interactiveAhead(jobs: Work[]): Promise<PreparedBatch | undefined> {
-    if (!jobs.some((job) => job.bulk)) return undefined;
+    if (!jobs.some((job) => job.batchClass)) return undefined;
     try {
       const waiting = await this.intake.interactiveWaiting();
       if (waiting === 0) return undefined;

@@ -106,7 +106,7 @@ export class Intake implements JobSource<Work> {
         : undefined;
     if (data.success && problem === undefined) {
       const { requests, replyTo, tellTaken, keepMs } = data.data;
-      return { id: job.id!, requests, replyTo, tellTaken, bulk: (job.opts.priority ?? 0) > 0, keepMs, job };
+      return { id: job.id!, requests, replyTo, tellTaken, batchClass: (job.opts.priority ?? 0) > 0, keepMs, job };
     }
     this.logger.warn({ jobId: job.id, problem }, 'job failed unread');
     await job

@@ -11,7 +11,7 @@ export interface Work {
   /** The gateway holds later requests back until told this job was taken (`JobsTaken`). */
   tellTaken: boolean;
   /** Batch-class work, which interactive work may overtake. */
-  bulk: boolean;
+  batchClass: boolean;
   /** How long an outcome recorded apart from the job is kept for the gateway's fallback read (ms). */
   keepMs: number;
   /** The BullMQ job, whose lock is renewed and which is completed with the outcomes. */
