@@ -175,12 +175,12 @@ export class InferenceService {
       this.compute(call, gone ? await this.whenServed(call.model, wait) : served, task, subset, parameters, deadline);
     const sha256 = served.weights.sha256;
     // A model whose live workers disagree on their weights (a rollout) is computed afresh, never cached.
+    const cache = call.useCache === false ? undefined : this.cache;
+    const looked =
+      cache && sha256 ? await cache.lookup({ model: call.model, sha256, task, parameters }, inputs) : undefined;
+    const missing = looked?.missing.map((i) => inputs[i]);
     const cached =
-      this.cache && call.useCache !== false && sha256
-        ? await this.cache.answer({ model: call.model, sha256, task, parameters }, inputs, (places) =>
-            compute(places.map((i) => inputs[i])),
-          )
-        : undefined;
+      cache && looked ? await cache.complete(looked, missing?.length ? await compute(missing) : undefined) : undefined;
     const outcome = cached ? cached.outcome : await compute(inputs);
     this.tracing?.answering();
     if (!outcome.ok) throw ApiError.fromBody(outcome.error);

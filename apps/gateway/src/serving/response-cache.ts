@@ -16,6 +16,15 @@ export interface CacheScope {
 }
 
 /** A request's answer with what the cache held of it. */
+/** What the cache held of a request's inputs (ResponseCache.lookup). */
+export interface CacheLookup {
+  /** Each input's entry key. */
+  keys: string[];
+  held: Array<{ json: Buffer; tokens: number } | undefined>;
+  /** The places of the inputs the cache lacks, in order. */
+  missing: number[];
+}
+
 export interface CachedAnswer {
   outcome: ReadRequestOutcome;
   /** Inputs answered from the cache. */
@@ -170,15 +179,11 @@ export class ResponseCache {
   }
 
   /**
-   * The request's outcome: inputs the cache holds are answered from it, the rest by `compute`
-   * (called with their places, only if there are any), whose answers are then stored. A Redis error
-   * makes every input a miss and stores nothing: the cache never fails a request.
+   * What the cache holds of a request's inputs: `missing` are the places of the inputs it lacks,
+   * which the caller computes and hands to `complete`. A Redis error makes every input a miss: the
+   * cache never fails a request.
    */
-  async answer(
-    scope: CacheScope,
-    inputs: TaskInput[],
-    compute: (places: number[]) => Promise<ReadRequestOutcome>,
-  ): Promise<CachedAnswer> {
+  async lookup(scope: CacheScope, inputs: TaskInput[]): Promise<CacheLookup> {
     const head = canonical([scope.model, scope.sha256, scope.task, scope.parameters]);
     const keys = inputs.map(
       (input) =>
@@ -188,26 +193,33 @@ export class ResponseCache {
       this.onError(err);
       return keys.map(() => null);
     });
-    const places = found.flatMap((value, i) => (value ? [] : [i]));
+    const missing = found.flatMap((value, i) => (value ? [] : [i]));
     const counts = this.counts.get(scope.model) ?? { hits: 0, misses: 0 };
     this.counts.set(scope.model, counts);
-    counts.hits += inputs.length - places.length;
-    counts.misses += places.length;
-    const held = found.map((value) => (value ? decodeEntry(value) : undefined));
-    if (places.length === 0) {
+    counts.hits += inputs.length - missing.length;
+    counts.misses += missing.length;
+    return { keys, held: found.map((value) => (value ? decodeEntry(value) : undefined)), missing };
+  }
+
+  /**
+   * The request's outcome, from what `lookup` found and, where it missed, what was computed for
+   * the missing inputs; those answers are stored (none is, where Redis fails).
+   */
+  async complete(looked: CacheLookup, computed?: ReadRequestOutcome): Promise<CachedAnswer> {
+    const { keys, held, missing } = looked;
+    if (!computed) {
       const hits = held as Array<{ json: Buffer; tokens: number }>;
       const outcome = lazyOutcome(
         hits.map((e) => e.json),
         { id: '', ok: true, warnings: [], timing: NO_TIME, tokens: hits.map((e) => e.tokens) },
       );
-      return { outcome, hits: inputs.length };
+      return { outcome, hits: keys.length };
     }
-    const computed = await compute(places);
-    const whole = places.length === inputs.length;
+    const whole = missing.length === keys.length;
     if (!computed.ok) {
       if (whole) return { outcome: computed, hits: 0 };
-      const error = { ...computed.error, error: renameInputs(computed.error.error, places, inputs.length) };
-      return { outcome: { ...computed, error }, hits: inputs.length - places.length };
+      const error = { ...computed.error, error: renameInputs(computed.error.error, missing, keys.length) };
+      return { outcome: { ...computed, error }, hits: keys.length - missing.length };
     }
     // A recorded outcome's outputs are at hand as JSON; a published one's are written here once, for Redis and the client both.
     const json = computed.outputsJson ?? computed.outputs.map((o) => Buffer.from(JSON.stringify(o)));
@@ -215,25 +227,25 @@ export class ResponseCache {
     // An outcome with warnings (an input truncated) is not stored: a hit would not carry them.
     if (!computed.warnings.length) {
       await this.store(
-        places.map((i) => keys[i]),
+        missing.map((i) => keys[i]),
         json.map((output, j) => encodeEntry(output, tokens[j] ?? 0)),
       );
     }
     // Written once: the Hugging Face routes send these bytes as they are.
     if (whole) return { outcome: computed.outputsJson ? computed : { ...computed, outputsJson: json }, hits: 0 };
     const merged = held.map((e) => e ?? { json: Buffer.alloc(0), tokens: 0 });
-    places.forEach((place, j) => (merged[place] = { json: json[j], tokens: tokens[j] ?? 0 }));
+    missing.forEach((place, j) => (merged[place] = { json: json[j], tokens: tokens[j] ?? 0 }));
     const outcome = lazyOutcome(
       merged.map((e) => e.json),
       {
         id: computed.id,
         ok: true,
-        warnings: computed.warnings.map((w) => renameInputs(w, places, inputs.length)),
+        warnings: computed.warnings.map((w) => renameInputs(w, missing, keys.length)),
         timing: computed.timing,
         tokens: merged.map((e) => e.tokens),
       },
     );
-    return { outcome, hits: inputs.length - places.length };
+    return { outcome, hits: keys.length - missing.length };
   }
 
   private async store(keys: string[], values: Buffer[]): Promise<void> {
