@@ -15,7 +15,7 @@ import {
   type TaskParameters,
 } from '@tserve/contract';
 import type { GatewayConfig } from '@tserve/config';
-import type { ModelRegistry, ModelWeights, ServedModel } from './model-registry.js';
+import type { ModelRegistry, ModelStatus, ModelWeights, ServedModel } from './model-registry.js';
 import type { Admission } from '../admission/admission.js';
 import { SendFailed, type Transport } from '../transport/index.js';
 import type { ResponseCache } from './response-cache.js';
@@ -110,18 +110,15 @@ export class InferenceService {
    * a worker serves the model or its deadline passes, as if it had waited, since its client is told
    * to come back then. Any other model is refused saying why (404 if nothing knows it).
    */
-  async whenServed(model: string, wait: ModelWait): Promise<ServedModel> {
-    const served = this.registry.get(model);
-    if (served) return served;
-    const starting = this.registry.starting(model);
-    if (!starting) throw this.unknownModel(model);
+  async whenServed(model: string, wait: ModelWait, status = this.registry.status(model)): Promise<ServedModel> {
+    if (status.kind === 'served') return status.model;
+    if (status.kind !== 'starting') throw this.refusal(model, status);
     const leave = this.admission.enter(model);
     if (!wait.waitForModel) {
       void this.registry.whenServed(model, wait.deadline).then(leave);
       // The Inference API's answer; clients retry after estimated_time (or send x-wait-for-model).
-      throw new ApiError('unavailable', `Model ${model} is currently loading`, starting.estimatedSeconds, {
-        estimated_time: starting.estimatedSeconds,
-      });
+      const seconds = status.starting.estimatedSeconds;
+      throw new ApiError('unavailable', `Model ${model} is currently loading`, seconds, { estimated_time: seconds });
     }
     try {
       if (!(await this.registry.whenServed(model, wait.deadline, wait.signal))) {
@@ -132,7 +129,7 @@ export class InferenceService {
     } finally {
       leave();
     }
-    return this.registry.get(model) ?? this.whenServed(model, wait);
+    return this.whenServed(model, wait);
   }
 
   /** The model `POST /` serves, or a 503/400 that says why there is none. */
@@ -155,11 +152,11 @@ export class InferenceService {
   async infer(call: InferenceCall): Promise<InferenceResult> {
     const deadline = this.deadline(call.timeoutMs);
     const wait: ModelWait = { waitForModel: call.waitForModel, deadline, signal: call.signal };
-    const live = this.registry.get(call.model);
+    const status = this.registry.status(call.model);
     // With no worker left, the response cache still answers what the model's last workers computed;
     // what it lacks waits for a worker, or is refused, as any request for the model would be.
-    const gone = live || !this.cache || call.useCache === false ? undefined : this.registry.gone(call.model);
-    const served = live ?? gone ?? (await this.whenServed(call.model, wait));
+    const gone = status.kind === 'served' || !this.cache || call.useCache === false ? undefined : lastServed(status);
+    const served = gone ?? (await this.whenServed(call.model, wait, status));
     const task = this.taskFor(served, call);
     const { inputs, single } = this.checkInputs(task, call.inputs);
     const parameters = this.checkParameters(task, call.parameters, call.api);
@@ -283,24 +280,30 @@ export class InferenceService {
   }
 
   /** Why a model no worker serves, and none is to come (whenServed waits for those), is refused. */
-  private unknownModel(model: string): ApiError {
-    const mismatch = this.registry.mismatch(model);
-    if (mismatch) return new ApiError('unavailable', mismatch.reason, 5);
-    const failure = this.registry.failure(model);
-    if (failure)
-      return new ApiError(
-        'unavailable',
-        `model ${model} is not served: its worker could not load it (${failure.reason})`,
-        5,
-      );
-    if (this.registry.taskOf(model))
-      return new ApiError('unavailable', `no live worker serves model ${model} right now; retry shortly`, 2);
-    if (!this.registry.healthy)
-      return new ApiError('unavailable', 'cannot reach Redis to find the served models; retry shortly', 2);
-    const served = this.registry.served().map((m) => m.id);
-    return new ApiError(
-      'not_found',
-      `model ${model} is not served; served models: ${served.length ? served.join(', ') : '(none)'}`,
-    );
+  private refusal(model: string, status: Exclude<ModelStatus, { kind: 'served' | 'starting' }>): ApiError {
+    switch (status.kind) {
+      case 'mismatched':
+        return new ApiError('unavailable', status.mismatch.reason, 5);
+      case 'failed':
+        return new ApiError(
+          'unavailable',
+          `model ${model} is not served: its worker could not load it (${status.failure.reason})`,
+          5,
+        );
+      case 'lost':
+        return new ApiError('unavailable', `no live worker serves model ${model} right now; retry shortly`, 2);
+      case 'unreachable':
+        return new ApiError('unavailable', 'cannot reach Redis to find the served models; retry shortly', 2);
+      case 'unknown': {
+        const served = this.registry.served().map((m) => m.id);
+        return new ApiError(
+          'not_found',
+          `model ${model} is not served; served models: ${served.length ? served.join(', ') : '(none)'}`,
+        );
+      }
+    }
   }
 }
+
+/** The model as its workers last announced it, where none serves it now. */
+const lastServed = (status: ModelStatus): ServedModel | undefined => ('last' in status ? status.last : undefined);

@@ -72,6 +72,25 @@ export interface LoadingModel {
  * request for routing; and the models the gateway is configured to serve (MODELS), which may have no
  * worker at all (scaled to zero). How loaded a model is, is admission's business (`overload.ts`).
  */
+/**
+ * What the registry knows of one model, in one answer. `last` is the model as its workers last
+ * announced it, where none is live, loading or of another protocol: the response cache may still
+ * answer what they computed.
+ */
+export type ModelStatus =
+  | { kind: 'served'; model: ServedModel }
+  /** Its first worker is still to come: loading, or configured with none (scaled to zero). */
+  | { kind: 'starting'; starting: LoadingModel; last?: ServedModel }
+  /** Announced only by workers of another protocol. */
+  | { kind: 'mismatched'; mismatch: MismatchedModel }
+  /** Its worker could not load it, and none serves it since. */
+  | { kind: 'failed'; failure: LoadFailure; last?: ServedModel }
+  /** Served earlier, and no live worker serves it now. */
+  | { kind: 'lost'; last?: ServedModel }
+  /** Not known, and Redis cannot be read to know better. */
+  | { kind: 'unreachable'; last?: ServedModel }
+  | { kind: 'unknown'; last?: ServedModel };
+
 export class ModelRegistry {
   private models = new Map<string, ServedModel>();
   /** Models that had a live worker at some point; one with none left is reported as down. */
@@ -118,6 +137,23 @@ export class ModelRegistry {
     return this.models.get(model);
   }
 
+  /** The model's status: the one question the request path asks of the registry. */
+  status(model: string): ModelStatus {
+    const served = this.models.get(model);
+    if (served) return { kind: 'served', model: served };
+    const loading = this.loadingModels.get(model);
+    if (loading) return { kind: 'starting', starting: loading };
+    const mismatch = this.mismatched.get(model);
+    if (mismatch) return { kind: 'mismatched', mismatch };
+    const last = this.lastServed.get(model);
+    const failure = this.failures.get(model);
+    if (failure) return { kind: 'failed', failure, last };
+    const idle = this.idle(model);
+    if (idle) return { kind: 'starting', starting: idle, last };
+    if (this.known.has(model)) return { kind: 'lost', last };
+    return { kind: this.healthy ? 'unknown' : 'unreachable', last };
+  }
+
   served(): ServedModel[] {
     return [...this.models.values()];
   }
@@ -160,11 +196,6 @@ export class ModelRegistry {
     return this.loadingModels.get(model) ?? this.idle(model);
   }
 
-  /** The model, if it is announced only by workers still loading it. */
-  loading(model: string): LoadingModel | undefined {
-    return this.loadingModels.get(model);
-  }
-
   loadingAll(): LoadingModel[] {
     return [...this.loadingModels.values()];
   }
@@ -188,10 +219,6 @@ export class ModelRegistry {
     });
   }
 
-  failure(model: string): LoadFailure | undefined {
-    return this.failures.get(model);
-  }
-
   failed(): LoadFailure[] {
     return [...this.failures.values()];
   }
@@ -202,22 +229,8 @@ export class ModelRegistry {
     return workers.length ? Math.min(...workers.map((w) => w.batchMaxSize)) : DEFAULT_JOB_SEQUENCES;
   }
 
-  /** The model, if its only live workers speak another protocol. */
-  mismatch(model: string): MismatchedModel | undefined {
-    return this.mismatched.get(model);
-  }
-
   mismatchedAll(): MismatchedModel[] {
     return [...this.mismatched.values()];
-  }
-
-  /**
-   * A model with no live worker left, none loading it, as its workers last announced it: the
-   * response cache may still answer what they computed, by the weights they had.
-   */
-  gone(model: string): ServedModel | undefined {
-    if (this.models.has(model) || this.loadingModels.has(model) || this.mismatched.has(model)) return undefined;
-    return this.lastServed.get(model);
   }
 
   taskOf(model: string): Task | undefined {
