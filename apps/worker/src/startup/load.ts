@@ -1,0 +1,181 @@
+import os from 'node:os';
+import path from 'node:path';
+import type { Logger } from 'pino';
+import type { WorkerConfig } from '@tserve/config';
+import type { WorkerInfo } from '@tserve/contract';
+import { createRedis, reportLoadFailure, whenReady } from '@tserve/queue';
+import { chooseRuntime, describeModel, ModelLoadError, type LoadedModel } from '../model/model.js';
+import { residentMemory } from '../model/memory.js';
+import { isGpu } from '../model/device.js';
+import { sha256File } from '../model/download.js';
+import { ModelThread } from '../model/model-thread.js';
+import { Engine } from '../model/engine.js';
+import { InferenceStatistics } from '../pipeline/stats.js';
+import type { BatchRunnerParts } from '../pipeline/runner.js';
+import type { Heartbeat } from '../transport/heartbeat.js';
+import { boundedCalls, memoryBudget } from './budget.js';
+import { locateModel, weightsToLoad, type ModelSource } from './weights.js';
+
+export interface LoadParts {
+  config: WorkerConfig;
+  /** WORKER_MEMORY_MB was not set: a budget the operator did not ask for gives way where it cannot apply. */
+  memoryDefaulted: boolean;
+  /** What the heartbeat announces: the load fills in the device, dtype, weights and limits. */
+  info: WorkerInfo;
+  heartbeat: Heartbeat;
+  logger: Logger;
+  /** When the start began (performance.now()): the load time reported to the gateways counts from it. */
+  started: number;
+}
+
+/** The model, loaded and warmed up, and what its calls are bounded by. */
+export interface LoadedWorker {
+  loaded: LoadedModel;
+  source: ModelSource;
+  thread: ModelThread;
+  engine: Engine;
+  stats: InferenceStatistics;
+  batchLimits: BatchRunnerParts['limits'];
+  /** The load's time, a download's excluded. */
+  loadMs: number;
+}
+
+/**
+ * Loads the model once: its files (downloaded from the hub as needed), its runtime and weights, the
+ * memory budget, the model thread, and a warm-up call. A load that fails leaves its reason in Redis
+ * for the gateways, stops the heartbeat, and throws.
+ */
+export async function loadModel({
+  config,
+  memoryDefaulted,
+  info,
+  heartbeat,
+  logger,
+  started,
+}: LoadParts): Promise<LoadedWorker> {
+  const reportFailure = async (err: unknown) => {
+    await heartbeat.stop();
+    if (err instanceof ModelLoadError)
+      await leaveFailureReport(config.REDIS_URL, config.QUEUE_PREFIX, config.MODEL, err.message);
+    throw err;
+  };
+  // Before the model thread exists: Linux threads inherit their creator's niceness, so the model
+  // thread and ONNX Runtime's pool get it, while a gateway beside them keeps its normal priority.
+  if (config.WORKER_NICE !== 0) {
+    try {
+      os.setPriority(config.WORKER_NICE);
+    } catch (err) {
+      logger.warn(
+        { err: String(err), nice: config.WORKER_NICE },
+        "could not change the worker's priority; running at the default",
+      );
+    }
+  }
+  // A hub model is downloaded into the cache first (its progress rides on the heartbeat), then
+  // loaded from there like a MODEL_DIR model.
+  const source = await locateModel(config, info, logger).catch(reportFailure);
+  // Config and tokenizer first: a model that is not there is reported by its path.
+  const loaded = await describeModel(config, source.dir).catch(reportFailure);
+  const runtime = await Promise.resolve()
+    .then(() => chooseRuntime(config, source.dir))
+    .catch(reportFailure);
+  for (const warning of runtime.warnings) logger.warn(warning);
+  const budget = await Promise.resolve()
+    .then(() => memoryBudget(config, memoryDefaulted, loaded, runtime, logger))
+    .catch(reportFailure);
+  const prepared = await weightsToLoad(config, runtime, source, logger).catch(reportFailure);
+  // The model thread loads exactly what was chosen here.
+  const resolved = { ...config, DEVICE: runtime.device, DTYPE: prepared.dtype };
+  Object.assign(info, { device: runtime.device, dtype: prepared.dtype } satisfies Partial<WorkerInfo>);
+  const weights = prepared.describe;
+  // Which weights answer, named by their hash: computed once, while the model thread loads them.
+  const [thread, weightsSha256] = await Promise.all([
+    ModelThread.start(resolved, loaded.task, prepared.dir, prepared.file, (reason) => {
+      // Its jobs stay locked until the lock expires; then another worker's stalled check runs them.
+      logger.fatal({ reason }, 'model thread died; exiting');
+      process.exit(1);
+    }),
+    prepared.sha256 ?? source.sha256.get(weights) ?? sha256File(path.join(source.dir, weights)),
+  ]).catch(reportFailure);
+  Object.assign(info, { weightsSha256, weightsFile: weights } satisfies Partial<WorkerInfo>);
+  const engine = new Engine(loaded, thread);
+  const stats = new InferenceStatistics();
+  heartbeat.reportUsage(() => ({
+    stats: stats.snapshot(),
+    modelBusyMs: Math.round(engine.busyMs * 1000) / 1000,
+    largestCallTokens: engine.largestCallTokens,
+    ...residentMemory(),
+  }));
+  // The first call of a session allocates its buffers; pay that before taking any job.
+  const warmText = loaded.tokenizer.mask_token ? `warm ${loaded.tokenizer.mask_token} up` : 'warm up';
+  await engine.forward([engine.encode(warmText, true)]).catch(reportFailure);
+  // What the worker holds at rest is measured now, with the session's weights and its first call's
+  // buffers in, and taken where it is more than the estimate.
+  const limits =
+    budget &&
+    (await Promise.resolve()
+      .then(() =>
+        boundedCalls(config.MODEL, {
+          ...budget,
+          restingBytes: Math.max(budget.restingBytes, residentMemory().rssBytes),
+        }),
+      )
+      .catch(reportFailure));
+  if (budget && limits) {
+    logger.info(
+      {
+        budgetMiB: config.WORKER_MEMORY_MB,
+        callBudgetMiB: Math.round(limits.callBudgetBytes / 2 ** 20),
+        batchMaxSize: limits.maxSize,
+        batchMaxTokens: limits.maxPaddedTokens,
+        longestInput: limits.longest,
+      },
+      'model calls bounded by the memory budget',
+    );
+    Object.assign(info, {
+      batchMaxSize: limits.maxSize,
+      batchMaxTokens: limits.maxPaddedTokens,
+      memoryBudgetBytes: budget.budgetBytes,
+    } satisfies Partial<WorkerInfo>);
+  }
+  const batchLimits = limits ?? { maxSize: config.BATCH_MAX_SIZE, maxPaddedTokens: config.BATCH_MAX_TOKENS };
+  if (isGpu(runtime.device)) {
+    // A GPU compiles its kernels for each new shape: the largest batch is paid here, not by the first users.
+    const rows = config.BATCH_MAX_SIZE;
+    const length = Math.max(2, Math.min(loaded.maxLength, Math.floor(config.BATCH_MAX_TOKENS / rows)));
+    const sample = engine.encode(warmText, true);
+    const longest = { text: warmText, ids: [sample.ids[0], ...Array<number>(length - 1).fill(sample.ids[1])] };
+    await engine.forward(Array.from({ length: rows }, () => longest)).catch(reportFailure);
+  }
+  // A download's time is not a load's: gateways estimate the rest of a download from its rate.
+  const loadMs = performance.now() - started - source.downloadMs;
+  logger.info(
+    {
+      task: loaded.task,
+      dtype: prepared.dtype,
+      device: runtime.device,
+      batchMaxSize: config.BATCH_MAX_SIZE,
+      loadMs: Math.round(loadMs),
+      ...(source.downloadMs ? { downloadMs: Math.round(source.downloadMs) } : {}),
+      ...(source.revision ? { revision: source.revision } : {}),
+      weights,
+      sha256: weightsSha256,
+    },
+    'model loaded',
+  );
+
+  return { loaded, source, thread, engine, stats, batchLimits, loadMs };
+}
+
+/** Best effort, bounded: the gateway then answers 503 with this reason instead of 404 for the model. */
+async function leaveFailureReport(url: string, prefix: string, model: string, reason: string): Promise<void> {
+  const redis = createRedis(url, 'gateway', 1000);
+  try {
+    await whenReady(redis, 1000);
+    await reportLoadFailure(redis, prefix, { model, reason, at: Date.now() });
+  } catch {
+    // Redis unreachable too: the message on stderr is all there is.
+  } finally {
+    redis.disconnect();
+  }
+}

@@ -1,0 +1,120 @@
+import type { Redis } from 'ioredis';
+import type { Logger } from 'pino';
+import type { WorkerConfig } from '@tserve/config';
+import { defaultScoreFunction, type WorkerInfo } from '@tserve/contract';
+import { clearLoadFailure, createRedis, keys, queueNameFor, recordLoadTime } from '@tserve/queue';
+import { headsFor } from '../tasks/index.js';
+import { BatchRunner } from '../pipeline/runner.js';
+import { Consumer } from '../pipeline/consumer.js';
+import { Cancellations } from '../pipeline/cancellations.js';
+import type { WorkerTracing } from '../pipeline/tracing.js';
+import { Intake } from '../transport/intake.js';
+import { Settling } from '../transport/settling.js';
+import type { Heartbeat } from '../transport/heartbeat.js';
+import type { LoadedWorker } from './load.js';
+
+export interface ServeParts {
+  config: WorkerConfig;
+  workerId: string;
+  /** Publishes outcomes and records them, and carries the heartbeat. */
+  publisher: Redis;
+  heartbeat: Heartbeat;
+  info: WorkerInfo;
+  worker: LoadedWorker;
+  traces?: WorkerTracing;
+  logger: Logger;
+}
+
+/**
+ * Starts taking the model's jobs, and tells the gateways the worker is ready. Resolves with the
+ * stop: it finishes the batch in hand, settles it, and closes what this opened.
+ */
+export async function serve({
+  config,
+  workerId,
+  publisher,
+  heartbeat,
+  info,
+  worker,
+  traces,
+  logger,
+}: ServeParts): Promise<() => Promise<void>> {
+  const { loaded, engine, stats, batchLimits, loadMs, thread } = worker;
+  const connection = createRedis(config.REDIS_URL, 'worker');
+  const cancellationChannel = createRedis(config.REDIS_URL, 'subscriber');
+  // Data flows one way: the intake fetches jobs, the runner runs their requests, the settling settles the jobs.
+  const intake = new Intake(
+    connection,
+    {
+      prefix: config.QUEUE_PREFIX,
+      model: config.MODEL,
+      workerId,
+      lockMs: config.JOB_LOCK_MS,
+      stalledIntervalMs: config.STALLED_INTERVAL_MS,
+    },
+    logger,
+  );
+  const cancelled = new Cancellations();
+  const settling = new Settling(
+    publisher,
+    cancelled,
+    { prefix: config.QUEUE_PREFIX, model: config.MODEL, token: workerId },
+    logger,
+  );
+  const runner = new BatchRunner({
+    engine,
+    heads: headsFor(loaded),
+    limits: batchLimits,
+    outcomes: traces ? traces.sink(settling) : settling,
+    isAbandoned: (id) => cancelled.has(id),
+    maxAnswerValues: config.MAX_ANSWER_VALUES,
+    stats,
+    calls: traces,
+  });
+  const consumer = new Consumer(
+    intake,
+    runner,
+    settling,
+    {
+      limits: { maxSize: batchLimits.maxSize, maxWaitMs: config.BATCH_MAX_WAIT_MS },
+      hasPeers: () => heartbeat.peers > 0,
+    },
+    logger,
+  );
+  cancellationChannel.on('message', (_channel: string, message: string) => {
+    if (!cancelled.note(message)) logger.warn('unreadable cancellation message');
+  });
+  await cancellationChannel.subscribe(keys.cancellations(config.QUEUE_PREFIX, config.MODEL));
+
+  await clearLoadFailure(publisher, config.QUEUE_PREFIX, config.MODEL).catch(() => {});
+  await recordLoadTime(publisher, config.QUEUE_PREFIX, config.MODEL, loadMs).catch(() => {});
+  consumer.start();
+  const classifies = ['text-classification', 'zero-shot-classification', 'token-classification'].includes(loaded.task);
+  const labels =
+    classifies && loaded.config.id2label
+      ? Object.keys(loaded.config.id2label)
+          .sort((a, b) => Number(a) - Number(b))
+          .map((i) => loaded.config.id2label![i])
+      : undefined;
+  const scoreFunction = loaded.tasks.includes('text-classification') ? defaultScoreFunction(loaded.config) : undefined;
+  delete info.download;
+  Object.assign(info, {
+    state: 'ready',
+    task: loaded.task,
+    tasks: loaded.tasks,
+    labels,
+    scoreFunction,
+    maxTokens: loaded.maxLength,
+  } satisfies Partial<WorkerInfo>);
+  await heartbeat.beat();
+  logger.info({ queue: queueNameFor(config.MODEL) }, 'worker ready');
+
+  return async () => {
+    // Gateways stop counting on this worker at once, and see it live while it finishes what it holds.
+    await heartbeat.drain();
+    await consumer.stop();
+    await heartbeat.stop();
+    await thread.stop();
+    await Promise.allSettled([connection.quit(), cancellationChannel.quit()]);
+  };
+}
