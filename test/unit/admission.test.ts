@@ -132,7 +132,7 @@ describe('admission after the body', () => {
         depth,
         bodies: { budget: new BodyBudget(1000) },
         breaker,
-        isServed: served,
+        models: { isServed: served },
         requestTimeoutMs: 1000,
       }),
     };

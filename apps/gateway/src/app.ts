@@ -7,6 +7,7 @@ import type { ModelRegistry } from './serving/model-registry.js';
 import type { Transport } from './transport/index.js';
 import type { Snapshot } from './serving/snapshot.js';
 import type { Admission } from './admission/admission.js';
+import type { QueueDepth } from './admission/overload.js';
 import { inferenceRoutes } from './protocols/inference-api.js';
 import { healthRoutes } from './ops/health.js';
 import { errorHandler } from './http/http-errors.js';
@@ -26,13 +27,13 @@ export interface AppParts {
   service: InferenceService;
   registry: ModelRegistry;
   /** Each model's BullMQ queue, for the dashboard. */
-  queue: Transport['queue'];
+  transport: Pick<Transport, 'queue'>;
   snapshot: Snapshot;
   metrics: GatewayMetrics;
   /** "May this request enter": asked by every route that runs a model. */
   admission: Admission;
   /** A model's requests accepted and not yet answered, over all gateways. */
-  backlog: (model: string) => number;
+  depth: Pick<QueueDepth, 'of'>;
   /** The server span of each request that runs a model, where tracing is on. */
   traceRequests?: RequestHandler;
 }
@@ -54,7 +55,7 @@ export function createApp(parts: AppParts): Express {
   // leaves a router through setImmediate before the handler below answers it, and under load that
   // turn of the event loop waits behind all the I/O ready by then.
   app.use(refuseDeclaredOversize(parts.config.MAX_BODY_BYTES));
-  healthRoutes(app, parts.snapshot, parts.backlog, parts.config.DEFAULT_MODEL);
+  healthRoutes(app, parts.snapshot, parts.depth, parts.config.DEFAULT_MODEL);
   app.get('/metrics', metrics.scrape);
   openApiRoutes(app, parts.config);
   app.use(DASHBOARD_PATH, dashboard(parts));

@@ -91,15 +91,14 @@ export function createGateway(config: GatewayConfig, gatewayId: string, logger: 
     {
       redis,
       subscriber,
-      batchSize: (model) => registry.batchSize(model),
-      othersOutstanding: (model, sending) => depth.own(model) > sending,
-      served: () => registry.served().map((m) => m.id),
-      guard: (call) => breaker.guard(call),
+      models: registry,
+      depth,
+      breaker,
       logger,
     },
     { prefix: config.QUEUE_PREFIX, gatewayId, resultPollMs: config.RESULT_POLL_MS, unrunMs: config.REQUEST_TIMEOUT_MS },
   );
-  const snapshot = createSnapshot(registry, depth, breaker, () => transport.held());
+  const snapshot = createSnapshot(registry, depth, breaker, transport);
   const bodies = new BodyBudget(config.MAX_BODIES_BYTES);
   // Clients that do not read their answers may not pin them, or the gateway's memory.
   const unread = new UnreadAnswers(
@@ -125,7 +124,7 @@ export function createGateway(config: GatewayConfig, gatewayId: string, logger: 
     depth,
     bodies: { budget: bodies },
     breaker,
-    isServed: (model) => registry.get(model) !== undefined || registry.configured().includes(model),
+    models: registry,
     requestTimeoutMs: config.REQUEST_TIMEOUT_MS,
     onQuotaRejected: metrics.quotaRejected,
   });
@@ -137,11 +136,11 @@ export function createGateway(config: GatewayConfig, gatewayId: string, logger: 
     logger,
     service,
     registry,
-    queue: (model) => transport.queue(model),
+    transport,
     snapshot,
     metrics,
     admission,
-    backlog: (model) => depth.of(model),
+    depth,
   });
 
   return {

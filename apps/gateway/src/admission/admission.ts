@@ -30,8 +30,8 @@ export interface AdmissionParts {
   /** The request bodies this gateway may hold at once. */
   bodies: { budget: BodyBudget };
   breaker: RedisBreaker;
-  /** Whether a worker serves the model now, or it is configured (MODELS): only their queues can be full. */
-  isServed: (model: string) => boolean;
+  /** Whether a worker serves the model now, or it is configured (MODELS): only their queues can be full (the registry). */
+  models: { isServed(model: string): boolean };
   /** The longest a request may live: slots in flight expire after it. */
   requestTimeoutMs: number;
   onQuotaRejected?: (key: ApiKey, reason: QuotaReason) => void;
@@ -167,7 +167,7 @@ export class Admission {
   }
 
   private queueFull(model: string, priority: Priority): ApiError | undefined {
-    if (!this.parts.isServed(model)) return undefined;
+    if (!this.parts.models.isServed(model)) return undefined;
     return depthRefusal(this.parts.limits, model, this.parts.depth.of(model), priority);
   }
 }

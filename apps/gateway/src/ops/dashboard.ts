@@ -17,7 +17,8 @@ const REALM = 'tserve queue dashboard';
 export interface DashboardParts {
   config: GatewayConfig;
   snapshot: Snapshot;
-  queue: Transport['queue'];
+  /** Each model's BullMQ queue, shown as it is. */
+  transport: Pick<Transport, 'queue'>;
 }
 
 function unauthorized(res: Response, challenges: string[], message: string): void {
@@ -99,7 +100,7 @@ const ownOriginOnly: RequestHandler = (req, res, next) => {
  * DASHBOARD_READONLY), and shows request inputs.
  */
 export function dashboard(parts: DashboardParts): Express {
-  const { config, snapshot, queue } = parts;
+  const { config, snapshot, transport } = parts;
   const app = express();
   app.disable('x-powered-by');
   app.set('etag', false);
@@ -136,7 +137,7 @@ export function dashboard(parts: DashboardParts): Express {
     for (const { id } of snapshot().models.filter((m) => m.task !== undefined)) {
       if (shown.has(id)) continue;
       board.addQueue(
-        new BullMQAdapter(queue(id), {
+        new BullMQAdapter(transport.queue(id), {
           readOnlyMode: config.DASHBOARD_READONLY,
           allowRetries: !config.DASHBOARD_READONLY,
           description: id,

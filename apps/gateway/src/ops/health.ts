@@ -1,9 +1,9 @@
 import type { IRouter } from 'express';
 import { ApiError, batchWarning, type BacklogBody, type ReadyBody, type ReadyModel } from '@tserve/contract';
 import { describeRedisCause, redisCauseOf } from '@tserve/queue';
-import type { GatewaySnapshot, ModelStatus, Snapshot } from '../serving/snapshot.js';
+import type { GatewaySnapshot, ModelReport, Snapshot } from '../serving/snapshot.js';
 
-function readyModel(m: ModelStatus): ReadyModel {
+function readyModel(m: ModelReport): ReadyModel {
   switch (m.state) {
     case 'served':
       return {
@@ -87,7 +87,8 @@ function notReadyReasons(snap: GatewaySnapshot, defaultModel?: string): string[]
 export function healthRoutes(
   router: IRouter,
   snapshot: Snapshot,
-  backlog: (model: string) => number,
+  /** A model's requests accepted and not yet answered, over all gateways. */
+  depth: { of(model: string): number },
   defaultModel?: string,
 ): void {
   router.get('/health', (_req, res) => {
@@ -113,6 +114,6 @@ export function healthRoutes(
     if (typeof model !== 'string' || model === '')
       return next(new ApiError('validation', 'GET /backlog needs ?model=<model id>'));
     res.setHeader('cache-control', 'no-store');
-    res.json({ model, backlog: backlog(model) } satisfies BacklogBody);
+    res.json({ model, backlog: depth.of(model) } satisfies BacklogBody);
   });
 }

@@ -154,6 +154,11 @@ export class ModelRegistry {
     return { kind: this.healthy ? 'unknown' : 'unreachable', last };
   }
 
+  /** A worker serves the model now, or it is configured (MODELS). */
+  isServed(model: string): boolean {
+    return this.models.has(model) || this.configuredIds.includes(model);
+  }
+
   served(): ServedModel[] {
     return [...this.models.values()];
   }

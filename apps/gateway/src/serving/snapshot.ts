@@ -11,7 +11,7 @@ import type { BreakerState, RedisBreaker } from '../admission/breaker.js';
  */
 type ModelState = 'served' | 'loading' | 'failed' | 'lost' | 'mismatched' | 'idle';
 
-export interface ModelStatus {
+export interface ModelReport {
   id: string;
   state: ModelState;
   /** The model's own task, if it has been served (now or earlier). */
@@ -41,7 +41,7 @@ export interface GatewaySnapshot {
   /** What the breaker's last failure said of Redis, while it is not closed. */
   breakerCause?: string;
   /** Every model the gateway knows of, once each: served, then lost, failed, loading, mismatched, idle. */
-  models: ModelStatus[];
+  models: ModelReport[];
 }
 
 /** What `/ready`, `/metrics`, `/v2/health/ready` and the dashboard report, taken from memory at once. */
@@ -51,11 +51,12 @@ export function createSnapshot(
   registry: ModelRegistry,
   depth: QueueDepth,
   breaker: RedisBreaker,
-  held: () => Map<string, number>,
+  /** Requests each model's lane holds back, waiting for its last job to be taken (the transport). */
+  lanes: { held(): Map<string, number> },
 ): Snapshot {
   return () => {
-    const holding = held();
-    const served: ModelStatus[] = registry.served().map((m) => ({
+    const holding = lanes.held();
+    const served: ModelReport[] = registry.served().map((m) => ({
       id: m.id,
       state: 'served',
       task: m.task,
@@ -65,7 +66,7 @@ export function createSnapshot(
       weights: m.weights,
     }));
     // A model that was served and then failed to load again is reported as failed: the more telling of the two.
-    const failed: ModelStatus[] = registry.failed().map((f) => ({
+    const failed: ModelReport[] = registry.failed().map((f) => ({
       id: f.model,
       state: 'failed',
       task: registry.taskOf(f.model),
@@ -75,11 +76,11 @@ export function createSnapshot(
       error: f.reason,
     }));
     const failedIds = new Set(failed.map((m) => m.id));
-    const lost: ModelStatus[] = registry
+    const lost: ModelReport[] = registry
       .lost()
       .filter((id) => !failedIds.has(id))
       .map((id) => ({ id, state: 'lost', task: registry.taskOf(id), workers: [], depth: 0, held: 0 }));
-    const loading: ModelStatus[] = registry.loadingAll().map((m) => ({
+    const loading: ModelReport[] = registry.loadingAll().map((m) => ({
       id: m.id,
       state: 'loading',
       task: registry.taskOf(m.id),
@@ -89,7 +90,7 @@ export function createSnapshot(
       estimatedSeconds: m.estimatedSeconds,
       download: m.download,
     }));
-    const idle: ModelStatus[] = registry.idleAll().map((m) => ({
+    const idle: ModelReport[] = registry.idleAll().map((m) => ({
       id: m.id,
       state: 'idle',
       task: registry.taskOf(m.id),
@@ -98,7 +99,7 @@ export function createSnapshot(
       held: 0,
       estimatedSeconds: m.estimatedSeconds,
     }));
-    const mismatched: ModelStatus[] = registry.mismatchedAll().map((m) => ({
+    const mismatched: ModelReport[] = registry.mismatchedAll().map((m) => ({
       id: m.id,
       state: 'mismatched',
       task: registry.taskOf(m.id),

@@ -44,14 +44,16 @@ export interface TransportParts {
   redis: Redis;
   /** A connection of its own for the result channel. */
   subscriber: Redis;
-  /** Most sequences one job carries for the model: its workers' batch size. */
-  batchSize: (model: string) => number;
-  /** Whether this gateway has requests for the model outstanding beyond the `sending` going out now. */
-  othersOutstanding: (model: string, sending: number) => boolean;
-  /** The models served now: their queues are swept too, where this gateway has sent nothing yet (started after traffic stopped). */
-  served: () => string[];
+  /**
+   * The served models (the registry): most sequences one job carries for a model, its workers' batch
+   * size; and the models served now, whose queues are swept too where this gateway has sent nothing
+   * yet (started after traffic stopped).
+   */
+  models: { batchSize(model: string): number; served(): Array<{ id: string }> };
+  /** This gateway's requests outstanding per model (the queue depth). */
+  depth: { own(model: string): number };
   /** Every Redis write of a request goes through the breaker, which fails fast while Redis is down. */
-  guard: <T>(call: () => Promise<T>) => Promise<T>;
+  breaker: { guard<T>(call: () => Promise<T>): Promise<T> };
   logger: Logger;
 }
 
@@ -83,11 +85,12 @@ export class Transport {
     const channel = keys.results(options.prefix, options.gatewayId);
     this.coalescer = new EnqueueCoalescer(
       async (model, priority, jobs) => {
-        await parts.guard(() => this.queues.enqueue(model, priority, channel, jobs));
+        await parts.breaker.guard(() => this.queues.enqueue(model, priority, channel, jobs));
         this.enqueued.set(model, (this.enqueued.get(model) ?? 0) + jobs.length);
       },
-      parts.batchSize,
-      parts.othersOutstanding,
+      (model) => parts.models.batchSize(model),
+      // Others outstanding beyond those going out now: the worker is asked to say when it takes them.
+      (model, sending) => parts.depth.own(model) > sending,
       // A worker's word that it took a job is lost only as a result message is: the same period covers both.
       options.resultPollMs,
     );
@@ -102,7 +105,7 @@ export class Transport {
     );
     this.completedMs = outcomesKeptMs(options.resultPollMs);
     this.retention = new RetentionSweep(
-      () => [...new Set([...parts.served().map((model) => this.queues.get(model)), ...this.queues.all()])],
+      () => [...new Set([...parts.models.served().map((m) => this.queues.get(m.id)), ...this.queues.all()])],
       { completedMs: this.completedMs, failedMs: FAILED_KEPT_MS, unrunMs: options.unrunMs },
       parts.logger,
     );
