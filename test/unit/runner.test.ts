@@ -48,7 +48,7 @@ function harness(
         finished.set(request.id, outcome);
       },
     },
-    isAbandoned: (id) => (options.abandoned ?? []).includes(id),
+    abandoned: new Set(options.abandoned),
     now: () => now,
     maxAnswerValues: options.maxAnswerValues,
   });

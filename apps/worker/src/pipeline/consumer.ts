@@ -8,8 +8,8 @@ import type { Work } from '../transport/work.js';
 
 export interface ConsumerOptions {
   limits: BatchLimits;
-  /** Whether other workers serve the model: a gateway must not hold requests back for this busy one then. */
-  hasPeers: () => boolean;
+  /** Other workers serving the model (the heartbeat): a gateway must not hold requests back for this busy one then. */
+  peers: { readonly peers: number };
 }
 
 /**
@@ -76,7 +76,7 @@ export class Consumer {
       // Gateways hear that their jobs were taken as the batch starts (see tellTaken); but while this
       // worker's model is busy another worker may be idle, and the requests held for this one would
       // keep it waiting: then they hear now.
-      if (modelBusy && this.options.hasPeers()) this.settling.tellTaken();
+      if (modelBusy && this.options.peers.peers > 0) this.settling.tellTaken();
       // Tokenized here while the model thread may still run the previous batch.
       const batch = await this.runner.prepare(jobs.flatMap((j) => j.requests));
       const waitedForModel = modelBusy;

@@ -129,8 +129,8 @@ export interface BatchRunnerParts {
   /** `longest`: the longest sequence the memory budget takes (a longer one is refused 413); absent without a budget. */
   limits: PlanLimits & { longest?: number };
   outcomes: OutcomeSink;
-  /** True for a request whose client has gone away. */
-  isAbandoned?: (requestId: string) => boolean;
+  /** Requests whose clients have gone away (the cancellations the gateways publish). */
+  abandoned?: { has(requestId: string): boolean };
   now?: () => number;
   /** MAX_ANSWER_VALUES: numbers one request's answer may hold (see TaskHead.answerValues). */
   maxAnswerValues?: number;
@@ -149,7 +149,7 @@ export class BatchRunner {
   private readonly heads: TaskHeads;
   private readonly limits: BatchRunnerParts['limits'];
   private readonly outcomes: OutcomeSink;
-  private readonly isAbandoned: (requestId: string) => boolean;
+  private readonly abandoned: { has(requestId: string): boolean };
   private readonly now: () => number;
   private readonly maxAnswerValues: number;
   private readonly stats: InferenceStatistics;
@@ -160,7 +160,7 @@ export class BatchRunner {
     this.heads = parts.heads;
     this.limits = parts.limits;
     this.outcomes = parts.outcomes;
-    this.isAbandoned = parts.isAbandoned ?? (() => false);
+    this.abandoned = parts.abandoned ?? new Set();
     this.now = parts.now ?? Date.now;
     this.maxAnswerValues = parts.maxAnswerValues ?? Number.POSITIVE_INFINITY;
     this.stats = parts.stats ?? new InferenceStatistics();
@@ -327,7 +327,7 @@ export class BatchRunner {
       this.fail(request, new ApiError('timeout', 'the request deadline passed before the model ran it'));
       return true;
     }
-    if (this.isAbandoned(request.id)) {
+    if (this.abandoned.has(request.id)) {
       report.abandoned++;
       this.fail(
         request,

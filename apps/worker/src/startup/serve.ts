@@ -66,7 +66,7 @@ export async function serve({
     heads: headsFor(loaded),
     limits: batchLimits,
     outcomes: traces ? traces.sink(settling) : settling,
-    isAbandoned: (id) => cancelled.has(id),
+    abandoned: cancelled,
     maxAnswerValues: config.MAX_ANSWER_VALUES,
     stats,
     calls: traces,
@@ -77,7 +77,7 @@ export async function serve({
     settling,
     {
       limits: { maxSize: batchLimits.maxSize, maxWaitMs: config.BATCH_MAX_WAIT_MS },
-      hasPeers: () => heartbeat.peers > 0,
+      peers: heartbeat,
     },
     logger,
   );
