@@ -129,7 +129,15 @@ export function createGateway(config: GatewayConfig, gatewayId: string, logger: 
     onQuotaRejected: metrics.quotaRejected,
   });
   const traces = tracing && new GatewayTracing(tracing);
-  const service = new InferenceService(config, registry, admission, transport, metrics, cache, traces);
+  const service = new InferenceService({
+    config,
+    registry,
+    admission,
+    transport,
+    observer: metrics,
+    cache,
+    tracing: traces,
+  });
   const app = createApp({
     traceRequests: traces?.middleware,
     config,

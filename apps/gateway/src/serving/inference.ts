@@ -79,21 +79,42 @@ export interface InferenceResult {
   cache?: 'hit' | 'miss';
 }
 
+/** What the inference service is built from. */
+export interface InferenceParts {
+  config: GatewayConfig;
+  registry: ModelRegistry;
+  admission: Admission;
+  transport: Transport;
+  /** Told of each request's end (the metrics). */
+  observer: InferenceObserver;
+  /** Absent unless RESPONSE_CACHE_TTL_S is set. */
+  cache?: ResponseCache;
+  /** Absent unless tracing is configured: then no step below does any tracing work. */
+  tracing?: GatewayTracing;
+}
+
 /**
  * The request path: route to a served model, validate its inputs and parameters, ask admission
  * whether it may enter now that its size is known, send it to the workers, and shape its outcome.
  */
 export class InferenceService {
-  constructor(
-    private readonly config: GatewayConfig,
-    private readonly registry: ModelRegistry,
-    private readonly admission: Admission,
-    private readonly transport: Transport,
-    private readonly observer: InferenceObserver,
-    private readonly cache?: ResponseCache,
-    /** Absent unless tracing is configured: then no step below does any tracing work. */
-    private readonly tracing?: GatewayTracing,
-  ) {}
+  private readonly config: GatewayConfig;
+  private readonly registry: ModelRegistry;
+  private readonly admission: Admission;
+  private readonly transport: Transport;
+  private readonly observer: InferenceObserver;
+  private readonly cache?: ResponseCache;
+  private readonly tracing?: GatewayTracing;
+
+  constructor(parts: InferenceParts) {
+    this.config = parts.config;
+    this.registry = parts.registry;
+    this.admission = parts.admission;
+    this.transport = parts.transport;
+    this.observer = parts.observer;
+    this.cache = parts.cache;
+    this.tracing = parts.tracing;
+  }
 
   /** The model `POST /` serves, if there is one yet: DEFAULT_MODEL, or the only one served or configured. */
   defaultModel(): string | undefined {
