@@ -7,8 +7,8 @@ import { floatTensor, initializer, TensorType, type OnnxModel, type OnnxNode } f
  * (DynamicQuantizeLinear) takes one scale for the whole input tensor instead.
  *
  * The row quantizer is symmetric: scale = max|x| / 127 over the last axis, q = round(x / scale)
- * + 128 as uint8 with zero point 128 (QuantizeLinear), so MatMulInteger runs its u8 x s8 kernel. Its scale is
- * [..., rows, 1], which broadcasts wherever the per-tensor scalar did.
+ * + 128 as uint8 with zero point 128 (QuantizeLinear), so MatMulInteger runs its u8 x s8 kernel.
+ * Its scale is [..., rows, 1], which broadcasts wherever the per-tensor scalar did.
  */
 
 /** Names the rewrite: part of the cached file's name and of what /ready reports, so a change to it is a new file. */
