@@ -1,4 +1,4 @@
-import { constantTensor, floatTensor, graphOutputs, type OnnxModel, type OnnxNode } from './onnx.js';
+import { constantTensor, consumers, floatTensor, graphOutputs, type OnnxModel, type OnnxNode } from './onnx.js';
 
 /**
  * Attention as transformers exports it (scaled dot-product attention) guards each Softmax with
@@ -11,8 +11,7 @@ import { constantTensor, floatTensor, graphOutputs, type OnnxModel, type OnnxNod
  */
 export function dropSoftmaxNanGuards(model: OnnxModel): number {
   const producers = new Map<string, OnnxNode>(model.nodes.flatMap((n) => n.outputs.map((o) => [o, n] as const)));
-  const uses = new Map<string, number>();
-  for (const n of model.nodes) for (const i of n.inputs) uses.set(i, (uses.get(i) ?? 0) + 1);
+  const users = consumers(model.nodes);
   const inits = new Map(model.initializers.map((i) => [i.name, i]));
   const isZero = (name: string) => {
     const init = inits.get(name);
@@ -31,7 +30,7 @@ export function dropSoftmaxNanGuards(model: OnnxModel): number {
       isNaN?.opType === 'IsNaN' &&
       isNaN.inputs[0] === probabilities &&
       producers.get(probabilities)?.opType === 'Softmax' &&
-      uses.get(condition) === 1 &&
+      users.get(condition)?.length === 1 &&
       !outputs.has(condition) &&
       isZero(zero);
     if (!guard) continue;

@@ -195,3 +195,11 @@ export function graphOutputs(model: OnnxModel): Set<string> {
     model.graphFields.filter((f) => f.no === GRAPH_OUTPUT).map((f) => named(decodeFields(f.value as Uint8Array), 1)),
   );
 }
+
+/** Users of each tensor. */
+export function consumers(nodes: OnnxNode[]): Map<string, Array<{ node: OnnxNode; slot: number }>> {
+  const users = new Map<string, Array<{ node: OnnxNode; slot: number }>>();
+  for (const node of nodes)
+    node.inputs.forEach((name, slot) => users.set(name, [...(users.get(name) ?? []), { node, slot }]));
+  return users;
+}

@@ -1,4 +1,4 @@
-import { floatTensor, initializer, TensorType, type OnnxModel, type OnnxNode } from './onnx.js';
+import { consumers, floatTensor, initializer, TensorType, type OnnxModel, type OnnxNode } from './onnx.js';
 
 /**
  * int8 per row: every quantized MatMul's activations are quantized row by row (each token's vector
@@ -100,14 +100,6 @@ class Builder {
 function checkOpset(model: OnnxModel): void {
   // ReduceMax and ReduceMin over a negative axis, as the rewrite writes them, came in opset 11.
   if (model.opset < 11) throw new RewriteError(`int8-row needs opset 11 or later; the model has opset ${model.opset}`);
-}
-
-/** Users of each tensor. */
-function consumers(nodes: OnnxNode[]): Map<string, Array<{ node: OnnxNode; slot: number }>> {
-  const users = new Map<string, Array<{ node: OnnxNode; slot: number }>>();
-  for (const node of nodes)
-    node.inputs.forEach((name, slot) => users.set(name, [...(users.get(name) ?? []), { node, slot }]));
-  return users;
 }
 
 /**
