@@ -33,3 +33,8 @@ export function describeRedisCause(cause: RedisCause): string {
       return 'Redis failed a command';
   }
 }
+
+/** What a failed Redis call says about Redis, as a sentence's clause. */
+export function describeRedisFailure(err: unknown): string {
+  return describeRedisCause(redisCauseOf(err));
+}

@@ -4,7 +4,7 @@ import { effectivePriority, keyAllows, type ApiKey, type KeyStore } from './api-
 import { QuotaExceeded, type QuotaReason, type QuotaState, type Quotas } from './quotas.js';
 import type { RedisBreaker } from './breaker.js';
 import { depthRefusal, sizeRefusal, type BodyBudget, type OverloadLimits, type QueueDepth } from './overload.js';
-import { describeRedisCause, redisCauseOf } from '@tserve/queue';
+import { describeRedisFailure } from '@tserve/queue';
 import { requestIdOf } from '../http/request-id.js';
 import type { CountsBodyBytes } from '../http/http-server.js';
 
@@ -147,7 +147,7 @@ export class Admission {
       breaker.refusal() ??
       new ApiError(
         'unavailable',
-        `the queue is unavailable: ${breaker.cause() ?? describeRedisCause(redisCauseOf(err))}; retry shortly`,
+        `the queue is unavailable: ${breaker.cause() ?? describeRedisFailure(err)}; retry shortly`,
         2,
       )
     );

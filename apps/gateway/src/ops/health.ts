@@ -1,6 +1,6 @@
 import type { IRouter } from 'express';
 import { ApiError, batchWarning, type BacklogBody, type ReadyBody, type ReadyModel } from '@tserve/contract';
-import { describeRedisCause, redisCauseOf } from '@tserve/queue';
+import { describeRedisFailure } from '@tserve/queue';
 import type { GatewaySnapshot, ModelReport, Snapshot } from '../serving/snapshot.js';
 
 function readyModel(m: ModelReport): ReadyModel {
@@ -56,9 +56,7 @@ function notReadyReasons(snap: GatewaySnapshot, defaultModel?: string): string[]
   // A Redis that answers reads and refuses writes (out of memory) passes the registry's reads: the breaker names it.
   if (!snap.redisHealthy)
     reasons.push(
-      snap.redisError
-        ? `${describeRedisCause(redisCauseOf(snap.redisError))} (${snap.redisError})`
-        : 'Redis is not answering',
+      snap.redisError ? `${describeRedisFailure(snap.redisError)} (${snap.redisError})` : 'Redis is not answering',
     );
   if (snap.breaker === 'open') reasons.push(`circuit breaker to Redis is open: ${snap.breakerCause ?? 'Redis failed'}`);
   // A model scaled to zero is no fault: the gateway must stay ready (in the Service) to take the request that wakes a worker.

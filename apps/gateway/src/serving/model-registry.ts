@@ -2,11 +2,10 @@ import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { PROTOCOL, type DefaultScoreFunction, type ModelDownload, type Task, type WorkerInfo } from '@tserve/contract';
 import {
-  describeRedisCause,
+  describeRedisFailure,
   listLiveWorkers,
   listLoadFailures,
   listLoadTimes,
-  redisCauseOf,
   type LoadFailure,
 } from '@tserve/queue';
 
@@ -313,7 +312,7 @@ export class ModelRegistry {
       this.lastRefreshAt = Date.now();
     } catch (err) {
       if (!this.lastError)
-        this.logger.warn({ err: String(err) }, `registry refresh failed: ${describeRedisCause(redisCauseOf(err))}`);
+        this.logger.warn({ err: String(err) }, `registry refresh failed: ${describeRedisFailure(err)}`);
       this.lastError = err instanceof Error ? err.message : String(err);
     }
   }
