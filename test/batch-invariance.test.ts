@@ -212,8 +212,8 @@ describe('the same answer whatever the batch', () => {
 
   it('DTYPE=auto runs int8 per row on the CPU, written from fp32 where the model has it, and says nothing of batch mates', async () => {
     for (const [s, file] of [
-      [auto, 'onnx/model.onnx+int8-row-v1'],
-      [rows, 'onnx/model_quantized.onnx+int8-row-v1'],
+      [auto, 'onnx/model.onnx+int8-row-v2'],
+      [rows, 'onnx/model_quantized.onnx+int8-row-v2'],
     ] as const) {
       const ready = (await (await fetch(`${s.url}/ready`)).json()) as ReadyBody;
       for (const model of MODELS) {

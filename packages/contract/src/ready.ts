@@ -61,7 +61,7 @@ const readyModelSchema = z.strictObject({
     .optional()
     .meta(
       d(
-        'served: what its workers run, where they agree: the weights file, or the file an int8-row file was written from and the rewrite (onnx/model.onnx+int8-row-v1)',
+        'served: what its workers run, where they agree: the weights file, or the file an int8-row file was written from and the rewrite (onnx/model.onnx+int8-row-v2)',
       ),
     ),
 });

@@ -227,7 +227,7 @@ export interface WorkerInfo {
   revision?: string;
   /** sha256 (hex) of the ONNX weights file loaded, computed once at load. */
   weightsSha256?: string;
-  /** What runs, relative to the model's folder: the file transformers.js names for the dtype, or for int8-row the file it was written from and the rewrite (`onnx/model.onnx+int8-row-v1`). */
+  /** What runs, relative to the model's folder: the file transformers.js names for the dtype, or for int8-row the file it was written from and the rewrite (`onnx/model.onnx+int8-row-v2`). */
   weightsFile?: string;
   /** The worker process's resident memory at its last beat, in bytes. */
   rssBytes?: number;
