@@ -17,6 +17,7 @@ import pino from 'pino';
 import { Heartbeat } from '../apps/worker/src/transport/heartbeat.ts';
 import { PrivateRedis, TestSystem, freePort, uniquePrefix, waitFor, type Proc } from './helpers/system.ts';
 import { CLASSIFIER as MODEL } from './helpers/replicas.ts';
+import { QueueClient } from './helpers/queue-client.ts';
 
 describe('queue path', () => {
   let redis: PrivateRedis;
@@ -46,6 +47,37 @@ describe('queue path', () => {
     admin.disconnect();
     await system.stop();
     await redis.stop();
+  });
+
+  it('a lone request costs its queue three scripts: its add, one fetch and its completion', async () => {
+    // What runs between requests (sweeps, heartbeats, the depth exchange) adds a few scripts over
+    // the whole run, a small fraction per request; a wasted fetch after each job would add one or two.
+    const requests = 60;
+    await system.infer(MODEL, 'warming up');
+    await admin.config('RESETSTAT');
+    for (let i = 0; i < requests; i++) assert.equal((await system.infer(MODEL, `lone request ${i}`)).status, 200);
+    const stats = await admin.info('commandstats');
+    const calls = (command: string) => Number(new RegExp(`cmdstat_${command}:calls=(\\d+)`).exec(stats)?.[1] ?? 0);
+    const perRequest = (calls('evalsha') + calls('eval')) / requests;
+    assert.ok(perRequest >= 3 && perRequest < 3.3, `${perRequest} scripts per request:\n${stats}`);
+    assert.equal(calls('bzpopmin'), 0, 'an idle worker waits for a notice, not on the queue');
+  });
+
+  it('runs jobs whose work notice was lost: the idle worker finds them at its poll, with what waits behind them', async () => {
+    // The requests above left the worker idle, waiting for a notice; none comes for these.
+    const client = new QueueClient(redis.url, system.prefix, MODEL);
+    await client.start();
+    try {
+      const ids: string[] = [];
+      for (let i = 0; i < 3; i++) ids.push(...(await client.addJob([{ inputs: [`unannounced ${i}`] }], false)));
+      const outcomes = await Promise.all(ids.map((id) => client.outcome(id)));
+      assert.ok(
+        outcomes.every((o) => o.ok),
+        JSON.stringify(outcomes.find((o) => !o.ok)),
+      );
+    } finally {
+      await client.close();
+    }
   });
 
   it('coalesces requests that arrive during an enqueue into one job; each gets its own answer', async () => {

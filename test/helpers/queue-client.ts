@@ -11,6 +11,7 @@ import {
   type JobData,
   type RequestOutcome,
   type TaskParameters,
+  type WorkNotice,
 } from '@tserve/contract';
 import { JOB_NAME, QUEUE_STREAMS, jobOptions, keys, queueNameFor } from '@tserve/queue';
 
@@ -19,6 +20,7 @@ export class QueueClient {
   private readonly subscriber: Redis;
   private readonly queue: Queue;
   private readonly channel: string;
+  private readonly workChannel: string;
   private readonly outcomes = new Map<string, RequestOutcome>();
   /** Several waits for one request may be pending; each is told, and each clears its own timer. */
   private readonly waiters = new Map<string, Array<(o: RequestOutcome) => void>>();
@@ -33,6 +35,7 @@ export class QueueClient {
       streams: QUEUE_STREAMS,
     });
     this.channel = keys.results(prefix, `test-${randomUUID()}`);
+    this.workChannel = keys.work(prefix, model);
     this.subscriber.on('message', (_c: string, message: string) => {
       const parsed = resultMessageSchema.parse(JSON.parse(message));
       if (parsed.kind !== 'outcome') return;
@@ -54,9 +57,14 @@ export class QueueClient {
     return id;
   }
 
-  /** Enqueues several requests as one job, as a gateway coalesces them; returns their ids (the first is the job's). */
+  /**
+   * Enqueues several requests as one job, as a gateway coalesces them, and announces it on the
+   * model's work channel as a gateway does (unless `announce` is false: a notice lost on the way);
+   * returns their ids (the first is the job's).
+   */
   async addJob(
     requests: Array<{ inputs: string[]; parameters?: TaskParameters; deadlineInMs?: number }>,
+    announce = true,
   ): Promise<string[]> {
     const now = Date.now();
     const data: JobData = {
@@ -74,6 +82,8 @@ export class QueueClient {
       })),
     };
     await this.queue.add(JOB_NAME, data, { jobId: data.requests[0].id });
+    const notice: WorkNotice = { kind: 'work', jobs: 1 };
+    if (announce) await this.redis.publish(this.workChannel, JSON.stringify(notice));
     return data.requests.map((r) => r.id);
   }
 

@@ -25,36 +25,6 @@ describe('gatherBatch', () => {
     assert.deepEqual({ waiting: calls.waiting, take: calls.take }, { waiting: 1, take: 0 });
   });
 
-  it('asks nothing of the queue for a first job that may run alone, even with others waiting', async () => {
-    const { src, calls, queue } = source([1, 1, 1]);
-    assert.deepEqual(
-      await gatherBatch(
-        src,
-        { maxSize: 32, maxWaitMs: 1000 },
-        (n) => n,
-        () => true,
-      ),
-      [1],
-    );
-    assert.deepEqual(
-      { waiting: calls.waiting, take: calls.take, left: queue.length },
-      { waiting: 0, take: 0, left: 2 },
-    );
-  });
-
-  it('tops up a first job that may not run alone', async () => {
-    const { src } = source([1, 1, 1]);
-    assert.deepEqual(
-      await gatherBatch(
-        src,
-        { maxSize: 32, maxWaitMs: 1000 },
-        (n) => n,
-        () => false,
-      ),
-      [1, 1, 1],
-    );
-  });
-
   it('fetches what waits in one round, up to the batch size', async () => {
     const { src, calls, queue } = source(Array(40).fill(1));
     const batch = await gatherBatch(src, { maxSize: 32, maxWaitMs: 1000 }, (n) => n);

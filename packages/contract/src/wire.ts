@@ -10,7 +10,7 @@ import type { DefaultScoreFunction } from './score-functions.js';
  * (`queueNameFor`), and a gateway routes only to workers of its own number. Change it whenever
  * a message changes shape; there is no other compatibility code.
  */
-export const PROTOCOL = 2;
+export const PROTOCOL = 3;
 
 /** One client request inside a job: already validated by the gateway, so the worker trusts its inputs. */
 export interface QueuedRequest {
@@ -167,6 +167,18 @@ export const cancelNoticeSchema = z.object({
   deadline: z.number(),
 });
 export type CancelNotice = z.infer<typeof cancelNoticeSchema>;
+
+/**
+ * Published on a model's work channel by a gateway once it has added jobs to the model's queue: the
+ * model's idle workers fetch on hearing it, and otherwise leave Redis alone. Best effort: a worker
+ * that misses one finds the jobs at its next idle poll, or while it fetches for a busy model.
+ */
+export const workNoticeSchema = z.object({
+  kind: z.literal('work'),
+  /** Jobs just added. */
+  jobs: z.number().int().positive(),
+});
+export type WorkNotice = z.infer<typeof workNoticeSchema>;
 
 /**
  * A job that failed as a whole keeps the reason as text in BullMQ (its failedReason); these write

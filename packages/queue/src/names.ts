@@ -32,6 +32,8 @@ export const keys = {
   jobOutcome: (prefix: string, jobId: string) => `${prefix}:job-outcome:${jobId}`,
   /** Pub/sub channel on which gateways name a model's requests whose clients went away (CancelNotice). */
   cancellations: (prefix: string, model: string) => `${prefix}:cancel:${queueNameFor(model)}`,
+  /** Pub/sub channel on which gateways tell a model's workers that they added jobs (WorkNotice). */
+  work: (prefix: string, model: string) => `${prefix}:work:${queueNameFor(model)}`,
   /**
    * Prefix of the response cache's keys (its entries, their index and byte count): apart from the
    * queues', and evicted by the cache's own bound, never by Redis's maxmemory-policy.

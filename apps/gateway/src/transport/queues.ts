@@ -9,6 +9,7 @@ import {
   type JobData,
   type Priority,
   type ReadJobOutcome,
+  type WorkNotice,
 } from '@tserve/contract';
 import { JOB_NAME, QUEUE_STREAMS, jobOptions, keys, outcomesKeptMs, queueNameFor } from '@tserve/queue';
 import type { CoalescedJob } from './coalescer.js';
@@ -78,6 +79,10 @@ export class QueueSet {
     }));
     if (entries.length === 1) await queue.add(entries[0].name, entries[0].data, entries[0].opts);
     else await queue.addBulk(entries);
+    // Once Redis holds the jobs, not before: a worker woken ahead of them would find nothing, and wait
+    // for its next poll. Not awaited: the request waits for its outcome, not for the notice.
+    const notice: WorkNotice = { kind: 'work', jobs: entries.length };
+    this.connection.publish(keys.work(this.prefix, model), JSON.stringify(notice)).catch(() => {});
   }
 
   /**

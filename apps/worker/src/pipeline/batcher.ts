@@ -2,13 +2,12 @@
  * Deadline-bounded dynamic batch formation.
  *
  * Waits for the first job; then gathers more until the batch holds `maxSize` sequences or one
- * deadline, `maxWaitMs` after the first job, has passed (the deadline is never extended). The queue
- * is asked how many jobs wait before any is fetched, so an empty queue costs one cheap length read
- * and no fetch (a fetch is one of BullMQ's scripts, about ten commands inside Redis); an empty
- * queue also ends the gathering at once, so a lone request never waits for company. The jobs of
- * one round are fetched together, in one round trip. A first job that `runsAlone` lets go alone
- * skips even that length read: a round trip on the way to the model; what arrived with it is
- * gathered into the next batch while this one runs.
+ * deadline, `maxWaitMs` after the first job, has passed (the deadline is never extended). The source
+ * is asked how many jobs wait before any is fetched (the intake knows that from the work notices
+ * it heard, without asking Redis), so an empty queue costs no fetch (a fetch is one of BullMQ's
+ * scripts, about ten commands inside Redis); an empty queue also ends the gathering at once, so a
+ * lone request never waits for company. The jobs of one round are fetched together, in one round
+ * trip.
  */
 
 export interface JobSource<J> {
@@ -29,12 +28,10 @@ export async function gatherBatch<J>(
   source: JobSource<J>,
   limits: BatchLimits,
   sizeOf: (job: J) => number,
-  runsAlone: (first: J) => boolean = () => false,
 ): Promise<J[]> {
   const first = await source.next();
   if (first === undefined) return [];
   const batch: J[] = [first];
-  if (runsAlone(first)) return batch;
   const deadline = performance.now() + limits.maxWaitMs;
   let size = sizeOf(first);
   while (size < limits.maxSize && performance.now() < deadline) {

@@ -47,22 +47,11 @@ export class Consumer {
   private async run(): Promise<void> {
     let running: Promise<void> = Promise.resolve();
     let modelBusy = false;
-    /** The last wait for a job ended with none. */
-    let queueWasEmpty = false;
     while (!this.stopping) {
       let jobs: Work[];
       try {
-        // A job that came to an empty queue, and was taken within the batch deadline of its sending,
-        // starts at once on an idle model: little can have come with it, whatever did is gathered
-        // while it runs, and asking Redis first would delay it by a round trip (see gatherBatch). A
-        // job that waited longer (this worker was slow to wake) may have company: that is looked for.
-        const cameToEmptyQueue = queueWasEmpty;
-        const { maxWaitMs } = this.options.limits;
-        jobs = await gatherBatch(
-          this.intake,
-          this.options.limits,
-          (work) => work.requests.reduce((n, r) => n + sequenceCount(r), 0),
-          (first) => cameToEmptyQueue && !modelBusy && Date.now() - first.requests[0].enqueuedAt < maxWaitMs,
+        jobs = await gatherBatch(this.intake, this.options.limits, (work) =>
+          work.requests.reduce((n, r) => n + sequenceCount(r), 0),
         );
       } catch (err) {
         if (this.stopping) break;
@@ -70,7 +59,6 @@ export class Consumer {
         await new Promise((r) => setTimeout(r, 250));
         continue;
       }
-      queueWasEmpty = jobs.length === 0;
       if (jobs.length === 0) continue;
       this.settling.hold(jobs);
       // Gateways hear that their jobs were taken as the batch starts (see tellTaken); but while this

@@ -41,7 +41,8 @@ export async function serve({
 }: ServeParts): Promise<() => Promise<void>> {
   const { loaded, engine, stats, batchLimits, loadMs, thread } = worker;
   const connection = createRedis(config.REDIS_URL, 'worker');
-  const cancellationChannel = createRedis(config.REDIS_URL, 'subscriber');
+  // One subscriber for both of the model's channels: its work notices and its cancellations.
+  const channels = createRedis(config.REDIS_URL, 'subscriber');
   // Data flows one way: the intake fetches jobs, the runner runs their requests, the settling settles the jobs.
   const intake = new Intake(
     connection,
@@ -51,6 +52,7 @@ export async function serve({
       workerId,
       lockMs: config.JOB_LOCK_MS,
       stalledIntervalMs: config.STALLED_INTERVAL_MS,
+      peers: heartbeat,
     },
     logger,
   );
@@ -81,10 +83,14 @@ export async function serve({
     },
     logger,
   );
-  cancellationChannel.on('message', (_channel: string, message: string) => {
-    if (!cancelled.note(message)) logger.warn('unreadable cancellation message');
+  const workChannel = keys.work(config.QUEUE_PREFIX, config.MODEL);
+  channels.on('message', (channel: string, message: string) => {
+    if (channel === workChannel) {
+      if (!intake.noticed(message)) logger.warn('unreadable work notice');
+    } else if (!cancelled.note(message)) logger.warn('unreadable cancellation message');
   });
-  await cancellationChannel.subscribe(keys.cancellations(config.QUEUE_PREFIX, config.MODEL));
+  // Before the first fetch: a job added after it is announced to this worker.
+  await channels.subscribe(workChannel, keys.cancellations(config.QUEUE_PREFIX, config.MODEL));
 
   await clearLoadFailure(publisher, config.QUEUE_PREFIX, config.MODEL).catch(() => {});
   await recordLoadTime(publisher, config.QUEUE_PREFIX, config.MODEL, loadMs).catch(() => {});
@@ -115,6 +121,6 @@ export async function serve({
     await consumer.stop();
     await heartbeat.stop();
     await thread.stop();
-    await Promise.allSettled([connection.quit(), cancellationChannel.quit()]);
+    await Promise.allSettled([connection.quit(), channels.quit()]);
   };
 }

@@ -1,9 +1,17 @@
 import { Queue, Worker, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { describeIssues, encodeJobFailure, jobDataSchema, PROTOCOL, type JobData } from '@tserve/contract';
+import {
+  describeIssues,
+  encodeJobFailure,
+  jobDataSchema,
+  PROTOCOL,
+  workNoticeSchema,
+  type JobData,
+} from '@tserve/contract';
 import { QUEUE_STREAMS, queueNameFor } from '@tserve/queue';
 import type { JobSource } from '../pipeline/batcher.js';
+import { Announcements } from './announcements.js';
 import type { Work } from './work.js';
 
 export interface IntakeOptions {
@@ -15,26 +23,38 @@ export interface IntakeOptions {
   lockMs: number;
   /** How often this worker looks for jobs of dead workers. */
   stalledIntervalMs: number;
+  /** Other workers serving the model (the heartbeat). */
+  peers: { readonly peers: number };
 }
 
 /**
- * How long an idle worker's wait for a job lasts (s). A new job's marker wakes it at once, so this
- * only sets how often an idle worker asks an empty queue anyway, and how long stopping waits for
- * a wait in progress to end.
+ * How long an idle worker waits for a work notice before it asks the queue anyway (ms). A notice
+ * wakes it at once, so this only bounds how late it finds a job whose notice it missed (its
+ * subscriber reconnecting) or that came back from a dead worker, and how long stopping waits.
  */
-const IDLE_WAIT_SECONDS = 1;
+const IDLE_POLL_MS = 1000;
 
 /**
  * Where the worker's jobs come from: the model's BullMQ queue, through BullMQ's public API for
- * fetching jobs by hand (a Worker with no processor; getNextJob), so that a model batch is
- * gathered from several jobs in few round trips. It keeps the locks of the jobs this worker holds,
- * and BullMQ's stalled-job check returns a dead worker's jobs to the queue.
+ * fetching jobs by hand (a Worker with no processor; getNextJob without blocking), so that a model
+ * batch is gathered from several jobs in few round trips. It keeps the locks of the jobs this
+ * worker holds, and BullMQ's stalled-job check returns a dead worker's jobs to the queue.
+ *
+ * It asks Redis for a job only when one is likely there (Announcements): the gateways announce the
+ * jobs they add on the model's work channel. So a lone request costs the queue its add, one fetch
+ * and its completion, and a worker that waits costs Redis nothing between polls. BullMQ's blocking
+ * wait cost two more fetches per job, both finding nothing: one because its worker had just taken
+ * a job, one for the wake-up marker that taking a job leaves for the next worker.
  */
 export class Intake implements JobSource<Work> {
   private readonly worker: Worker<JobData>;
   /** The same queue, for counting what waits. */
   private readonly queue: Queue<JobData>;
   private renewTimer?: NodeJS.Timeout;
+  private readonly announcements = new Announcements();
+  /** Ends the idle wait early: a notice came, or the intake is closing. */
+  private wake?: () => void;
+  private closing = false;
 
   constructor(
     connection: Redis,
@@ -51,7 +71,6 @@ export class Intake implements JobSource<Work> {
       stalledInterval: options.stalledIntervalMs,
       // A job whose worker died is retried; twice in a row means the job itself kills workers.
       maxStalledCount: 2,
-      drainDelay: IDLE_WAIT_SECONDS,
     });
     this.worker.on('error', (err) => logger.warn({ err: String(err) }, 'queue connection error'));
     this.queue = new Queue<JobData>(name, { connection, prefix: options.prefix, streams: QUEUE_STREAMS });
@@ -64,15 +83,41 @@ export class Intake implements JobSource<Work> {
     this.renewTimer = setInterval(() => void this.renewLocks(held()), Math.max(100, this.options.lockMs / 2));
   }
 
-  /** Waits for the next job (undefined when the wait ended with none). */
-  async next(): Promise<Work | undefined> {
-    const job = await this.worker.getNextJob(this.options.workerId, { block: true });
-    return job ? this.read(job) : undefined;
+  /** A message heard on the model's work channel; false if it is not a work notice. */
+  noticed(message: string): boolean {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(message);
+    } catch {
+      return false;
+    }
+    const notice = workNoticeSchema.safeParse(parsed);
+    if (!notice.success) return false;
+    this.announcements.heard(notice.data.jobs);
+    this.wake?.();
+    return true;
   }
 
-  /** Jobs waiting: interactive ones (the wait list) and batch-class ones (the prioritized set). */
-  waiting(): Promise<number> {
-    return this.queue.getJobCountByTypes('wait', 'prioritized');
+  /** Waits for the next job (undefined when the wait ended with none). */
+  async next(): Promise<Work | undefined> {
+    if (!this.announcements.expecting) await this.idle();
+    if (this.closing) return undefined;
+    const [work] = await this.fetch(1, !this.announcements.expecting);
+    return work;
+  }
+
+  /**
+   * Jobs waiting (interactive and batch class). None where none was announced. Otherwise the
+   * announced count where this worker is the model's only one; with peers, the queue's own count:
+   * each worker hears every notice, and a count the peers already took from would send each of
+   * them fetching for all of it.
+   */
+  async waiting(): Promise<number> {
+    const announced = this.announcements.waiting;
+    if (announced === 0 || (announced !== undefined && this.options.peers.peers === 0)) return announced;
+    const waiting = await this.queue.getJobCountByTypes('wait', 'prioritized');
+    this.announcements.counted(waiting);
+    return waiting;
   }
 
   /** Interactive jobs waiting. */
@@ -81,16 +126,14 @@ export class Intake implements JobSource<Work> {
   }
 
   /** Up to `count` waiting jobs, interactive before batch class (BullMQ's order), fetched together. */
-  async take(count: number): Promise<Work[]> {
-    const jobs = await Promise.all(
-      Array.from({ length: count }, () => this.worker.getNextJob(this.options.workerId, { block: false })),
-    );
-    const works = await Promise.all(jobs.filter((job) => job !== undefined).map((job) => this.read(job)));
-    return works.filter((work) => work !== undefined);
+  take(count: number): Promise<Work[]> {
+    return this.fetch(count);
   }
 
-  /** Stops fetching and renewing; a wait in progress ends within IDLE_WAIT_SECONDS. Call once what is held is settled. */
+  /** Stops fetching and renewing; a wait in progress ends at once. Call once what is held is settled. */
   async close(): Promise<void> {
+    this.closing = true;
+    this.wake?.();
     clearInterval(this.renewTimer);
     await this.worker.close();
     await this.queue.close();
@@ -117,6 +160,28 @@ export class Intake implements JobSource<Work> {
       )
       .catch(() => {});
     return undefined;
+  }
+
+  /** Until a notice comes, the poll period passes, or the intake closes. */
+  private async idle(): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    await new Promise<void>((resolve) => {
+      this.wake = resolve;
+      timer = setTimeout(resolve, IDLE_POLL_MS);
+    });
+    clearTimeout(timer);
+    this.wake = undefined;
+  }
+
+  /** Up to `count` jobs, fetched together; `polled`: no notice announced them. */
+  private async fetch(count: number, polled = false): Promise<Work[]> {
+    const jobs = await Promise.all(
+      Array.from({ length: count }, () => this.worker.getNextJob(this.options.workerId, { block: false })),
+    );
+    const found = jobs.filter((job) => job !== undefined);
+    this.announcements.fetched(count, found.length, polled);
+    const works = await Promise.all(found.map((job) => this.read(job)));
+    return works.filter((work) => work !== undefined);
   }
 
   private async renewLocks(ids: string[]): Promise<void> {
