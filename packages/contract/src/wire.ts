@@ -156,6 +156,18 @@ export type ResultMessage = z.infer<typeof resultMessageSchema>;
 /** A completed job's return value: its outcome, or where it is recorded. */
 export const jobReturnSchema = z.discriminatedUnion('kind', [jobOutcomeSchema, jobRecordedSchema]);
 
+/** A message heard on a channel, read against its schema: undefined where it is not JSON, or not of that shape. */
+export function readMessage<T>(schema: z.ZodType<T>, text: string): T | undefined {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+  const message = schema.safeParse(parsed);
+  return message.success ? message.data : undefined;
+}
+
 /**
  * Published on a model's cancellation channel by a gateway whose client went away, so that a
  * worker skips the requests it has not run yet. Best effort: a worker that misses it computes.

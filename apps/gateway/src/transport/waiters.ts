@@ -2,6 +2,7 @@ import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import {
   ApiError,
+  readMessage,
   resultMessageSchema,
   type ReadJobOutcome,
   type ReadRequestOutcome,
@@ -141,19 +142,12 @@ export class OutcomeWaiters {
   }
 
   private onMessage(text: string): void {
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(text);
-    } catch {
-      parsed = undefined;
-    }
     // Skipped, not thrown inside the subscriber's event handler.
-    const message = resultMessageSchema.safeParse(parsed);
-    if (!message.success) {
+    const data = readMessage(resultMessageSchema, text);
+    if (!data) {
       this.logger.warn('unreadable result message');
       return;
     }
-    const { data } = message;
     if (data.kind === 'taken') this.onTaken(data.jobs);
     else if (data.kind === 'outcome') this.deliverJob(data);
     // Too large to publish: read at once where the worker recorded it, if anyone here still waits.

@@ -1,4 +1,4 @@
-import { cancelNoticeSchema } from '@tserve/contract';
+import { cancelNoticeSchema, readMessage } from '@tserve/contract';
 
 /** How long a cancellation is remembered at most, whatever deadline its notice names: longer than any request's deadline may be. */
 const CANCEL_MEMORY_MS = 10 * 60_000;
@@ -18,18 +18,12 @@ export class Cancellations {
 
   /** Remembers the requests a notice names; false if the message is not a notice. */
   note(message: string): boolean {
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(message);
-    } catch {
-      return false;
-    }
-    const notice = cancelNoticeSchema.safeParse(parsed);
-    if (!notice.success) return false;
+    const notice = readMessage(cancelNoticeSchema, message);
+    if (!notice) return false;
     const now = this.now();
     this.prune(now);
-    const forgetAt = Math.min(notice.data.deadline, now + CANCEL_MEMORY_MS);
-    for (const id of notice.data.ids) {
+    const forgetAt = Math.min(notice.deadline, now + CANCEL_MEMORY_MS);
+    for (const id of notice.ids) {
       // Re-inserted, so that the map stays in the order notices were heard: prune stops at the first one not yet due.
       this.heard.delete(id);
       this.heard.set(id, forgetAt);

@@ -6,6 +6,7 @@ import {
   encodeJobFailure,
   jobDataSchema,
   PROTOCOL,
+  readMessage,
   workNoticeSchema,
   type JobData,
 } from '@tserve/contract';
@@ -85,15 +86,9 @@ export class Intake implements JobSource<Work> {
 
   /** A message heard on the model's work channel; false if it is not a work notice. */
   noticed(message: string): boolean {
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(message);
-    } catch {
-      return false;
-    }
-    const notice = workNoticeSchema.safeParse(parsed);
-    if (!notice.success) return false;
-    this.announcements.heard(notice.data.jobs);
+    const notice = readMessage(workNoticeSchema, message);
+    if (!notice) return false;
+    this.announcements.heard(notice.jobs);
     this.wake?.();
     return true;
   }
