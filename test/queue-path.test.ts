@@ -9,7 +9,7 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Queue } from 'bullmq';
+import { Queue, QueueEvents } from 'bullmq';
 import { Redis } from 'ioredis';
 import { EVENTS_KEPT, announceWorker, keys, queueNameFor, withdrawWorker } from '@tserve/queue';
 import { PROTOCOL, type JobData, type ReadyBody, type WorkerInfo } from '@tserve/contract';
@@ -54,10 +54,27 @@ describe('queue path', () => {
     // EVAL). Between requests BullMQ's stalled-job check and lock renewals add a few over the whole
     // run, a small fraction per request; a wasted fetch after each job would add one or two.
     const requests = 60;
-    await system.infer(MODEL, 'warming up');
-    await admin.config('RESETSTAT');
-    for (let i = 0; i < requests; i++) assert.equal((await system.infer(MODEL, `lone request ${i}`)).status, 200);
-    const stats = await admin.info('commandstats');
+    // A worker publishes an outcome before it completes the job, so the count runs from and to
+    // completed jobs, as BullMQ's event stream tells them (read without a script).
+    const events = new QueueEvents(queueNameFor(MODEL), {
+      connection: { host: '127.0.0.1', port: redis.port },
+      prefix: system.prefix,
+    });
+    let completions = 0;
+    events.on('completed', () => completions++);
+    await events.waitUntilReady();
+    const completed = (jobs: number) => waitFor(`${jobs} jobs completed`, async () => completions >= jobs, 10_000, 5);
+    let stats: string;
+    try {
+      await system.infer(MODEL, 'warming up');
+      await completed(1);
+      await admin.config('RESETSTAT');
+      for (let i = 0; i < requests; i++) assert.equal((await system.infer(MODEL, `lone request ${i}`)).status, 200);
+      await completed(1 + requests);
+      stats = await admin.info('commandstats');
+    } finally {
+      await events.close();
+    }
     const calls = (command: string) => Number(new RegExp(`cmdstat_${command}:calls=(\\d+)`).exec(stats)?.[1] ?? 0);
     const perRequest = calls('evalsha') / requests;
     assert.ok(perRequest >= 3 && perRequest < 3.3, `${perRequest} scripts per request:\n${stats}`);
