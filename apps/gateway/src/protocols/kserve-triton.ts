@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { emptyInferenceStats, noDuration, type Duration, type InferenceStats, type WorkerInfo } from '@tserve/contract';
-import type { ServedModel } from '../serving/model-registry.js';
+import type { ServedModel } from '../serving/served-models.js';
 
 /**
  * Triton's extensions of the v2 protocol that its tools read: a model's configuration (model
@@ -16,6 +16,32 @@ export interface TritonModel {
   outputs: string[];
   /** Numbers per row of each output (labels or dimensions); -1 where not known before a call. */
   width: number;
+}
+
+/** The only model version served. */
+export const VERSION = '1';
+
+type Kind = 'classifier' | 'embedding';
+
+export function kindOf(m: ServedModel): Kind | undefined {
+  if (m.task === 'text-classification' || m.task === 'zero-shot-classification') return 'classifier';
+  if (m.tasks.includes('feature-extraction')) return 'embedding';
+  return undefined;
+}
+
+/** Output tensors a model offers, and the default one. */
+export function outputsOf(m: ServedModel): string[] {
+  return kindOf(m) === 'classifier' ? ['probabilities', 'logits'] : ['embeddings'];
+}
+
+export function tritonModel(m: ServedModel): TritonModel {
+  const kind = kindOf(m);
+  return {
+    model: m,
+    version: VERSION,
+    outputs: kind ? outputsOf(m) : [],
+    width: kind === 'classifier' ? (m.labels?.length ?? -1) : -1,
+  };
 }
 
 const int = z.number().int();

@@ -1,7 +1,7 @@
 import type { IRouter } from 'express';
 import { z } from 'zod';
 import { ApiError, describeIssues, type ErrorType } from '@tserve/contract';
-import type { ServedModel } from '../serving/model-registry.js';
+import type { ServedModel } from '../serving/served-models.js';
 import { errorHandler, type ErrorFormat } from '../http/http-errors.js';
 import { jsonBody, runRouteCall, wildcardPath, type ProtocolParts } from '../serving/route-call.js';
 import { shorten } from '../serving/embedding-dimensions.js';

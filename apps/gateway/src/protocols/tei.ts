@@ -1,10 +1,19 @@
 import type { IRouter, Request, Response } from 'express';
 import { z } from 'zod';
-import { ApiError, batchWarning, describeIssues, TASKS, type ErrorType } from '@tserve/contract';
-import type { ServedModel } from '../serving/model-registry.js';
+import { ApiError, batchWarning, describeIssues, type ErrorType } from '@tserve/contract';
+import type { ServedModel } from '../serving/served-models.js';
 import { BodyTooLarge, errorHandler, type ErrorFormat } from '../http/http-errors.js';
 import { jsonBody, runRouteCall, servedModel, type ProtocolParts } from '../serving/route-call.js';
 import { shorten } from '../serving/embedding-dimensions.js';
+import {
+  embedRequest,
+  info,
+  predictRequest,
+  rerankRequest,
+  tokenizeRequest,
+  type ErrorBody,
+  type rankedText,
+} from './tei-schemas.js';
 
 /**
  * Hugging Face text-embeddings-inference's API: `/embed`, `/predict`, `/rerank`, `/tokenize`,
@@ -41,12 +50,6 @@ class EmptyInput extends ApiError {
   }
 }
 
-const errorBody = z.strictObject({
-  error: z.string(),
-  error_type: z.string().meta({ description: 'Validation, Empty, Overloaded, Unhealthy, Backend, …' }),
-});
-type ErrorBody = z.infer<typeof errorBody>;
-
 /** TEI's error body: `{"error", "error_type"}`, with TEI's type names and statuses. */
 const teiErrors: ErrorFormat = (error) =>
   error instanceof EmptyInput
@@ -65,124 +68,6 @@ function refuseEmpty(body: unknown, fields: string[]): void {
       throw new EmptyInput(`\`${field}\` cannot be empty`);
   }
 }
-
-const text = z.string({ error: 'each input must be a string' }).min(1, 'inputs must not contain empty strings');
-const texts = z.union([text, z.array(text).min(1, 'inputs must not be an empty list')], {
-  error: (issue) => (issue.input === undefined ? 'inputs is required' : 'inputs must be a string or a list of strings'),
-});
-const direction = z.enum(['Right', 'Left', 'right', 'left']).transform((d) => d.toLowerCase() as 'right' | 'left');
-/** TEI cuts nothing unless asked; `Left` keeps the last tokens (each text of a pair alike). */
-const truncation = { truncate: z.boolean().default(false), truncation_direction: direction.optional() };
-/** A body's model choice, for when several served models fit the route. */
-const model = z.string().min(1).optional();
-
-const embedRequest = z
-  .object({
-    inputs: texts,
-    normalize: z.boolean().default(true),
-    ...truncation,
-    prompt_name: z.null().optional(),
-    dimensions: z.number().int().min(1).nullable().optional(),
-    model,
-  })
-  .strict();
-
-const pair = z.tuple([text, text]);
-const sequence = z.union([text, pair]);
-const predictRequest = z
-  .object({
-    inputs: z.union([text, pair, z.array(sequence).min(1, 'inputs must not be an empty list')], {
-      error: (issue) =>
-        issue.input === undefined
-          ? 'inputs is required'
-          : 'inputs must be a string, a pair [text, text_pair], or a list of those',
-    }),
-    raw_scores: z.boolean().default(false),
-    ...truncation,
-    model,
-  })
-  .strict();
-
-const rerankRequest = z
-  .object({
-    query: text,
-    texts: z.array(text, { error: 'texts must be a list of strings' }).min(1, 'texts must not be empty'),
-    raw_scores: z.boolean().default(false),
-    return_text: z.boolean().default(false),
-    ...truncation,
-    model,
-  })
-  .strict();
-
-const tokenizeRequest = z
-  .object({
-    inputs: texts,
-    add_special_tokens: z.boolean().default(true),
-    prompt_name: z.null().optional(),
-    model,
-  })
-  .strict();
-
-const labelScores = z.array(z.strictObject({ label: z.string(), score: z.number() }));
-const offset = z
-  .number()
-  .int()
-  .min(0)
-  .nullable()
-  .meta({ description: 'UTF-8 byte offset into the input; null for a special token' });
-const tokenInfo = z.strictObject({
-  id: z.number().int(),
-  text: z.string(),
-  special: z.boolean(),
-  start: offset,
-  stop: offset,
-});
-const rankedText = z.strictObject({ index: z.number().int(), score: z.number(), text: z.string().optional() });
-const labelMap = z.strictObject({
-  id2label: z.record(z.string(), z.string()),
-  label2id: z.record(z.string(), z.number().int()),
-});
-const info = z.strictObject({
-  model_id: z.string(),
-  model_sha: z.string().nullable(),
-  model_weights_sha256: z.string().nullable(),
-  served_model_name: z.string(),
-  model_dtype: z.string(),
-  warning: z.string().optional().meta({
-    description: 'served in a dtype whose answers shift with their batch mates (q8): says so, and what to do',
-  }),
-  model_type: z.union([
-    z.strictObject({ reranker: labelMap }),
-    z.strictObject({ classifier: labelMap }),
-    z.strictObject({ embedding: z.strictObject({ pooling: z.string() }) }),
-  ]),
-  task: z.enum(TASKS),
-  tasks: z.array(z.enum(TASKS)),
-  max_concurrent_requests: z.number().int(),
-  max_input_length: z.number().int(),
-  max_batch_tokens: z.number().int(),
-  max_batch_requests: z.number().int(),
-  max_client_batch_size: z.number().int(),
-  auto_truncate: z.boolean(),
-  tokenization_workers: z.number().int(),
-  version: z.string(),
-});
-
-/** The shapes of this protocol's bodies, for the OpenAPI document. */
-export const teiSchemas = {
-  embedRequest,
-  embedResponse: z.array(z.array(z.number())),
-  predictRequest,
-  predictResponse: z
-    .union([labelScores, z.array(labelScores)])
-    .meta({ description: 'one input: its labels; a batch: a list of them' }),
-  rerankRequest,
-  rerankResponse: z.array(rankedText).meta({ description: 'the texts by score, highest first' }),
-  tokenizeRequest,
-  tokenizeResponse: z.array(z.array(tokenInfo)),
-  info,
-  error: errorBody,
-};
 
 function parse<T extends z.ZodType>(schema: T, body: unknown): z.output<T> {
   if (body === undefined) throw new ApiError('validation', 'send a JSON body with Content-Type: application/json');
@@ -228,15 +113,17 @@ function modelType(m: ServedModel): z.infer<typeof info>['model_type'] {
   return { embedding: { pooling: 'mean' } };
 }
 
-export function teiRoutes(router: IRouter, { config, service, registry, admission, logger }: ProtocolParts): void {
-  const json = jsonBody(config);
+/** TEI's routes over one gateway's parts: each picks its model, checks its kind, and makes its model call. */
+class TeiRoutes {
+  constructor(private readonly parts: ProtocolParts) {}
 
   /**
    * The model a request names (body `model`, header `x-model`), or the only served one of its kind,
    * or, with none served at all, the only one configured (MODELS): scaled to zero, its kind is
    * known once a worker serves it.
    */
-  const pick = (req: Request, kind: RouteKind, named?: string): string => {
+  pick(req: Request, kind: RouteKind, named?: string): string {
+    const { registry } = this.parts;
     const asked = named ?? req.get('x-model');
     if (asked !== undefined) return asked;
     const fitting = registry.served().filter(kind.fits);
@@ -255,28 +142,31 @@ export function teiRoutes(router: IRouter, { config, service, registry, admissio
       'validation',
       `several served models are ${kind.what}: ${fitting.map((m) => m.id).join(', ')}; name one with a "model" field or an x-model header`,
     );
-  };
+  }
+
   /** Before the body: the header's model, or the only fitting one, for shedding and key permissions. */
-  const admit = (kind: RouteKind) =>
-    admission.beforeBody((req) => {
+  admit(kind: RouteKind) {
+    return this.parts.admission.beforeBody((req) => {
       try {
-        return pick(req, kind);
+        return this.pick(req, kind);
       } catch {
         return undefined;
       }
     });
+  }
+
   /** The model, once a worker serves it (one still to come is waited for, or refused, as a call is), checked to be of the route's kind. */
-  const checkKind = async (req: Request, res: Response, id: string, kind: RouteKind) => {
-    const served = registry.get(id) ?? (await servedModel(service, req, res, id));
+  async checkKind(req: Request, res: Response, id: string, kind: RouteKind): Promise<void> {
+    const served = this.parts.registry.get(id) ?? (await servedModel(this.parts.service, req, res, id));
     if (!kind.fits(served))
       throw new ApiError('validation', `model ${id} is not ${kind.what}; it serves ${served.tasks.join(', ')}`);
-  };
+  }
 
-  router.post('/embed', admit(EMBEDDING), json, async (req, res) => {
+  async embed(req: Request, res: Response): Promise<void> {
     const body = parse(embedRequest, req.body);
-    const id = pick(req, EMBEDDING, body.model);
-    await checkKind(req, res, id, EMBEDDING);
-    const result = await runRouteCall(service, req, res, {
+    const id = this.pick(req, EMBEDDING, body.model);
+    await this.checkKind(req, res, id, EMBEDDING);
+    const result = await runRouteCall(this.parts.service, req, res, {
       model: id,
       task: 'feature-extraction',
       inputs: typeof body.inputs === 'string' ? [body.inputs] : body.inputs,
@@ -291,18 +181,18 @@ export function teiRoutes(router: IRouter, { config, service, registry, admissio
     if (dimensions !== undefined && dimensions > vectors[0].length)
       throw new ApiError('validation', `dimensions must be at most ${vectors[0].length}`);
     res.json(vectors.map((v) => shorten(v, dimensions, body.normalize)));
-  });
+  }
 
-  router.post('/predict', admit(CLASSIFIER), json, async (req, res) => {
+  async predict(req: Request, res: Response): Promise<void> {
     const body = parse(predictRequest, req.body);
-    const id = pick(req, CLASSIFIER, body.model);
-    await checkKind(req, res, id, CLASSIFIER);
+    const id = this.pick(req, CLASSIFIER, body.model);
+    await this.checkKind(req, res, id, CLASSIFIER);
     // A string or a two-string list is one input; any other list is a batch.
     const single =
       typeof body.inputs === 'string' || (body.inputs.length === 2 && body.inputs.every((x) => typeof x === 'string'));
     const sequences = (single ? [body.inputs] : body.inputs) as Array<string | [string, string]>;
     const inputs = sequences.map((s) => (typeof s === 'string' ? s : { text: s[0], text_pair: s[1] }));
-    const result = await runRouteCall(service, req, res, {
+    const result = await runRouteCall(this.parts.service, req, res, {
       model: id,
       task: 'text-classification',
       inputs,
@@ -314,14 +204,14 @@ export function teiRoutes(router: IRouter, { config, service, registry, admissio
       },
     });
     res.json(single ? result.outputs[0] : result.outputs);
-  });
+  }
 
-  router.post('/rerank', admit(RERANKER), json, async (req, res) => {
+  async rerank(req: Request, res: Response): Promise<void> {
     const body = parse(rerankRequest, req.body);
-    const id = pick(req, RERANKER, body.model);
-    await checkKind(req, res, id, RERANKER);
+    const id = this.pick(req, RERANKER, body.model);
+    await this.checkKind(req, res, id, RERANKER);
     // Each (query, text) pair is one sequence of the worker's batches.
-    const result = await runRouteCall(service, req, res, {
+    const result = await runRouteCall(this.parts.service, req, res, {
       model: id,
       task: 'text-classification',
       inputs: body.texts.map((t) => ({ text: body.query, text_pair: t })),
@@ -339,13 +229,13 @@ export function teiRoutes(router: IRouter, { config, service, registry, admissio
       }))
       .sort((a, b) => b.score - a.score);
     res.json(ranked satisfies z.infer<typeof rankedText>[]);
-  });
+  }
 
-  router.post('/tokenize', admit(ANY), json, async (req, res) => {
+  async tokenize(req: Request, res: Response): Promise<void> {
     const body = parse(tokenizeRequest, req.body);
-    const id = pick(req, ANY, body.model);
+    const id = this.pick(req, ANY, body.model);
     const texts = typeof body.inputs === 'string' ? [body.inputs] : body.inputs;
-    const result = await runRouteCall(service, req, res, {
+    const result = await runRouteCall(this.parts.service, req, res, {
       model: id,
       task: 'tokenize',
       inputs: texts,
@@ -353,10 +243,11 @@ export function teiRoutes(router: IRouter, { config, service, registry, admissio
     });
     // Workers give code-point offsets; TEI's are UTF-8 byte offsets.
     res.json((result.outputs as TokenOffsets[][]).map((tokens, i) => toByteOffsets(texts[i], tokens)));
-  });
+  }
 
-  router.get('/info', (req, res) => {
-    const id = pick(req, ANY, typeof req.query.model === 'string' ? req.query.model : undefined);
+  info(req: Request, res: Response): void {
+    const { config, registry } = this.parts;
+    const id = this.pick(req, ANY, typeof req.query.model === 'string' ? req.query.model : undefined);
     const m = registry.get(id);
     if (!m) throw new ApiError('not_found', `model ${id} is not served`);
     const smallest = (values: Array<number | undefined>) =>
@@ -381,8 +272,17 @@ export function teiRoutes(router: IRouter, { config, service, registry, admissio
       tokenization_workers: m.workers.length,
       version: '0.1.0',
     } satisfies z.infer<typeof info>);
-  });
+  }
+}
 
+export function teiRoutes(router: IRouter, parts: ProtocolParts): void {
+  const json = jsonBody(parts.config);
+  const tei = new TeiRoutes(parts);
+  router.post('/embed', tei.admit(EMBEDDING), json, (req, res) => tei.embed(req, res));
+  router.post('/predict', tei.admit(CLASSIFIER), json, (req, res) => tei.predict(req, res));
+  router.post('/rerank', tei.admit(RERANKER), json, (req, res) => tei.rerank(req, res));
+  router.post('/tokenize', tei.admit(ANY), json, (req, res) => tei.tokenize(req, res));
+  router.get('/info', (req, res) => tei.info(req, res));
   for (const path of ['/embed', '/predict', '/rerank', '/tokenize', '/info'])
-    router.use(path, errorHandler(logger, teiErrors));
+    router.use(path, errorHandler(parts.logger, teiErrors));
 }

@@ -1,0 +1,82 @@
+import type { z } from 'zod';
+import {
+  answer,
+  errors,
+  jsonContent,
+  modelCall,
+  ok,
+  ref,
+  tag,
+  type OpenApiOptions,
+  type OpenApiPart,
+} from '../http/openapi-parts.js';
+import { teiSchemas } from './tei-schemas.js';
+
+const TAG = 'TEI';
+
+/** TEI's routes in the OpenAPI document. */
+export function teiOpenApi(options: OpenApiOptions): OpenApiPart {
+  const call = (operationId: string, summary: string, request: z.ZodType, response: z.ZodType) => ({
+    post: modelCall(
+      options,
+      teiSchemas.error,
+      {
+        operationId,
+        ...tag(TAG),
+        summary,
+        parameters: [ref('parameters', 'TeiModel')],
+        requestBody: { required: true, content: jsonContent(request, 'input') },
+        responses: { 200: answer('the answer', jsonContent(response, 'output')) },
+      },
+      [400, 413, 422, 424, 500, 503, 504],
+    ),
+  });
+  const { embedRequest, embedResponse, predictRequest, predictResponse, rerankRequest, rerankResponse } = teiSchemas;
+  return {
+    tag: TAG,
+    paths: {
+      '/embed': call('teiEmbed', 'embeddings (an embedding model)', embedRequest, embedResponse),
+      '/predict': call(
+        'teiPredict',
+        'classify texts or pairs (a sequence classifier)',
+        predictRequest,
+        predictResponse,
+      ),
+      '/rerank': call('teiRerank', 'rank texts against a query (a reranker)', rerankRequest, rerankResponse),
+      '/tokenize': call(
+        'teiTokenize',
+        "tokenize texts with a model's tokenizer",
+        teiSchemas.tokenizeRequest,
+        teiSchemas.tokenizeResponse,
+      ),
+      '/info': {
+        get: {
+          operationId: 'teiInfo',
+          ...tag(TAG),
+          summary: 'a served model, as TEI describes itself',
+          parameters: [
+            {
+              name: 'model',
+              in: 'query',
+              description: 'the model, when several are served',
+              schema: { type: 'string' },
+            },
+            ref('parameters', 'TeiModel'),
+          ],
+          responses: {
+            200: ok("the model's description", teiSchemas.info),
+            ...errors(teiSchemas.error, [404, 422, 503]),
+          },
+        },
+      },
+    },
+    parameters: {
+      TeiModel: {
+        name: 'x-model',
+        in: 'header',
+        description: 'the model, when several served models fit the route',
+        schema: { type: 'string' },
+      },
+    },
+  };
+}

@@ -1,0 +1,128 @@
+import { z } from 'zod';
+import { TASKS } from '@tserve/contract';
+
+/** The shapes of TEI's bodies: what its routes parse, and what the OpenAPI document describes. */
+
+const errorBody = z.strictObject({
+  error: z.string(),
+  error_type: z.string().meta({ description: 'Validation, Empty, Overloaded, Unhealthy, Backend, …' }),
+});
+export type ErrorBody = z.infer<typeof errorBody>;
+
+const text = z.string({ error: 'each input must be a string' }).min(1, 'inputs must not contain empty strings');
+const texts = z.union([text, z.array(text).min(1, 'inputs must not be an empty list')], {
+  error: (issue) => (issue.input === undefined ? 'inputs is required' : 'inputs must be a string or a list of strings'),
+});
+const direction = z.enum(['Right', 'Left', 'right', 'left']).transform((d) => d.toLowerCase() as 'right' | 'left');
+/** TEI cuts nothing unless asked; `Left` keeps the last tokens (each text of a pair alike). */
+const truncation = { truncate: z.boolean().default(false), truncation_direction: direction.optional() };
+/** A body's model choice, for when several served models fit the route. */
+const model = z.string().min(1).optional();
+
+export const embedRequest = z
+  .object({
+    inputs: texts,
+    normalize: z.boolean().default(true),
+    ...truncation,
+    prompt_name: z.null().optional(),
+    dimensions: z.number().int().min(1).nullable().optional(),
+    model,
+  })
+  .strict();
+
+const pair = z.tuple([text, text]);
+const sequence = z.union([text, pair]);
+export const predictRequest = z
+  .object({
+    inputs: z.union([text, pair, z.array(sequence).min(1, 'inputs must not be an empty list')], {
+      error: (issue) =>
+        issue.input === undefined
+          ? 'inputs is required'
+          : 'inputs must be a string, a pair [text, text_pair], or a list of those',
+    }),
+    raw_scores: z.boolean().default(false),
+    ...truncation,
+    model,
+  })
+  .strict();
+
+export const rerankRequest = z
+  .object({
+    query: text,
+    texts: z.array(text, { error: 'texts must be a list of strings' }).min(1, 'texts must not be empty'),
+    raw_scores: z.boolean().default(false),
+    return_text: z.boolean().default(false),
+    ...truncation,
+    model,
+  })
+  .strict();
+
+export const tokenizeRequest = z
+  .object({
+    inputs: texts,
+    add_special_tokens: z.boolean().default(true),
+    prompt_name: z.null().optional(),
+    model,
+  })
+  .strict();
+
+const labelScores = z.array(z.strictObject({ label: z.string(), score: z.number() }));
+const offset = z
+  .number()
+  .int()
+  .min(0)
+  .nullable()
+  .meta({ description: 'UTF-8 byte offset into the input; null for a special token' });
+const tokenInfo = z.strictObject({
+  id: z.number().int(),
+  text: z.string(),
+  special: z.boolean(),
+  start: offset,
+  stop: offset,
+});
+export const rankedText = z.strictObject({ index: z.number().int(), score: z.number(), text: z.string().optional() });
+const labelMap = z.strictObject({
+  id2label: z.record(z.string(), z.string()),
+  label2id: z.record(z.string(), z.number().int()),
+});
+export const info = z.strictObject({
+  model_id: z.string(),
+  model_sha: z.string().nullable(),
+  model_weights_sha256: z.string().nullable(),
+  served_model_name: z.string(),
+  model_dtype: z.string(),
+  warning: z.string().optional().meta({
+    description: 'served in a dtype whose answers shift with their batch mates (q8): says so, and what to do',
+  }),
+  model_type: z.union([
+    z.strictObject({ reranker: labelMap }),
+    z.strictObject({ classifier: labelMap }),
+    z.strictObject({ embedding: z.strictObject({ pooling: z.string() }) }),
+  ]),
+  task: z.enum(TASKS),
+  tasks: z.array(z.enum(TASKS)),
+  max_concurrent_requests: z.number().int(),
+  max_input_length: z.number().int(),
+  max_batch_tokens: z.number().int(),
+  max_batch_requests: z.number().int(),
+  max_client_batch_size: z.number().int(),
+  auto_truncate: z.boolean(),
+  tokenization_workers: z.number().int(),
+  version: z.string(),
+});
+
+/** The shapes of this protocol's bodies, for the OpenAPI document. */
+export const teiSchemas = {
+  embedRequest,
+  embedResponse: z.array(z.array(z.number())),
+  predictRequest,
+  predictResponse: z
+    .union([labelScores, z.array(labelScores)])
+    .meta({ description: 'one input: its labels; a batch: a list of them' }),
+  rerankRequest,
+  rerankResponse: z.array(rankedText).meta({ description: 'the texts by score, highest first' }),
+  tokenizeRequest,
+  tokenizeResponse: z.array(z.array(tokenInfo)),
+  info,
+  error: errorBody,
+};
