@@ -59,6 +59,68 @@ function responseCache(config: GatewayConfig, redis: Redis, logger: Logger): Res
   );
 }
 
+/** Clients that do not read their answers may not pin them, or the gateway's memory. */
+function unreadAnswers(config: GatewayConfig, logger: Logger): UnreadAnswers {
+  return new UnreadAnswers(config.MAX_UNREAD_ANSWERS_BYTES, config.HTTP_SEND_TIMEOUT_MS, (reason, unreadBytes) =>
+    logger.warn({ reason, unreadBytes }, 'closed a connection whose client did not read its answer'),
+  );
+}
+
+/** Admission: the API keys and their quotas, and the limits every request is held to. */
+function createAdmission(
+  config: GatewayConfig,
+  logger: Logger,
+  redis: Redis,
+  parts: {
+    depth: QueueDepth;
+    bodies: BodyBudget;
+    breaker: ReturnType<typeof createRedisBreaker>;
+    registry: ModelRegistry;
+    metrics: ReturnType<typeof createMetrics>;
+  },
+): { admission: Admission; apiKeys?: KeyStore } {
+  const apiKeys = loadKeys(config, logger);
+  const admission = new Admission({
+    keys: apiKeys,
+    quotas: apiKeys ? new Quotas(redis, config.QUEUE_PREFIX) : undefined,
+    limits: {
+      maxQueueDepth: config.MAX_QUEUE_DEPTH,
+      batchQueueShare: config.BATCH_QUEUE_SHARE,
+      maxInputsPerRequest: config.MAX_INPUTS_PER_REQUEST,
+    },
+    depth: parts.depth,
+    bodies: { budget: parts.bodies },
+    breaker: parts.breaker,
+    models: parts.registry,
+    requestTimeoutMs: config.REQUEST_TIMEOUT_MS,
+    onQuotaRejected: parts.metrics.quotaRejected,
+  });
+  return { admission, apiKeys };
+}
+
+/** Connects to Redis and starts the background reads; then the app may take requests. */
+async function start(
+  config: GatewayConfig,
+  {
+    redis,
+    transport,
+    registry,
+    depth,
+  }: { redis: Redis; transport: Transport; registry: ModelRegistry; depth: QueueDepth },
+): Promise<void> {
+  await transport.start();
+  // The first refresh would otherwise fail on a connection still coming up, and until the next
+  // one every request would be refused as if Redis were down. Bounded: a Redis that is down at
+  // start-up is reported by /ready, and the gateway starts anyway.
+  await whenReady(redis, config.REDIS_COMMAND_TIMEOUT_MS);
+  await registry.start();
+  // A configured model is shared with no worker too: its backlog is what wakes one.
+  await depth.start(
+    () => [...new Set([...registry.served().map((m) => m.id), ...registry.configured()])],
+    config.REGISTRY_REFRESH_MS,
+  );
+}
+
 export interface Gateway {
   app: Express;
   unread: UnreadAnswers;
@@ -100,34 +162,13 @@ export function createGateway(config: GatewayConfig, gatewayId: string, logger: 
   );
   const snapshot = createSnapshot(registry, depth, breaker, transport);
   const bodies = new BodyBudget(config.MAX_BODIES_BYTES);
-  // Clients that do not read their answers may not pin them, or the gateway's memory.
-  const unread = new UnreadAnswers(
-    config.MAX_UNREAD_ANSWERS_BYTES,
-    config.HTTP_SEND_TIMEOUT_MS,
-    (reason, unreadBytes) =>
-      logger.warn({ reason, unreadBytes }, 'closed a connection whose client did not read its answer'),
-  );
+  const unread = unreadAnswers(config, logger);
   const cacheRedis = config.RESPONSE_CACHE_REDIS_URL
     ? createRedis(config.RESPONSE_CACHE_REDIS_URL, 'gateway', config.REDIS_COMMAND_TIMEOUT_MS)
     : redis;
   const cache = config.RESPONSE_CACHE_TTL_S > 0 ? responseCache(config, cacheRedis, logger) : undefined;
   const metrics = createMetrics({ snapshot, transport, bodies, unread, cache });
-  const apiKeys = loadKeys(config, logger);
-  const admission = new Admission({
-    keys: apiKeys,
-    quotas: apiKeys ? new Quotas(redis, config.QUEUE_PREFIX) : undefined,
-    limits: {
-      maxQueueDepth: config.MAX_QUEUE_DEPTH,
-      batchQueueShare: config.BATCH_QUEUE_SHARE,
-      maxInputsPerRequest: config.MAX_INPUTS_PER_REQUEST,
-    },
-    depth,
-    bodies: { budget: bodies },
-    breaker,
-    models: registry,
-    requestTimeoutMs: config.REQUEST_TIMEOUT_MS,
-    onQuotaRejected: metrics.quotaRejected,
-  });
+  const { admission, apiKeys } = createAdmission(config, logger, redis, { depth, bodies, breaker, registry, metrics });
   const traces = tracing && new GatewayTracing(tracing);
   const service = new InferenceService({
     config,
@@ -158,19 +199,7 @@ export function createGateway(config: GatewayConfig, gatewayId: string, logger: 
     get pending() {
       return transport.pending;
     },
-    async start() {
-      await transport.start();
-      // The first refresh would otherwise fail on a connection still coming up, and until the next
-      // one every request would be refused as if Redis were down. Bounded: a Redis that is down at
-      // start-up is reported by /ready, and the gateway starts anyway.
-      await whenReady(redis, config.REDIS_COMMAND_TIMEOUT_MS);
-      await registry.start();
-      // A configured model is shared with no worker too: its backlog is what wakes one.
-      await depth.start(
-        () => [...new Set([...registry.served().map((m) => m.id), ...registry.configured()])],
-        config.REGISTRY_REFRESH_MS,
-      );
-    },
+    start: () => start(config, { redis, transport, registry, depth }),
     async stop() {
       registry.stop();
       depth.stop();

@@ -1,11 +1,6 @@
 import {
   ApiError,
-  describeIssues,
-  normalizeInput,
-  parameterSchemas,
   sequencesOf,
-  taskInputSchemas,
-  taskOfInputs,
   type RequestTiming,
   type Operation,
   type Priority,
@@ -15,7 +10,9 @@ import {
   type TaskParameters,
 } from '@tserve/contract';
 import type { GatewayConfig } from '@tserve/config';
-import type { ModelRegistry, ModelStatus, ModelWeights, ServedModel } from './model-registry.js';
+import { checkInputs, checkParameters, taskFor } from './call-checks.js';
+import type { ModelRegistry } from './model-registry.js';
+import type { ModelStatus, ModelWeights, ServedModel } from './served-models.js';
 import type { Admission } from '../admission/admission.js';
 import { SendFailed, type Transport } from '../transport/index.js';
 import type { ResponseCache } from './response-cache.js';
@@ -178,9 +175,9 @@ export class InferenceService {
     // what it lacks waits for a worker, or is refused, as any request for the model would be.
     const gone = status.kind === 'served' || !this.cache || call.useCache === false ? undefined : lastServed(status);
     const served = gone ?? (await this.whenServed(call.model, wait, status));
-    const task = this.taskFor(served, call);
-    const { inputs, single } = this.checkInputs(task, call.inputs);
-    const parameters = this.checkParameters(task, call.parameters, call.api);
+    const task = taskFor(served, call);
+    const { inputs, single } = checkInputs(task, call.inputs);
+    const parameters = checkParameters(task, call.parameters, call.api);
     const sequences = inputs.reduce((n: number, input) => n + sequencesOf(task, input, parameters), 0);
     const admitting = this.tracing?.admission(call.model);
     try {
@@ -253,45 +250,6 @@ export class InferenceService {
     } finally {
       leave();
     }
-  }
-
-  /** The task asked for, or told by the inputs' shape, or the model's own; 400 if the model cannot serve it. */
-  private taskFor(served: ServedModel, call: InferenceCall): Operation {
-    // Every model's tokenizer can tokenize.
-    if (call.task === 'tokenize') return call.task;
-    let task = call.task ?? taskOfInputs(call.inputs);
-    // An NLI model classifies one text zero-shot when given candidate labels.
-    if (!task && 'candidate_labels' in call.parameters && served.tasks.includes('zero-shot-classification'))
-      task = 'zero-shot-classification';
-    task ??= served.task;
-    if (!served.tasks.includes(task)) {
-      throw new ApiError('validation', `model ${served.id} cannot serve ${task}; it serves ${served.tasks.join(', ')}`);
-    }
-    return task;
-  }
-
-  private checkInputs(task: Operation, raw: unknown): { inputs: TaskInput[]; single: boolean } {
-    const parsed = taskInputSchemas[task].safeParse(raw);
-    if (!parsed.success)
-      throw new ApiError('validation', `invalid inputs for ${task}: ${describeIssues(parsed.error, 'inputs')}`);
-    const value = parsed.data as Parameters<typeof normalizeInput>[0] | Array<Parameters<typeof normalizeInput>[0]>;
-    return Array.isArray(value)
-      ? { inputs: value.map(normalizeInput), single: false }
-      : { inputs: [normalizeInput(value)], single: true };
-  }
-
-  private checkParameters(
-    task: Operation,
-    parameters: Record<string, unknown>,
-    api: InferenceCall['api'],
-  ): TaskParameters {
-    // The Inference API groups entities unless told otherwise; a pipeline called on a text does not.
-    const defaults =
-      api === 'inference-api' && task === 'token-classification' ? { aggregation_strategy: 'simple' } : {};
-    const parsed = parameterSchemas[task].safeParse({ ...defaults, ...parameters });
-    if (!parsed.success)
-      throw new ApiError('validation', `invalid parameters for ${task}: ${describeIssues(parsed.error, 'parameters')}`);
-    return parsed.data;
   }
 
   private noWorkers(): ApiError {

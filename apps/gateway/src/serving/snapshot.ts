@@ -1,5 +1,6 @@
 import type { ModelDownload, Task, WorkerInfo } from '@tserve/contract';
-import type { ModelRegistry, ModelWeights } from './model-registry.js';
+import type { ModelRegistry } from './model-registry.js';
+import type { ModelWeights } from './served-models.js';
 import type { QueueDepth } from '../admission/overload.js';
 import type { BreakerState, RedisBreaker } from '../admission/breaker.js';
 
