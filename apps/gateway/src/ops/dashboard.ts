@@ -6,7 +6,7 @@ import { ApiError } from '@tserve/contract';
 import { ConfigError, type GatewayConfig } from '@tserve/config';
 import type { Transport } from '../transport/index.js';
 import type { Snapshot } from '../serving/snapshot.js';
-import { labelRoute } from './metrics.js';
+import { labelRoute } from './route-label.js';
 import { sendError } from '../http/http-errors.js';
 import { DashboardAuth, isForeignWrite, readCookie } from './dashboard-auth.js';
 

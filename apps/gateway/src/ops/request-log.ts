@@ -1,6 +1,6 @@
 import type { Request, RequestHandler, Response } from 'express';
 import type { Level, Logger } from 'pino';
-import { routeOf } from './metrics.js';
+import { routeOf } from './route-label.js';
 import { DASHBOARD_PATH } from './dashboard.js';
 import { requestIdOf } from '../http/request-id.js';
 import { admittedOf } from '../admission/admission.js';
