@@ -1,7 +1,8 @@
 import type { Logger } from 'pino';
 import { ApiError, sequenceCount } from '@tserve/contract';
 import { gatherBatch, type BatchLimits } from './batcher.js';
-import type { BatchRunner, PreparedBatch } from './runner.js';
+import type { PreparedBatch } from './prepared-batch.js';
+import type { BatchRunner } from './runner.js';
 import type { Intake } from '../transport/intake.js';
 import type { Settling } from '../transport/settling.js';
 import type { Work } from '../transport/work.js';

@@ -1,20 +1,12 @@
-import { setTimeout as turnOfTheLoop } from 'node:timers/promises';
-import {
-  ApiError,
-  type QueuedRequest,
-  type RequestOutcome,
-  type TaskInput,
-  type TaskParameters,
-} from '@tserve/contract';
+import { ApiError, type QueuedRequest } from '@tserve/contract';
 import type { Engine, Encoded, BatchOutput } from '../model/engine.js';
-import type { TaskHead, TaskHeads } from '../tasks/index.js';
+import type { TaskHeads } from '../tasks/index.js';
+import { InputEncoder, namingInput } from './input-encoder.js';
+import { LoopTurns } from './loop-turns.js';
 import { planBatches, type PlanLimits, type Sequence } from './planner.js';
+import { pendingRequest, type BatchReport, type Owner, type Pending, type PreparedBatch } from './prepared-batch.js';
+import { RequestOutcomes, type OutcomeSink } from './request-outcomes.js';
 import { InferenceStatistics } from './stats.js';
-
-/** Where the runner sends each request's outcome, once per request (transport/settling.ts gathers them by job). */
-export interface OutcomeSink {
-  record(request: QueuedRequest, outcome: RequestOutcome): void;
-}
 
 /** One model call, as the runner reports it to an observer (tracing). */
 export interface ModelCall {
@@ -33,51 +25,6 @@ export interface ModelCallObserver {
   ran(call: ModelCall): void;
 }
 
-export interface BatchReport {
-  /** Sequences in each model call that ran. */
-  callSizes: number[];
-  expired: number;
-  /** Requests whose client had left: skipped unrun. */
-  abandoned: number;
-}
-
-/** A batch tokenized and checked, ready for its model calls. */
-export interface PreparedBatch {
-  sequences: Sequence<Owner>[];
-  report: BatchReport;
-}
-
-/** Which request, input and part of that input (a pair, a span) a sequence is. */
-interface Owner {
-  pending: Pending;
-  input: number;
-  part: number;
-}
-
-interface Pending {
-  request: QueuedRequest;
-  head: TaskHead;
-  parameters: TaskParameters;
-  /** Each input's decoded sequences, in the order its head encoded them. */
-  parts: unknown[][];
-  /** Sequences not yet decoded. */
-  remaining: number;
-  /** Tokens of each input's sequences. */
-  tokens: number[];
-  warnings: string[];
-  /** From enqueue to its first model call; gateway and worker clocks must agree (NTP) for this across machines. */
-  queueMs?: number;
-  inferenceMs: number;
-  batchSize: number;
-  failed: boolean;
-  /** Its phases, for the statistics: tokenizing, its share of model calls, and decoding. */
-  inputMs: number;
-  inferMs: number;
-  outputMs: number;
-  /** Sequences its inputs ran as: its tokenizing is shared among them in each call's statistics. */
-  sequenceCount: number;
-}
-
 /** Where a model call's time went, over the calls that isolating a culprit may split it into. */
 interface CallTiming {
   forwardMs: number;
@@ -86,41 +33,11 @@ interface CallTiming {
 
 type Result = { ok: true; value: unknown } | { ok: false; error: ApiError };
 
-/** Longest stretch of tokenizing or post-processing before the thread lets its timers and I/O run. */
-const SLICE_MS = 50;
-
-/**
- * Gives the event loop a turn once SLICE_MS of synchronous work has run since the last. Tokenizing
- * and post-processing are synchronous and some inputs take long (a megabyte of text to tokenize;
- * hundreds of fill-mask candidates); a batch of them done in one go would starve
- * the heartbeat and the lock renewals, and gateways and BullMQ would count this worker dead and
- * send its work again.
- */
-class LoopTurns {
-  private since = performance.now();
-
-  /** Whether any turn was given so far. */
-  given = false;
-
-  async take(): Promise<void> {
-    if (performance.now() - this.since < SLICE_MS) return;
-    // A timeout, not an immediate: an immediate's turn can come before the timers' phase.
-    await turnOfTheLoop(0);
-    this.since = performance.now();
-    this.given = true;
-  }
-}
-
 const firstLine = (message: string) =>
   message
     .split('\n')[0]
     .replace(/\/\S*onnxruntime_src\S*/g, '')
     .slice(0, 240);
-
-/** An input's refusal, saying which input it was where the request has several. */
-function namingInput(err: unknown, index: number, count: number): unknown {
-  return err instanceof ApiError && count > 1 ? new ApiError(err.type, `inputs[${index}]: ${err.message}`) : err;
-}
 
 /** What a BatchRunner runs with; the optional parts have defaults for tests. */
 export interface BatchRunnerParts {
@@ -148,10 +65,9 @@ export class BatchRunner {
   private readonly engine: Engine;
   private readonly heads: TaskHeads;
   private readonly limits: BatchRunnerParts['limits'];
-  private readonly outcomes: OutcomeSink;
-  private readonly abandoned: { has(requestId: string): boolean };
+  private readonly outcomes: RequestOutcomes;
+  private readonly encoder: InputEncoder;
   private readonly now: () => number;
-  private readonly maxAnswerValues: number;
   private readonly stats: InferenceStatistics;
   private readonly calls?: ModelCallObserver;
 
@@ -159,12 +75,11 @@ export class BatchRunner {
     this.engine = parts.engine;
     this.heads = parts.heads;
     this.limits = parts.limits;
-    this.outcomes = parts.outcomes;
-    this.abandoned = parts.abandoned ?? new Set();
     this.now = parts.now ?? Date.now;
-    this.maxAnswerValues = parts.maxAnswerValues ?? Number.POSITIVE_INFINITY;
     this.stats = parts.stats ?? new InferenceStatistics();
     this.calls = parts.calls;
+    this.outcomes = new RequestOutcomes(parts.outcomes, this.stats, parts.abandoned ?? new Set(), this.now);
+    this.encoder = new InputEncoder(this.engine, this.limits, parts.maxAnswerValues ?? Number.POSITIVE_INFINITY);
   }
 
   async run(requests: QueuedRequest[]): Promise<BatchReport> {
@@ -181,72 +96,13 @@ export class BatchRunner {
     const turns = new LoopTurns();
     for (const request of requests) {
       await turns.take();
-      if (this.dropIfDead(request, batch.report)) continue;
+      if (this.outcomes.dropIfDead(request, batch.report)) continue;
       try {
-        const pending: Pending = {
-          request,
-          head: this.heads(request.task),
-          parameters: request.parameters,
-          parts: [],
-          remaining: 0,
-          tokens: [],
-          warnings: [],
-          inferenceMs: 0,
-          batchSize: 0,
-          failed: false,
-          inputMs: 0,
-          inferMs: 0,
-          outputMs: 0,
-          sequenceCount: 0,
-        };
-        if (pending.head.answer) {
-          const outputs: unknown[] = [];
-          for (const [i, input] of request.inputs.entries()) {
-            if (i > 0) await turns.take();
-            const started = performance.now();
-            try {
-              outputs.push(pending.head.answer(input, request.parameters, this.engine));
-            } catch (err) {
-              throw namingInput(err, i, request.inputs.length);
-            }
-            pending.inputMs += performance.now() - started;
-          }
-          const queueMs = Math.max(0, this.now() - request.enqueuedAt);
-          this.stats.succeeded(this.now(), queueMs, {
-            queueMs,
-            inputMs: pending.inputMs,
-            inferMs: 0,
-            outputMs: 0,
-            inputs: request.inputs.length,
-          });
-          this.outcomes.record(request, {
-            id: request.id,
-            ok: true,
-            outputs,
-            warnings: [],
-            timing: { queue_ms: queueMs, inference_ms: 0, batch_size: 0 },
-          });
-          continue;
-        }
-        const encoded: Encoded[][] = [];
-        for (const [i, input] of request.inputs.entries()) {
-          if (i > 0) await turns.take();
-          const started = performance.now();
-          encoded.push(this.prepareInput(input, i, request.inputs.length, pending));
-          pending.inputMs += performance.now() - started;
-        }
-        this.checkAnswerSize(pending, encoded);
-        pending.parts = encoded.map((sequences) => new Array<unknown>(sequences.length));
-        pending.remaining = encoded.reduce((n, sequences) => n + sequences.length, 0);
-        pending.sequenceCount = pending.remaining;
-        pending.tokens = encoded.map((sequences) => sequences.reduce((m, e) => m + e.ids.length, 0));
-        encoded.forEach((sequences, input) =>
-          sequences.forEach((e, part) => batch.sequences.push({ owner: { pending, input, part }, encoded: e })),
-        );
-        // Nothing for the model to run (tokenization alone): answered now.
-        if (pending.remaining === 0) await this.finishRequest(pending, turns);
+        const pending = pendingRequest(request, this.heads(request.task));
+        if (pending.head.answer) await this.answerAtOnce(pending, turns);
+        else await this.addSequences(pending, batch, turns);
       } catch (err) {
-        this.fail(request, err instanceof ApiError ? err : new ApiError('validation', String(err)));
+        this.outcomes.fail(request, err instanceof ApiError ? err : new ApiError('validation', String(err)));
       }
     }
     return batch;
@@ -259,7 +115,7 @@ export class BatchRunner {
       // A long call ahead of it may have used up a request's time, or its client may have left.
       const live = chunk.filter(({ owner }) => {
         if (owner.pending.failed) return false;
-        if (!this.dropIfDead(owner.pending.request, report)) return true;
+        if (!this.outcomes.dropIfDead(owner.pending.request, report)) return true;
         owner.pending.failed = true;
         return false;
       });
@@ -300,93 +156,47 @@ export class BatchRunner {
     for (const pending of new Set(batch.sequences.map(({ owner }) => owner.pending))) {
       if (pending.failed || pending.remaining === 0) continue;
       pending.failed = true;
-      this.fail(pending.request, error);
+      this.outcomes.fail(pending.request, error);
     }
   }
 
-  /**
-   * Refuses, before the model runs, a request whose answer would be too large to build: a small
-   * request for many inputs' token vectors can ask for millions of numbers, and building them held
-   * its worker's main thread past its heartbeats and swelled its memory (bench/HISTORY.md).
-   */
-  private checkAnswerSize({ head, parameters }: Pending, encoded: Encoded[][]): void {
-    if (!head.answerValues) return;
-    const values = encoded.flat().reduce((n, e) => n + head.answerValues!(e, parameters), 0);
-    if (values > this.maxAnswerValues) {
-      throw new ApiError(
-        'payload_too_large',
-        `the answer would hold ${values} numbers; at most ${this.maxAnswerValues} are sent in one (MAX_ANSWER_VALUES): send fewer or shorter inputs${'pooling' in parameters && parameters.pooling === 'none' ? ', or pool each into one vector' : ''}`,
-      );
-    }
-  }
-
-  /** Finishes, unrun, a request past its deadline or whose client left; true if it did. */
-  private dropIfDead(request: QueuedRequest, report: BatchReport): boolean {
-    if (request.deadline <= this.now()) {
-      report.expired++;
-      this.fail(request, new ApiError('timeout', 'the request deadline passed before the model ran it'));
-      return true;
-    }
-    if (this.abandoned.has(request.id)) {
-      report.abandoned++;
-      this.fail(
-        request,
-        new ApiError('cancelled', 'the client closed the connection before the model ran the request'),
-      );
-      return true;
-    }
-    return false;
-  }
-
-  /** The sequences one input runs as, checked; a warning where one was cut to the model's length. */
-  private prepareInput(input: TaskInput, index: number, count: number, pending: Pending): Encoded[] {
-    const { head, parameters } = pending;
-    try {
-      const sequences = head.encode
-        ? head.encode(input, parameters, this.engine)
-        : [
-            this.engine.encode(
-              input as string,
-              ('truncation' in parameters ? parameters.truncation : undefined) ?? true,
-            ),
-          ];
-      for (const encoded of sequences) {
-        if (encoded.truncatedFrom !== undefined) {
-          const { tokens, atLeast } = encoded.truncatedFrom;
-          const warning = `${count > 1 ? `inputs[${index}]` : 'input'} was truncated from ${atLeast ? 'at least ' : ''}${tokens} to ${encoded.ids.length} tokens, the most this model accepts`;
-          // The sequences of one input (a zero-shot input's, one per label) are cut alike: said once.
-          if (!pending.warnings.includes(warning)) pending.warnings.push(warning);
-        }
-        // Past the model's position table its call surely fails, and halving that call to find the
-        // culprit (runIsolated) would cost every other input in it several calls: refused before any.
-        const { positions } = this.engine.loaded;
-        if (positions !== undefined && encoded.ids.length > positions) throw this.tooLong(encoded);
-        if (this.limits.longest !== undefined && encoded.ids.length > this.limits.longest)
-          throw this.overBudget(encoded, this.limits.longest);
-        head.check?.(encoded, parameters);
+  /** For work that needs no model call (tokenization): each input's answer now, with turns between inputs. */
+  private async answerAtOnce(pending: Pending, turns: LoopTurns): Promise<void> {
+    const { request, head } = pending;
+    const outputs: unknown[] = [];
+    for (const [i, input] of request.inputs.entries()) {
+      if (i > 0) await turns.take();
+      const started = performance.now();
+      try {
+        outputs.push(head.answer!(input, request.parameters, this.engine));
+      } catch (err) {
+        throw namingInput(err, i, request.inputs.length);
       }
-      return sequences;
-    } catch (err) {
-      throw namingInput(err, index, count);
+      pending.inputMs += performance.now() - started;
     }
+    this.outcomes.answered(request, outputs, pending.inputMs);
   }
 
-  private tooLong(encoded: Encoded): ApiError {
-    return new ApiError(
-      'validation',
-      `input is ${encoded.readInPart ? 'at least ' : ''}${encoded.ids.length} tokens long but this model accepts at most ${this.engine.loaded.maxLength}; shorten it or leave "truncation" on`,
+  /** Encodes a request's inputs, with turns between them, and adds their sequences to the batch. */
+  private async addSequences(pending: Pending, batch: PreparedBatch, turns: LoopTurns): Promise<void> {
+    const { request } = pending;
+    const encoded: Encoded[][] = [];
+    for (const [i, input] of request.inputs.entries()) {
+      if (i > 0) await turns.take();
+      const started = performance.now();
+      encoded.push(this.encoder.encode(input, i, request.inputs.length, pending));
+      pending.inputMs += performance.now() - started;
+    }
+    this.encoder.checkAnswerSize(pending, encoded);
+    pending.parts = encoded.map((sequences) => new Array<unknown>(sequences.length));
+    pending.remaining = encoded.reduce((n, sequences) => n + sequences.length, 0);
+    pending.sequenceCount = pending.remaining;
+    pending.tokens = encoded.map((sequences) => sequences.reduce((m, e) => m + e.ids.length, 0));
+    encoded.forEach((sequences, input) =>
+      sequences.forEach((e, part) => batch.sequences.push({ owner: { pending, input, part }, encoded: e })),
     );
-  }
-
-  /**
-   * A sequence whose call would not fit the worker's memory budget even alone: run, it would take
-   * the process past its container's limit, and the kernel would kill it with every request it holds.
-   */
-  private overBudget(encoded: Encoded, longest: number): ApiError {
-    return new ApiError(
-      'payload_too_large',
-      `input is ${encoded.readInPart ? 'at least ' : ''}${encoded.ids.length} tokens long, but this worker's memory budget (WORKER_MEMORY_MB) holds model calls of at most ${longest} tokens per input; send a shorter input`,
-    );
+    // Nothing for the model to run (tokenization alone): answered now.
+    if (pending.remaining === 0) await this.finishRequest(pending, turns);
   }
 
   /** Runs a call; if it fails, halves it until each failure is pinned on the input that caused it. */
@@ -412,7 +222,7 @@ export class BatchRunner {
       // Where the rows before it took long, they may have used up its time, or its client may
       // have left meanwhile: its result would go to nobody (recordResult passes over a failed
       // request's results).
-      if (owner.pending.failed || (turns.given && this.dropIfDead(owner.pending.request, report))) {
+      if (owner.pending.failed || (turns.given && this.outcomes.dropIfDead(owner.pending.request, report))) {
         owner.pending.failed = true;
         results.push({ ok: false, error: new ApiError('cancelled', 'not post-processed') });
         continue;
@@ -435,7 +245,7 @@ export class BatchRunner {
   }
 
   private culpritError(encoded: Encoded, err: unknown): ApiError {
-    if (encoded.ids.length > this.engine.loaded.maxLength) return this.tooLong(encoded);
+    if (encoded.ids.length > this.engine.loaded.maxLength) return this.encoder.tooLong(encoded);
     return new ApiError(
       'inference',
       `the model could not run this input: ${firstLine(err instanceof Error ? err.message : String(err))}`,
@@ -448,7 +258,10 @@ export class BatchRunner {
     const many = pending.request.inputs.length > 1;
     const failWith = (error: ApiError) => {
       pending.failed = true;
-      this.fail(pending.request, many ? new ApiError(error.type, `inputs[${input}]: ${error.message}`) : error);
+      this.outcomes.fail(
+        pending.request,
+        many ? new ApiError(error.type, `inputs[${input}]: ${error.message}`) : error,
+      );
     };
     if (!result.ok) return failWith(result.error);
     pending.parts[input][part] = result.value;
@@ -471,35 +284,9 @@ export class BatchRunner {
       const error =
         err instanceof ApiError ? err : new ApiError('internal', `post-processing failed: ${firstLine(String(err))}`);
       pending.failed = true;
-      this.fail(request, error);
+      this.outcomes.fail(request, error);
       return;
     }
-    this.outcomes.record(pending.request, {
-      id: pending.request.id,
-      ok: true,
-      outputs,
-      warnings: pending.warnings,
-      timing: {
-        queue_ms: pending.queueMs ?? 0,
-        inference_ms: round(pending.inferenceMs),
-        batch_size: pending.batchSize,
-      },
-      tokens: pending.tokens,
-    });
-    const { queueMs = 0, inputMs, inferMs, outputMs } = pending;
-    this.stats.succeeded(this.now(), Math.max(0, this.now() - request.enqueuedAt), {
-      queueMs,
-      inputMs,
-      inferMs,
-      outputMs,
-      inputs: request.inputs.length,
-    });
-  }
-
-  private fail(request: QueuedRequest, error: ApiError): void {
-    this.outcomes.record(request, { id: request.id, ok: false, error: error.toBody() });
-    this.stats.failed(Math.max(0, this.now() - request.enqueuedAt));
+    this.outcomes.succeeded(pending, outputs);
   }
 }
-
-const round = (ms: number) => Math.round(ms * 1000) / 1000;

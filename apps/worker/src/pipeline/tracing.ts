@@ -1,6 +1,7 @@
 import type { QueuedRequest, RequestOutcome } from '@tserve/contract';
 import type { TraceContext, TraceSpan, Tracing } from '@tserve/telemetry';
-import type { ModelCall, ModelCallObserver, OutcomeSink } from './runner.js';
+import type { OutcomeSink } from './request-outcomes.js';
+import type { ModelCall, ModelCallObserver } from './runner.js';
 
 /** A traced request's spans open on this worker. */
 interface Open {

@@ -5,11 +5,11 @@ import type { WorkerConfig } from '@tserve/config';
 import type { WorkerInfo } from '@tserve/contract';
 import { createRedis, reportLoadFailure, whenReady } from '@tserve/queue';
 import { chooseRuntime, describeModel, ModelLoadError, type LoadedModel } from '../model/model.js';
-import { residentMemory } from '../model/memory.js';
+import { residentMemory, type BudgetInput, type MemoryLimits } from '../model/memory.js';
 import { isGpu } from '../model/device.js';
 import { sha256File } from '../model/download.js';
 import { ModelThread } from '../model/model-thread.js';
-import { Engine } from '../model/engine.js';
+import { Engine, type Encoded } from '../model/engine.js';
 import { InferenceStatistics } from '../pipeline/stats.js';
 import type { BatchRunnerParts } from '../pipeline/runner.js';
 import type { Heartbeat } from '../transport/heartbeat.js';
@@ -59,31 +59,11 @@ export async function loadModel({
       await leaveFailureReport(config.REDIS_URL, config.QUEUE_PREFIX, config.MODEL, err.message);
     throw err;
   };
-  // Before the model thread exists: Linux threads inherit their creator's niceness, so the model
-  // thread and ONNX Runtime's pool get it, while a gateway beside them keeps its normal priority.
-  if (config.WORKER_NICE !== 0) {
-    try {
-      os.setPriority(config.WORKER_NICE);
-    } catch (err) {
-      logger.warn(
-        { err: String(err), nice: config.WORKER_NICE },
-        "could not change the worker's priority; running at the default",
-      );
-    }
-  }
-  // A hub model is downloaded into the cache first (its progress rides on the heartbeat), then
-  // loaded from there like a MODEL_DIR model.
-  const source = await locateModel(config, info, logger).catch(reportFailure);
-  // Config and tokenizer first: a model that is not there is reported by its path.
-  const loaded = await describeModel(config, source.dir).catch(reportFailure);
-  const runtime = await Promise.resolve()
-    .then(() => chooseRuntime(config, source.dir))
-    .catch(reportFailure);
-  for (const warning of runtime.warnings) logger.warn(warning);
-  const budget = await Promise.resolve()
-    .then(() => memoryBudget(config, memoryDefaulted, loaded, runtime, logger))
-    .catch(reportFailure);
-  const prepared = await weightsToLoad(config, runtime, source, logger).catch(reportFailure);
+  setNiceness(config.WORKER_NICE, logger);
+  const { source, loaded, runtime, budget, prepared } = await chooseWhatToLoad(
+    { config, memoryDefaulted, info, logger },
+    reportFailure,
+  );
   // The model thread loads exactly what was chosen here.
   const resolved = { ...config, DEVICE: runtime.device, DTYPE: prepared.dtype };
   Object.assign(info, { device: runtime.device, dtype: prepared.dtype } satisfies Partial<WorkerInfo>);
@@ -109,43 +89,12 @@ export async function loadModel({
   // The first call of a session allocates its buffers; pay that before taking any job.
   const warmText = loaded.tokenizer.mask_token ? `warm ${loaded.tokenizer.mask_token} up` : 'warm up';
   await engine.forward([engine.encode(warmText, true)]).catch(reportFailure);
-  // What the worker holds at rest is measured now, with the session's weights and its first call's
-  // buffers in, and taken where it is more than the estimate.
-  const limits =
-    budget &&
-    (await Promise.resolve()
-      .then(() =>
-        boundedCalls(config.MODEL, {
-          ...budget,
-          restingBytes: Math.max(budget.restingBytes, residentMemory().rssBytes),
-        }),
-      )
-      .catch(reportFailure));
-  if (budget && limits) {
-    logger.info(
-      {
-        budgetMiB: config.WORKER_MEMORY_MB,
-        callBudgetMiB: Math.round(limits.callBudgetBytes / 2 ** 20),
-        batchMaxSize: limits.maxSize,
-        batchMaxTokens: limits.maxPaddedTokens,
-        longestInput: limits.longest,
-      },
-      'model calls bounded by the memory budget',
-    );
-    Object.assign(info, {
-      batchMaxSize: limits.maxSize,
-      batchMaxTokens: limits.maxPaddedTokens,
-      memoryBudgetBytes: budget.budgetBytes,
-    } satisfies Partial<WorkerInfo>);
-  }
+  const limits = budget && (await measuredLimits(config.MODEL, budget).catch(reportFailure));
+  if (budget && limits) announceLimits(config, budget, limits, info, logger);
   const batchLimits = limits ?? { maxSize: config.BATCH_MAX_SIZE, maxPaddedTokens: config.BATCH_MAX_TOKENS };
   if (isGpu(runtime.device)) {
     // A GPU compiles its kernels for each new shape: the largest batch is paid here, not by the first users.
-    const rows = config.BATCH_MAX_SIZE;
-    const length = Math.max(2, Math.min(loaded.maxLength, Math.floor(config.BATCH_MAX_TOKENS / rows)));
-    const sample = engine.encode(warmText, true);
-    const longest = { text: warmText, ids: [sample.ids[0], ...Array<number>(length - 1).fill(sample.ids[1])] };
-    await engine.forward(Array.from({ length: rows }, () => longest)).catch(reportFailure);
+    await engine.forward(largestBatch(config, loaded, engine, warmText)).catch(reportFailure);
   }
   // A download's time is not a load's: gateways estimate the rest of a download from its rate.
   const loadMs = performance.now() - started - source.downloadMs;
@@ -165,6 +114,90 @@ export async function loadModel({
   );
 
   return { loaded, source, thread, engine, stats, batchLimits, loadMs };
+}
+
+/**
+ * What the load will hold, each step's failure reported: the model's files, its config and
+ * tokenizer, its runtime (device and dtype), the memory budget, and the weights file.
+ */
+async function chooseWhatToLoad(
+  { config, memoryDefaulted, info, logger }: Pick<LoadParts, 'config' | 'memoryDefaulted' | 'info' | 'logger'>,
+  reportFailure: (err: unknown) => Promise<never>,
+) {
+  // A hub model is downloaded into the cache first (its progress rides on the heartbeat), then
+  // loaded from there like a MODEL_DIR model.
+  const source = await locateModel(config, info, logger).catch(reportFailure);
+  // Config and tokenizer first: a model that is not there is reported by its path.
+  const loaded = await describeModel(config, source.dir).catch(reportFailure);
+  const runtime = await Promise.resolve()
+    .then(() => chooseRuntime(config, source.dir))
+    .catch(reportFailure);
+  for (const warning of runtime.warnings) logger.warn(warning);
+  const budget = await Promise.resolve()
+    .then(() => memoryBudget(config, memoryDefaulted, loaded, runtime, logger))
+    .catch(reportFailure);
+  const prepared = await weightsToLoad(config, runtime, source, logger).catch(reportFailure);
+  return { source, loaded, runtime, budget, prepared };
+}
+
+/**
+ * WORKER_NICE, set before the model thread exists: Linux threads inherit their creator's niceness,
+ * so the model thread and ONNX Runtime's pool get it, while a gateway beside them keeps its normal
+ * priority.
+ */
+function setNiceness(nice: number, logger: Logger): void {
+  if (nice === 0) return;
+  try {
+    os.setPriority(nice);
+  } catch (err) {
+    logger.warn({ err: String(err), nice }, "could not change the worker's priority; running at the default");
+  }
+}
+
+/**
+ * The limits the memory budget sets on model calls. What the worker holds at rest is measured now,
+ * with the session's weights and its first call's buffers in, and taken where it is more than the
+ * estimate.
+ */
+async function measuredLimits(model: string, budget: BudgetInput): Promise<Required<MemoryLimits>> {
+  return boundedCalls(model, {
+    ...budget,
+    restingBytes: Math.max(budget.restingBytes, residentMemory().rssBytes),
+  });
+}
+
+/** Logs the limits the memory budget sets on model calls, and announces them on the heartbeat. */
+function announceLimits(
+  config: WorkerConfig,
+  budget: BudgetInput,
+  limits: Required<MemoryLimits>,
+  info: WorkerInfo,
+  logger: Logger,
+): void {
+  logger.info(
+    {
+      budgetMiB: config.WORKER_MEMORY_MB,
+      callBudgetMiB: Math.round(limits.callBudgetBytes / 2 ** 20),
+      batchMaxSize: limits.maxSize,
+      batchMaxTokens: limits.maxPaddedTokens,
+      longestInput: limits.longest,
+    },
+    'model calls bounded by the memory budget',
+  );
+  Object.assign(info, {
+    batchMaxSize: limits.maxSize,
+    batchMaxTokens: limits.maxPaddedTokens,
+    memoryBudgetBytes: budget.budgetBytes,
+  } satisfies Partial<WorkerInfo>);
+}
+
+/** The largest batch the settings allow (BATCH_MAX_SIZE rows, BATCH_MAX_TOKENS in all), of the warm-up's tokens. */
+function largestBatch(config: WorkerConfig, loaded: LoadedModel, engine: Engine, warmText: string): Encoded[] {
+  const rows = config.BATCH_MAX_SIZE;
+  const length = Math.max(2, Math.min(loaded.maxLength, Math.floor(config.BATCH_MAX_TOKENS / rows)));
+  const sample = engine.encode(warmText, true);
+  const longest = { text: warmText, ids: [sample.ids[0], ...Array<number>(length - 1).fill(sample.ids[1])] };
+  return Array.from({ length: rows }, () => longest);
 }
 
 /** Best effort, bounded: the gateway then answers 503 with this reason instead of 404 for the model. */

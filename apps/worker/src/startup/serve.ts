@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import type { WorkerConfig } from '@tserve/config';
 import { defaultScoreFunction, type WorkerInfo } from '@tserve/contract';
 import { clearLoadFailure, createRedis, keys, queueNameFor, recordLoadTime } from '@tserve/queue';
+import type { LoadedModel } from '../model/model.js';
 import { headsFor } from '../tasks/index.js';
 import { BatchRunner } from '../pipeline/runner.js';
 import { Consumer } from '../pipeline/consumer.js';
@@ -29,20 +30,45 @@ export interface ServeParts {
  * Starts taking the model's jobs, and tells the gateways the worker is ready. Resolves with the
  * stop: it finishes the batch in hand, settles it, and closes what this opened.
  */
-export async function serve({
-  config,
-  workerId,
-  publisher,
-  heartbeat,
-  info,
-  worker,
-  traces,
-  logger,
-}: ServeParts): Promise<() => Promise<void>> {
-  const { loaded, engine, stats, batchLimits, loadMs, thread } = worker;
+export async function serve(parts: ServeParts): Promise<() => Promise<void>> {
+  const { config, publisher, heartbeat, info, worker, logger } = parts;
   const connection = createRedis(config.REDIS_URL, 'worker');
   // One subscriber for both of the model's channels: its work notices and its cancellations.
   const channels = createRedis(config.REDIS_URL, 'subscriber');
+  const { intake, cancelled, consumer } = buildPipeline(parts, connection);
+  const workChannel = keys.work(config.QUEUE_PREFIX, config.MODEL);
+  channels.on('message', (channel: string, message: string) => {
+    if (channel === workChannel) {
+      if (!intake.noticed(message)) logger.warn('unreadable work notice');
+    } else if (!cancelled.note(message)) logger.warn('unreadable cancellation message');
+  });
+  // Before the first fetch: a job added after it is announced to this worker.
+  await channels.subscribe(workChannel, keys.cancellations(config.QUEUE_PREFIX, config.MODEL));
+
+  await clearLoadFailure(publisher, config.QUEUE_PREFIX, config.MODEL).catch(() => {});
+  await recordLoadTime(publisher, config.QUEUE_PREFIX, config.MODEL, worker.loadMs).catch(() => {});
+  consumer.start();
+  delete info.download;
+  Object.assign(info, readyInfo(worker.loaded));
+  await heartbeat.beat();
+  logger.info({ queue: queueNameFor(config.MODEL) }, 'worker ready');
+
+  return async () => {
+    // Gateways stop counting on this worker at once, and see it live while it finishes what it holds.
+    await heartbeat.drain();
+    await consumer.stop();
+    await heartbeat.stop();
+    await worker.thread.stop();
+    await Promise.allSettled([connection.quit(), channels.quit()]);
+  };
+}
+
+/** The intake, the runner, the settling and the consumer that drives them, on `connection`. */
+function buildPipeline(
+  { config, workerId, publisher, heartbeat, worker, traces, logger }: ServeParts,
+  connection: Redis,
+): { intake: Intake; cancelled: Cancellations; consumer: Consumer } {
+  const { loaded, engine, stats, batchLimits } = worker;
   // Data flows one way: the intake fetches jobs, the runner runs their requests, the settling settles the jobs.
   const intake = new Intake(
     connection,
@@ -83,18 +109,11 @@ export async function serve({
     },
     logger,
   );
-  const workChannel = keys.work(config.QUEUE_PREFIX, config.MODEL);
-  channels.on('message', (channel: string, message: string) => {
-    if (channel === workChannel) {
-      if (!intake.noticed(message)) logger.warn('unreadable work notice');
-    } else if (!cancelled.note(message)) logger.warn('unreadable cancellation message');
-  });
-  // Before the first fetch: a job added after it is announced to this worker.
-  await channels.subscribe(workChannel, keys.cancellations(config.QUEUE_PREFIX, config.MODEL));
+  return { intake, cancelled, consumer };
+}
 
-  await clearLoadFailure(publisher, config.QUEUE_PREFIX, config.MODEL).catch(() => {});
-  await recordLoadTime(publisher, config.QUEUE_PREFIX, config.MODEL, loadMs).catch(() => {});
-  consumer.start();
+/** What the heartbeat announces once the worker is ready: its tasks, labels and limits. */
+function readyInfo(loaded: LoadedModel): Partial<WorkerInfo> {
   const classifies = ['text-classification', 'zero-shot-classification', 'token-classification'].includes(loaded.task);
   const labels =
     classifies && loaded.config.id2label
@@ -103,24 +122,12 @@ export async function serve({
           .map((i) => loaded.config.id2label![i])
       : undefined;
   const scoreFunction = loaded.tasks.includes('text-classification') ? defaultScoreFunction(loaded.config) : undefined;
-  delete info.download;
-  Object.assign(info, {
+  return {
     state: 'ready',
     task: loaded.task,
     tasks: loaded.tasks,
     labels,
     scoreFunction,
     maxTokens: loaded.maxLength,
-  } satisfies Partial<WorkerInfo>);
-  await heartbeat.beat();
-  logger.info({ queue: queueNameFor(config.MODEL) }, 'worker ready');
-
-  return async () => {
-    // Gateways stop counting on this worker at once, and see it live while it finishes what it holds.
-    await heartbeat.drain();
-    await consumer.stop();
-    await heartbeat.stop();
-    await thread.stop();
-    await Promise.allSettled([connection.quit(), channels.quit()]);
   };
 }

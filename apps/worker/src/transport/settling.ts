@@ -11,7 +11,8 @@ import {
 } from '@tserve/contract';
 import { keys } from '@tserve/queue';
 import type { Cancellations } from '../pipeline/cancellations.js';
-import type { BatchReport, OutcomeSink } from '../pipeline/runner.js';
+import type { BatchReport } from '../pipeline/prepared-batch.js';
+import type { OutcomeSink } from '../pipeline/request-outcomes.js';
 import type { Work } from './work.js';
 
 /** A job this worker holds: its lock is renewed until every one of its requests has an outcome. */

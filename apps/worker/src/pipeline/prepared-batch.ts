@@ -1,0 +1,69 @@
+import type { QueuedRequest, TaskParameters } from '@tserve/contract';
+import type { TaskHead } from '../tasks/index.js';
+import type { Sequence } from './planner.js';
+
+export interface BatchReport {
+  /** Sequences in each model call that ran. */
+  callSizes: number[];
+  expired: number;
+  /** Requests whose client had left: skipped unrun. */
+  abandoned: number;
+}
+
+/** A batch tokenized and checked, ready for its model calls. */
+export interface PreparedBatch {
+  sequences: Sequence<Owner>[];
+  report: BatchReport;
+}
+
+/** Which request, input and part of that input (a pair, a span) a sequence is. */
+export interface Owner {
+  pending: Pending;
+  input: number;
+  part: number;
+}
+
+/** A request of the batch until its outcome: its sequences' decoded parts, and what it has cost. */
+export interface Pending {
+  request: QueuedRequest;
+  head: TaskHead;
+  parameters: TaskParameters;
+  /** Each input's decoded sequences, in the order its head encoded them. */
+  parts: unknown[][];
+  /** Sequences not yet decoded. */
+  remaining: number;
+  /** Tokens of each input's sequences. */
+  tokens: number[];
+  warnings: string[];
+  /** From enqueue to its first model call; gateway and worker clocks must agree (NTP) for this across machines. */
+  queueMs?: number;
+  inferenceMs: number;
+  batchSize: number;
+  failed: boolean;
+  /** Its phases, for the statistics: tokenizing, its share of model calls, and decoding. */
+  inputMs: number;
+  inferMs: number;
+  outputMs: number;
+  /** Sequences its inputs ran as: its tokenizing is shared among them in each call's statistics. */
+  sequenceCount: number;
+}
+
+/** A request as it enters the batch: nothing encoded, decoded or spent yet. */
+export function pendingRequest(request: QueuedRequest, head: TaskHead): Pending {
+  return {
+    request,
+    head,
+    parameters: request.parameters,
+    parts: [],
+    remaining: 0,
+    tokens: [],
+    warnings: [],
+    inferenceMs: 0,
+    batchSize: 0,
+    failed: false,
+    inputMs: 0,
+    inferMs: 0,
+    outputMs: 0,
+    sequenceCount: 0,
+  };
+}
