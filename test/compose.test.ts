@@ -314,7 +314,7 @@ describe('docker-compose.yml', () => {
     const schema = schemaSettings();
     for (const [name, s] of built) {
       for (const [key, value] of Object.entries(env(s))) {
-        assert.ok(schema.has(key), `${name}: ${key} is not a setting in packages/config/src/index.ts`);
+        assert.ok(schema.has(key), `${name}: ${key} is not a setting declared in packages/config/src/settings/`);
         assert.ok(help.has(key), `${name}: ${key} is missing from the --help settings table`);
         const m = /\$\{([A-Za-z_][A-Za-z0-9_]*)/.exec(value);
         if (m) assert.equal(m[1], RENAMED[key] ?? key, `${name}: ${key} is read from \${${m[1]}}`);

@@ -8,12 +8,16 @@ import {
   trace,
   type Attributes,
   type Context,
+  type ContextManager,
   type Link,
   type Span,
   type TextMapGetter,
+  type TextMapPropagator,
   type TextMapSetter,
   type Tracer,
 } from '@opentelemetry/api';
+// Types only, erased from the build: the SDK is loaded when tracing starts (startTracing).
+import type { TracerProvider } from '@opentelemetry/sdk-trace';
 
 /**
  * OpenTelemetry traces, off until configured with the standard variables, and the one module that
@@ -113,34 +117,51 @@ export async function startTracing(
   service: string,
   env: NodeJS.ProcessEnv = process.env,
 ): Promise<Tracing | undefined> {
+  if (!exporting(env)) return undefined;
+  // Loaded only now: with tracing off the SDK is neither loaded nor started.
+  const [provider, { AsyncLocalStorageContextManager }, core] = await Promise.all([
+    tracerProvider(service, env),
+    import('@opentelemetry/context-async-hooks'),
+    import('@opentelemetry/core'),
+  ]);
+  const contextManager = new AsyncLocalStorageContextManager().enable();
+  context.setGlobalContextManager(contextManager);
+  return tracingWith(provider, contextManager, new core.W3CTraceContextPropagator());
+}
+
+/** Whether traces are to be exported: an OTLP endpoint is set, and tracing is not turned off. */
+function exporting(env: NodeJS.ProcessEnv): boolean {
   const endpoint = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT || env.OTEL_EXPORTER_OTLP_ENDPOINT;
-  if (!endpoint || env.OTEL_SDK_DISABLED === 'true' || env.OTEL_TRACES_EXPORTER === 'none') return undefined;
+  if (!endpoint || env.OTEL_SDK_DISABLED === 'true' || env.OTEL_TRACES_EXPORTER === 'none') return false;
   const protocol = env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL || env.OTEL_EXPORTER_OTLP_PROTOCOL;
   if (protocol && protocol !== 'http/json') {
     throw new TracingConfigError(
       `OTEL_EXPORTER_OTLP_PROTOCOL=${protocol}: tserve exports traces as OTLP over HTTP in JSON only; set it to http/json or leave it unset`,
     );
   }
-  // Loaded only now: with tracing off the SDK is neither loaded nor started.
+  return true;
+}
+
+/**
+ * The SDK's tracer provider for `service`: sampled as OTEL_TRACES_SAMPLER says, its spans sent to the
+ * OTLP endpoint in batches as the OTEL_BSP_* variables say.
+ */
+async function tracerProvider(service: string, env: NodeJS.ProcessEnv): Promise<TracerProvider> {
   const [
     { TracerProvider, BatchSpanProcessor },
     { OTLPTraceExporter },
     { detectResources, envDetector, resourceFromAttributes },
-    { AsyncLocalStorageContextManager },
-    core,
   ] = await Promise.all([
     import('@opentelemetry/sdk-trace'),
     import('@opentelemetry/exporter-trace-otlp-http'),
     import('@opentelemetry/resources'),
-    import('@opentelemetry/context-async-hooks'),
-    import('@opentelemetry/core'),
   ]);
   const sampler = await samplerFrom(env);
   const number = (name: string) => {
     const value = env[name];
     return value === undefined || value === '' ? undefined : Number(value);
   };
-  const provider = new TracerProvider({
+  return new TracerProvider({
     resource: resourceFromAttributes({ 'service.name': service }).merge(detectResources({ detectors: [envDetector] })),
     sampler,
     spanProcessors: [
@@ -153,11 +174,11 @@ export async function startTracing(
       }),
     ],
   });
-  const contextManager = new AsyncLocalStorageContextManager().enable();
-  context.setGlobalContextManager(contextManager);
-  const propagator = new core.W3CTraceContextPropagator();
-  const tracer: Tracer = provider.getTracer('tserve');
+}
 
+/** The apps' `Tracing`, on the SDK's provider, the process's context manager and the W3C propagator. */
+function tracingWith(provider: TracerProvider, contextManager: ContextManager, propagator: TextMapPropagator): Tracing {
+  const tracer: Tracer = provider.getTracer('tserve');
   return {
     span(name, options = {}) {
       const parent = options.parent ?? ROOT_CONTEXT;

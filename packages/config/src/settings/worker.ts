@@ -1,0 +1,85 @@
+import { z } from 'zod';
+import { ADVANCED, bool, derived, int, optionalString, setting } from '../setting.js';
+import { hubShape } from './hub.js';
+
+/** The worker's settings: its model, the device and dtype it runs on, batching, memory, threads. */
+
+export const DTYPES = ['auto', 'int8-row', 'q8', 'fp32', 'fp16', 'int8', 'uint8', 'q4', 'q4f16', 'bnb4'] as const;
+/** `gpu`: the best GPU backend present (webgpu: the one onnxruntime-node ships; cuda needs its own build). */
+export const DEVICES = ['cpu', 'cuda', 'webgpu', 'gpu'] as const;
+
+const MODEL_REQUIRED = 'MODEL is required (a model id such as replica/tiny-bert-sst2)';
+
+export const workerShape = {
+  MODEL: setting(
+    z.string({ error: MODEL_REQUIRED }).min(1, MODEL_REQUIRED),
+    'model id, e.g. replica/MiniLM-L6-H384-uncased-sst2',
+    '(required)',
+  ),
+  MODEL_DIR: optionalString(
+    'local models root (transformers.js layout); when set, models load offline from it',
+    '(hub)',
+  ),
+  // q8's kernels are CPU kernels: on a GPU they fall back to the CPU.
+  DTYPE: setting(
+    z.enum(DTYPES).default('auto'),
+    `${DTYPES.join(' | ')}; auto: int8-row on cpu, fp16 (else fp32) on a GPU; int8-row: int8 MatMuls with activations quantized per row (answers independent of batch mates), written at first load from model.onnx (else model_quantized.onnx) and cached beside it`,
+  ),
+  DTYPE_FORCE: bool(false, 'run q8 on a GPU anyway (its integer kernels fall back to the CPU, many times slower)').meta(
+    ADVANCED,
+  ),
+  DEVICE: setting(
+    z.enum(DEVICES).default('cpu'),
+    `${DEVICES.join(' | ')}; gpu: webgpu (Vulkan), the GPU backend onnxruntime-node ships`,
+  ),
+  TASK: optionalString('override the task', '(from config.json)'),
+  // Unset: by device (see batchDefaults). A GPU call costs milliseconds however full, so GPUs take larger batches.
+  BATCH_MAX_SIZE: setting(
+    z.coerce.number().int().min(1).optional(),
+    'most sequences in one model call',
+    '32 cpu / 128 gpu',
+  ),
+  BATCH_MAX_WAIT_MS: setting(
+    z.coerce.number().min(0).default(2),
+    'the one deadline, after the first job, for gathering a batch',
+  ).meta(ADVANCED),
+  BATCH_MAX_TOKENS: setting(
+    z.coerce.number().int().min(1).optional(),
+    'most padded tokens (longest x count) in one model call',
+    '16384 cpu / 65536 gpu',
+  ),
+  // A model call's tensors grow with its padded tokens and, for attention, with rows x length squared.
+  WORKER_MEMORY_MB: setting(
+    // Empty is unset, as compose passes a variable it was not given.
+    z.preprocess(
+      (v) => (typeof v === 'string' && v.trim() === '' ? undefined : v),
+      z.coerce.number().int().min(1).optional(),
+    ),
+    "the most memory (peak RSS, MiB) the worker process may hold, a quarter under its container's limit (docs/memory.md): from the model's config the worker derives the largest model call that fits beside the weights and runtime, lowers BATCH_MAX_TOKENS and BATCH_MAX_SIZE to it, and refuses (413) an input too long to fit even alone; on a GPU it bounds nothing",
+    "a quarter under the cgroup memory limit (memory.max); without one, 1024 (an all-MiniLM-L6-v2 worker's peak stayed under 1 GB); --help shows this container's",
+  ),
+  MAX_ANSWER_VALUES: int(
+    2_000_000,
+    1,
+    "most numbers one request's answer may hold, counted before the model runs (token embeddings, pooling none: tokens x hidden size); more is refused 413, since the worker and the gateway each hold the whole answer, as JSON, in memory",
+  ).meta(ADVANCED),
+  JOB_LOCK_MS: derived(500, '5 × HEARTBEAT_MS', "job lock; a dead worker's jobs return to the queue after it", 500),
+  STALLED_INTERVAL_MS: derived(100, '5 × HEARTBEAT_MS', 'how often workers look for jobs of dead workers'),
+  WORKER_ID: optionalString('name in heartbeats and logs', 'host-pid').meta(ADVANCED),
+  INTRA_OP_THREADS: int(
+    0,
+    0,
+    "ONNX Runtime threads per model call (0: the CPUs this process may use: the cgroup CPU quota (cpu.max) rounded down, at least 1, where one is set, else the affinity mask; --help shows this container's)",
+  ),
+  INTRA_OP_SPINNING: bool(
+    false,
+    "let ONNX Runtime's threads spin between the steps of a model call (they stop when it returns): a shorter model call, but a spinning thread holds a core others on the host may need meanwhile (with WORKER_NICE it gives way to the gateway and Redis, not to another worker's threads)",
+    'false (npm start, one worker: true)',
+  ).meta(ADVANCED),
+  WORKER_NICE: setting(
+    z.coerce.number().int().min(-20).max(19).default(0),
+    'niceness of the worker process, its model threads included; a worker beside a gateway on one host should yield, so that 503s and /health stay fast while the model saturates the cores',
+    '0 (npm start: 19)',
+  ).meta(ADVANCED),
+  ...hubShape,
+};
