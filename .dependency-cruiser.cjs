@@ -26,6 +26,14 @@ module.exports = {
       from: { path: '^(apps|packages)/[^/]+/src/', pathNot: '^apps/[^/]+/src/transport/' },
       to: { path: 'node_modules/bullmq/' },
     },
+    {
+      name: 'logger-built-outside-logs',
+      comment:
+        'pino (but for its types) and pino-pretty are imported outside packages/telemetry/src/logs.ts; loggers are built there alone, so that every process logs alike: use createLogger.',
+      severity: 'error',
+      from: { path: '^(apps|packages)/[^/]+/src/', pathNot: '^packages/telemetry/src/logs\\.ts$' },
+      to: { path: 'node_modules/(pino|pino-pretty)/', dependencyTypesNot: ['type-only'] },
+    },
     // The gateway's rooms, by the stage of a request's trip (docs/architecture.md, "Gateway").
     {
       name: 'gateway-http-imports-a-room',

@@ -281,6 +281,41 @@ describe('models from the hub or a mirror', () => {
     await stopWorker(cached, MODEL);
   });
 
+  it('with readable logs, a download is a bar with its size, rate and time left', async () => {
+    const cache = newCache();
+    // The weights take about 9 seconds at this pace: several progress lines.
+    mirror.bytesPerSecond = 2_000_000;
+    let worker: Proc | undefined;
+    try {
+      worker = hubWorker(MODEL, cache, { LOG_FORMAT: 'pretty' });
+      const line = await waitFor(
+        'a progress bar in the log',
+        async () => worker!.output.split('\n').find((l) => l.includes(`downloading ${WEIGHTS} [█`)),
+        20_000,
+      );
+      assert.match(
+        line,
+        new RegExp(
+          `worker ${MODEL}: downloading ${WEIGHTS} \\[█+░*\\] +\\d+%  [\\d.]+ MB of [\\d.]+ MB  [\\d.]+ [kM]B/s  \\d+ s left$`,
+        ),
+      );
+      await system.waitForWorkers(MODEL);
+      const lines = worker.output.split('\n').filter((l) => l.trim() !== '');
+      assert.deepEqual(
+        lines.filter((l) => l.startsWith('{')),
+        [],
+        'JSON lines among the readable ones',
+      );
+      assert.ok(
+        lines.some((l) => /download complete: [\d.]+ MB in \d+ s/.test(l)),
+        worker.output,
+      );
+    } finally {
+      mirror.bytesPerSecond = undefined;
+    }
+    if (worker) await stopWorker(worker, MODEL);
+  });
+
   it('weights that do not match their etag are fetched again; a hub that cannot be reached leaves the cache to serve', async () => {
     const cache = newCache();
     mirror.corruptOnce.add(WEIGHTS);

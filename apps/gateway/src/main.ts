@@ -4,9 +4,8 @@ import './http/heap-flags.js';
 import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
-import { pino } from 'pino';
 import { ConfigError, formatHelp, loadGatewayConfig } from '@tserve/config';
-import { startTracing, TracingConfigError } from '@tserve/telemetry';
+import { createLogger, startTracing, TracingConfigError } from '@tserve/telemetry';
 import { createGateway, StartupError } from './gateway.js';
 import { ROUTES } from './app.js';
 import { expressServer, slowClientTimeouts } from './http/http-server.js';
@@ -26,7 +25,11 @@ if (process.argv.includes('--help') || process.argv.includes('-h')) {
 async function main(): Promise<void> {
   const config = loadGatewayConfig();
   const gatewayId = `${os.hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`;
-  const logger = pino({ level: config.LOG_LEVEL, base: { service: 'gateway', gateway: gatewayId } });
+  const logger = createLogger({
+    level: config.LOG_LEVEL,
+    format: config.LOG_FORMAT,
+    base: { service: 'gateway', gateway: gatewayId },
+  });
   // A last line of defence: a promise rejection nobody handled is a bug to log and fix, but not a
   // reason to drop every other client's connection. (Node's default would exit the process.)
   process.on('unhandledRejection', (reason) => {

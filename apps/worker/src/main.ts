@@ -1,9 +1,8 @@
 #!/usr/bin/env node
 import os from 'node:os';
-import { pino } from 'pino';
 import { ConfigError, formatHelp, loadWorkerConfig } from '@tserve/config';
 import { PROTOCOL, type WorkerInfo } from '@tserve/contract';
-import { startTracing, TracingConfigError } from '@tserve/telemetry';
+import { createLogger, startTracing, TracingConfigError } from '@tserve/telemetry';
 import { createRedis } from '@tserve/queue';
 import { ModelLoadError } from './model/model.js';
 import { containerLimits, defaultWorkerMemoryMiB } from './model/container-limits.js';
@@ -39,7 +38,11 @@ async function main(): Promise<void> {
     WORKER_MEMORY_MB: settings.WORKER_MEMORY_MB ?? defaultWorkerMemoryMiB(container.memoryLimitBytes),
   };
   const workerId = config.WORKER_ID ?? `${os.hostname()}-${process.pid}`;
-  const logger = pino({ level: config.LOG_LEVEL, base: { service: 'worker', model: config.MODEL, worker: workerId } });
+  const logger = createLogger({
+    level: config.LOG_LEVEL,
+    format: config.LOG_FORMAT,
+    base: { service: 'worker', model: config.MODEL, worker: workerId },
+  });
   const tracing = await startTracing('tserve-worker');
   if (tracing) logger.info('tracing on: exporting spans over OTLP (docs/tracing.md)');
   const traces = tracing && new WorkerTracing(tracing);

@@ -250,3 +250,4 @@ async function samplerFrom(env: NodeJS.ProcessEnv) {
       );
   }
 }
+export { createLogger, downloadBar } from './logs.js';

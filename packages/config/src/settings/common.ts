@@ -4,6 +4,7 @@ import { ADVANCED, derived, int, setting } from '../setting.js';
 /** The settings every program reads: Redis, logging, and how soon a worker counts as gone. */
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+const LOG_FORMATS = ['auto', 'json', 'pretty'] as const;
 
 export const commonShape = {
   REDIS_URL: setting(z.string().url().default('redis://127.0.0.1:6379'), 'Redis holding the queues'),
@@ -16,6 +17,10 @@ export const commonShape = {
     'key prefix of every queue and key (several deployments can share a Redis)',
   ),
   LOG_LEVEL: setting(z.enum(LOG_LEVELS).default('info'), 'pino log level'),
+  LOG_FORMAT: setting(
+    z.enum(LOG_FORMATS).default('auto'),
+    'json: a JSON object per line; pretty: readable lines; auto: pretty where stdout is a terminal',
+  ).meta(ADVANCED),
   // The one liveness period: the others are derived from it, so that faster failover is one setting.
   HEARTBEAT_MS: int(
     1000,
