@@ -89,6 +89,17 @@ export function answer(description: string, content: Json): Json {
   };
 }
 
+/** A route that reads (GET) and runs no model: its name, its tag, what it answers. */
+export function getOperation(
+  tagName: string,
+  operationId: string,
+  summary: string,
+  responses: Json,
+  parameters?: Json[],
+): { get: Json } {
+  return { get: { operationId, ...tag(tagName), summary, ...(parameters ? { parameters } : {}), responses } };
+}
+
 export function ok(description: string, schema: z.ZodType): Json {
   return {
     description,

@@ -3,7 +3,15 @@ import path from 'node:path';
 import express, { type IRouter } from 'express';
 import { backlogBodySchema, errorBodySchema, healthBodySchema, PRIORITIES, readyBodySchema } from '@tserve/contract';
 import type { GatewayConfig } from '@tserve/config';
-import { errors, ok, ref, tag, type Json, type OpenApiOptions, type OpenApiPart } from '../http/openapi-parts.js';
+import {
+  errors,
+  getOperation,
+  ok,
+  ref,
+  type Json,
+  type OpenApiOptions,
+  type OpenApiPart,
+} from '../http/openapi-parts.js';
 import { inferenceApiOpenApi } from '../protocols/inference-api-openapi.js';
 import { openAiOpenApi } from '../protocols/openai-openapi.js';
 import { teiOpenApi } from '../protocols/tei-openapi.js';
@@ -80,9 +88,8 @@ const OPERATIONS_TAG = 'Operations';
 
 /** The operations routes: health, readiness, backlog, metrics and this document. */
 function operationsPaths(): Record<string, Json> {
-  const get = (operationId: string, summary: string, responses: Json, parameters?: Json[]) => ({
-    get: { operationId, ...tag(OPERATIONS_TAG), summary, ...(parameters ? { parameters } : {}), responses },
-  });
+  const get = (operationId: string, summary: string, responses: Json, parameters?: Json[]) =>
+    getOperation(OPERATIONS_TAG, operationId, summary, responses, parameters);
   return {
     '/health': get('health', 'the process answers', { 200: ok('alive', healthBodySchema) }),
     '/ready': get(

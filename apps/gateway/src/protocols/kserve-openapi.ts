@@ -1,6 +1,7 @@
 import {
   answer,
   errors,
+  getOperation,
   jsonContent,
   modelCall,
   ok,
@@ -26,9 +27,8 @@ const OPERATIONS: Record<Action, string> = {
   '/stats': 'modelStatistics',
 };
 
-const get = (operationId: string, summary: string, responses: Json, parameters?: Json[]) => ({
-  get: { operationId, ...tag(TAG), summary, ...(parameters ? { parameters } : {}), responses },
-});
+const get = (operationId: string, summary: string, responses: Json, parameters?: Json[]) =>
+  getOperation(TAG, operationId, summary, responses, parameters);
 
 /** `POST …/infer`: texts in a BYTES tensor, as JSON or as Triton's binary tensor data. */
 function inferOperation(options: OpenApiOptions, operationId: string, parameters: Json[]): Json {

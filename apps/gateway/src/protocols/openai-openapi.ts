@@ -1,6 +1,7 @@
 import {
   answer,
   errors,
+  getOperation,
   jsonContent,
   modelCall,
   ok,
@@ -32,23 +33,16 @@ export function openAiOpenApi(options: OpenApiOptions): OpenApiPart {
           [400, 404, 413, 422, 500, 503, 504],
         ),
       },
-      '/v1/models': {
-        get: {
-          operationId: 'listModels',
-          ...tag(TAG),
-          summary: 'the served models',
-          responses: { 200: ok('the served models', openAiSchemas.modelList) },
-        },
-      },
-      '/v1/models/{model}': {
-        get: {
-          operationId: 'getModel',
-          ...tag(TAG),
-          summary: 'one served model',
-          parameters: [ref('parameters', 'Model')],
-          responses: { 200: ok('the model', openAiSchemas.model), ...errors(openAiSchemas.error, [404]) },
-        },
-      },
+      '/v1/models': getOperation(TAG, 'listModels', 'the served models', {
+        200: ok('the served models', openAiSchemas.modelList),
+      }),
+      '/v1/models/{model}': getOperation(
+        TAG,
+        'getModel',
+        'one served model',
+        { 200: ok('the model', openAiSchemas.model), ...errors(openAiSchemas.error, [404]) },
+        [ref('parameters', 'Model')],
+      ),
     },
   };
 }

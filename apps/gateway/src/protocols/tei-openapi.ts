@@ -2,6 +2,7 @@ import type { z } from 'zod';
 import {
   answer,
   errors,
+  getOperation,
   jsonContent,
   modelCall,
   ok,
@@ -49,26 +50,16 @@ export function teiOpenApi(options: OpenApiOptions): OpenApiPart {
         teiSchemas.tokenizeRequest,
         teiSchemas.tokenizeResponse,
       ),
-      '/info': {
-        get: {
-          operationId: 'teiInfo',
-          ...tag(TAG),
-          summary: 'a served model, as TEI describes itself',
-          parameters: [
-            {
-              name: 'model',
-              in: 'query',
-              description: 'the model, when several are served',
-              schema: { type: 'string' },
-            },
-            ref('parameters', 'TeiModel'),
-          ],
-          responses: {
-            200: ok("the model's description", teiSchemas.info),
-            ...errors(teiSchemas.error, [404, 422, 503]),
-          },
-        },
-      },
+      '/info': getOperation(
+        TAG,
+        'teiInfo',
+        'a served model, as TEI describes itself',
+        { 200: ok("the model's description", teiSchemas.info), ...errors(teiSchemas.error, [404, 422, 503]) },
+        [
+          { name: 'model', in: 'query', description: 'the model, when several are served', schema: { type: 'string' } },
+          ref('parameters', 'TeiModel'),
+        ],
+      ),
     },
     parameters: {
       TeiModel: {
