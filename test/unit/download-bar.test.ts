@@ -1,6 +1,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { downloadBar } from '@tserve/telemetry';
+import { downloadBar, readableMessage } from '@tserve/telemetry';
 
 describe('a download as a bar', () => {
   it('fills the bar by its share, and says its size, rate and time left in units a person reads', () => {
@@ -28,6 +28,18 @@ describe('a download as a bar', () => {
     assert.equal(
       downloadBar({ file: 'tokenizer.json', bytes: 0, totalBytes: 0, bytesPerSecond: 0 }),
       'downloading tokenizer.json [░░░░░░░░░░░░░░░░░░░░░░░░]   0%  0 B  0 B/s  time left unknown',
+    );
+  });
+
+  it("keeps a download's fields on its other lines at a terminal: a resumed download names its file", () => {
+    assert.equal(
+      readableMessage({ msg: 'download interrupted; resuming', file: 'onnx/model.onnx', attempt: 2 }, 'msg'),
+      'download interrupted; resuming (file="onnx/model.onnx")',
+    );
+    assert.equal(readableMessage({ msg: 'worker ready', queue: 'q' }, 'msg'), 'worker ready');
+    assert.match(
+      readableMessage({ msg: 'downloading', file: 'f', bytes: 1, totalBytes: 2, bytesPerSecond: 1 }, 'msg'),
+      /^downloading f \[/,
     );
   });
 });

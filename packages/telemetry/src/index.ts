@@ -250,4 +250,4 @@ async function samplerFrom(env: NodeJS.ProcessEnv) {
       );
   }
 }
-export { createLogger, downloadBar } from './logs.js';
+export { createLogger, downloadBar, readableMessage } from './logs.js';

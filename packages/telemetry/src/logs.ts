@@ -28,7 +28,7 @@ export function createLogger({ level, format, base }: LoggerOptions): Logger {
       translateTime: 'SYS:HH:MM:ss',
       // Who logged is the line's prefix; a download's figures are its bar.
       ignore: ['pid', 'hostname', ...Object.keys(base), ...DOWNLOAD_FIELDS].join(','),
-      messageFormat: (log, messageKey) => `${speaker(log)}: ${message(log, messageKey)}`,
+      messageFormat: (log, messageKey) => `${speaker(log)}: ${readableMessage(log, messageKey)}`,
     }),
   );
 }
@@ -40,7 +40,8 @@ function speaker(log: Record<string, unknown>): string {
   return log.service === 'worker' && typeof log.model === 'string' ? `worker ${log.model}` : String(log.service);
 }
 
-function message(log: Record<string, unknown>, messageKey: string): string {
+/** A line's message at a terminal: the bar for a download's progress, else the message with the download fields it has. */
+export function readableMessage(log: Record<string, unknown>, messageKey: string): string {
   const string = (key: string) => (typeof log[key] === 'string' ? log[key] : '');
   const number = (key: string) => (typeof log[key] === 'number' ? log[key] : undefined);
   const text = string(messageKey);
@@ -56,7 +57,12 @@ function message(log: Record<string, unknown>, messageKey: string): string {
   const seconds = number('seconds');
   if (text === 'download complete' && bytes !== undefined && seconds !== undefined)
     return `download complete: ${size(bytes)} in ${duration(seconds)} (${size(number('bytesPerSecond') ?? 0)}/s)`;
-  return text;
+  // pino-pretty hides the bar's fields on every line; another line that has them (a resumed
+  // download's file) says them here.
+  const own = DOWNLOAD_FIELDS.filter((key) => log[key] !== undefined).map(
+    (key) => `${key}=${JSON.stringify(log[key])}`,
+  );
+  return own.length > 0 ? `${text} (${own.join(' ')})` : text;
 }
 
 const BAR_WIDTH = 24;
