@@ -1,5 +1,5 @@
-# One image for every process; docker-compose.yml picks the command:
-#   node apps/gateway/dist/main.js | node apps/worker/dist/main.js | node apps/launcher/dist/main.js --help
+# One image for every process, holding the release archive's folder (npm run release) and nothing else;
+# docker-compose.yml picks the command: tserve gateway | tserve worker | tserve --help
 # CPU build:  docker compose build
 # CUDA build: docker compose build --build-arg ONNXRUNTIME_NODE_INSTALL=cuda12
 #   (fetches ONNX Runtime's CUDA 12 provider libraries from NuGet at build time; running them also
@@ -30,29 +30,20 @@ RUN npm ci --no-audit --no-fund
 COPY tsconfig.json tsconfig.base.json turbo.json ./
 COPY packages packages
 COPY apps apps
-RUN npm run build
-
-# Only what `node apps/*/dist/main.js` needs: no dev dependencies, sources, build caches, or the
-# ONNX Runtime binaries of other platforms (about 220 MB of darwin/win32/other-arch libraries).
-RUN npm prune --omit=dev --no-audit --no-fund \
- && rm -rf .turbo apps/*/.turbo packages/*/.turbo apps/*/src packages/*/src \
-           apps/*/tsconfig*.json packages/*/tsconfig*.json apps/*/dist/.tsbuildinfo packages/*/dist/.tsbuildinfo \
- && ORT_BIN=node_modules/onnxruntime-node/bin/napi-v6 \
- && KEEP="$(node -p 'process.platform + "/" + process.arch')" \
- && test -e "$ORT_BIN/$KEEP/onnxruntime_binding.node" \
- && mv "$ORT_BIN/$KEEP" /tmp/ort-keep && rm -rf "$ORT_BIN"/* \
- && mkdir -p "$ORT_BIN/$(dirname "$KEEP")" && mv /tmp/ort-keep "$ORT_BIN/$KEEP"
+COPY scripts/release.ts scripts/
+COPY scripts/release scripts/release
+# The release archive's folder (scripts/release.ts): Node.js, the bundled programs and ONNX Runtime's
+# native library for this platform, and nothing of node_modules beyond what cannot be bundled.
+RUN npm run build && node --import tsx scripts/release.ts --unpacked
 
 
-FROM node:20-bookworm-slim AS runtime
+FROM debian:bookworm-slim AS runtime
 ENV NODE_ENV=production
-WORKDIR /app
 
 # Owned by root and so read-only to the service user: a compromised process cannot alter the code.
-COPY --from=build /app/package.json ./
-COPY --from=build /app/node_modules node_modules
-COPY --from=build /app/packages packages
-COPY --from=build /app/apps apps
+COPY --from=build /app/release/tserve /opt/tserve
+# tserve, and its node for what runs beside it (the healthcheck, docker compose run worker node -e ...).
+ENV PATH=/opt/tserve/bin:/opt/tserve/node/bin:$PATH
 
 # GPU=true: the Vulkan loader that onnxruntime-node's WebGPU execution provider (DEVICE=webgpu|gpu)
 # needs to find an NVIDIA GPU; the driver itself comes from the host through the NVIDIA container
@@ -71,7 +62,7 @@ ENV HF_HOME=/cache/huggingface
 RUN mkdir -p /cache/huggingface \
  && chown 1000:1000 /cache/huggingface
 
-# The base image's `node` user, by number so that runtimes can check it is not root.
+# A user by number, so that runtimes can check it is not root (the build image's `node` user).
 USER 1000:1000
 EXPOSE 8000
-CMD ["node", "apps/gateway/dist/main.js"]
+CMD ["tserve", "gateway"]

@@ -5,7 +5,15 @@ import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
   {
-    ignores: ['**/dist/', '**/node_modules/', 'bench/results/', 'test/artifacts/', 'coverage/', '.scratch/'],
+    ignores: [
+      '**/dist/',
+      '**/node_modules/',
+      'bench/results/',
+      'test/artifacts/',
+      'coverage/',
+      '.scratch/',
+      'release/',
+    ],
   },
   {
     files: ['apps/*/src/**/*.ts', 'packages/*/src/**/*.ts', 'test/**/*.ts', 'bench/**/*.ts', 'scripts/**/*.ts'],

@@ -6,8 +6,11 @@
  * scaling efficiency (throughput at N ÷ (N × throughput at 1)), where the CPU went (each process, %
  * of one core), and Redis's commands and CPU per answered request.
  * Usage: npm run bench:scale [-- --threads 1 --workers 1,2 --tokens 16,128 --seconds 3 --warmup 1
- *        --per-worker 64 --second-gateway --model <id>]
+ *        --per-worker 64 --second-gateway --model <id> --json <file>]
+ * From the release archive, where the big hosts have no npm: `tserve bench-scale [-- the same]`.
+ * --json writes the host, the settings, the ceiling and every point, as measured, to <file>.
  */
+import fs from 'node:fs';
 import os from 'node:os';
 import { parseArgs } from 'node:util';
 import { BenchSystem } from './lib/system.ts';
@@ -28,6 +31,7 @@ const { values } = parseArgs({
     warmup: { type: 'string', default: '1' },
     'per-worker': { type: 'string', default: '64' },
     'second-gateway': { type: 'boolean', default: false },
+    json: { type: 'string' },
   },
 });
 const model = values.model;
@@ -172,6 +176,12 @@ try {
         `   ${split}${(cpu?.other ?? 0) > DISTURBED_PCT ? '  disturbed' : ''}`,
       ].join(' '),
     );
+  }
+  if (values.json) {
+    const host = { cores, cpu: os.cpus()[0]?.model ?? '?', hostname: os.hostname() };
+    const settings = { model, threads, perWorker, seconds, warmup, gateways: urls.length, workerEnv };
+    fs.writeFileSync(values.json, `${JSON.stringify({ host, settings, ceiling, rows }, null, 2)}\n`);
+    console.log(`\nwrote ${values.json}`);
   }
 } finally {
   await system.stop();

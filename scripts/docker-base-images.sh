@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# Makes the two base images that Dockerfile and docker-compose.yml name, node:20-bookworm-slim and
-# redis:7, on a machine that reaches Debian's archive and the npm registry but no container
+# Makes the three base images that Dockerfile and docker-compose.yml name, node:20-bookworm-slim (the
+# build), debian:bookworm-slim (the runtime) and redis:7, on a machine that reaches Debian's archive and the npm registry but no container
 # registry (the compose test in test/compose.test.ts, .ci/run). Each is skipped when an image of
 # that name is already there, so a real one pulled from Docker Hub is always used as it is.
 #
 #   bash scripts/docker-base-images.sh          needs a running Docker engine, debootstrap and npm
 #
 # The stand-ins are built from the same parts as the official images (a Debian bookworm root file
-# system, Node 20 with npm 10; Debian's Redis 7) and labelled org.tserve.stand-in=true:
+# system, Node 20 with npm 10; Debian's Redis 7; debian:bookworm-slim is the root file system itself) and labelled org.tserve.stand-in=true:
 #   docker image ls --filter label=org.tserve.stand-in=true
 set -euo pipefail
 
 NODE_IMAGE=node:20-bookworm-slim
 REDIS_IMAGE=redis:7
+SLIM_IMAGE=debian:bookworm-slim
 DEBIAN_IMAGE=tserve-stand-in/debian:bookworm
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 LABEL=org.tserve.stand-in=true
@@ -24,8 +25,8 @@ EXTRA_CA_GLOB=${EXTRA_CA_GLOB:-/usr/local/share/ca-certificates/*.crt}
 have() { docker image inspect "$1" >/dev/null 2>&1; }
 say() { echo "docker-base-images: $*"; }
 
-if have "$NODE_IMAGE" && have "$REDIS_IMAGE"; then
-  say "$NODE_IMAGE and $REDIS_IMAGE are present"
+if have "$NODE_IMAGE" && have "$REDIS_IMAGE" && have "$SLIM_IMAGE"; then
+  say "$NODE_IMAGE, $SLIM_IMAGE and $REDIS_IMAGE are present"
   exit 0
 fi
 
@@ -43,6 +44,11 @@ if ! have "$DEBIAN_IMAGE"; then
   rm -rf "$work/rootfs/var/lib/apt/lists/"* "$work/rootfs/var/cache/apt/"*.bin
   tar -C "$work/rootfs" -c . | docker import --change "LABEL $LABEL" --change 'CMD ["bash"]' - "$DEBIAN_IMAGE" >/dev/null
   rm -rf "$work/rootfs"
+fi
+
+if ! have "$SLIM_IMAGE"; then
+  say "$SLIM_IMAGE: the Debian bookworm root file system"
+  docker tag "$DEBIAN_IMAGE" "$SLIM_IMAGE"
 fi
 
 if ! have "$NODE_IMAGE"; then
@@ -108,4 +114,4 @@ EOF
   docker build -q -t "$REDIS_IMAGE" "$ctx" >/dev/null
 fi
 
-say "ready: $(docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' "$NODE_IMAGE") and $(docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' "$REDIS_IMAGE")"
+say "ready: $(docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' "$NODE_IMAGE"), $(docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' "$SLIM_IMAGE") and $(docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' "$REDIS_IMAGE")"

@@ -325,7 +325,7 @@ describe(
               assert.ok(['/ready', '/health'].includes(container[probe]?.httpGet?.path), `${d.metadata.name} ${probe}`);
             }
           } else {
-            assert.match(script, /apps\/worker\/dist\/main\.js/);
+            assert.equal(script, 'tserve worker');
             const config = loadWorkerConfig(env);
             assert.ok(config.MODEL);
             assert.ok(

@@ -1,3 +1,6 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import type { ReadyBody } from '@tserve/contract';
 import { colocatedWorkerSettings } from '../../apps/launcher/src/colocated.ts';
 import {
@@ -26,9 +29,17 @@ const OWNED = ['REDIS_URL', 'QUEUE_PREFIX', 'PORT', 'HOST', 'MODEL', 'MODEL_DIR'
 /** Extra node flags for the server processes, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof" (not allowed in NODE_OPTIONS). */
 const NODE_ARGS = (process.env.BENCH_SERVER_NODE_ARGS ?? '').split(/\s+/).filter(Boolean);
 
-function startProgram(name: string, script: string, env: Env, root?: string): Proc {
+/**
+ * Where the bench runs from the release archive (`tserve bench-scale`), the programs are the bundles
+ * beside its own; in a checkout, the build output of `root`.
+ */
+const BUNDLED = path.dirname(fileURLToPath(import.meta.url));
+const bundled = fs.existsSync(path.join(BUNDLED, 'gateway.js')) && fs.existsSync(path.join(BUNDLED, 'worker.js'));
+
+function startProgram(name: string, app: 'gateway' | 'worker', env: Env, root?: string): Proc {
   const inherited = Object.fromEntries(Object.entries(process.env).filter(([k]) => !OWNED.includes(k)));
-  return startNode({ name, script, env, baseEnv: inherited, nodeArgs: NODE_ARGS, keepChars: TAIL, root });
+  const [script, from] = bundled && root === undefined ? [`${app}.js`, BUNDLED] : [`apps/${app}/dist/main.js`, root];
+  return startNode({ name, script, env, baseEnv: inherited, nodeArgs: NODE_ARGS, keepChars: TAIL, root: from });
 }
 
 export interface SystemOptions {
@@ -89,7 +100,7 @@ export class BenchSystem {
     this.port = await freePort();
     this.gateway = startProgram(
       'gateway',
-      'apps/gateway/dist/main.js',
+      'gateway',
       this.env({ PORT: this.port, HOST: '127.0.0.1', ...extra }),
       this.options.root,
     );
@@ -105,7 +116,7 @@ export class BenchSystem {
     const url = `http://127.0.0.1:${port}`;
     const proc = startProgram(
       `gateway ${this.moreGateways.length + 2}`,
-      'apps/gateway/dist/main.js',
+      'gateway',
       this.env({ PORT: port, HOST: '127.0.0.1', ...extra }),
       this.options.root,
     );
@@ -130,12 +141,7 @@ export class BenchSystem {
     const unset = Object.fromEntries(
       Object.entries(this.colocated).filter(([name]) => process.env[name] === undefined),
     );
-    const worker = startProgram(
-      `worker ${model}`,
-      'apps/worker/dist/main.js',
-      this.env({ ...unset, MODEL: model, ...extra }),
-      root,
-    );
+    const worker = startProgram(`worker ${model}`, 'worker', this.env({ ...unset, MODEL: model, ...extra }), root);
     this.workers.set(model, worker);
     await this.waitForWorkers(model, 1, worker);
   }
@@ -148,7 +154,7 @@ export class BenchSystem {
     const n = this.moreWorkers.filter((w) => w.model === model).length + 2;
     const proc = startProgram(
       `worker ${model} #${n}`,
-      'apps/worker/dist/main.js',
+      'worker',
       this.env({ ...unset, MODEL: model, ...extra }),
       this.options.root,
     );

@@ -9,8 +9,8 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 
-/** The images Dockerfile and docker-compose.yml start from; scripts/docker-base-images.sh makes them where no registry is reachable. */
-const BASE_IMAGES = ['node:20-bookworm-slim', 'redis:7'];
+/** The images Dockerfile and docker-compose.yml start from (build, runtime, Redis); scripts/docker-base-images.sh makes them where no registry is reachable. */
+const BASE_IMAGES = ['node:20-bookworm-slim', 'debian:bookworm-slim', 'redis:7'];
 
 interface Ran {
   code: number | null;

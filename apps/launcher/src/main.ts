@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+import fs from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { ConfigError, formatHelp, loadGatewayConfig, loadLauncherConfig } from '@tserve/config';
 import { colocatedWorkerSettings } from './colocated.js';
@@ -16,7 +17,11 @@ if (process.argv.includes('--help') || process.argv.includes('-h')) {
 }
 
 const log = (msg: string) => process.stderr.write(`[launcher] ${msg}\n`);
-const script = (app: string) => fileURLToPath(new URL(`../../${app}/dist/main.js`, import.meta.url));
+/** A program's entry: its bundle beside the launcher's in the release archive, else its app's build output. */
+function script(app: string): string {
+  const bundled = fileURLToPath(new URL(`./${app}.js`, import.meta.url));
+  return fs.existsSync(bundled) ? bundled : fileURLToPath(new URL(`../../${app}/dist/main.js`, import.meta.url));
+}
 
 async function main(): Promise<void> {
   const config = loadLauncherConfig();

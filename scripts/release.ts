@@ -1,0 +1,176 @@
+/**
+ * `npm run release`: the system as one archive that runs on a bare linux-x64 host, with no npm, no
+ * registry and no Node.js of its own (docs/operations.md, "Release archive").
+ *
+ *   npm run release                 writes release/tserve-<version>-linux-x64.tar.xz
+ *   npm run release -- --unpacked   stops at release/tserve/, the folder the archive holds (the image's)
+ *
+ * The folder: `bin/tserve` (the launcher, or one program: `tserve gateway|worker|keys`), `node/bin/node`
+ * (this Node.js), `lib/` (each program bundled by esbuild from its build output, with the shared code in
+ * chunks), and in `lib/node_modules/` only what cannot be bundled: ONNX Runtime's native library and
+ * the packages that load it, and the files the dashboard and `/docs` serve.
+ */
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { build } from 'esbuild';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const OUT = path.join(ROOT, 'release');
+const STAGE = path.join(OUT, 'tserve');
+/** What the issue that asked for the archive allows it to weigh. */
+const MAX_BYTES = 50 * 1024 * 1024;
+const PLATFORM = 'linux-x64';
+
+const { values } = parseArgs({ options: { unpacked: { type: 'boolean', default: false } } });
+
+function fail(message: string): never {
+  process.stderr.write(`release: ${message}\n`);
+  process.exit(1);
+}
+
+function say(message: string): void {
+  process.stdout.write(`release: ${message}\n`);
+}
+
+/** The Node.js that runs this script travels in the archive, so it must be one that stands alone. */
+function checkRuntime(): void {
+  if (`${process.platform}-${process.arch}` !== PLATFORM)
+    fail(`the archive is for ${PLATFORM} and takes this host's Node.js; this is ${process.platform}-${process.arch}`);
+  const variables = (process.config.variables ?? {}) as unknown as Record<string, unknown>;
+  const shared = Object.entries(variables)
+    .filter(([key, value]) => key.startsWith('node_shared') && value === true)
+    .map(([key]) => key.replace('node_shared_', '').replace('node_shared', 'libnode'));
+  if (shared.length > 0)
+    fail(
+      `this Node.js (${process.execPath}) links the host's ${shared.join(', ')}, so it would not run elsewhere; ` +
+        'run the release with an official Node.js build (nodejs.org, nvm, or the node:20 image)',
+    );
+}
+
+/** A package's folder, found as the program that uses it finds it. */
+function packageDir(name: string, from: string): string {
+  const require = createRequire(path.join(ROOT, from, 'package.json'));
+  // Some packages export no package.json, some have no main: one of the two is there.
+  let dir: string;
+  try {
+    dir = path.dirname(require.resolve(`${name}/package.json`));
+  } catch {
+    dir = path.dirname(require.resolve(name));
+  }
+  while (!fs.existsSync(path.join(dir, 'package.json')) || readJson(path.join(dir, 'package.json')).name !== name) {
+    const up = path.dirname(dir);
+    if (up === dir) fail(`cannot find ${name}'s folder from ${from}`);
+    dir = up;
+  }
+  return dir;
+}
+
+function readJson(file: string): { name?: string; version?: string } {
+  return JSON.parse(fs.readFileSync(file, 'utf8')) as { name?: string; version?: string };
+}
+
+/** Copies `files` (paths or folders under `from`) to `lib/node_modules/<name>/`, and nothing else of it. */
+function copyPackage(name: string, from: string, files: string[]): void {
+  const source = packageDir(name, from);
+  const target = path.join(STAGE, 'lib', 'node_modules', name);
+  for (const file of ['package.json', ...files]) {
+    const src = path.join(source, file);
+    if (!fs.existsSync(src)) fail(`${name} has no ${file}`);
+    fs.cpSync(src, path.join(target, file), {
+      recursive: true,
+      // Source maps and type declarations serve no one on a server.
+      filter: (f) => !f.endsWith('.map') && !f.endsWith('.d.ts'),
+    });
+  }
+}
+
+async function bundle(): Promise<void> {
+  await build({
+    absWorkingDir: ROOT,
+    entryPoints: {
+      launcher: 'apps/launcher/dist/main.js',
+      gateway: 'apps/gateway/dist/main.js',
+      worker: 'apps/worker/dist/main.js',
+      // The model thread's file, found beside the worker's code as in its build output.
+      'model-thread-main': 'apps/worker/dist/model/model-thread-main.js',
+      keys: 'apps/gateway/dist/cli/keys-cli.js',
+      // The scale-out bench, for the big hosts that have no npm (bench/README.md).
+      'bench-scale': 'bench/scale.ts',
+    },
+    outdir: path.join(STAGE, 'lib'),
+    bundle: true,
+    splitting: true,
+    format: 'esm',
+    platform: 'node',
+    target: 'node20',
+    // ONNX Runtime's packages load its native library by a path of their own: they travel whole.
+    // msgpackr's optional native reader is left out; msgpackr reads without it.
+    external: ['onnxruntime-node', 'onnxruntime-common', 'msgpackr-extract'],
+    // Images are not served; transformers.js imports sharp (and its native libvips) for them alone.
+    alias: { sharp: path.join(ROOT, 'scripts', 'release', 'no-sharp.js') },
+    // CommonJS packages inside an ES module bundle still call require.
+    banner: {
+      js: "import { createRequire as tserveCreateRequire } from 'node:module';\nconst require = tserveCreateRequire(import.meta.url);",
+    },
+    legalComments: 'none',
+    logLevel: 'warning',
+  });
+  fs.writeFileSync(path.join(STAGE, 'lib', 'package.json'), '{ "type": "module" }\n');
+}
+
+function copyNative(): void {
+  copyPackage('onnxruntime-node', 'node_modules/@huggingface/transformers', [
+    'dist',
+    `bin/napi-v6/${process.platform}/${process.arch}`,
+  ]);
+  copyPackage('onnxruntime-common', 'node_modules/onnxruntime-node', ['dist']);
+  copyPackage('@bull-board/ui', 'node_modules/@bull-board/api', ['dist']);
+  // What `/docs` serves: the page's script and style (ops/openapi.ts).
+  copyPackage('swagger-ui-dist', 'apps/gateway', ['swagger-ui-bundle.js', 'swagger-ui.css', 'LICENSE', 'NOTICE']);
+}
+
+function copyRuntime(version: string): void {
+  const node = path.join(STAGE, 'node', 'bin', 'node');
+  fs.mkdirSync(path.dirname(node), { recursive: true });
+  fs.copyFileSync(process.execPath, node);
+  fs.chmodSync(node, 0o755);
+  const bin = path.join(STAGE, 'bin', 'tserve');
+  fs.mkdirSync(path.dirname(bin), { recursive: true });
+  fs.copyFileSync(path.join(ROOT, 'scripts', 'release', 'tserve'), bin);
+  fs.chmodSync(bin, 0o755);
+  fs.writeFileSync(path.join(STAGE, 'VERSION'), `tserve ${version}, Node.js ${process.version}, ${PLATFORM}\n`);
+}
+
+function archive(version: string): string {
+  const file = path.join(OUT, `tserve-${version}-${PLATFORM}.tar.xz`);
+  fs.rmSync(file, { force: true });
+  // xz's own threads; -9 takes its time on two cores for a few MB less, -6 is the default.
+  execFileSync('tar', ['-C', OUT, '-cJf', file, 'tserve'], { env: { ...process.env, XZ_OPT: '-6 -T0' } });
+  return file;
+}
+
+function mib(bytes: number): string {
+  return `${(bytes / 1024 / 1024).toFixed(1)} MiB`;
+}
+
+async function main(): Promise<void> {
+  checkRuntime();
+  const version = readJson(path.join(ROOT, 'package.json')).version ?? '0.0.0';
+  if (!fs.existsSync(path.join(ROOT, 'apps/gateway/dist/main.js'))) fail('no build output: run `npm run build` first');
+  fs.rmSync(STAGE, { recursive: true, force: true });
+  fs.mkdirSync(STAGE, { recursive: true });
+  await bundle();
+  copyNative();
+  copyRuntime(version);
+  if (values.unpacked) return say(`wrote ${path.relative(ROOT, STAGE)}/`);
+  const file = archive(version);
+  const bytes = fs.statSync(file).size;
+  say(`wrote ${path.relative(ROOT, file)}: ${mib(bytes)}`);
+  if (bytes > MAX_BYTES) fail(`the archive is ${mib(bytes)}, over its bound of ${mib(MAX_BYTES)}`);
+}
+
+await main();
