@@ -33,8 +33,9 @@ COPY apps apps
 COPY scripts/release.ts scripts/
 COPY scripts/release scripts/release
 # The release archive's folder (scripts/release.ts): Node.js, the bundled programs and ONNX Runtime's
-# native library for this platform, and nothing of node_modules beyond what cannot be bundled.
-RUN npm run build && node --import tsx scripts/release.ts --unpacked
+# native library for this platform, and nothing of node_modules beyond what cannot be bundled; the
+# benches stay out (they are for hosts without Docker: docs/operations.md).
+RUN npm run build && node --import tsx scripts/release.ts --unpacked --no-bench
 
 
 FROM debian:bookworm-slim AS runtime

@@ -6,6 +6,8 @@
 # /tmp/tserve-gpu-models), then measures the whole system on DEVICE=webgpu against in-process
 # pipe(list) on the same GPU: 16 and 128 tokens, c=1 and c=256. Device, dtype and batch sizes are in
 # bench/results/gpu/latest.json.
+# On a host with no npm, TSERVE names an unpacked release archive's bin/tserve (npm run release), which
+# runs the same bench: TSERVE=/opt/tserve/bin/tserve bash bench/gpu.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-/tmp/tserve-gpu-models}"
@@ -19,5 +21,7 @@ for model in "${MODELS[@]}"; do
   fi
 done
 export DEVICE="${DEVICE:-webgpu}" DTYPE="${DTYPE:-fp16}"
-exec npm run bench -- --model-dir "$OUT" --models "$(IFS=,; echo "${MODELS[*]}")" \
+BENCH=(npm run bench --)
+[ -n "${TSERVE:-}" ] && BENCH=("$TSERVE" bench)
+exec "${BENCH[@]}" --model-dir "$OUT" --models "$(IFS=,; echo "${MODELS[*]}")" \
   --lengths 16,128 --concurrency 1,256 --skip mixed,soak --out bench/results/gpu "${@:2}"

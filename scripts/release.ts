@@ -3,7 +3,8 @@
  * registry and no Node.js of its own (docs/operations.md, "Release archive").
  *
  *   npm run release                 writes release/tserve-<version>-linux-x64.tar.xz
- *   npm run release -- --unpacked   stops at release/tserve/, the folder the archive holds (the image's)
+ *   npm run release -- --unpacked   stops at release/tserve/, the folder the archive holds
+ *   --no-bench                      leaves the benches out (the Docker image, built without bench/)
  *
  * The folder: `bin/tserve` (the launcher, or one program: `tserve gateway|worker|keys`), `node/bin/node`
  * (this Node.js), `lib/` (each program bundled by esbuild from its build output, with the shared code in
@@ -25,7 +26,9 @@ const STAGE = path.join(OUT, 'tserve');
 const MAX_BYTES = 50 * 1024 * 1024;
 const PLATFORM = 'linux-x64';
 
-const { values } = parseArgs({ options: { unpacked: { type: 'boolean', default: false } } });
+const { values } = parseArgs({
+  options: { unpacked: { type: 'boolean', default: false }, 'no-bench': { type: 'boolean', default: false } },
+});
 
 function fail(message: string): never {
   process.stderr.write(`release: ${message}\n`);
@@ -88,6 +91,17 @@ function copyPackage(name: string, from: string, files: string[]): void {
   }
 }
 
+/**
+ * The benches the big hosts run, which have no npm (bench/README.md), with the stand-ins and the
+ * transformers.js module that the bench's floors start by file.
+ */
+const BENCHES = {
+  bench: 'bench/run.ts',
+  'bench-scale': 'bench/scale.ts',
+  'bench-stand-in': 'bench/lib/stand-in.ts',
+  'bench-transformers': 'bench/lib/transformers-bundle.ts',
+};
+
 async function bundle(): Promise<void> {
   await build({
     absWorkingDir: ROOT,
@@ -98,8 +112,7 @@ async function bundle(): Promise<void> {
       // The model thread's file, found beside the worker's code as in its build output.
       'model-thread-main': 'apps/worker/dist/model/model-thread-main.js',
       keys: 'apps/gateway/dist/cli/keys-cli.js',
-      // The scale-out bench, for the big hosts that have no npm (bench/README.md).
-      'bench-scale': 'bench/scale.ts',
+      ...(values['no-bench'] ? {} : BENCHES),
     },
     outdir: path.join(STAGE, 'lib'),
     bundle: true,

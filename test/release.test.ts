@@ -80,7 +80,7 @@ describe('npm run release', () => {
     assert.deepEqual(binding, ['linux'], 'ONNX Runtime for other platforms travels too');
   });
 
-  it("`tserve --help` is `npm start --help`, and `tserve worker --help` the worker's", () => {
+  it('`tserve --help` is `npm start --help`; `tserve worker` and `tserve bench` are the worker and the bench', () => {
     const help = (file: string, args: string[]) =>
       spawnSync(file, args, { encoding: 'utf8', env: { PATH: bare, HOME: os.tmpdir() } });
     const bin = path.join(unpacked, 'tserve', 'bin', 'tserve');
@@ -94,6 +94,10 @@ describe('npm run release', () => {
     const worker = help(bin, ['worker', '--help']);
     assert.equal(worker.status, 0, worker.stderr);
     assert.match(worker.stdout, /^tserve worker: /);
+    // The GPU bench's program (bench/gpu.sh with TSERVE): its help loads every module it runs.
+    const bench = help(bin, ['bench', '--help']);
+    assert.equal(bench.status, 0, bench.stderr);
+    assert.match(bench.stdout, /^tserve benchmark: /);
   });
 
   it('unpacked, with no Node.js on PATH, serves a replica model, its dashboard and /docs, and stops on SIGTERM', async () => {

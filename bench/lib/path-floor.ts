@@ -11,20 +11,30 @@
  *   (`pipe(text)`, as in-process) before it answers. A model call leaves the other processes idle
  *   for milliseconds, and on some machines a wake after that costs several times one a moment
  *   later; the hops with no work behind them then understate what any server of these parts pays.
- * Run as a script, this file is one of those processes: `<role> <redis url> <key> <port> [model JSON]`.
+ * Each runs as `stand-in.ts <role> <redis url> <key> <port> [model JSON]`.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import http from 'node:http';
 import { createInterface } from 'node:readline';
+import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { Redis } from 'ioredis';
 import { freePort } from '../../test/helpers/processes.ts';
+import { BUNDLES } from './bundle.ts';
 import type { Summary } from './stats.ts';
 import type { PathFloor } from './types.ts';
 
-const SELF = fileURLToPath(import.meta.url);
+/** The stand-ins' entry: its bundle from the release archive, else its source, run with tsx. */
+const STAND_IN = BUNDLES
+  ? [path.join(BUNDLES, 'bench-stand-in.js')]
+  : ['--import', 'tsx', fileURLToPath(new URL('./stand-in.ts', import.meta.url))];
+
+/** What the stand-in's thread imports transformers.js from: the archive's bundle of it, else the package. */
+const TRANSFORMERS = BUNDLES
+  ? new URL('./bench-transformers.js', `file://${BUNDLES}/`).href
+  : import.meta.resolve('@huggingface/transformers');
 
 /** The model a least server's thread runs: the bench's in-process model, with its dtype and device. */
 export interface FloorModel {
@@ -62,7 +72,7 @@ const { parentPort, workerData } = require('node:worker_threads');
   parentPort.postMessage('ready');
 })();`;
 
-type Role = 'http' | 'relay' | 'echo';
+export type PathRole = 'http' | 'relay' | 'echo';
 
 /** `echo`: pops each call, passes it through a worker thread (which may run the model), publishes it back. */
 async function echo(redisUrl: string, key: string, model?: FloorModel): Promise<void> {
@@ -70,7 +80,7 @@ async function echo(redisUrl: string, key: string, model?: FloorModel): Promise<
   const publisher = new Redis(redisUrl);
   const thread = new Worker(ECHO_THREAD, {
     eval: true,
-    workerData: { model, transformers: import.meta.resolve('@huggingface/transformers') },
+    workerData: { model, transformers: TRANSFORMERS },
   });
   await once(thread, 'message');
   await publisher.ping();
@@ -112,11 +122,11 @@ async function serve(role: 'http' | 'relay', redisUrl: string, key: string, port
   console.log('ready');
 }
 
-/** Starts `script` as a process of its own (`--import tsx`), resolved once it prints its first line. */
-export function startStandIn(script: string, args: string[]): Promise<ChildProcess> {
-  const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+/** Starts a stand-in (`stand-in.ts`) as a process of its own, resolved once it prints its first line. */
+export function startStandIn(args: string[]): Promise<ChildProcess> {
+  const child = spawn(process.execPath, [...STAND_IN, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
   return new Promise((resolve, reject) => {
-    child.once('exit', (code) => reject(new Error(`${script} ${args[0]} exited (${code})`)));
+    child.once('exit', (code) => reject(new Error(`stand-in ${args[0]} exited (${code})`)));
     createInterface({ input: child.stdout }).once('line', () => resolve(child));
   });
 }
@@ -128,8 +138,8 @@ export function stopStandIns(children: ChildProcess[]): void {
   }
 }
 
-const start = (role: Role, redisUrl: string, key: string, port: number, model?: FloorModel) =>
-  startStandIn(SELF, [role, redisUrl, key, String(port), ...(model ? [JSON.stringify(model)] : [])]);
+const start = (role: PathRole, redisUrl: string, key: string, port: number, model?: FloorModel) =>
+  startStandIn([role, redisUrl, key, String(port), ...(model ? [JSON.stringify(model)] : [])]);
 
 /** The relay's call, timed by `time` against a relay and an echo (running `model`, if given). */
 async function timeRelay(
@@ -181,14 +191,8 @@ export async function measureLeastServer(
   }
 }
 
-if (process.argv[1] === SELF) {
-  const [role, redisUrl, key, port, model] = process.argv.slice(2) as [
-    Role,
-    string,
-    string,
-    string,
-    string | undefined,
-  ];
+/** Runs this process as the stand-in `role` (`stand-in.ts`), given `<redis url> <key> <port> [model JSON]`. */
+export async function runPathStandIn(role: PathRole, [redisUrl, key, port, model]: string[]): Promise<void> {
   if (role === 'echo') await echo(redisUrl, key, model ? (JSON.parse(model) as FloorModel) : undefined);
   else await serve(role, redisUrl, key, Number(port));
 }

@@ -3,20 +3,16 @@
  * HTTP server that answers every request with a 503 at once, while a process beside it runs the
  * model flat out at the workers' niceness, as a saturated worker would. What its 503s take is what
  * the machine charges any server for a refusal while the model holds the cores, so that it can be
- * told from what the gateway adds. Run as a script, this file is one of those processes:
- * `refuse <port>` or `burn <model JSON>`.
+ * told from what the gateway adds. Each runs as `stand-in.ts refuse <port>` or `stand-in.ts burn <model JSON>`.
  */
 import { type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import http from 'node:http';
 import os from 'node:os';
-import { fileURLToPath } from 'node:url';
 import { freePort } from '../../test/helpers/processes.ts';
 import { loadInProcess } from './inprocess.ts';
 import { startStandIn, stopStandIns } from './path-floor.ts';
 import type { Summary } from './stats.ts';
-
-const SELF = fileURLToPath(import.meta.url);
 
 /** What the burner runs: the model, on lists of `batch` copies of the text, at niceness `nice`, with the workers' session options. */
 export interface Burn {
@@ -54,16 +50,18 @@ export async function measureShedFloor(burnSpec: Burn, load: (url: string) => Pr
   const children: ChildProcess[] = [];
   try {
     const port = await freePort();
-    children.push(await startStandIn(SELF, ['refuse', String(port)]));
-    children.push(await startStandIn(SELF, ['burn', JSON.stringify(burnSpec)]));
+    children.push(await startStandIn(['refuse', String(port)]));
+    children.push(await startStandIn(['burn', JSON.stringify(burnSpec)]));
     return await load(`http://127.0.0.1:${port}`);
   } finally {
     stopStandIns(children);
   }
 }
 
-if (process.argv[1] === SELF) {
-  const [role, arg] = process.argv.slice(2);
+export type ShedRole = 'refuse' | 'burn';
+
+/** Runs this process as the stand-in `role` (`stand-in.ts`), given its port or its model. */
+export async function runShedStandIn(role: ShedRole, [arg]: string[]): Promise<void> {
   if (role === 'refuse') await refuse(Number(arg));
   else await burn(JSON.parse(arg) as Burn);
 }

@@ -1,8 +1,6 @@
-import fs from 'node:fs';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import type { ReadyBody } from '@tserve/contract';
 import { colocatedWorkerSettings } from '../../apps/launcher/src/colocated.ts';
+import { BUNDLES } from './bundle.ts';
 import {
   cleanPrefix,
   freePort,
@@ -29,16 +27,10 @@ const OWNED = ['REDIS_URL', 'QUEUE_PREFIX', 'PORT', 'HOST', 'MODEL', 'MODEL_DIR'
 /** Extra node flags for the server processes, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof" (not allowed in NODE_OPTIONS). */
 const NODE_ARGS = (process.env.BENCH_SERVER_NODE_ARGS ?? '').split(/\s+/).filter(Boolean);
 
-/**
- * Where the bench runs from the release archive (`tserve bench-scale`), the programs are the bundles
- * beside its own; in a checkout, the build output of `root`.
- */
-const BUNDLED = path.dirname(fileURLToPath(import.meta.url));
-const bundled = fs.existsSync(path.join(BUNDLED, 'gateway.js')) && fs.existsSync(path.join(BUNDLED, 'worker.js'));
-
 function startProgram(name: string, app: 'gateway' | 'worker', env: Env, root?: string): Proc {
   const inherited = Object.fromEntries(Object.entries(process.env).filter(([k]) => !OWNED.includes(k)));
-  const [script, from] = bundled && root === undefined ? [`${app}.js`, BUNDLED] : [`apps/${app}/dist/main.js`, root];
+  // From the release archive, the programs are the bundles beside the bench's; else `root`'s build output.
+  const [script, from] = BUNDLES && root === undefined ? [`${app}.js`, BUNDLES] : [`apps/${app}/dist/main.js`, root];
   return startNode({ name, script, env, baseEnv: inherited, nodeArgs: NODE_ARGS, keepChars: TAIL, root: from });
 }
 
