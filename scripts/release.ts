@@ -6,10 +6,10 @@
  *   npm run release -- --unpacked   stops at release/tserve/, the folder the archive holds
  *   --no-bench                      leaves the benches out (the Docker image, built without bench/)
  *
- * The folder: `bin/tserve` (the launcher, or one program: `tserve gateway|worker|keys`), `node/bin/node`
- * (this Node.js), `lib/` (each program bundled by esbuild from its build output, with the shared code in
- * chunks), and in `lib/node_modules/` only what cannot be bundled: ONNX Runtime's native library and
- * the packages that load it, and the files the dashboard and `/docs` serve.
+ * The folder: `bin/tserve` (the launcher, or one program: `tserve gateway|worker|keys|bench|bench-scale`),
+ * `node/bin/node` (this Node.js), `lib/` (each program bundled by esbuild from its build output, with
+ * the shared code in chunks), and in `lib/node_modules/` only what cannot be bundled: ONNX Runtime's
+ * native library and the packages that load it, and the files the dashboard and `/docs` serve.
  */
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -22,7 +22,7 @@ import { build } from 'esbuild';
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const OUT = path.join(ROOT, 'release');
 const STAGE = path.join(OUT, 'tserve');
-/** What the issue that asked for the archive allows it to weigh. */
+/** What the archive may weigh: one download for a host with no registry (test/release.test.ts holds it too). */
 const MAX_BYTES = 50 * 1024 * 1024;
 const PLATFORM = 'linux-x64';
 
