@@ -607,6 +607,14 @@ describe('docker compose, for real', { skip: noDocker }, () => {
     for (const p of projects) await p.down();
   });
 
+  it('the image weighs at most 450 MB: its Debian base and the release folder, nothing else', async (t) => {
+    const bytes = Number(
+      (await runOk('docker', ['image', 'inspect', '--format', '{{.Size}}', IMAGE], { timeoutMs: 30_000 })).trim(),
+    );
+    t.diagnostic(`image ${(bytes / 1e6).toFixed(0)} MB; ${buildTimes}`);
+    assert.ok(bytes > 0 && bytes <= 450e6, `the image is ${(bytes / 1e6).toFixed(0)} MB`);
+  });
+
   it('with no .env but the model: a worker that cannot load it says why, and Docker gives up after a few restarts', async (t) => {
     t.diagnostic(buildTimes);
     // The hub path, as with no .env at all; only the model is one that exists nowhere.

@@ -191,6 +191,26 @@ describe('settings', () => {
     assert.match(formatSettingsMarkdown(), /^## User settings\n[^]*^## Advanced settings\n/m);
   });
 
+  it('says each setting in one line of --help, and leaves the rest to docs/configuration.md', () => {
+    const all = Object.values(SETTINGS).flatMap((shape) => Object.entries(shape));
+    for (const [name, schema] of all) {
+      const [, shown, description] = settingHelp(name, schema);
+      assert.ok(description.length <= 100, `${name}'s help is ${description.length} characters: ${description}`);
+      assert.ok(shown.length <= 40, `${name}'s default is ${shown.length} characters as shown: ${shown}`);
+    }
+    // What a line leaves out is in the docs, after it.
+    assert.match(
+      formatSettingsMarkdown(),
+      /^\| `WORKER_MEMORY_MB` \| [^|]+ \| the most memory \(peak RSS, MiB\)[^|]*<br>a quarter under its container's limit;/m,
+    );
+    const help = formatHelp('worker', ['worker', 'common']);
+    assert.match(
+      help,
+      /^ {2}WORKER_MEMORY_MB .*the most memory \(peak RSS, MiB\) the worker process may hold \(docs\/memory\.md\)$/m,
+    );
+    assert.doesNotMatch(help, /lowers BATCH_MAX_TOKENS/);
+  });
+
   it("keeps docs/configuration.md's settings tables as generated from the declarations (npm run docs:settings)", () => {
     const start = '<!-- settings: generated from packages/config by npm run docs:settings -->';
     const block = CONFIGURATION_DOC.slice(

@@ -122,7 +122,8 @@ export function formatSettingsMarkdown(): string {
           '|---|---|---|',
           ...settings.map(([name, schema]) => {
             const [, shown, description] = settingHelp(name, schema);
-            return `| \`${name}\` | ${cell(value(shown))} | ${cell(description)} |`;
+            const more = meta(schema).more;
+            return `| \`${name}\` | ${cell(value(shown))} | ${cell(more === undefined ? description : `${description}<br>${more}`)} |`;
           }),
         ].join('\n'),
       )

@@ -5,7 +5,10 @@ import { z } from 'zod';
  * `--help` is generated from these declarations, so a setting cannot exist without being described.
  */
 export type SettingHelp = {
+  /** One line: what `--help` prints. */
   description: string;
+  /** What docs/configuration.md adds to that line: the why, the interplay, the edge cases. */
+  more?: string;
   /** The default as help prints it, where the schema's own default says less (it depends on the device, or the setting is off). */
   shown?: string;
   /**
@@ -15,9 +18,17 @@ export type SettingHelp = {
   advanced?: true;
 };
 
-export function setting<S extends z.ZodType>(schema: S, description: string, shown?: string): S {
-  const help: SettingHelp = { description, ...(shown === undefined ? {} : { shown }) };
-  return schema.meta(help);
+/** A setting's help: its one line, or that line and what the docs add to it. */
+export type Help = string | readonly [line: string, more: string];
+
+export function setting<S extends z.ZodType>(schema: S, help: Help, shown?: string): S {
+  const [description, more] = typeof help === 'string' ? [help] : help;
+  const meta: SettingHelp = {
+    description,
+    ...(more === undefined ? {} : { more }),
+    ...(shown === undefined ? {} : { shown }),
+  };
+  return schema.meta(meta);
 }
 
 /** Marks a setting advanced (see SettingHelp): `setting(…).meta(ADVANCED)` keeps its help and adds this. */
@@ -27,16 +38,17 @@ export const ADVANCED: Partial<SettingHelp> = { advanced: true };
  * A setting whose default the loader computes from other settings (`from` says how, in help; the
  * result is at least `floor` where given), and which may still be set: a number, or undefined here.
  */
-export const derived = (min: number, from: string, help: string, floor?: number) =>
-  setting(
-    z.coerce.number().int().min(min).optional(),
-    `${help} (derived unless set${floor === undefined ? '' : `; the derived value is at least ${floor}`})`,
-    from,
-  ).meta(ADVANCED);
+export const derived = (min: number, from: string, help: Help, floor?: number) => {
+  const [line, more] = typeof help === 'string' ? [help] : help;
+  const marked = `${line} (derived unless set${floor === undefined ? '' : `, at least ${floor}`})`;
+  return setting(z.coerce.number().int().min(min).optional(), more === undefined ? marked : [marked, more], from).meta(
+    ADVANCED,
+  );
+};
 
-export const int = (fallback: number, min: number, help: string) =>
+export const int = (fallback: number, min: number, help: Help) =>
   setting(z.coerce.number().int().min(min).default(fallback), help);
-export const bool = (fallback: boolean, help: string, shown?: string) =>
+export const bool = (fallback: boolean, help: Help, shown?: string) =>
   setting(
     z
       .enum(['1', '0', 'true', 'false', 'yes', 'no', 'on', 'off'])
@@ -45,7 +57,7 @@ export const bool = (fallback: boolean, help: string, shown?: string) =>
     help,
     shown,
   );
-export const optionalString = (help: string, shown = '(off)') =>
+export const optionalString = (help: Help, shown = '(off)') =>
   setting(
     z
       .string()

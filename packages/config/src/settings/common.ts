@@ -22,11 +22,10 @@ export const commonShape = {
     'json: a JSON object per line; pretty: readable lines; auto: pretty where stdout is a terminal',
   ).meta(ADVANCED),
   // The one liveness period: the others are derived from it, so that faster failover is one setting.
-  HEARTBEAT_MS: int(
-    1000,
-    50,
-    'how often a worker announces itself; WORKER_TTL_MS, JOB_LOCK_MS, STALLED_INTERVAL_MS and REGISTRY_REFRESH_MS follow it, so it sets how soon a dead worker is noticed and its jobs run again: shorter fails over sooner and costs Redis more commands',
-  ).meta(ADVANCED),
+  HEARTBEAT_MS: int(1000, 50, [
+    'how often a worker announces itself; the failover settings follow it',
+    'WORKER_TTL_MS, JOB_LOCK_MS, STALLED_INTERVAL_MS and REGISTRY_REFRESH_MS follow it, so it sets how soon a dead worker is noticed and its jobs run again: shorter fails over sooner and costs Redis more commands',
+  ]).meta(ADVANCED),
   WORKER_TTL_MS: derived(100, '5 × HEARTBEAT_MS', 'a worker silent this long counts as gone; above HEARTBEAT_MS'),
   LOAD_FAILURE_TTL_MS: int(600_000, 0, 'how long a model whose worker failed to load it is reported as failed').meta(
     ADVANCED,

@@ -20,14 +20,16 @@ export const gatewayShape = {
             .filter(Boolean),
         ),
       ]),
-    'model ids, comma-separated, that this gateway serves even while no worker runs (scaled to zero): a request for one waits (x-wait-for-model) or gets 503 "currently loading", and counts in GET /backlog, which wakes a worker; other models are known from their workers\' heartbeats',
+    [
+      'model ids, comma-separated, served even while no worker runs (scaled to zero)',
+      'a request for one waits (x-wait-for-model) or gets 503 "currently loading", and counts in GET /backlog, which wakes a worker; other models are known from their workers\' heartbeats',
+    ],
     '(none)',
   ).meta(ADVANCED),
-  REQUEST_TIMEOUT_MS: int(
-    30000,
-    1,
-    "deadline of every request (clients may ask for less); the HTTP timeouts on a client's sending and reading follow it",
-  ),
+  REQUEST_TIMEOUT_MS: int(30000, 1, [
+    'deadline of every request (clients may ask for less)',
+    "the HTTP timeouts on a client's sending and reading follow it",
+  ]),
   MAX_QUEUE_DEPTH: int(1000, 1, 'requests in flight per model (all gateways) before new ones get 503'),
   BATCH_QUEUE_SHARE: setting(
     z.coerce.number().min(0).max(1).default(0.5),
@@ -38,20 +40,18 @@ export const gatewayShape = {
   API_KEYS: optionalString('the same JSON inline; with neither set, no key is needed'),
   MAX_INPUTS_PER_REQUEST: int(64, 1, 'most list items in one request (413 above)'),
   MAX_BODY_BYTES: int(1_000_000, 1, 'largest request body (413 above)'),
-  MAX_BODIES_BYTES: int(
-    256_000_000,
-    1,
-    'bytes of request bodies one gateway holds at once, each counted as it is received (not as declared) until its answer; past it, new requests get 503, so that many large bodies cannot exhaust its memory',
-  ).meta(ADVANCED),
+  MAX_BODIES_BYTES: int(256_000_000, 1, [
+    'bytes of request bodies one gateway holds at once; past it, new requests get 503',
+    "each body counts as it is received (not as declared) until its answer, so that many large bodies cannot exhaust the gateway's memory",
+  ]).meta(ADVANCED),
   REGISTRY_REFRESH_MS: derived(20, 'HEARTBEAT_MS / 4', 'how often live workers and queue depths are read', 20),
   // Covers pub/sub messages missed in a reconnect.
   RESULT_POLL_MS: int(1000, 20, 'fallback poll of job state for pending requests').meta(ADVANCED),
   // Keeps requests from hanging on a dead Redis. The circuit breaker's numbers follow it (breakerSettings).
-  REDIS_COMMAND_TIMEOUT_MS: int(
-    2000,
-    10,
-    'Redis commands fail after this instead of hanging; an enqueue slower than this counts as a failure of the circuit breaker on Redis, which, once open, probes Redis again after 2.5 times this (at least a second)',
-  ).meta(ADVANCED),
+  REDIS_COMMAND_TIMEOUT_MS: int(2000, 10, [
+    'Redis commands fail after this instead of hanging',
+    'an enqueue slower than this counts as a failure of the circuit breaker on Redis, which, once open, probes Redis again after 2.5 times this (at least a second)',
+  ]).meta(ADVANCED),
   SHUTDOWN_GRACE_MS: int(10000, 0, 'time to answer in-flight requests on SIGTERM').meta(ADVANCED),
   HTTP_HEADERS_TIMEOUT_MS: derived(
     100,
@@ -62,41 +62,44 @@ export const gatewayShape = {
   HTTP_REQUEST_TIMEOUT_MS: derived(
     100,
     'REQUEST_TIMEOUT_MS',
-    'a client must send its whole request, body included, within this (408 after, and disconnected)',
+    'a client must send its whole request within this (408 after)',
     1000,
   ),
   HTTP_SEND_TIMEOUT_MS: derived(
     100,
     'REQUEST_TIMEOUT_MS',
-    'a client must go on reading its answer: one that takes none of it for this long is disconnected',
+    [
+      'a client reading none of its answer this long is disconnected',
+      'a client must go on reading its answer as it is written',
+    ],
     1000,
   ),
-  MAX_UNREAD_ANSWERS_BYTES: int(
-    256_000_000,
-    1,
-    'bytes of answers one gateway holds for clients that have not read them yet; past it, the connections that have waited longest are closed, so that clients who ask and never read cannot exhaust its memory',
-  ).meta(ADVANCED),
-  MAX_CONNECTIONS: int(
-    10_000,
-    1,
-    'client connections the gateway holds open; one more is closed at once, so that a flood of connections cannot take the memory and file descriptors that the requests in hand need',
-  ).meta(ADVANCED),
+  MAX_UNREAD_ANSWERS_BYTES: int(256_000_000, 1, [
+    'bytes of answers one gateway holds for clients that have not read them yet',
+    'past it, the connections that have waited longest are closed, so that clients who ask and never read cannot exhaust its memory',
+  ]).meta(ADVANCED),
+  MAX_CONNECTIONS: int(10_000, 1, [
+    'client connections the gateway holds open; one more is closed at once',
+    'so that a flood of connections cannot take the memory and file descriptors that the requests in hand need',
+  ]).meta(ADVANCED),
   MAX_CONNECTIONS_PER_CLIENT: derived(
     1,
     'MAX_CONNECTIONS / 4',
-    "client connections one client address may hold open once the gateway holds half of MAX_CONNECTIONS; one more from it is then closed at once, so that no one client's idle or slow connections refuse everyone else's (behind a proxy that hides clients' addresses and holds more than half, set it to MAX_CONNECTIONS)",
+    [
+      'most connections one address may hold past half of MAX_CONNECTIONS',
+      "one more from it is then closed at once, so that no one client's idle or slow connections refuse everyone else's; behind a proxy that hides clients' addresses and holds more than half, set it to MAX_CONNECTIONS",
+    ],
     1,
   ),
   // Off by default: a cached answer is one some worker computed earlier, which a client must opt into trusting.
-  RESPONSE_CACHE_TTL_S: int(
-    0,
-    0,
-    "seconds an answer stays in the response cache shared by every gateway (one entry per input, keyed by the weights' sha256, task, parameters and input); 0 turns the cache off",
-  ),
-  RESPONSE_CACHE_MAX_MB: setting(
-    z.coerce.number().positive().default(256),
-    "the response cache's own memory bound: past it, its oldest entries are evicted (never queue data, whatever Redis's maxmemory-policy)",
-  ).meta(ADVANCED),
+  RESPONSE_CACHE_TTL_S: int(0, 0, [
+    'seconds an answer stays in the response cache of every gateway; 0 turns it off',
+    "one entry per input, keyed by the weights' sha256, the task, the parameters and the input, shared by every gateway",
+  ]),
+  RESPONSE_CACHE_MAX_MB: setting(z.coerce.number().positive().default(256), [
+    "the response cache's own memory bound: past it, its oldest entries are evicted",
+    "never queue data, whatever Redis's maxmemory-policy",
+  ]).meta(ADVANCED),
   RESPONSE_CACHE_REDIS_URL: optionalString('a Redis of its own for the response cache', '(REDIS_URL)').meta(ADVANCED),
   DASHBOARD_USER: optionalString('basic auth user for /admin/queues (with DASHBOARD_PASSWORD)'),
   DASHBOARD_PASSWORD: optionalString('basic auth password for /admin/queues'),

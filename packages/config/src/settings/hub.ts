@@ -12,7 +12,7 @@ export const hubShape = {
       .url()
       .default('https://huggingface.co')
       .transform((v) => v.replace(/\/+$/, '')),
-    "the hub or a mirror to download models from, in the hub's URL layout (ENDPOINT/ORG/NAME/resolve/REVISION/FILE)",
+    ['the hub or a mirror to download models from', "in the hub's URL layout: ENDPOINT/ORG/NAME/resolve/REVISION/FILE"],
   ),
   MODEL_REVISION: setting(
     z
@@ -31,8 +31,8 @@ export const hubShape = {
     "the download cache itself, in huggingface_hub's layout (models--ORG--NAME/snapshots/COMMIT/)",
     '$HF_HOME/hub',
   ).meta(ADVANCED),
-  HF_HUB_OFFLINE: bool(
-    false,
-    'load from the download cache only, never the network; a model missing there fails to load, naming the files',
-  ),
+  HF_HUB_OFFLINE: bool(false, [
+    'load from the download cache only, never the network',
+    'a model missing there fails to load, naming the files it lacks',
+  ]),
 };

@@ -21,10 +21,10 @@ export const workerShape = {
     '(hub)',
   ),
   // q8's kernels are CPU kernels: on a GPU they fall back to the CPU.
-  DTYPE: setting(
-    z.enum(DTYPES).default('auto'),
-    `${DTYPES.join(' | ')}; auto: int8-row on cpu, fp16 (else fp32) on a GPU; int8-row: int8 MatMuls with activations quantized per row (answers independent of batch mates), written at first load from model.onnx (else model_quantized.onnx) and cached beside it`,
-  ),
+  DTYPE: setting(z.enum(DTYPES).default('auto'), [
+    `${DTYPES.join(' | ')}`,
+    'auto: int8-row on cpu, fp16 (else fp32) on a GPU; int8-row: int8 MatMuls with activations quantized per row (answers independent of batch mates), written at first load from model.onnx (else model_quantized.onnx) and cached beside it',
+  ]),
   DTYPE_FORCE: bool(false, 'run q8 on a GPU anyway (its integer kernels fall back to the CPU, many times slower)').meta(
     ADVANCED,
   ),
@@ -55,30 +55,37 @@ export const workerShape = {
       (v) => (typeof v === 'string' && v.trim() === '' ? undefined : v),
       z.coerce.number().int().min(1).optional(),
     ),
-    "the most memory (peak RSS, MiB) the worker process may hold, a quarter under its container's limit (docs/memory.md): from the model's config the worker derives the largest model call that fits beside the weights and runtime, lowers BATCH_MAX_TOKENS and BATCH_MAX_SIZE to it, and refuses (413) an input too long to fit even alone; on a GPU it bounds nothing",
-    "a quarter under the cgroup memory limit (memory.max); without one, 1024 (an all-MiniLM-L6-v2 worker's peak stayed under 1 GB); --help shows this container's",
+    [
+      'the most memory (peak RSS, MiB) the worker process may hold (docs/memory.md)',
+      "a quarter under its container's limit; from the model's config the worker derives the largest model call that fits beside the weights and runtime, lowers BATCH_MAX_TOKENS and BATCH_MAX_SIZE to it, and refuses (413) an input too long to fit even alone; on a GPU it bounds nothing. Unset, it is a quarter under the cgroup memory limit (memory.max), or 1024 without one (an all-MiniLM-L6-v2 worker's peak stayed under 1 GB); --help shows this container's",
+    ],
+    '3/4 of the memory limit, else 1024',
   ),
-  MAX_ANSWER_VALUES: int(
-    2_000_000,
-    1,
-    "most numbers one request's answer may hold, counted before the model runs (token embeddings, pooling none: tokens x hidden size); more is refused 413, since the worker and the gateway each hold the whole answer, as JSON, in memory",
-  ).meta(ADVANCED),
-  JOB_LOCK_MS: derived(500, '5 × HEARTBEAT_MS', "job lock; a dead worker's jobs return to the queue after it", 500),
+  MAX_ANSWER_VALUES: int(2_000_000, 1, [
+    "most numbers one request's answer may hold (413 above), counted before the model runs",
+    'token embeddings (pooling none) are tokens x hidden size; the worker and the gateway each hold the whole answer, as JSON, in memory',
+  ]).meta(ADVANCED),
+  JOB_LOCK_MS: derived(500, '5 × HEARTBEAT_MS', "job lock: a dead worker's jobs run again after it", 500),
   STALLED_INTERVAL_MS: derived(100, '5 × HEARTBEAT_MS', 'how often workers look for jobs of dead workers'),
   WORKER_ID: optionalString('name in heartbeats and logs', 'host-pid').meta(ADVANCED),
-  INTRA_OP_THREADS: int(
-    0,
-    0,
-    "ONNX Runtime threads per model call (0: the CPUs this process may use: the cgroup CPU quota (cpu.max) rounded down, at least 1, where one is set, else the affinity mask; --help shows this container's)",
-  ),
+  INTRA_OP_THREADS: int(0, 0, [
+    'ONNX Runtime threads per model call; 0: the CPUs this process may use',
+    "0 is the cgroup CPU quota (cpu.max) rounded down, at least 1, where one is set, else the affinity mask; --help shows this container's",
+  ]),
   INTRA_OP_SPINNING: bool(
     false,
-    "let ONNX Runtime's threads spin between the steps of a model call (they stop when it returns): a shorter model call, but a spinning thread holds a core others on the host may need meanwhile (with WORKER_NICE it gives way to the gateway and Redis, not to another worker's threads)",
+    [
+      "let ONNX Runtime's threads spin between the steps of a model call",
+      "they stop when it returns: a shorter model call, but a spinning thread holds a core others on the host may need meanwhile (with WORKER_NICE it gives way to the gateway and Redis, not to another worker's threads)",
+    ],
     'false (npm start, one worker: true)',
   ).meta(ADVANCED),
   WORKER_NICE: setting(
     z.coerce.number().int().min(-20).max(19).default(0),
-    'niceness of the worker process, its model threads included; a worker beside a gateway on one host should yield, so that 503s and /health stay fast while the model saturates the cores',
+    [
+      'niceness of the worker process, its model threads included',
+      'a worker beside a gateway on one host should yield, so that 503s and /health stay fast while the model saturates the cores',
+    ],
     '0 (npm start: 19)',
   ).meta(ADVANCED),
   ...hubShape,
