@@ -195,14 +195,16 @@ describe('the same answer whatever the batch', () => {
 
   before(async () => {
     await Promise.all(systems.map((s) => s.startGateway({ DEFAULT_MODEL: CLASSIFIER })));
+    // One model's four workers at a time: 28 starting at once (two of them rewriting weights) would
+    // share two cores for longer than a worker's start is given.
     for (const model of MODELS) {
       system.startWorker({ model, env: { DTYPE: 'fp32' } });
       // No DTYPE: auto must run int8 per row, from the fp32 file each model folder has.
       auto.startWorker({ model });
       rows.startWorker({ model, env: { DTYPE: 'int8-row' } });
       q8.startWorker({ model, env: { DTYPE: 'q8' } });
+      await Promise.all(systems.map((s) => s.waitForWorkers(model)));
     }
-    for (const model of MODELS) await Promise.all(systems.map((s) => s.waitForWorkers(model)));
   });
   after(async () => {
     await Promise.all(systems.map((s) => s.stop()));

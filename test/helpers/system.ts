@@ -104,14 +104,22 @@ export class TestSystem {
 
   /** Waits until the gateway sees `count` live workers for the model. */
   async waitForWorkers(model: string, count = 1, timeoutMs = 60_000): Promise<void> {
-    await waitFor(
-      `${count} worker(s) for ${model}`,
-      async () => {
-        const body = (await (await fetch(`${this.url}/ready`)).json()) as ReadyBody;
-        return (body.models[model]?.workers ?? 0) >= count;
-      },
-      timeoutMs,
-    );
+    try {
+      await waitFor(
+        `${count} worker(s) for ${model}`,
+        async () => {
+          const body = (await (await fetch(`${this.url}/ready`)).json()) as ReadyBody;
+          return (body.models[model]?.workers ?? 0) >= count;
+        },
+        timeoutMs,
+      );
+    } catch (err) {
+      // What the model's workers said is what tells a slow start from a failed one.
+      const said = this.procs
+        .filter((p) => p.name === `worker ${model}`)
+        .map((p) => `--- ${p.name} (pid ${p.pid}, ${p.running ? 'running' : 'exited'}) ---\n${p.output.slice(-2000)}`);
+      throw new Error(`${(err as Error).message}\n${said.join('\n')}`);
+    }
   }
 
   async post(
