@@ -97,7 +97,7 @@ module.exports = {
     {
       name: 'worker-pipeline-imports-the-transport',
       comment:
-        'The pipeline declares what it needs of the transport (JobSource, OutcomeSink); main.ts hands it the transport.',
+        'The pipeline declares what it needs of the transport (WorkSource, OutcomeSink); startup/ hands it the transport.',
       severity: 'error',
       from: { path: '^apps/worker/src/pipeline/' },
       to: { path: '^apps/worker/src/transport/', dependencyTypesNot: ['type-only'] },

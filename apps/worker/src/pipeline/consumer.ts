@@ -1,35 +1,59 @@
 import type { Logger } from 'pino';
 import { ApiError, sequenceCount } from '@tserve/contract';
-import { gatherBatch, type BatchLimits } from './batcher.js';
 import type { PreparedBatch } from './prepared-batch.js';
 import type { BatchRunner } from './runner.js';
-import type { Intake } from '../transport/intake.js';
 import type { Settling } from '../transport/settling.js';
 import type { Work } from '../transport/work.js';
 
-export interface ConsumerOptions {
+/** Where batches are gathered from: jobs, waited for one at a time or taken several together. */
+export interface JobSource<J> {
+  /** Waits for the next job (may still return undefined, e.g. when the source is closing). */
+  next(): Promise<J | undefined>;
+  /** How many jobs are waiting now. */
+  waiting(): Promise<number>;
+  /** Up to `count` waiting jobs, fetched together. */
+  take(count: number): Promise<J[]>;
+}
+
+/** What the consumer needs of the intake (transport/intake.ts): its jobs, and its start and close. */
+export interface WorkSource extends JobSource<Work> {
+  /** Starts taking jobs; `held` names the jobs whose locks the intake renews. */
+  start(held: () => string[]): void;
+  /** Interactive jobs waiting now, which may go ahead of a batch holding batch-class work. */
+  interactiveWaiting(): Promise<number>;
+  close(): Promise<void>;
+}
+
+export interface ConsumerParts {
+  intake: WorkSource;
+  runner: BatchRunner;
+  /** Where the runner's outcomes go: told of the jobs fetched, and of each batch's report. */
+  settling: Settling;
   limits: BatchLimits;
   /** Other workers serving the model (the heartbeat): a gateway must not hold requests back for this busy one then. */
   peers: { readonly peers: number };
+  logger: Logger;
 }
 
 /**
- * Pulls model batches of jobs from the intake and hands their requests to the runner, whose
+ * Gathers model batches of jobs from the intake (gatherBatch) and hands their requests to the runner, whose
  * outcomes go to the settling; it settles each job. The next batch is fetched and tokenized while
  * the model thread runs the current one.
  */
 export class Consumer {
   private stopping = false;
   private loop?: Promise<void>;
+  private readonly intake: WorkSource;
+  private readonly runner: BatchRunner;
+  private readonly settling: Settling;
+  private readonly logger: Logger;
 
-  constructor(
-    private readonly intake: Intake,
-    private readonly runner: BatchRunner,
-    /** Where the runner's outcomes go: told of the jobs fetched, and of each batch's report. */
-    private readonly settling: Settling,
-    private readonly options: ConsumerOptions,
-    private readonly logger: Logger,
-  ) {}
+  constructor(private readonly parts: ConsumerParts) {
+    this.intake = parts.intake;
+    this.runner = parts.runner;
+    this.settling = parts.settling;
+    this.logger = parts.logger;
+  }
 
   start(): void {
     this.intake.start(() => this.settling.heldJobIds());
@@ -51,7 +75,7 @@ export class Consumer {
     while (!this.stopping) {
       let jobs: Work[];
       try {
-        jobs = await gatherBatch(this.intake, this.options.limits, (work) =>
+        jobs = await gatherBatch(this.intake, this.parts.limits, (work) =>
           work.requests.reduce((n, r) => n + sequenceCount(r), 0),
         );
       } catch (err) {
@@ -65,7 +89,7 @@ export class Consumer {
       // Gateways hear that their jobs were taken as the batch starts (see tellTaken); but while this
       // worker's model is busy another worker may be idle, and the requests held for this one would
       // keep it waiting: then they hear now.
-      if (modelBusy && this.options.peers.peers > 0) this.settling.tellTaken();
+      if (modelBusy && this.parts.peers.peers > 0) this.settling.tellTaken();
       // Tokenized here while the model thread may still run the previous batch.
       const batch = await this.runner.prepare(jobs.flatMap((j) => j.requests));
       const waitedForModel = modelBusy;
@@ -97,7 +121,7 @@ export class Consumer {
     try {
       const waiting = await this.intake.interactiveWaiting();
       if (waiting === 0) return undefined;
-      const urgent = await this.intake.take(Math.min(waiting, this.options.limits.maxSize));
+      const urgent = await this.intake.take(Math.min(waiting, this.parts.limits.maxSize));
       if (urgent.length === 0) return undefined;
       this.settling.hold(urgent);
       return await this.runner.prepare(urgent.flatMap((j) => j.requests));
@@ -116,4 +140,49 @@ export class Consumer {
       this.runner.failUnanswered(batch, new ApiError('internal', 'internal error while running the model'));
     }
   }
+}
+
+export interface BatchLimits {
+  maxSize: number;
+  maxWaitMs: number;
+}
+
+/**
+ * Deadline-bounded dynamic batch formation: waits for the first job; then gathers more until the batch holds `maxSize` sequences or one
+ * deadline, `maxWaitMs` after the first job, has passed (the deadline is never extended). The source
+ * is asked how many jobs wait before any is fetched (the intake knows that from the work notices
+ * it heard, without asking Redis), so an empty queue costs no fetch (a fetch is one of BullMQ's
+ * scripts, about ten commands inside Redis); an empty queue also ends the gathering at once, so a
+ * lone request never waits for company. The jobs of one round are fetched together, in one round
+ * trip.
+ */
+export async function gatherBatch<J>(
+  source: JobSource<J>,
+  limits: BatchLimits,
+  sizeOf: (job: J) => number,
+): Promise<J[]> {
+  const first = await source.next();
+  if (first === undefined) return [];
+  const batch: J[] = [first];
+  const deadline = performance.now() + limits.maxWaitMs;
+  let size = sizeOf(first);
+  while (size < limits.maxSize && performance.now() < deadline) {
+    const more = await topUp(source, limits.maxSize - size, sizeOf(first));
+    if (more.length === 0) break;
+    batch.push(...more);
+    for (const job of more) size += sizeOf(job);
+  }
+  return batch;
+}
+
+/**
+ * Jobs waiting now, without blocking, about as many as fill `room` sequences. Sizes are known only
+ * after the fetch: a gateway coalesces requests into jobs of similar size under steady load, so the
+ * size of a job just seen is the guess (a batch may overshoot; the planner splits its model calls).
+ */
+export async function topUp<J>(source: JobSource<J>, room: number, typicalJobSize: number): Promise<J[]> {
+  if (room <= 0) return [];
+  const waiting = await source.waiting();
+  if (waiting === 0) return [];
+  return source.take(Math.min(waiting, Math.max(1, Math.floor(room / Math.max(1, typicalJobSize)))));
 }

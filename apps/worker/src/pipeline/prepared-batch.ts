@@ -1,6 +1,12 @@
 import type { QueuedRequest, TaskParameters } from '@tserve/contract';
 import type { TaskHead } from '../tasks/index.js';
-import type { Sequence } from './planner.js';
+import type { Encoded } from '../model/engine.js';
+
+/** One input of one request (or one part of it: a pair, a span), as the model runs it. */
+export interface Sequence<T = unknown> {
+  owner: T;
+  encoded: Encoded;
+}
 
 export interface BatchReport {
   /** Sequences in each model call that ran. */

@@ -1,10 +1,16 @@
 import { ApiError, type QueuedRequest } from '@tserve/contract';
 import type { Engine, Encoded, BatchOutput } from '../model/engine.js';
 import type { TaskHeads } from '../tasks/index.js';
-import { InputEncoder, namingInput } from './input-encoder.js';
 import { LoopTurns } from './loop-turns.js';
-import { planBatches, type PlanLimits, type Sequence } from './planner.js';
-import { pendingRequest, type BatchReport, type Owner, type Pending, type PreparedBatch } from './prepared-batch.js';
+import { InputEncoder, namingInput, planBatches, type PlanLimits } from './sequences.js';
+import {
+  pendingRequest,
+  type BatchReport,
+  type Owner,
+  type Pending,
+  type PreparedBatch,
+  type Sequence,
+} from './prepared-batch.js';
 import { RequestOutcomes, type OutcomeSink } from './request-outcomes.js';
 import { InferenceStatistics } from './stats.js';
 

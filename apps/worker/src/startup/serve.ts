@@ -99,16 +99,14 @@ function buildPipeline(
     stats,
     calls: traces,
   });
-  const consumer = new Consumer(
+  const consumer = new Consumer({
     intake,
     runner,
     settling,
-    {
-      limits: { maxSize: batchLimits.maxSize, maxWaitMs: config.BATCH_MAX_WAIT_MS },
-      peers: heartbeat,
-    },
+    limits: { maxSize: batchLimits.maxSize, maxWaitMs: config.BATCH_MAX_WAIT_MS },
+    peers: heartbeat,
     logger,
-  );
+  });
   return { intake, cancelled, consumer };
 }
 

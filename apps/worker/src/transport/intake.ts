@@ -11,8 +11,8 @@ import {
   type JobData,
 } from '@tserve/contract';
 import { QUEUE_STREAMS, queueNameFor } from '@tserve/queue';
-import type { JobSource } from '../pipeline/batcher.js';
 import { Announcements } from './announcements.js';
+import type { WorkSource } from '../pipeline/consumer.js';
 import type { Work } from './work.js';
 
 export interface IntakeOptions {
@@ -47,7 +47,7 @@ const IDLE_POLL_MS = 1000;
  * wait cost two more fetches per job, both finding nothing: one because its worker had just taken
  * a job, one for the wake-up marker that taking a job leaves for the next worker.
  */
-export class Intake implements JobSource<Work> {
+export class Intake implements WorkSource {
   private readonly worker: Worker<JobData>;
   /** The same queue, for counting what waits. */
   private readonly queue: Queue<JobData>;

@@ -1,6 +1,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { gatherBatch, topUp, type JobSource } from '../../apps/worker/src/pipeline/batcher.ts';
+import { gatherBatch, topUp, type JobSource } from '../../apps/worker/src/pipeline/consumer.ts';
 
 /** A queue of job sizes, counting the calls a batch formation makes. */
 function source(sizes: number[]) {
