@@ -50,6 +50,19 @@ async function post(url: string, body: unknown): Promise<{ status: number; json:
   return { status: res.status, json: await res.json() };
 }
 
+/** Waits until the launcher says it is ready, then asks its classifier once and expects an answer. */
+async function servesAClassification(launcher: Proc, url: string): Promise<void> {
+  await waitFor(
+    `${launcher.name} to say ready`,
+    async () => /\[launcher\] ready: /.test(launcher.output) || !launcher.running,
+    180_000,
+  );
+  assert.ok(launcher.running, launcher.output);
+  const answer = await post(`${url}/models/${CLASSIFIER}`, { inputs: 'a fine film' });
+  assert.equal(answer.status, 200, JSON.stringify(answer.json));
+  assert.ok(['POSITIVE', 'NEGATIVE'].includes(answer.json[0][0].label), JSON.stringify(answer.json));
+}
+
 before(async () => {
   // What a user runs; the build output is already there (the test command builds first).
   await runOk(process.execPath, ['--import', 'tsx', 'scripts/release.ts'], { timeoutMs: 10 * 60_000, cwd: ROOT });
@@ -115,15 +128,7 @@ describe('npm run release', () => {
       LOG_LEVEL: 'warn',
     });
     try {
-      await waitFor(
-        'the launcher to say ready',
-        async () => /\[launcher\] ready: /.test(system.output) || !system.running,
-        180_000,
-      );
-      assert.ok(system.running, system.output);
-      const answer = await post(`${url}/models/${CLASSIFIER}`, { inputs: 'a fine film' });
-      assert.equal(answer.status, 200, JSON.stringify(answer.json));
-      assert.ok(['POSITIVE', 'NEGATIVE'].includes(answer.json[0][0].label), JSON.stringify(answer.json));
+      await servesAClassification(system, url);
 
       const script = await fetch(`${url}/docs/swagger-ui-bundle.js`);
       assert.equal(script.status, 200);
@@ -200,14 +205,7 @@ describe('npm run release', () => {
       ),
     );
     try {
-      await waitFor(
-        'the launcher in the container to say ready',
-        async () => /\[launcher\] ready: /.test(container.output) || !container.running,
-        180_000,
-      );
-      assert.ok(container.running, container.output);
-      const answer = await post(`http://127.0.0.1:${port}/models/${CLASSIFIER}`, { inputs: 'a fine film' });
-      assert.equal(answer.status, 200, JSON.stringify(answer.json));
+      await servesAClassification(container, `http://127.0.0.1:${port}`);
     } finally {
       spawnSync('docker', ['stop', '--time', '30', name]);
       await container.exited;

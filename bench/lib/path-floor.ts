@@ -18,7 +18,7 @@ import { once } from 'node:events';
 import http from 'node:http';
 import { createInterface } from 'node:readline';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { Redis } from 'ioredis';
 import { freePort } from '../../test/helpers/processes.ts';
@@ -33,7 +33,7 @@ const STAND_IN = BUNDLES
 
 /** What the stand-in's thread imports transformers.js from: the archive's bundle of it, else the package. */
 const TRANSFORMERS = BUNDLES
-  ? new URL('./bench-transformers.js', `file://${BUNDLES}/`).href
+  ? pathToFileURL(path.join(BUNDLES, 'bench-transformers.js')).href
   : import.meta.resolve('@huggingface/transformers');
 
 /** The model a least server's thread runs: the bench's in-process model, with its dtype and device. */
