@@ -9,7 +9,8 @@
  * The folder: `bin/tserve` (the launcher, or one program: `tserve gateway|worker|keys|bench|bench-scale`),
  * `node/bin/node` (this Node.js), `lib/` (each program bundled by esbuild from its build output, with
  * the shared code in chunks), and in `lib/node_modules/` only what cannot be bundled: ONNX Runtime's
- * native library and the packages that load it, and the files the dashboard and `/docs` serve.
+ * native library and the packages that load it, and the files the dashboard and `/docs` serve; and
+ * `THIRD-PARTY-LICENSES.txt`, the licenses of all it holds.
  */
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -77,7 +78,7 @@ function readJson(file: string): { name?: string; version?: string } {
 }
 
 /** Copies `files` (paths or folders under `from`) to `lib/node_modules/<name>/`, and nothing else of it. */
-function copyPackage(name: string, from: string, files: string[]): void {
+function copyPackage(name: string, from: string, files: string[]): string {
   const source = packageDir(name, from);
   const target = path.join(STAGE, 'lib', 'node_modules', name);
   for (const file of ['package.json', ...files]) {
@@ -89,6 +90,7 @@ function copyPackage(name: string, from: string, files: string[]): void {
       filter: (f) => !f.endsWith('.map') && !f.endsWith('.d.ts'),
     });
   }
+  return source;
 }
 
 /**
@@ -102,8 +104,9 @@ const BENCHES = {
   'bench-transformers': 'bench/lib/transformers-bundle.ts',
 };
 
-async function bundle(): Promise<void> {
-  await build({
+/** Bundles the programs; returns the folders of the packages whose code went into the bundles. */
+async function bundle(): Promise<string[]> {
+  const { metafile } = await build({
     absWorkingDir: ROOT,
     entryPoints: {
       launcher: 'apps/launcher/dist/main.js',
@@ -129,21 +132,79 @@ async function bundle(): Promise<void> {
     banner: {
       js: "import { createRequire as tserveCreateRequire } from 'node:module';\nconst require = tserveCreateRequire(import.meta.url);",
     },
+    // The licenses travel whole in THIRD-PARTY-LICENSES.txt instead (licenses()).
     legalComments: 'none',
+    metafile: true,
     logLevel: 'warning',
   });
   fs.writeFileSync(path.join(STAGE, 'lib', 'package.json'), '{ "type": "module" }\n');
+  // An input inside node_modules belongs to the innermost package folder on its path.
+  const folders = Object.keys(metafile.inputs).flatMap((input) => {
+    const match = /^(.*node_modules\/(?:@[^/]+\/)?[^/]+)\//.exec(input);
+    return match ? [path.join(ROOT, match[1])] : [];
+  });
+  return [...new Set(folders)];
 }
 
-function copyNative(): void {
-  copyPackage('onnxruntime-node', 'node_modules/@huggingface/transformers', [
-    'dist',
-    `bin/napi-v6/${process.platform}/${process.arch}`,
-  ]);
-  copyPackage('onnxruntime-common', 'node_modules/onnxruntime-node', ['dist']);
-  copyPackage('@bull-board/ui', 'node_modules/@bull-board/api', ['dist']);
-  // What `/docs` serves: the page's script and style (ops/openapi.ts).
-  copyPackage('swagger-ui-dist', 'apps/gateway', ['swagger-ui-bundle.js', 'swagger-ui.css', 'LICENSE', 'NOTICE']);
+/** Copies what cannot be bundled; returns the packages' folders. */
+function copyNative(): string[] {
+  return [
+    copyPackage('onnxruntime-node', 'node_modules/@huggingface/transformers', [
+      'dist',
+      `bin/napi-v6/${process.platform}/${process.arch}`,
+    ]),
+    copyPackage('onnxruntime-common', 'node_modules/onnxruntime-node', ['dist']),
+    copyPackage('@bull-board/ui', 'node_modules/@bull-board/api', ['dist']),
+    // What `/docs` serves: the page's script and style (ops/openapi.ts).
+    copyPackage('swagger-ui-dist', 'apps/gateway', ['swagger-ui-bundle.js', 'swagger-ui.css']),
+  ];
+}
+
+/** A package's license and notice files, by their usual names. */
+const LICENSE_FILE = /^(licen[cs]e|copying|notice)(\.(md|txt|markdown))?$/i;
+
+/** Where Node.js's own LICENSE is installed beside it, by the layouts of its tarball and its packages. */
+function nodeLicense(): string | undefined {
+  const prefix = path.resolve(path.dirname(process.execPath), '..');
+  return ['LICENSE', 'share/doc/node/LICENSE', 'share/doc/nodejs/LICENSE']
+    .map((file) => path.join(prefix, file))
+    .find((file) => fs.existsSync(file));
+}
+
+/**
+ * THIRD-PARTY-LICENSES.txt: the license texts of Node.js and of every package whose code the
+ * archive holds, bundled or copied, as their licenses ask of a copy.
+ */
+function licenses(folders: string[]): number {
+  const entries = new Map<string, string>();
+  for (const folder of folders) {
+    const { name, version, license } = readJson(path.join(folder, 'package.json')) as {
+      name?: string;
+      version?: string;
+      license?: string;
+    };
+    if (!name || name.startsWith('@tserve/')) continue;
+    const texts = fs
+      .readdirSync(folder)
+      .filter((file) => LICENSE_FILE.test(file))
+      .sort()
+      .map((file) => fs.readFileSync(path.join(folder, file), 'utf8').trim());
+    const text =
+      texts.length > 0
+        ? texts.join('\n\n')
+        : `(no license file in the package; package.json says: ${license ?? 'nothing'})`;
+    entries.set(`${name}@${version}`, `${name} ${version} (${license ?? 'license not declared'})\n\n${text}`);
+  }
+  const node = nodeLicense();
+  const sections = [
+    `Node.js ${process.version}\n\n${node ? fs.readFileSync(node, 'utf8').trim() : `https://github.com/nodejs/node/blob/${process.version}/LICENSE`}`,
+    ...[...entries.keys()].sort().map((key) => entries.get(key)!),
+  ];
+  fs.writeFileSync(
+    path.join(STAGE, 'THIRD-PARTY-LICENSES.txt'),
+    `The third-party software this archive holds, and its licenses.\n\n${sections.join(`\n\n${'='.repeat(72)}\n\n`)}\n`,
+  );
+  return entries.size;
 }
 
 function copyRuntime(version: string): void {
@@ -176,9 +237,10 @@ async function main(): Promise<void> {
   if (!fs.existsSync(path.join(ROOT, 'apps/gateway/dist/main.js'))) fail('no build output: run `npm run build` first');
   fs.rmSync(STAGE, { recursive: true, force: true });
   fs.mkdirSync(STAGE, { recursive: true });
-  await bundle();
-  copyNative();
+  const bundled = await bundle();
+  const copied = copyNative();
   copyRuntime(version);
+  say(`licenses of Node.js and ${licenses([...bundled, ...copied])} packages in THIRD-PARTY-LICENSES.txt`);
   if (values.unpacked) return say(`wrote ${path.relative(ROOT, STAGE)}/`);
   const file = archive(version);
   const bytes = fs.statSync(file).size;

@@ -80,7 +80,7 @@ describe('npm run release', () => {
     const bytes = fs.statSync(ARCHIVE).size;
     assert.ok(bytes <= MAX_BYTES, `the archive is ${(bytes / 1024 / 1024).toFixed(1)} MiB`);
     const root = path.join(unpacked, 'tserve');
-    assert.deepEqual(fs.readdirSync(root).sort(), ['VERSION', 'bin', 'lib', 'node']);
+    assert.deepEqual(fs.readdirSync(root).sort(), ['THIRD-PARTY-LICENSES.txt', 'VERSION', 'bin', 'lib', 'node']);
     const packages = fs
       .readdirSync(path.join(root, 'lib', 'node_modules'))
       .flatMap((name) =>
@@ -91,6 +91,38 @@ describe('npm run release', () => {
     assert.deepEqual(packages.sort(), ['@bull-board/ui', 'onnxruntime-common', 'onnxruntime-node', 'swagger-ui-dist']);
     const binding = fs.readdirSync(path.join(root, 'lib', 'node_modules', 'onnxruntime-node', 'bin', 'napi-v6'));
     assert.deepEqual(binding, ['linux'], 'ONNX Runtime for other platforms travels too');
+  });
+
+  it('carries the license texts of its Node.js and of the packages it holds, bundled or copied', () => {
+    const notices = fs.readFileSync(path.join(unpacked, 'tserve', 'THIRD-PARTY-LICENSES.txt'), 'utf8');
+    assert.match(
+      notices,
+      new RegExp(`^Node\\.js ${process.version}\\n\\nNode\\.js is licensed for use as follows`, 'm'),
+    );
+    // What the programs are built on, bundled, and what travels as files beside the bundles.
+    for (const name of [
+      'bullmq',
+      'express',
+      'ioredis',
+      'prom-client',
+      'zod',
+      '@huggingface/transformers',
+      'swagger-ui-dist',
+    ]) {
+      // As the gateway's and the worker's code finds them: their own node_modules, else the root's.
+      const folder = ['apps/gateway', 'apps/worker', '.']
+        .map((dir) => path.join(ROOT, dir, 'node_modules', name))
+        .find((dir) => fs.existsSync(path.join(dir, 'package.json')))!;
+      const { version } = JSON.parse(fs.readFileSync(path.join(folder, 'package.json'), 'utf8')) as { version: string };
+      assert.ok(notices.includes(`\n${name} ${version} (`), `${name} ${version} is not named`);
+      const license = fs.readdirSync(folder).find((f) => /^licen[cs]e/i.test(f));
+      assert.ok(license, `${name} ships no license file`);
+      const text = fs.readFileSync(path.join(folder, license), 'utf8').trim();
+      assert.ok(notices.includes(text), `${name}'s license text is missing`);
+    }
+    for (const name of ['onnxruntime-node', 'onnxruntime-common', '@bull-board/ui'])
+      assert.match(notices, new RegExp(`^${name} [0-9.]+ \\(MIT\\)`, 'm'), name);
+    assert.doesNotMatch(notices, /^@tserve\//m, 'our own packages are no third party');
   });
 
   it('`tserve --help` is `npm start --help`; `tserve worker` and `tserve bench` are the worker and the bench', () => {
