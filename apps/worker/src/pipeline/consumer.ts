@@ -36,9 +36,9 @@ export interface ConsumerParts {
 }
 
 /**
- * Gathers model batches of jobs from the intake (gatherBatch) and hands their requests to the runner, whose
- * outcomes go to the settling; it settles each job. The next batch is fetched and tokenized while
- * the model thread runs the current one.
+ * Gathers model batches of jobs from the intake (gatherBatch) and hands their requests to the
+ * runner, whose outcomes go to the settling; it settles each job. The next batch is fetched and
+ * tokenized while the model thread runs the current one.
  */
 export class Consumer {
   private stopping = false;
@@ -46,12 +46,16 @@ export class Consumer {
   private readonly intake: WorkSource;
   private readonly runner: BatchRunner;
   private readonly settling: Settling;
+  private readonly limits: BatchLimits;
+  private readonly peers: ConsumerParts['peers'];
   private readonly logger: Logger;
 
-  constructor(private readonly parts: ConsumerParts) {
+  constructor(parts: ConsumerParts) {
     this.intake = parts.intake;
     this.runner = parts.runner;
     this.settling = parts.settling;
+    this.limits = parts.limits;
+    this.peers = parts.peers;
     this.logger = parts.logger;
   }
 
@@ -75,7 +79,7 @@ export class Consumer {
     while (!this.stopping) {
       let jobs: Work[];
       try {
-        jobs = await gatherBatch(this.intake, this.parts.limits, (work) =>
+        jobs = await gatherBatch(this.intake, this.limits, (work) =>
           work.requests.reduce((n, r) => n + sequenceCount(r), 0),
         );
       } catch (err) {
@@ -89,7 +93,7 @@ export class Consumer {
       // Gateways hear that their jobs were taken as the batch starts (see tellTaken); but while this
       // worker's model is busy another worker may be idle, and the requests held for this one would
       // keep it waiting: then they hear now.
-      if (modelBusy && this.parts.peers.peers > 0) this.settling.tellTaken();
+      if (modelBusy && this.peers.peers > 0) this.settling.tellTaken();
       // Tokenized here while the model thread may still run the previous batch.
       const batch = await this.runner.prepare(jobs.flatMap((j) => j.requests));
       const waitedForModel = modelBusy;
@@ -121,7 +125,7 @@ export class Consumer {
     try {
       const waiting = await this.intake.interactiveWaiting();
       if (waiting === 0) return undefined;
-      const urgent = await this.intake.take(Math.min(waiting, this.parts.limits.maxSize));
+      const urgent = await this.intake.take(Math.min(waiting, this.limits.maxSize));
       if (urgent.length === 0) return undefined;
       this.settling.hold(urgent);
       return await this.runner.prepare(urgent.flatMap((j) => j.requests));
@@ -148,13 +152,13 @@ export interface BatchLimits {
 }
 
 /**
- * Deadline-bounded dynamic batch formation: waits for the first job; then gathers more until the batch holds `maxSize` sequences or one
- * deadline, `maxWaitMs` after the first job, has passed (the deadline is never extended). The source
- * is asked how many jobs wait before any is fetched (the intake knows that from the work notices
- * it heard, without asking Redis), so an empty queue costs no fetch (a fetch is one of BullMQ's
- * scripts, about ten commands inside Redis); an empty queue also ends the gathering at once, so a
- * lone request never waits for company. The jobs of one round are fetched together, in one round
- * trip.
+ * Deadline-bounded dynamic batch formation: waits for the first job, then gathers more until the
+ * batch holds `maxSize` sequences or one deadline, `maxWaitMs` after the first job, has passed (the
+ * deadline is never extended). The source is asked how many jobs wait before any is fetched (the
+ * intake knows that from the work notices it heard, without asking Redis), so an empty queue costs
+ * no fetch (a fetch is one of BullMQ's scripts, about ten commands inside Redis); an empty queue also
+ * ends the gathering at once, so a lone request never waits for company. The jobs of one round are
+ * fetched together, in one round trip.
  */
 export async function gatherBatch<J>(
   source: JobSource<J>,
