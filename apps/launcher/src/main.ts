@@ -9,7 +9,10 @@ import { Supervisor } from './supervisor.js';
 if (process.argv.includes('--help') || process.argv.includes('-h')) {
   process.stdout.write(
     formatHelp(
-      'npm start: runs the whole system locally: Redis (when none answers), the gateway and WORKERS workers per model.\n\nUsage: [MODEL=a,b] [WORKERS=N] [MODEL_DIR=../shared/models] npm start',
+      'npm start, or tserve from the release archive: runs the whole system locally: Redis (when none answers), the gateway\n' +
+        'and WORKERS workers per model.\n\n' +
+        'Usage: [MODEL=a,b] [WORKERS=N] [MODEL_DIR=../shared/models] npm start\n' +
+        '       [MODEL=a,b] [WORKERS=N] [MODEL_DIR=/srv/models] tserve/bin/tserve',
       ['launcher', 'gateway', 'worker', 'common'],
     ),
   );
