@@ -42,12 +42,12 @@ function coalescerOver(
     graceMs?: number;
   } = {},
 ) {
-  return new EnqueueCoalescer(
+  return new EnqueueCoalescer({
     enqueue,
-    options.maxSequences ?? (() => 32),
-    options.othersOutstanding ?? (() => true),
-    options.graceMs ?? 60_000,
-  );
+    maxSequences: options.maxSequences ?? (() => 32),
+    othersOutstanding: options.othersOutstanding ?? (() => true),
+    graceMs: options.graceMs ?? 60_000,
+  });
 }
 
 describe('splitIntoJobs', () => {

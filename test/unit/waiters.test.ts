@@ -25,15 +25,15 @@ async function harness(
   const taken: string[][] = [];
   const warned: string[] = [];
   const logger = pino({ level: 'warn' }, { write: (line: string) => warned.push(JSON.parse(line).msg) });
-  const waiters = new OutcomeWaiters(
-    subscriber as unknown as Redis,
-    CHANNEL,
-    60_000,
+  const waiters = new OutcomeWaiters({
+    subscriber: subscriber as unknown as Redis,
+    channel: CHANNEL,
+    pollMs: 60_000,
     readFinished,
     logger,
-    () => {},
-    (ids) => taken.push(ids),
-  );
+    onUnclaimed: () => {},
+    onTaken: (ids) => taken.push(ids),
+  });
   await waiters.start();
   t.after(() => waiters.stop());
   return { subscriber, waiters, taken, warned };

@@ -137,14 +137,14 @@ export interface Gateway {
 export function createGateway(config: GatewayConfig, gatewayId: string, logger: Logger, tracing?: Tracing): Gateway {
   const redis = createRedis(config.REDIS_URL, 'gateway', config.REDIS_COMMAND_TIMEOUT_MS);
   const subscriber = createRedis(config.REDIS_URL, 'subscriber');
-  const registry = new ModelRegistry(
+  const registry = new ModelRegistry({
     redis,
-    config.QUEUE_PREFIX,
-    config.REGISTRY_REFRESH_MS,
-    config.LOAD_FAILURE_TTL_MS,
+    prefix: config.QUEUE_PREFIX,
+    refreshMs: config.REGISTRY_REFRESH_MS,
+    failureTtlMs: config.LOAD_FAILURE_TTL_MS,
     logger,
-    config.MODELS,
-  );
+    configured: config.MODELS,
+  });
   // A gateway's report older than a few refreshes is from one that stopped, and is ignored.
   const depthStaleMs = Math.max(3 * config.REGISTRY_REFRESH_MS, 2000);
   const depth = new QueueDepth((mine) => exchangeDepths(redis, config.QUEUE_PREFIX, gatewayId, mine, depthStaleMs));

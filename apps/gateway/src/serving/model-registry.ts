@@ -24,6 +24,20 @@ import {
  * request for routing; and the models the gateway is configured to serve (MODELS), which may have no
  * worker at all (scaled to zero). How loaded a model is, is admission's business (`overload.ts`).
  */
+/** What the registry reads, and how often. */
+export interface RegistryParts {
+  redis: Redis;
+  /** QUEUE_PREFIX: where the workers' heartbeats and load failures are. */
+  prefix: string;
+  /** REGISTRY_REFRESH_MS. */
+  refreshMs: number;
+  /** LOAD_FAILURE_TTL_MS: how long a model whose worker failed to load it is reported as failed. */
+  failureTtlMs: number;
+  logger: Logger;
+  /** MODELS: served even with no worker (scaled to zero). */
+  configured: readonly string[];
+}
+
 /** Before any worker of a model has announced its batch size; the worker's own default. */
 const DEFAULT_JOB_SEQUENCES = 32;
 
@@ -49,15 +63,21 @@ export class ModelRegistry {
   lastError?: string;
   lastRefreshAt = 0;
 
-  constructor(
-    private readonly redis: Redis,
-    private readonly prefix: string,
-    private readonly refreshMs: number,
-    private readonly failureTtlMs: number,
-    private readonly logger: Logger,
-    /** MODELS: served even with no worker (scaled to zero). */
-    private readonly configuredIds: readonly string[] = [],
-  ) {}
+  private readonly redis: Redis;
+  private readonly prefix: string;
+  private readonly refreshMs: number;
+  private readonly failureTtlMs: number;
+  private readonly logger: Logger;
+  private readonly configuredIds: readonly string[];
+
+  constructor(parts: RegistryParts) {
+    this.redis = parts.redis;
+    this.prefix = parts.prefix;
+    this.refreshMs = parts.refreshMs;
+    this.failureTtlMs = parts.failureTtlMs;
+    this.logger = parts.logger;
+    this.configuredIds = parts.configured;
+  }
 
   async start(): Promise<void> {
     await this.refresh();

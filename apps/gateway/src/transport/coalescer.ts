@@ -39,6 +39,17 @@ interface Lane {
   graceTimer?: NodeJS.Timeout;
 }
 
+/** What a coalescer works with. */
+export interface CoalescerParts {
+  enqueue: Enqueue;
+  /** Most sequences in one job: a worker's batch size, so one job never spans two batches. */
+  maxSequences: (model: string) => number;
+  /** Whether this gateway has requests for the model accepted and not yet answered beyond the `sending` going out now. */
+  othersOutstanding: (model: string, sending: number) => boolean;
+  /** How long waiting requests stay held behind a job whose taking no worker has told of. */
+  graceMs: number;
+}
+
 /** Requests coalesce per model and class: a job has one priority in the queue. */
 const laneKey = (model: string, priority: Priority) => `${priority}\n${model}`;
 
@@ -63,14 +74,17 @@ export class EnqueueCoalescer {
   /** The lane of each job not yet taken. */
   private readonly laneOfJob = new Map<string, string>();
 
-  constructor(
-    private readonly enqueue: Enqueue,
-    /** Most sequences in one job: a worker's batch size, so one job never spans two batches. */
-    private readonly maxSequences: (model: string) => number,
-    /** Whether this gateway has requests for the model accepted and not yet answered beyond the `sending` going out now. */
-    private readonly othersOutstanding: (model: string, sending: number) => boolean,
-    private readonly graceMs: number,
-  ) {}
+  private readonly enqueue: Enqueue;
+  private readonly maxSequences: CoalescerParts['maxSequences'];
+  private readonly othersOutstanding: CoalescerParts['othersOutstanding'];
+  private readonly graceMs: number;
+
+  constructor(parts: CoalescerParts) {
+    this.enqueue = parts.enqueue;
+    this.maxSequences = parts.maxSequences;
+    this.othersOutstanding = parts.othersOutstanding;
+    this.graceMs = parts.graceMs;
+  }
 
   /** Resolves with the id of the job that carries the request, once it is in Redis. */
   submit(model: string, request: QueuedRequest, priority: Priority = 'interactive'): Promise<string> {

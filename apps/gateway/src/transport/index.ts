@@ -83,26 +83,26 @@ export class Transport {
     this.prefix = options.prefix;
     this.queues = new QueueSet(parts.redis, options.prefix, options.resultPollMs);
     const channel = keys.results(options.prefix, options.gatewayId);
-    this.coalescer = new EnqueueCoalescer(
-      async (model, priority, jobs) => {
+    this.coalescer = new EnqueueCoalescer({
+      enqueue: async (model, priority, jobs) => {
         await parts.breaker.guard(() => this.queues.enqueue(model, priority, channel, jobs));
         this.enqueued.set(model, (this.enqueued.get(model) ?? 0) + jobs.length);
       },
-      (model) => parts.models.batchSize(model),
+      maxSequences: (model) => parts.models.batchSize(model),
       // Others outstanding beyond those going out now: the worker is asked to say when it takes them.
-      (model, sending) => parts.depth.own(model) > sending,
+      othersOutstanding: (model, sending) => parts.depth.own(model) > sending,
       // A worker's word that it took a job is lost only as a result message is: the same period covers both.
-      options.resultPollMs,
-    );
-    this.waiters = new OutcomeWaiters(
-      parts.subscriber,
+      graceMs: options.resultPollMs,
+    });
+    this.waiters = new OutcomeWaiters({
+      subscriber: parts.subscriber,
       channel,
-      options.resultPollMs,
-      (model, jobId) => this.queues.finished(model, jobId),
-      parts.logger,
-      (model, outcome) => this.unclaimed(model, outcome),
-      (jobIds) => this.coalescer.taken(jobIds),
-    );
+      pollMs: options.resultPollMs,
+      readFinished: (model, jobId) => this.queues.finished(model, jobId),
+      logger: parts.logger,
+      onUnclaimed: (model, outcome) => this.unclaimed(model, outcome),
+      onTaken: (jobIds) => this.coalescer.taken(jobIds),
+    });
     this.completedMs = outcomesKeptMs(options.resultPollMs);
     this.retention = new RetentionSweep(
       () => [...new Set([...parts.models.served().map((m) => this.queues.get(m.id)), ...this.queues.all()])],

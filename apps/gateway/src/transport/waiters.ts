@@ -27,6 +27,21 @@ interface Waiter {
 /** A finished job's outcomes, read where BullMQ or the worker recorded them; undefined while there are none; 'lost' once the job is gone. */
 export type ReadFinished = (model: string, jobId: string) => Promise<ReadJobOutcome | 'lost' | undefined>;
 
+/** What the waiters work with. */
+export interface WaitersParts {
+  /** A connection of its own, subscribed to `channel`: this gateway's result channel. */
+  subscriber: Redis;
+  channel: string;
+  /** How long a request waits before its finished job is read instead (RESULT_POLL_MS). */
+  pollMs: number;
+  readFinished: ReadFinished;
+  logger: Logger;
+  /** Told of outcomes nobody waits for any more (the client left, or was answered 504). */
+  onUnclaimed: (model: string, outcome: RequestOutcome) => void;
+  /** Told of jobs a worker took, by its word or by their outcomes. */
+  onTaken: (jobIds: string[]) => void;
+}
+
 /** A request whose job Redis no longer holds: nothing will answer it, so it is answered now, not at its deadline. */
 const jobLost = () =>
   new ApiError(
@@ -49,17 +64,23 @@ export class OutcomeWaiters {
   private pollTimer?: NodeJS.Timeout;
   private polling = false;
 
-  constructor(
-    private readonly subscriber: Redis,
-    readonly channel: string,
-    private readonly pollMs: number,
-    private readonly readFinished: ReadFinished,
-    private readonly logger: Logger,
-    /** Told of outcomes nobody waits for any more (the client left, or was answered 504). */
-    private readonly onUnclaimed: (model: string, outcome: RequestOutcome) => void,
-    /** Told of jobs a worker took, by its word or by their outcomes. */
-    private readonly onTaken: (jobIds: string[]) => void,
-  ) {}
+  readonly channel: string;
+  private readonly subscriber: Redis;
+  private readonly pollMs: number;
+  private readonly readFinished: ReadFinished;
+  private readonly logger: Logger;
+  private readonly onUnclaimed: WaitersParts['onUnclaimed'];
+  private readonly onTaken: WaitersParts['onTaken'];
+
+  constructor(parts: WaitersParts) {
+    this.channel = parts.channel;
+    this.subscriber = parts.subscriber;
+    this.pollMs = parts.pollMs;
+    this.readFinished = parts.readFinished;
+    this.logger = parts.logger;
+    this.onUnclaimed = parts.onUnclaimed;
+    this.onTaken = parts.onTaken;
+  }
 
   async start(): Promise<void> {
     this.subscriber.on('message', (_channel: string, message: string) => this.onMessage(message));
