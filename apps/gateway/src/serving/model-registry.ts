@@ -18,12 +18,6 @@ import {
   type ServedModel,
 } from './served-models.js';
 
-/**
- * What the workers say they serve (live, loading, failed to load), read from their heartbeats in
- * Redis in the background so that the request path reads it from memory: no Redis round trip per
- * request for routing; and the models the gateway is configured to serve (MODELS), which may have no
- * worker at all (scaled to zero). How loaded a model is, is admission's business (`overload.ts`).
- */
 /** What the registry reads, and how often. */
 export interface RegistryParts {
   redis: Redis;
@@ -41,6 +35,12 @@ export interface RegistryParts {
 /** Before any worker of a model has announced its batch size; the worker's own default. */
 const DEFAULT_JOB_SEQUENCES = 32;
 
+/**
+ * What the workers say they serve (live, loading, failed to load), read from their heartbeats in
+ * Redis in the background so that the request path reads it from memory: no Redis round trip per
+ * request for routing; and the models the gateway is configured to serve (MODELS), which may have no
+ * worker at all (scaled to zero). How loaded a model is, is admission's business (`overload.ts`).
+ */
 export class ModelRegistry {
   private models = new Map<string, ServedModel>();
   /** Models that had a live worker at some point; one with none left is reported as down. */

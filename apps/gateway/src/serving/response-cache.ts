@@ -15,7 +15,6 @@ export interface CacheScope {
   parameters: TaskParameters;
 }
 
-/** A request's answer with what the cache held of it. */
 /** What the cache held of a request's inputs (ResponseCache.lookup). */
 export interface CacheLookup {
   /** Each input's entry key. */
@@ -25,6 +24,7 @@ export interface CacheLookup {
   missing: number[];
 }
 
+/** A request's answer with what the cache held of it. */
 export interface CachedAnswer {
   outcome: ReadRequestOutcome;
   /** Inputs answered from the cache. */
