@@ -38,13 +38,17 @@ export const ADVANCED: Partial<SettingHelp> = { advanced: true };
  * A setting whose default the loader computes from other settings (`from` says how, in help; the
  * result is at least `floor` where given), and which may still be set: a number, or undefined here.
  */
-export const derived = (min: number, from: string, help: Help, floor?: number) => {
-  const [line, more] = typeof help === 'string' ? [help] : help;
-  const marked = `${line} (derived unless set${floor === undefined ? '' : `, at least ${floor}`})`;
-  return setting(z.coerce.number().int().min(min).optional(), more === undefined ? marked : [marked, more], from).meta(
-    ADVANCED,
-  );
-};
+export const derived = (min: number, from: string, help: Help, floor?: number) =>
+  setting(
+    z.coerce.number().int().min(min).optional(),
+    editLine(help, (line) => `${line} (derived unless set${floor === undefined ? '' : `, at least ${floor}`})`),
+    from,
+  ).meta(ADVANCED);
+
+/** `help` with its one line rewritten by `edit`; what the docs add to it stays as it is. */
+function editLine(help: Help, edit: (line: string) => string): Help {
+  return typeof help === 'string' ? edit(help) : [edit(help[0]), help[1]];
+}
 
 export const int = (fallback: number, min: number, help: Help) =>
   setting(z.coerce.number().int().min(min).default(fallback), help);
