@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Makes the three base images that Dockerfile and docker-compose.yml name, node:20-bookworm-slim (the
-# build), debian:bookworm-slim (the runtime) and redis:7, on a machine that reaches Debian's archive and the npm registry but no container
-# registry (the compose test in test/compose.test.ts, .ci/run). Each is skipped when an image of
+# build), debian:bookworm-slim (the runtime) and redis:7, on a machine that reaches Debian's archive
+# and the npm registry but no container registry (the compose test in test/compose.test.ts, .ci/run). Each is skipped when an image of
 # that name is already there, so a real one pulled from Docker Hub is always used as it is.
 #
 #   bash scripts/docker-base-images.sh          needs a running Docker engine, debootstrap and npm
 #
 # The stand-ins are built from the same parts as the official images (a Debian bookworm root file
-# system, Node 20 with npm 10; Debian's Redis 7; debian:bookworm-slim is the root file system itself) and labelled org.tserve.stand-in=true:
+# system, Node 20 with npm 10; Debian's Redis 7; debian:bookworm-slim is the root file system
+# itself) and labelled org.tserve.stand-in=true:
 #   docker image ls --filter label=org.tserve.stand-in=true
 set -euo pipefail
 
@@ -114,4 +115,5 @@ EOF
   docker build -q -t "$REDIS_IMAGE" "$ctx" >/dev/null
 fi
 
-say "ready: $(docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' "$NODE_IMAGE"), $(docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' "$SLIM_IMAGE") and $(docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' "$REDIS_IMAGE")"
+sized() { docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' "$1"; }
+say "ready: $(sized "$NODE_IMAGE"), $(sized "$SLIM_IMAGE") and $(sized "$REDIS_IMAGE")"

@@ -73,8 +73,15 @@ function packageDir(name: string, from: string): string {
   return dir;
 }
 
-function readJson(file: string): { name?: string; version?: string } {
-  return JSON.parse(fs.readFileSync(file, 'utf8')) as { name?: string; version?: string };
+/** A package.json: the fields the release reads of it. */
+interface Manifest {
+  name?: string;
+  version?: string;
+  license?: string;
+}
+
+function readJson(file: string): Manifest {
+  return JSON.parse(fs.readFileSync(file, 'utf8')) as Manifest;
 }
 
 /** Copies `files` (paths or folders under `from`) to `lib/node_modules/<name>/`, and nothing else of it. */
@@ -178,11 +185,7 @@ function nodeLicense(): string | undefined {
 function licenses(folders: string[]): number {
   const entries = new Map<string, string>();
   for (const folder of folders) {
-    const { name, version, license } = readJson(path.join(folder, 'package.json')) as {
-      name?: string;
-      version?: string;
-      license?: string;
-    };
+    const { name, version, license } = readJson(path.join(folder, 'package.json'));
     if (!name || name.startsWith('@tserve/')) continue;
     const texts = fs
       .readdirSync(folder)
