@@ -1,5 +1,5 @@
 // The layering rule: apps are leaves that may import packages/*, never each other; packages never
-// import apps; BullMQ stays behind each app's transport/; the gateway's rooms import only the stages
+// import apps; BullMQ stays behind each app's transport/ and gRPC behind the gateway's grpc/; the gateway's rooms import only the stages
 // before theirs; and no module imports itself back through others.
 /** @type {import('dependency-cruiser').IConfiguration} */
 module.exports = {
@@ -27,6 +27,14 @@ module.exports = {
       to: { path: 'node_modules/bullmq/' },
     },
     {
+      name: 'grpc-outside-the-grpc-server',
+      comment:
+        "@grpc/* and grpc-health-check are imported outside the gateway's grpc/ room; its server is the one module on them: a protocol's gRPC service is plain handlers (GrpcService).",
+      severity: 'error',
+      from: { path: '^(apps|packages)/[^/]+/src/', pathNot: '^apps/gateway/src/grpc/' },
+      to: { path: 'node_modules/(@grpc/|grpc-health-check/)' },
+    },
+    {
       name: 'logger-built-outside-logs',
       comment:
         'pino (but for its types) and pino-pretty are imported outside packages/telemetry/src/logs.ts; loggers are built there alone, so that every process logs alike: use createLogger.',
@@ -40,7 +48,15 @@ module.exports = {
       comment: 'http/ is what every stage stands on (the server, errors, request ids); it imports no other room.',
       severity: 'error',
       from: { path: '^apps/gateway/src/http/' },
-      to: { path: '^apps/gateway/src/(protocols|admission|serving|transport|ops|cli)/' },
+      to: { path: '^apps/gateway/src/(protocols|admission|serving|transport|ops|cli|grpc)/' },
+    },
+    {
+      name: 'gateway-grpc-imports-a-room',
+      comment:
+        "grpc/ is the gRPC server, as http/ is HTTP's: it imports no other room; protocols hand it their services.",
+      severity: 'error',
+      from: { path: '^apps/gateway/src/grpc/' },
+      to: { path: '^apps/gateway/src/(http|protocols|admission|serving|transport|ops|cli)/' },
     },
     {
       name: 'gateway-protocol-imports-a-protocol',
@@ -56,21 +72,21 @@ module.exports = {
         'admission/ decides whether a request may enter; it knows nothing of protocols, serving, the transport or ops.',
       severity: 'error',
       from: { path: '^apps/gateway/src/admission/' },
-      to: { path: '^apps/gateway/src/(protocols|serving|transport|ops|cli)/' },
+      to: { path: '^apps/gateway/src/(protocols|serving|transport|ops|cli|grpc)/' },
     },
     {
       name: 'gateway-serving-imports-protocols-or-ops',
       comment: 'serving/ answers every protocol alike, and ops/ reads it, never the reverse.',
       severity: 'error',
       from: { path: '^apps/gateway/src/serving/' },
-      to: { path: '^apps/gateway/src/(protocols|ops|cli)/' },
+      to: { path: '^apps/gateway/src/(protocols|ops|cli|grpc)/' },
     },
     {
       name: 'gateway-transport-imports-a-room',
       comment: 'transport/ is the one module on BullMQ; it imports no room but http/.',
       severity: 'error',
       from: { path: '^apps/gateway/src/transport/' },
-      to: { path: '^apps/gateway/src/(protocols|admission|serving|ops|cli)/' },
+      to: { path: '^apps/gateway/src/(protocols|admission|serving|ops|cli|grpc)/' },
     },
     {
       name: 'gateway-room-imports-the-root',

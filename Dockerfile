@@ -65,5 +65,5 @@ RUN mkdir -p /cache/huggingface \
 
 # A user by number, so that runtimes can check it is not root (the build image's `node` user).
 USER 1000:1000
-EXPOSE 8000
+EXPOSE 8000 8001
 CMD ["tserve", "gateway"]

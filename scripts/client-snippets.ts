@@ -1,6 +1,7 @@
 /**
  * Runs the Python snippets of docs/clients.md against a running system: `npm run clients`
- * (the system the README starts, at localhost:8000), or `npm run clients -- --url <gateway>`.
+ * (the system the README starts, at localhost:8000 and, for gRPC, localhost:8001), or
+ * `npm run clients -- --url <gateway> --grpc <host:port>`.
  * A snippet whose packages are not installed is skipped, naming them; one that fails prints its
  * error. PYTHON names the interpreter (default: python3, an activated venv's).
  * test/client-snippets.test.ts runs the same snippets against its own system.
@@ -14,14 +15,15 @@ import { promisify } from 'node:util';
 const run = promisify(execFile);
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const DOC = 'docs/clients.md';
-/** The address the snippets are written for. */
-const DOC_ADDRESS = 'localhost:8000';
+/** The addresses the snippets are written for: HTTP's, and gRPC's. */
+const DOC_ADDRESS = { http: 'localhost:8000', grpc: 'localhost:8001' };
+export type Addresses = typeof DOC_ADDRESS;
 
 export interface Snippet {
   /** Where it is: file and line. */
   where: string;
   code: string;
-  /** The top-level packages it imports. */
+  /** The modules it imports (`tritonclient.grpc`: a package's part may be what is missing). */
   modules: string[];
 }
 
@@ -37,16 +39,16 @@ export function pythonSnippets(): Snippet[] {
     const start = i + 1;
     while (++i < lines.length && lines[i].trim() !== '```');
     const code = lines.slice(start, i).join('\n');
-    const modules = [...new Set([...code.matchAll(/^(?:from|import) ([A-Za-z_]\w*)/gm)].map((m) => m[1]))];
+    const modules = [...new Set([...code.matchAll(/^(?:from|import) ([A-Za-z_][\w.]*)/gm)].map((m) => m[1]))];
     snippets.push({ where: `${DOC}:${start}`, code, modules });
   }
   return snippets;
 }
 
-/** Runs one snippet against the gateway at `address` (host:port); skipped where a package it imports is missing. */
+/** Runs one snippet against the gateway at `address` (host:port each); skipped where a module it imports is missing. */
 export async function runSnippet(
   snippet: Snippet,
-  address: string,
+  address: Addresses,
   python = process.env.PYTHON ?? 'python3',
 ): Promise<Outcome> {
   const missing: string[] = [];
@@ -55,7 +57,8 @@ export async function runSnippet(
   }
   if (missing.length) return { status: 'skipped', missing };
   try {
-    await run(python, ['-c', snippet.code.replaceAll(DOC_ADDRESS, address)], { timeout: 120_000 });
+    const code = snippet.code.replaceAll(DOC_ADDRESS.http, address.http).replaceAll(DOC_ADDRESS.grpc, address.grpc);
+    await run(python, ['-c', code], { timeout: 120_000 });
     return { status: 'passed' };
   } catch (err) {
     const { stdout = '', stderr = '', message } = err as Error & { stdout?: string; stderr?: string };
@@ -64,8 +67,11 @@ export async function runSnippet(
 }
 
 async function main(): Promise<void> {
-  const at = process.argv.indexOf('--url');
-  const address = at > 0 ? process.argv[at + 1].replace(/^https?:\/\//, '').replace(/\/$/, '') : DOC_ADDRESS;
+  const option = (name: string) => {
+    const at = process.argv.indexOf(name);
+    return at > 0 ? process.argv[at + 1].replace(/^https?:\/\//, '').replace(/\/$/, '') : undefined;
+  };
+  const address = { http: option('--url') ?? DOC_ADDRESS.http, grpc: option('--grpc') ?? DOC_ADDRESS.grpc };
   let failed = 0;
   for (const snippet of pythonSnippets()) {
     const outcome = await runSnippet(snippet, address);

@@ -9,7 +9,8 @@
  * The folder: `bin/tserve` (the launcher, or one program: `tserve gateway|worker|keys|bench|bench-scale`),
  * `node/bin/node` (this Node.js), `lib/` (each program bundled by esbuild from its build output, with
  * the shared code in chunks), and in `lib/node_modules/` only what cannot be bundled: ONNX Runtime's
- * native library and the packages that load it, and the files the dashboard and `/docs` serve; and
+ * native library and the packages that load it, the gRPC packages and the `.proto` files, and the
+ * files the dashboard and `/docs` serve; and
  * `THIRD-PARTY-LICENSES.txt`, the licenses of all it holds.
  */
 import { execFileSync } from 'node:child_process';
@@ -78,6 +79,7 @@ interface Manifest {
   name?: string;
   version?: string;
   license?: string;
+  dependencies?: Record<string, string>;
 }
 
 function readJson(file: string): Manifest {
@@ -130,9 +132,10 @@ async function bundle(): Promise<string[]> {
     format: 'esm',
     platform: 'node',
     target: 'node20',
-    // ONNX Runtime's packages load its native library by a path of their own: they travel whole.
-    // msgpackr's optional native reader is left out; msgpackr reads without it.
-    external: ['onnxruntime-node', 'onnxruntime-common', 'msgpackr-extract'],
+    // ONNX Runtime's packages load its native library by a path of their own, and the gRPC packages
+    // their .proto files: they travel whole (copyNative). msgpackr's optional native reader is left
+    // out; msgpackr reads without it.
+    external: ['onnxruntime-node', 'onnxruntime-common', 'msgpackr-extract', ...GRPC],
     // Images are not served; transformers.js imports sharp (and its native libvips) for them alone.
     alias: { sharp: path.join(ROOT, 'scripts', 'release', 'no-sharp.js') },
     // CommonJS packages inside an ES module bundle still call require.
@@ -153,6 +156,44 @@ async function bundle(): Promise<string[]> {
   return [...new Set(folders)];
 }
 
+/**
+ * The gRPC packages read their own `.proto` files beside their code, so they travel whole, with
+ * the packages they load: the gateway's `@grpc/grpc-js` is theirs, one copy. Left out: type
+ * declarations and TypeScript sources, and what only proto-loader's command line uses (yargs).
+ */
+const GRPC = ['@grpc/grpc-js', '@grpc/proto-loader', 'grpc-health-check', '@grpc/reflection'];
+const NOT_LOADED = new Set(['yargs', '@types/node']);
+
+/**
+ * Copies the package `name` whole, as `from` finds it, into `into` (a node_modules folder), and the
+ * packages it depends on, as npm lays them out: at the top where they fit, else, where the top holds
+ * another version, under the package that needs them. Returns their source folders.
+ */
+function copyWithDependencies(name: string, from: string, into = path.join(STAGE, 'lib', 'node_modules')): string[] {
+  const source = packageDir(name, from);
+  const { version, dependencies } = readJson(path.join(source, 'package.json'));
+  const top = path.join(STAGE, 'lib', 'node_modules', name);
+  let target = top;
+  if (fs.existsSync(top)) {
+    if (readJson(path.join(top, 'package.json')).version === version) return [];
+    target = path.join(into, name);
+    if (fs.existsSync(target)) return [];
+  }
+  fs.cpSync(source, target, {
+    recursive: true,
+    filter: (f) =>
+      !f.endsWith('.map') && !f.endsWith('.ts') && !path.relative(source, f).split(path.sep).includes('node_modules'),
+  });
+  return [
+    source,
+    ...Object.keys(dependencies ?? {})
+      .filter((dependency) => !NOT_LOADED.has(dependency))
+      .flatMap((dependency) =>
+        copyWithDependencies(dependency, path.relative(ROOT, source), path.join(target, 'node_modules')),
+      ),
+  ];
+}
+
 /** Copies what cannot be bundled; returns the packages' folders. */
 function copyNative(): string[] {
   return [
@@ -164,6 +205,9 @@ function copyNative(): string[] {
     copyPackage('@bull-board/ui', 'node_modules/@bull-board/api', ['dist']),
     // What `/docs` serves: the page's script and style (ops/openapi.ts).
     copyPackage('swagger-ui-dist', 'apps/gateway', ['swagger-ui-bundle.js', 'swagger-ui.css']),
+    // The gRPC services' .proto files, which the gateway loads from beside the contract's package.json.
+    copyPackage('@tserve/contract', 'apps/gateway', ['proto']),
+    ...GRPC.flatMap((name) => copyWithDependencies(name, 'apps/gateway')),
   ];
 }
 

@@ -28,7 +28,11 @@ describe("the client libraries' snippets in docs/clients.md", () => {
 
   for (const snippet of pythonSnippets()) {
     it(`${snippet.where}: ${snippet.modules.join(', ')}`, async (t: TestContext) => {
-      const outcome = await runSnippet(snippet, `127.0.0.1:${system.port}`, PYTHON);
+      const outcome = await runSnippet(
+        snippet,
+        { http: `127.0.0.1:${system.port}`, grpc: `127.0.0.1:${system.grpcPort}` },
+        PYTHON,
+      );
       if (outcome.status === 'skipped') return t.skip(`not installed for ${PYTHON}: ${outcome.missing.join(', ')}`);
       assert.equal(outcome.status, 'passed', outcome.status === 'failed' ? outcome.output : '');
     });

@@ -260,14 +260,21 @@ describe('docker-compose.yml', () => {
     assert.ok(redis.healthcheck?.test, 'redis has no healthcheck');
   });
 
-  it('gateways listen on the container port they publish and their healthcheck asks', () => {
+  it('gateways listen on the container ports they publish and their healthcheck asks', () => {
     for (const name of ['gateway', 'dashboard']) {
       const s = compose.services[name];
       const port = defaultOf(env(s).PORT ?? '8000');
+      // HTTP, and gRPC unless it is off (GRPC_PORT 0).
+      const grpcPort = defaultOf(env(s).GRPC_PORT ?? '8001');
+      const listening = grpcPort === '0' ? [port] : [port, grpcPort];
       const targets = (s.ports ?? []).map((p) =>
         typeof p === 'string' ? p.split(':').at(-1)!.split('/')[0] : String(p.target),
       );
-      assert.deepEqual(targets, [port], `${name}: publishes ${targets.join(',')} but listens on ${port}`);
+      assert.deepEqual(
+        targets,
+        listening,
+        `${name}: publishes ${targets.join(',')} but listens on ${listening.join(',')}`,
+      );
       const test = argv(s.healthcheck?.test).join(' ');
       assert.ok(test.includes(`127.0.0.1:${port}/`), `${name}: healthcheck does not ask port ${port}: ${test}`);
     }
@@ -586,7 +593,10 @@ const noDocker = whyNoDocker();
 describe('docker compose, for real', { skip: noDocker }, () => {
   const projects: ComposeProject[] = [];
   const project = (settings: Record<string, string>) => {
-    const p = new ComposeProject(COMPOSE_FILE, composeEnv({ TSERVE_IMAGE: IMAGE, GATEWAY_PORT: '0', ...settings }));
+    const p = new ComposeProject(
+      COMPOSE_FILE,
+      composeEnv({ TSERVE_IMAGE: IMAGE, GATEWAY_PORT: '0', GATEWAY_GRPC_PORT: '0', ...settings }),
+    );
     projects.push(p);
     return p;
   };

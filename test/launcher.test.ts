@@ -200,6 +200,7 @@ async function npmStartStopsEverythingOn(signal: NodeJS.Signals, cleanups: Array
         MODEL_DIR,
         MODEL: CLASSIFIER,
         PORT: String(port),
+        GRPC_PORT: String(await freePort()),
         REDIS_URL: `redis://127.0.0.1:${redisPort}`,
         LOG_LEVEL: 'warn',
       },
@@ -277,6 +278,7 @@ describe('npm start (launcher)', () => {
           MODEL: `${CLASSIFIER},${NER}`,
           WORKERS: '2',
           PORT: String(port),
+          GRPC_PORT: String(await freePort()),
           REDIS_URL: `redis://127.0.0.1:${redisPort}`,
           LOG_LEVEL: 'warn',
         },
@@ -355,6 +357,7 @@ describe('npm start (launcher)', () => {
   });
 
   it('restarts a gateway that crashed, and stops everything with exit 1 when the gateway cannot start', async () => {
+    const grpcPort = await freePort();
     const start = (port: number, prefix: string) =>
       new Proc(
         'launcher',
@@ -365,6 +368,7 @@ describe('npm start (launcher)', () => {
             MODEL_DIR,
             MODEL: CLASSIFIER,
             PORT: String(port),
+            GRPC_PORT: String(grpcPort),
             REDIS_URL: REDIS_URL,
             QUEUE_PREFIX: prefix,
             LOG_LEVEL: 'warn',

@@ -150,6 +150,7 @@ describe('npm run release', () => {
     const url = `http://127.0.0.1:${port}`;
     const system = tserve([], {
       PORT: String(port),
+      GRPC_PORT: String(await freePort()),
       MODEL: CLASSIFIER,
       MODEL_DIR,
       WORKERS: '1',
@@ -210,7 +211,14 @@ describe('npm run release', () => {
     assert.equal(none.stdout.trim(), 'none', 'the image has a Node.js of its own');
     const name = `tserve-release-${process.pid}`;
     // The host's Redis, through the host's network; q8 reads the read-only models as they are.
-    const env = [`PORT=${port}`, `MODEL=${CLASSIFIER}`, 'MODEL_DIR=/models', 'DTYPE=q8', `REDIS_URL=${REDIS_URL}`];
+    const env = [
+      `PORT=${port}`,
+      `GRPC_PORT=${await freePort()}`,
+      `MODEL=${CLASSIFIER}`,
+      'MODEL_DIR=/models',
+      'DTYPE=q8',
+      `REDIS_URL=${REDIS_URL}`,
+    ];
     const container = new Proc(
       'container',
       spawn(

@@ -20,6 +20,7 @@ async function gatewayLines(terminal: boolean): Promise<string[]> {
     PATH: process.env.PATH,
     HOME: process.env.HOME,
     PORT: String(await freePort()),
+    GRPC_PORT: String(await freePort()),
     QUEUE_PREFIX: uniquePrefix('terminal'),
   };
   const child = terminal

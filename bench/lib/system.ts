@@ -22,7 +22,7 @@ import {
 const TAIL = 8000;
 
 /** Settings the bench sets itself; anything else in the environment passes through to the server. */
-const OWNED = ['REDIS_URL', 'QUEUE_PREFIX', 'PORT', 'HOST', 'MODEL', 'MODEL_DIR', 'LOG_LEVEL'];
+const OWNED = ['REDIS_URL', 'QUEUE_PREFIX', 'PORT', 'GRPC_PORT', 'HOST', 'MODEL', 'MODEL_DIR', 'LOG_LEVEL'];
 
 /** Extra node flags for the server processes, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof" (not allowed in NODE_OPTIONS). */
 const NODE_ARGS = (process.env.BENCH_SERVER_NODE_ARGS ?? '').split(/\s+/).filter(Boolean);
@@ -93,7 +93,7 @@ export class BenchSystem {
     this.gateway = startProgram(
       'gateway',
       'gateway',
-      this.env({ PORT: this.port, HOST: '127.0.0.1', ...extra }),
+      this.env({ PORT: this.port, GRPC_PORT: await freePort(), HOST: '127.0.0.1', ...extra }),
       this.options.root,
     );
     await waitFor('gateway /health', async () => (await fetch(`${this.url}/health`)).ok, 20_000).catch((err) => {
@@ -109,7 +109,7 @@ export class BenchSystem {
     const proc = startProgram(
       `gateway ${this.moreGateways.length + 2}`,
       'gateway',
-      this.env({ PORT: port, HOST: '127.0.0.1', ...extra }),
+      this.env({ PORT: port, GRPC_PORT: await freePort(), HOST: '127.0.0.1', ...extra }),
       this.options.root,
     );
     this.moreGateways.push({ proc, url });

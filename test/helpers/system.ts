@@ -53,6 +53,8 @@ export class TestSystem {
   readonly procs: Proc[] = [];
   gateway?: Proc;
   port = 0;
+  /** The gateway's gRPC port (GRPC_PORT), a free one of its own. */
+  grpcPort = 0;
 
   constructor(
     readonly prefix: string,
@@ -79,10 +81,11 @@ export class TestSystem {
   /** `nodeArgs`: Node's own flags, before the program (a preload, for one). */
   async startGateway(env: Env = {}, nodeArgs?: string[]): Promise<Proc> {
     this.port = this.port || (await freePort());
+    this.grpcPort = this.grpcPort || (await freePort());
     const gateway = startProgram(
       'gateway',
       'apps/gateway/dist/main.js',
-      this.env({ PORT: this.port, HOST: '127.0.0.1', REGISTRY_REFRESH_MS: 100, ...env }),
+      this.env({ PORT: this.port, GRPC_PORT: this.grpcPort, HOST: '127.0.0.1', REGISTRY_REFRESH_MS: 100, ...env }),
       nodeArgs,
     );
     this.gateway = gateway;

@@ -18,6 +18,9 @@ import { InferenceService } from './serving/inference.js';
 import { ResponseCache } from './serving/response-cache.js';
 import { createApp } from './app.js';
 import { GatewayTracing } from './serving/tracing.js';
+import { kserveGrpc } from './protocols/kserve-grpc.js';
+import type { GrpcService } from './grpc/grpc-server.js';
+import { notReadyReasons } from './ops/health.js';
 
 /** A start-up failure whose message says all a user needs: printed alone, no stack. */
 export class StartupError extends Error {}
@@ -123,6 +126,8 @@ async function start(
 
 export interface Gateway {
   app: Express;
+  /** The services the gRPC server serves (GRPC_PORT), and whether it is ready (as `/ready`) for its health service. */
+  grpc: { services: GrpcService[]; ready: () => boolean };
   unread: UnreadAnswers;
   /** Counts a client connection closed on arrival (the server's 'drop' event). */
   connectionDropped: () => void;
@@ -192,8 +197,14 @@ export function createGateway(config: GatewayConfig, gatewayId: string, logger: 
     depth,
   });
 
+  const grpc = {
+    services: [kserveGrpc({ config, service, registry, admission, logger, snapshot })],
+    ready: () => notReadyReasons(snapshot(), config.DEFAULT_MODEL).length === 0,
+  };
+
   return {
     app,
+    grpc,
     unread,
     connectionDropped: metrics.connectionDropped,
     get pending() {

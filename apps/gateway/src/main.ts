@@ -11,6 +11,7 @@ import { ROUTES } from './app.js';
 import { expressServer, slowClientTimeouts } from './http/http-server.js';
 import { capConnectionsPerClient } from './http/client-connections.js';
 import { answerMalformedRequests } from './http/malformed-requests.js';
+import { startGrpcServer, type GrpcServer } from './grpc/grpc-server.js';
 
 if (process.argv.includes('--help') || process.argv.includes('-h')) {
   process.stdout.write(
@@ -75,6 +76,7 @@ async function main(): Promise<void> {
   });
   const port = (server.address() as AddressInfo).port;
   logger.info({ port }, `gateway listening on http://${config.HOST}:${port}`);
+  const grpc = config.GRPC_PORT > 0 ? await startGrpc(config, gateway, logger) : undefined;
 
   let stopping = false;
   const shutdown = async (signal: string) => {
@@ -86,7 +88,7 @@ async function main(): Promise<void> {
     const closeIdle = setInterval(() => server.closeIdleConnections(), 50);
     server.closeIdleConnections();
     const grace = new Promise<void>((resolve) => setTimeout(resolve, config.SHUTDOWN_GRACE_MS).unref());
-    await Promise.race([closed, grace]);
+    await Promise.all([Promise.race([closed, grace]), grpc?.stop(config.SHUTDOWN_GRACE_MS)]);
     clearInterval(closeIdle);
     await gateway.stop();
     logger.info('stopped');
@@ -94,6 +96,28 @@ async function main(): Promise<void> {
   };
   process.on('SIGTERM', () => void shutdown('SIGTERM'));
   process.on('SIGINT', () => void shutdown('SIGINT'));
+}
+
+/** The gRPC server on GRPC_PORT, beside HTTP; a port it cannot open stops the start, as HTTP's does. */
+async function startGrpc(
+  config: ReturnType<typeof loadGatewayConfig>,
+  gateway: ReturnType<typeof createGateway>,
+  logger: ReturnType<typeof createLogger>,
+): Promise<GrpcServer> {
+  const grpc = await startGrpcServer(gateway.grpc.services, {
+    port: config.GRPC_PORT,
+    host: config.HOST,
+    maxMessageBytes: config.MAX_BODY_BYTES,
+    logger,
+    ready: gateway.grpc.ready,
+    readyRefreshMs: config.REGISTRY_REFRESH_MS,
+  }).catch((err: Error) => {
+    throw new StartupError(
+      `gateway: gRPC port ${config.GRPC_PORT} on ${config.HOST} cannot be opened (${err.message}); set GRPC_PORT to a free port, or 0 to turn gRPC off`,
+    );
+  });
+  logger.info({ grpcPort: grpc.port }, `gateway gRPC listening on ${config.HOST}:${grpc.port}`);
+  return grpc;
 }
 
 main().catch((err) => {

@@ -37,19 +37,32 @@ export interface AdmissionParts {
   onQuotaRejected?: (key: ApiKey, reason: QuotaReason) => void;
 }
 
+/** What a request says of its caller, however its protocol carries it. */
+export interface CallerAsks {
+  /** The API key as presented; '' when presented in a form not understood. */
+  key?: string;
+  /** The model, where the request names it before its body; asked once the key is known (naming it may refuse the request). */
+  model: () => string | undefined;
+  /** The priority class asked for (`x-priority`), unchecked; it may lower the key's class, never raise it. */
+  priority?: string;
+}
+
 export function admittedOf(res: Response): Admitted {
   return (res.locals.admitted as Admitted | undefined) ?? { priority: 'interactive' };
 }
 
 /** The caller's key as sent: `Authorization: Bearer <key>` (what the HF clients send) or `x-api-key`. */
 function presentedKey(req: Request): string | undefined {
-  const auth = req.get('authorization');
-  if (auth) return /^Bearer\s+(\S+)$/i.exec(auth)?.[1] ?? '';
-  return req.get('x-api-key');
+  return keyPresented(req.get('authorization'), req.get('x-api-key'));
 }
 
-function askedPriority(req: Request): Priority | undefined {
-  const raw = req.get('x-priority');
+/** The key in an `authorization` and an `x-api-key` value (headers, or gRPC metadata). */
+export function keyPresented(authorization: string | undefined, apiKey: string | undefined): string | undefined {
+  if (authorization) return /^Bearer\s+(\S+)$/i.exec(authorization)?.[1] ?? '';
+  return apiKey;
+}
+
+function priorityNamed(raw: string | undefined): Priority | undefined {
   if (raw === undefined) return undefined;
   if (!(PRIORITIES as readonly string[]).includes(raw))
     throw new ApiError('validation', `x-priority must be one of ${PRIORITIES.join(', ')}`);
@@ -75,47 +88,71 @@ export class Admission {
    * request); undefined if only the body will tell.
    */
   beforeBody(modelOf: (req: Request) => string | undefined): RequestHandler {
-    const { keys, quotas, requestTimeoutMs, onQuotaRejected } = this.parts;
     return async (req: Request, res: Response, next: NextFunction) => {
-      let key: ApiKey | undefined;
-      if (keys) {
-        key = keys.verify(presentedKey(req));
-        if (!key) {
-          res.setHeader('WWW-Authenticate', 'Bearer realm="tserve"');
-          throw new ApiError(
-            'unauthorized',
-            'a valid API key is required: send Authorization: Bearer <key> or x-api-key: <key>',
-          );
-        }
-      }
-      const model = modelOf(req);
-      if (key && model !== undefined && !keyAllows(key, model)) {
-        throw new ApiError('forbidden', `API key ${key.name} may not call model ${model}`);
-      }
-      const priority = effectivePriority(key?.priority ?? 'interactive', askedPriority(req));
-      const overloaded = model === undefined ? undefined : this.queueFull(model, priority);
-      if (overloaded) throw overloaded;
+      const asks = { key: presentedKey(req), model: () => modelOf(req), priority: req.get('x-priority') };
+      const admitted = this.caller(asks, () => res.setHeader('WWW-Authenticate', 'Bearer realm="tserve"'));
       this.holdBody(req, res);
-      if (key && quotas) {
-        try {
-          const { state, release } = await quotas.admit(key, requestIdOf(res), Date.now() + requestTimeoutMs);
-          res.once('close', release);
-          if (state) setQuotaHeaders(res, state);
-        } catch (err) {
-          if (!(err instanceof QuotaExceeded))
-            throw new ApiError(
-              'unavailable',
-              "cannot check the API key's quota (Redis is not answering); retry shortly",
-              2,
-            );
-          onQuotaRejected?.(key, err.reason);
-          if (err.state) setQuotaHeaders(res, err.state);
-          throw err;
-        }
-      }
-      res.locals.admitted = { key, priority } satisfies Admitted;
+      const quota = await this.quota(admitted, requestIdOf(res), (state) => setQuotaHeaders(res, state));
+      if (quota) res.once('close', quota);
+      res.locals.admitted = admitted satisfies Admitted;
       next();
     };
+  }
+
+  /**
+   * The part of the first look that any protocol's request gets, from what it says of itself: who
+   * is calling (401; `onUnknownKey` is told first), may they call `model` (403), and is its queue
+   * full for their priority class (503). Throws the refusal.
+   */
+  caller(asked: CallerAsks, onUnknownKey?: () => void): Admitted {
+    const { keys } = this.parts;
+    let key: ApiKey | undefined;
+    if (keys) {
+      key = keys.verify(asked.key);
+      if (!key) {
+        onUnknownKey?.();
+        throw new ApiError(
+          'unauthorized',
+          'a valid API key is required: send Authorization: Bearer <key> or x-api-key: <key>',
+        );
+      }
+    }
+    const model = asked.model();
+    if (key && model !== undefined && !keyAllows(key, model))
+      throw new ApiError('forbidden', `API key ${key.name} may not call model ${model}`);
+    const priority = effectivePriority(key?.priority ?? 'interactive', priorityNamed(asked.priority));
+    const overloaded = model === undefined ? undefined : this.queueFull(model, priority);
+    if (overloaded) throw overloaded;
+    return { key, priority };
+  }
+
+  /**
+   * The caller's quota (429 when over it): a slot for `requestId`, and its release, to call once
+   * the request is answered; undefined where there is no quota to keep. `onState` is told the
+   * quota's state, on admission and on refusal alike.
+   */
+  async quota(
+    { key }: Admitted,
+    requestId: string,
+    onState: (state: QuotaState) => void,
+  ): Promise<(() => void) | undefined> {
+    const { quotas, requestTimeoutMs, onQuotaRejected } = this.parts;
+    if (!key || !quotas) return undefined;
+    try {
+      const { state, release } = await quotas.admit(key, requestId, Date.now() + requestTimeoutMs);
+      if (state) onState(state);
+      return release;
+    } catch (err) {
+      if (!(err instanceof QuotaExceeded))
+        throw new ApiError(
+          'unavailable',
+          "cannot check the API key's quota (Redis is not answering); retry shortly",
+          2,
+        );
+      onQuotaRejected?.(key, err.reason);
+      if (err.state) onState(err.state);
+      throw err;
+    }
   }
 
   /**

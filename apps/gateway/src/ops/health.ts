@@ -50,8 +50,8 @@ function readyModel(m: ModelReport): ReadyModel {
   }
 }
 
-/** What keeps the gateway from serving, one sentence each; none when it is ready. */
-function notReadyReasons(snap: GatewaySnapshot, defaultModel?: string): string[] {
+/** What keeps the gateway from serving, one sentence each; none when it is ready (`/ready`, and gRPC's health service). */
+export function notReadyReasons(snap: GatewaySnapshot, defaultModel?: string): string[] {
   const reasons: string[] = [];
   // A Redis that answers reads and refuses writes (out of memory) passes the registry's reads: the breaker names it.
   if (!snap.redisHealthy)

@@ -24,7 +24,7 @@ function parseJson(bytes: Buffer): unknown {
 }
 
 /** A BYTES tensor's elements, as strings. */
-function decodeBytes(name: string, data: Buffer): string[] {
+export function decodeBytes(name: string, data: Buffer): string[] {
   const elements: string[] = [];
   for (let at = 0; at < data.length;) {
     if (data.length - at < 4)
@@ -108,7 +108,7 @@ export type OutputTensor = { name: string; shape: number[] } & (
 );
 
 /** A tensor's binary form: FP32 little-endian, or each BYTES element as its length then its UTF-8 bytes. */
-function tensorBytes(tensor: OutputTensor): Buffer {
+export function tensorBytes(tensor: OutputTensor): Buffer {
   if (tensor.datatype === 'BYTES') {
     return Buffer.concat(
       tensor.data.flatMap((element) => {

@@ -2,7 +2,7 @@ import type { Request, Response } from 'express';
 import { ApiError, applyScoreFunction, describeIssues, type Priority } from '@tserve/contract';
 import type { z } from 'zod';
 import type { ServedModel } from '../serving/served-models.js';
-import { runRouteCall, servedModel, type ProtocolParts } from '../serving/route-call.js';
+import { httpCaller, type Caller, type ProtocolParts } from '../serving/route-call.js';
 import { HEADER_LENGTH, readInferBody, writeInferResponse, type OutputTensor } from './kserve-binary.js';
 import { inferRequest } from './kserve-schemas.js';
 import { kindOf, outputsOf, VERSION } from './kserve-triton.js';
@@ -155,20 +155,29 @@ async function outputTensors(
   );
 }
 
-/** Answers an infer request for model `name`, whose version was checked. */
-export async function infer(
-  { service, registry }: ProtocolParts,
-  req: Request,
-  res: Response,
+/** An infer request's answer, whatever protocol carries it. */
+export interface InferAnswer {
+  model_name: string;
+  model_version: string;
+  id?: string;
+  outputs: OutputTensor[];
+}
+
+/**
+ * Answers the infer request `request` (as JSON would have it; validated here) for model `name`,
+ * whose version was checked; also returns the request as validated.
+ */
+export async function answerInfer(
+  registry: ProtocolParts['registry'],
+  caller: Caller,
   name: string,
-): Promise<void> {
-  const parsed = inferRequest.safeParse(
-    readInferBody(Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0), req.get(HEADER_LENGTH)),
-  );
+  request: unknown,
+): Promise<{ answer: InferAnswer; body: InferBody }> {
+  const parsed = inferRequest.safeParse(request);
   if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
   const body = parsed.data;
   const { timeoutMs, priority } = controls(body.parameters);
-  const m = registry.get(name) ?? (await servedModel(service, req, res, name, timeoutMs));
+  const m = registry.get(name) ?? (await caller.whenServed(name, timeoutMs));
   const kind = kindOf(m);
   if (!kind)
     throw new ApiError(
@@ -177,8 +186,8 @@ export async function infer(
     );
   const texts = textsOf(body);
   const counts = wantedOutputs(m, name, body);
-  const tensors = await outputTensors(m, counts, (output, i, parameters) =>
-    runRouteCall(service, req, res, {
+  const outputs = await outputTensors(m, counts, (output, i, parameters) =>
+    caller.run({
       part: i > 0 ? output : undefined,
       model: m.id,
       task: kind === 'classifier' ? 'text-classification' : 'feature-extraction',
@@ -188,16 +197,26 @@ export async function infer(
       priority,
     }),
   );
+  const answer = {
+    model_name: m.id,
+    model_version: VERSION,
+    ...(body.id !== undefined ? { id: body.id } : {}),
+    outputs,
+  };
+  return { answer, body };
+}
+
+/** Answers `POST /v2/models/<name>/infer`, whose version was checked. */
+export async function infer(parts: ProtocolParts, req: Request, res: Response, name: string): Promise<void> {
+  const request = readInferBody(Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0), req.get(HEADER_LENGTH));
+  const { answer, body } = await answerInfer(parts.registry, httpCaller(parts.service, req, res), name, request);
   // An output's own binary_data decides, else the request's binary_data_output (Triton's client sets it when it names no outputs).
   const binary = (output: string) =>
     (body.outputs?.find((o) => o.name === output)?.parameters?.binary_data ?? body.parameters?.binary_data_output) ===
     true;
-  const answer = writeInferResponse(
-    { model_name: m.id, model_version: VERSION, ...(body.id !== undefined ? { id: body.id } : {}), outputs: tensors },
-    binary,
-  );
-  if (answer.headerLength !== undefined)
-    res.set(HEADER_LENGTH, String(answer.headerLength)).type('application/octet-stream');
+  const written = writeInferResponse({ ...answer }, binary);
+  if (written.headerLength !== undefined)
+    res.set(HEADER_LENGTH, String(written.headerLength)).type('application/octet-stream');
   else res.type('application/json');
-  res.send(answer.body);
+  res.send(written.body);
 }

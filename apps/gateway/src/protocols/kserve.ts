@@ -42,7 +42,7 @@ function parsePath(req: Request): { name: string; version?: string; action: Acti
 }
 
 /** A model's metadata: its input and output tensors. */
-function metadata(m: ServedModel): z.infer<typeof modelMetadata> {
+export function metadata(m: ServedModel): z.infer<typeof modelMetadata> {
   const kind = kindOf(m);
   const { outputs, width } = tritonModel(m);
   return {
@@ -59,43 +59,62 @@ function metadata(m: ServedModel): z.infer<typeof modelMetadata> {
   };
 }
 
-const checkVersion = (version?: string) => {
+/** The server's metadata (the v2 protocol's `GET /v2`). */
+export const SERVER_METADATA = {
+  name: 'tserve',
+  version: '0.1.0',
+  extensions: ['binary_tensor_data'],
+} satisfies z.infer<typeof serverMetadata>;
+
+/** Whether the server is ready (`/v2/health/ready`): a model scaled to zero counts, as in /ready, since the server takes the request that wakes its worker. */
+export function serverReady(snapshot: Snapshot): boolean {
+  const snap = snapshot();
+  return (
+    snap.redisHealthy && snap.breaker !== 'open' && snap.models.some((m) => m.state === 'served' || m.state === 'idle')
+  );
+}
+
+/** A served model by name, or the protocol's 404 naming those served. */
+export function servedOrRefused(registry: ProtocolParts['registry'], name: string): ServedModel {
+  const m = registry.get(name);
+  if (!m)
+    throw new ApiError(
+      'not_found',
+      `model ${name} is not served; served models: ${
+        registry
+          .served()
+          .map((s) => s.id)
+          .join(', ') || '(none)'
+      }`,
+    );
+  return m;
+}
+
+/** A model's readiness (`/v2/models/<name>/ready`): known but not yet served is not ready; unknown is a 404. */
+export function modelReady(registry: ProtocolParts['registry'], name: string): boolean {
+  const m = registry.get(name);
+  if (!m && !registry.starting(name) && !registry.taskOf(name))
+    throw new ApiError('not_found', `model ${name} is not served`);
+  return Boolean(m);
+}
+
+export const checkVersion = (version?: string) => {
   if (version !== undefined && version !== VERSION)
     throw new ApiError('not_found', `model version ${version} is not served; the only version is ${VERSION}`);
 };
 
 export function kserveRoutes(router: IRouter, parts: ProtocolParts & { snapshot: Snapshot }): void {
   const { config, registry, snapshot, admission, logger } = parts;
-  const served = (name: string): ServedModel => {
-    const m = registry.get(name);
-    if (!m)
-      throw new ApiError(
-        'not_found',
-        `model ${name} is not served; served models: ${
-          registry
-            .served()
-            .map((s) => s.id)
-            .join(', ') || '(none)'
-        }`,
-      );
-    return m;
-  };
+  const served = (name: string) => servedOrRefused(registry, name);
 
   router.get('/v2', (_req, res) => {
-    res.json({ name: 'tserve', version: '0.1.0', extensions: ['binary_tensor_data'] } satisfies z.infer<
-      typeof serverMetadata
-    >);
+    res.json(SERVER_METADATA);
   });
   router.get('/v2/health/live', (_req, res) => {
     res.json({ live: true });
   });
   router.get('/v2/health/ready', (_req, res) => {
-    const snap = snapshot();
-    // A model scaled to zero counts, as in /ready: the server takes the request that wakes its worker.
-    const ready =
-      snap.redisHealthy &&
-      snap.breaker !== 'open' &&
-      snap.models.some((m) => m.state === 'served' || m.state === 'idle');
+    const ready = serverReady(snapshot);
     res.status(ready ? 200 : 503).json({ ready });
   });
 
@@ -113,10 +132,8 @@ export function kserveRoutes(router: IRouter, parts: ProtocolParts & { snapshot:
       return;
     }
     if (action === 'ready') {
-      const m = registry.get(name);
-      if (!m && !registry.starting(name) && !registry.taskOf(name))
-        throw new ApiError('not_found', `model ${name} is not served`);
-      res.status(m ? 200 : 503).json({ name, ready: Boolean(m) });
+      const ready = modelReady(registry, name);
+      res.status(ready ? 200 : 503).json({ name, ready });
       return;
     }
     res.json(metadata(served(name)));

@@ -55,7 +55,11 @@ export function isJson(req: Request): boolean {
 
 /** A boolean header of the Hugging Face clients; anything but true/false is refused, never ignored. */
 function booleanHeader(req: Request, name: string): boolean | undefined {
-  const raw = req.get(name);
+  return booleanNamed(name, req.get(name));
+}
+
+/** A boolean header's or gRPC metadata's value: true/false (or 1/0), else refused. */
+export function booleanNamed(name: string, raw: string | undefined): boolean | undefined {
   if (raw === undefined) return undefined;
   const value = raw.trim().toLowerCase();
   if (['true', '1'].includes(value)) return true;
@@ -71,15 +75,6 @@ function headerTimeout(req: Request): number | undefined {
   if (!Number.isInteger(value) || value < 1)
     throw new ApiError('validation', 'x-request-timeout-ms must be a positive integer');
   return value;
-}
-
-/**
- * Whether to wait for a model that is loading, or whose first worker is still to come: the
- * `x-wait-for-model` header, which every protocol's routes honour alike, else the call's own say
- * (the Inference API's `options.wait_for_model`). The header decides first, as `x-use-cache` does.
- */
-function waitsForModel(req: Request, call: { waitForModel?: boolean }): boolean {
-  return booleanHeader(req, 'x-wait-for-model') ?? call.waitForModel ?? false;
 }
 
 /** Aborts when the client closes the connection before its answer was sent. */
@@ -121,9 +116,84 @@ export function wildcardPath(req: Request, name: string): string {
 }
 
 /**
- * The model once a worker serves it, for a route that needs it before its call (to shape its
- * outputs): a model whose first worker is still to come is waited for, or refused, as a call is.
+ * What a call brings from its protocol's request besides its body, whatever the protocol: an HTTP
+ * request's headers and connection (`httpContext`), or a gRPC call's metadata and deadline.
  */
+export interface CallContext {
+  requestId: string;
+  /** Aborts when the client goes away before its answer. */
+  signal: AbortSignal;
+  /** The class admission gave the caller. */
+  priority: Priority;
+  /** The deadline the request's envelope sets (ms): a header, or a gRPC deadline. */
+  timeoutMs?: number;
+  /** The envelope's `x-wait-for-model`, which decides before the body's own say. */
+  waitForModel?: boolean;
+  /** The envelope's `x-use-cache`, which decides before the body's own say. */
+  useCache?: boolean;
+}
+
+/** A protocol's request as the calls it makes see it: it runs them, and waits for their model. */
+export interface Caller {
+  run: (call: RouteCall) => Promise<InferenceResult>;
+  /**
+   * The model once a worker serves it, for a call that needs it before it runs (to shape its
+   * outputs): a model whose first worker is still to come is waited for, or refused, as a call is.
+   */
+  whenServed: (model: string, timeoutMs?: number) => Promise<ServedModel>;
+}
+
+/** The caller of a request that brought `context`, whatever its protocol. */
+export function callerOf(service: InferenceService, context: CallContext): Caller {
+  return {
+    run: (call) =>
+      service.infer({
+        model: call.model,
+        task: call.task,
+        inputs: call.inputs,
+        parameters: call.parameters ?? {},
+        timeoutMs: minDefined(call.timeoutMs, context.timeoutMs),
+        priority: effectivePriority(context.priority, call.priority),
+        requestId: call.part ? `${context.requestId}-${call.part}` : context.requestId,
+        signal: context.signal,
+        api: call.api ?? 'inference-api',
+        waitForModel: context.waitForModel ?? call.waitForModel ?? false,
+        useCache: context.useCache ?? call.useCache,
+      }),
+    whenServed: (model, timeoutMs) =>
+      service.whenServed(model, {
+        waitForModel: context.waitForModel ?? false,
+        deadline: service.deadline(minDefined(timeoutMs, context.timeoutMs)),
+        signal: context.signal,
+      }),
+  };
+}
+
+/** The caller of an HTTP request: its context from the headers, and the timing headers set on its response. */
+export function httpCaller(service: InferenceService, req: Request, res: Response): Caller {
+  const context: CallContext = {
+    requestId: requestIdOf(res),
+    signal: clientGone(res),
+    priority: admittedOf(res).priority,
+    timeoutMs: headerTimeout(req),
+    waitForModel: booleanHeader(req, 'x-wait-for-model'),
+    useCache: booleanHeader(req, 'x-use-cache'),
+  };
+  const caller = callerOf(service, context);
+  return { run: (call) => timed(res, () => caller.run(call)), whenServed: caller.whenServed };
+}
+
+/** Runs a call for an HTTP request, and sets the timing headers on its response. */
+export function runRouteCall(
+  service: InferenceService,
+  req: Request,
+  res: Response,
+  call: RouteCall,
+): Promise<InferenceResult> {
+  return httpCaller(service, req, res).run(call);
+}
+
+/** The model once a worker serves it, for an HTTP request (Caller.whenServed). */
 export function servedModel(
   service: InferenceService,
   req: Request,
@@ -131,31 +201,13 @@ export function servedModel(
   model: string,
   timeoutMs?: number,
 ): Promise<ServedModel> {
-  const deadline = service.deadline(minDefined(timeoutMs, headerTimeout(req)));
-  return service.whenServed(model, { waitForModel: waitsForModel(req, {}), deadline, signal: clientGone(res) });
+  return httpCaller(service, req, res).whenServed(model, timeoutMs);
 }
 
-/** Runs a call for an HTTP request, and sets the timing headers on its response. */
-export async function runRouteCall(
-  service: InferenceService,
-  req: Request,
-  res: Response,
-  call: RouteCall,
-): Promise<InferenceResult> {
+/** Sets the timing headers of a call's answer on the response. */
+async function timed(res: Response, run: () => Promise<InferenceResult>): Promise<InferenceResult> {
   const startedAt = performance.now();
-  const result = await service.infer({
-    model: call.model,
-    task: call.task,
-    inputs: call.inputs,
-    parameters: call.parameters ?? {},
-    timeoutMs: minDefined(call.timeoutMs, headerTimeout(req)),
-    priority: effectivePriority(admittedOf(res).priority, call.priority),
-    requestId: call.part ? `${requestIdOf(res)}-${call.part}` : requestIdOf(res),
-    signal: clientGone(res),
-    api: call.api ?? 'inference-api',
-    waitForModel: waitsForModel(req, call),
-    useCache: booleanHeader(req, 'x-use-cache') ?? call.useCache,
-  });
+  const result = await run();
   res.setHeader('x-queue-time', String(result.timing.queue_ms));
   res.setHeader('x-inference-time', String(result.timing.inference_ms));
   res.setHeader('x-batch-size', String(result.timing.batch_size));

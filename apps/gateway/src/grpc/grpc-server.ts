@@ -1,0 +1,254 @@
+import { randomUUID } from 'node:crypto';
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import * as grpc from '@grpc/grpc-js';
+import * as protoLoader from '@grpc/proto-loader';
+import { HealthImplementation, type ServingStatus } from 'grpc-health-check';
+import { ReflectionService } from '@grpc/reflection';
+import type { Logger } from 'pino';
+import { ApiError, type ErrorType } from '@tserve/contract';
+
+/**
+ * The gateway's gRPC server (GRPC_PORT): the one module on `@grpc/grpc-js`. It loads the services'
+ * `.proto` files from the contract package, serves `grpc.health.v1.Health` and server reflection
+ * beside them, and gives each protocol's handlers a call in plain terms (`GrpcCall`): metadata,
+ * deadline, a signal for the client's going away, and a request id. Handlers throw `ApiError`s;
+ * each becomes the gRPC status that says the same (`STATUS_OF`), and anything else an INTERNAL
+ * whose details say nothing of the code.
+ */
+
+/** What a handler knows of its call besides the request message. */
+export interface GrpcCall {
+  /** A fresh id per call, as an HTTP request's: it names the call's jobs and log line. */
+  readonly requestId: string;
+  /** Aborts when the client cancels, or its deadline passes. */
+  readonly signal: AbortSignal;
+  /** Milliseconds left until the client's deadline; undefined when it set none. */
+  readonly timeoutMs?: number;
+  /** A metadata value (as text), by its lower-case name. */
+  metadata(name: string): string | undefined;
+}
+
+/** Messages come as the `.proto` defines them, every field present (proto-loader's defaults). */
+type UnaryHandler = (request: unknown, call: GrpcCall) => Promise<object>;
+/** Answers a stream of requests; `send` writes one response, in any order. */
+type StreamHandler = (
+  requests: AsyncIterable<unknown>,
+  send: (response: object) => void,
+  call: GrpcCall,
+) => Promise<void>;
+
+/** One service's handlers by method name, for the service `name` (package.Service) in `protoFile`. */
+export interface GrpcService {
+  protoFile: string;
+  name: string;
+  unary: Record<string, UnaryHandler>;
+  streams?: Record<string, StreamHandler>;
+}
+
+/** Each error type as the gRPC status a client of that protocol expects for it. */
+const STATUS_OF: Record<ErrorType, grpc.status> = {
+  validation: grpc.status.INVALID_ARGUMENT,
+  unauthorized: grpc.status.UNAUTHENTICATED,
+  forbidden: grpc.status.PERMISSION_DENIED,
+  not_found: grpc.status.NOT_FOUND,
+  unsupported_media_type: grpc.status.INVALID_ARGUMENT,
+  payload_too_large: grpc.status.RESOURCE_EXHAUSTED,
+  rate_limited: grpc.status.RESOURCE_EXHAUSTED,
+  inference: grpc.status.INVALID_ARGUMENT,
+  internal: grpc.status.INTERNAL,
+  overloaded: grpc.status.RESOURCE_EXHAUSTED,
+  unavailable: grpc.status.UNAVAILABLE,
+  timeout: grpc.status.DEADLINE_EXCEEDED,
+  cancelled: grpc.status.CANCELLED,
+};
+
+/** Where the contract package keeps the `.proto` files, in the checkout and in the release alike. */
+function protoDir(): string {
+  const require = createRequire(import.meta.url);
+  return path.join(path.dirname(require.resolve('@tserve/contract/package.json')), 'proto');
+}
+
+/** Messages as plain objects with the `.proto`'s own field names; 64-bit numbers as numbers. */
+const LOADER_OPTIONS: protoLoader.Options = {
+  keepCase: true,
+  longs: Number,
+  enums: String,
+  defaults: true,
+  oneofs: true,
+};
+
+/** An error as the status, message and metadata the client gets. */
+function statusOf(err: unknown, logger: Logger, method: string): Partial<grpc.StatusObject> {
+  if (err instanceof ApiError) {
+    const metadata = new grpc.Metadata();
+    if (err.retryAfterSeconds !== undefined) metadata.set('retry-after', String(err.retryAfterSeconds));
+    metadata.set('error-type', err.type);
+    return { code: STATUS_OF[err.type], details: err.message, metadata };
+  }
+  logger.error(
+    { err: err instanceof Error ? { message: err.message, stack: err.stack } : String(err), method },
+    'gRPC call failed',
+  );
+  return { code: grpc.status.INTERNAL, details: 'internal error' };
+}
+
+function callOf(call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerDuplexStream<unknown, unknown>): GrpcCall {
+  const controller = new AbortController();
+  call.once('cancelled', () => controller.abort());
+  const deadline = call.getDeadline();
+  const at = deadline instanceof Date ? deadline.getTime() : deadline;
+  return {
+    requestId: randomUUID(),
+    signal: controller.signal,
+    timeoutMs: Number.isFinite(at) ? Math.max(1, Math.floor(at - Date.now())) : undefined,
+    metadata: (name) => {
+      const [value] = call.metadata.get(name);
+      return value === undefined ? undefined : String(value);
+    },
+  };
+}
+
+export interface GrpcServerOptions {
+  port: number;
+  host: string;
+  /** The largest request message taken, as HTTP's MAX_BODY_BYTES. */
+  maxMessageBytes: number;
+  logger: Logger;
+  /** Whether the server can take inference requests now (/ready's answer), for the health service. */
+  ready: () => boolean;
+  /** How often the health service asks `ready` (the registry's refresh: it changes no faster). */
+  readyRefreshMs: number;
+}
+
+/** Logs one line per call, as the HTTP request log does (debug for the probes). */
+function logCall(logger: Logger, method: string, requestId: string, startedAt: number, code: grpc.status): void {
+  const level = method.startsWith('grpc.')
+    ? 'debug'
+    : code === grpc.status.INTERNAL
+      ? 'error'
+      : code === grpc.status.OK
+        ? 'info'
+        : 'warn';
+  logger[level](
+    {
+      reqId: requestId,
+      method,
+      grpc_status: grpc.status[code],
+      duration_ms: Number((performance.now() - startedAt).toFixed(3)),
+    },
+    code === grpc.status.OK ? 'request completed' : 'request failed',
+  );
+}
+
+function unary(handler: UnaryHandler, method: string, logger: Logger): grpc.handleUnaryCall<unknown, unknown> {
+  return (call, callback) => {
+    const startedAt = performance.now();
+    const context = callOf(call);
+    handler(call.request, context).then(
+      (response) => {
+        logCall(logger, method, context.requestId, startedAt, grpc.status.OK);
+        callback(null, response);
+      },
+      (err) => {
+        const status = statusOf(err, logger, method);
+        logCall(logger, method, context.requestId, startedAt, status.code!);
+        callback(status);
+      },
+    );
+  };
+}
+
+function stream(
+  handler: StreamHandler,
+  method: string,
+  logger: Logger,
+): grpc.handleBidiStreamingCall<unknown, unknown> {
+  return (call) => {
+    const startedAt = performance.now();
+    const context = callOf(call);
+    const send = (response: object) => {
+      if (!context.signal.aborted) call.write(response);
+    };
+    // Read without destroying the call once the client half-closes: the answers still have to go out.
+    handler(call.iterator({ destroyOnReturn: false }), send, context).then(
+      () => {
+        logCall(logger, method, context.requestId, startedAt, grpc.status.OK);
+        call.end();
+      },
+      (err) => {
+        const status = statusOf(err, logger, method);
+        logCall(logger, method, context.requestId, startedAt, status.code!);
+        if (!context.signal.aborted) call.emit('error', status);
+      },
+    );
+  };
+}
+
+export interface GrpcServer {
+  port: number;
+  /** Stops taking calls; those in flight finish, until `graceMs` has passed. */
+  stop(graceMs: number): Promise<void>;
+}
+
+/** Starts the server with `services`, health and reflection; resolves once it listens. */
+export async function startGrpcServer(services: GrpcService[], options: GrpcServerOptions): Promise<GrpcServer> {
+  const { logger } = options;
+  const server = new grpc.Server({
+    'grpc.max_receive_message_length': options.maxMessageBytes,
+    'grpc.max_send_message_length': -1,
+  });
+  const definitions = protoLoader.loadSync([...new Set(services.map((s) => s.protoFile))], {
+    ...LOADER_OPTIONS,
+    includeDirs: [protoDir()],
+  });
+  for (const service of services) {
+    const definition = definitions[service.name] as protoLoader.ServiceDefinition;
+    const implementation: grpc.UntypedServiceImplementation = {};
+    for (const [method, handler] of Object.entries(service.unary))
+      implementation[method] = unary(handler, `${service.name}/${method}`, logger);
+    for (const [method, handler] of Object.entries(service.streams ?? {}))
+      implementation[method] = stream(handler, `${service.name}/${method}`, logger);
+    server.addService(definition, implementation);
+  }
+  // A probe asks for the server (''), or one service by name: each is as ready as the server.
+  // Watchers are told of changes only.
+  const health = new HealthImplementation();
+  const names = ['', ...services.map((s) => s.name)];
+  let told: ServingStatus | undefined;
+  const refreshHealth = () => {
+    const status: ServingStatus = options.ready() ? 'SERVING' : 'NOT_SERVING';
+    if (status === told) return;
+    told = status;
+    for (const name of names) health.setStatus(name, status);
+  };
+  refreshHealth();
+  const healthTimer = setInterval(refreshHealth, options.readyRefreshMs).unref();
+  health.addToServer(server);
+  new ReflectionService(definitions).addToServer(server);
+
+  const port = await new Promise<number>((resolve, reject) => {
+    const address = options.host.includes(':')
+      ? `[${options.host}]:${options.port}`
+      : `${options.host}:${options.port}`;
+    server.bindAsync(address, grpc.ServerCredentials.createInsecure(), (err, bound) =>
+      err ? reject(err) : resolve(bound),
+    );
+  });
+  return {
+    port,
+    stop: async (graceMs) => {
+      clearInterval(healthTimer);
+      await new Promise<void>((resolve) => {
+        const force = setTimeout(() => {
+          server.forceShutdown();
+          resolve();
+        }, graceMs).unref();
+        server.tryShutdown(() => {
+          clearTimeout(force);
+          resolve();
+        });
+      });
+    },
+  };
+}

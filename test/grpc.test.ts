@@ -1,0 +1,394 @@
+/**
+ * Issue 58: the gateway's gRPC port (GRPC_PORT) speaks KServe v2 / Triton's GRPCInferenceService,
+ * gRPC health and server reflection, through the same admission, deadlines and workers as HTTP.
+ * The calls come from `@grpc/grpc-js` clients built from the repository's own .proto files, as a
+ * user's generated client would make them; each answer is held to HTTP's for the same inputs.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import path from 'node:path';
+import * as grpc from '@grpc/grpc-js';
+import * as protoLoader from '@grpc/proto-loader';
+import { ROOT, TestSystem, uniquePrefix, waitFor } from './helpers/system.ts';
+import { CLASSIFIER, EMBEDDER } from './helpers/replicas.ts';
+import { bytesTensor } from './helpers/triton.ts';
+
+const PROTO_DIR = path.join(ROOT, 'packages/contract/proto');
+const LOADER = { keepCase: true, longs: Number, enums: String, defaults: true, oneofs: true };
+
+type Client = grpc.Client & Record<string, any>;
+
+function clientOf(proto: string, includeDirs: string[], service: string, port: number): Client {
+  const loaded = grpc.loadPackageDefinition(protoLoader.loadSync(proto, { ...LOADER, includeDirs }));
+  const Service = service.split('.').reduce((at: any, part) => at[part], loaded);
+  return new Service(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
+}
+
+/** A unary call's answer, or its error (a ServiceError: code, details, metadata). */
+function unary(
+  client: Client,
+  method: string,
+  request: object,
+  options: { metadata?: Record<string, string>; deadlineMs?: number } = {},
+): Promise<any> {
+  const metadata = new grpc.Metadata();
+  for (const [k, v] of Object.entries(options.metadata ?? {})) metadata.set(k, v);
+  const callOptions = options.deadlineMs ? { deadline: Date.now() + options.deadlineMs } : {};
+  return new Promise((resolve, reject) =>
+    client[method](request, metadata, callOptions, (err: grpc.ServiceError | null, answer: any) =>
+      err ? reject(err) : resolve(answer),
+    ),
+  );
+}
+
+async function refusal(call: Promise<unknown>): Promise<grpc.ServiceError> {
+  try {
+    await call;
+  } catch (err) {
+    return err as grpc.ServiceError;
+  }
+  assert.fail('the call was answered, not refused');
+}
+
+const floats = (bytes: Buffer) => Array.from(new Float32Array(new Uint8Array(bytes).buffer));
+
+function texts(...values: string[]) {
+  return {
+    name: 'text',
+    datatype: 'BYTES',
+    shape: [values.length],
+    contents: { bytes_contents: values.map((t) => Buffer.from(t)) },
+  };
+}
+
+const inferOf = (model: string, extra: object = {}) => ({
+  model_name: model,
+  inputs: [texts('a fine film', 'a dull one')],
+  ...extra,
+});
+
+describe('gRPC: KServe v2 / Triton, health and reflection', () => {
+  const system = new TestSystem(uniquePrefix('grpc'));
+  let inference: Client;
+
+  before(async () => {
+    await system.startGateway({ MAX_BODY_BYTES: 65536 });
+    system.startWorker({ model: CLASSIFIER, env: { BATCH_MAX_SIZE: 16 } });
+    system.startWorker({ model: EMBEDDER });
+    await system.waitForWorkers(CLASSIFIER);
+    await system.waitForWorkers(EMBEDDER);
+    inference = clientOf('inference.proto', [PROTO_DIR], 'inference.GRPCInferenceService', system.grpcPort);
+  });
+  after(async () => {
+    inference?.close();
+    await system.stop();
+  });
+
+  it('server and model health and metadata, as HTTP answers them', async () => {
+    assert.deepEqual(await unary(inference, 'ServerLive', {}), { live: true });
+    assert.deepEqual(await unary(inference, 'ServerReady', {}), { ready: true });
+    const server = await unary(inference, 'ServerMetadata', {});
+    const httpServer = await (await fetch(`${system.url}/v2`)).json();
+    assert.deepEqual(server, httpServer);
+    assert.deepEqual(await unary(inference, 'ModelReady', { name: CLASSIFIER }), { ready: true });
+    assert.deepEqual(await unary(inference, 'ModelReady', { name: CLASSIFIER, version: '1' }), { ready: true });
+    for (const model of [CLASSIFIER, EMBEDDER]) {
+      const metadata = await unary(inference, 'ModelMetadata', { name: model });
+      const { parameters, ...http } = (await (await fetch(`${system.url}/v2/models/${model}`)).json()) as Record<
+        string,
+        unknown
+      >;
+      assert.deepEqual(metadata, http);
+      assert.ok(parameters, 'HTTP adds parameters, which the gRPC message has no field for');
+    }
+  });
+
+  it("config and statistics: Triton's messages, equal to HTTP's JSON in every field they share", async () => {
+    const { config } = await unary(inference, 'ModelConfig', { name: CLASSIFIER });
+    const http = (await (await fetch(`${system.url}/v2/models/${CLASSIFIER}/config`)).json()) as any;
+    assert.equal(config.max_batch_size, 16);
+    for (const field of [
+      'name',
+      'platform',
+      'backend',
+      'max_batch_size',
+      'input',
+      'output',
+      'instance_group',
+      'parameters',
+      'dynamic_batching',
+    ])
+      assert.deepEqual(config[field], http[field], field);
+    assert.deepEqual(config.version_policy, { latest: { num_versions: 1 }, policy_choice: 'latest' });
+    await unary(inference, 'ModelInfer', inferOf(CLASSIFIER));
+    // Statistics come with the workers' heartbeats: equal once both answers were read between two.
+    await waitFor('gRPC and HTTP statistics to agree', async () => {
+      const { model_stats: grpcStats } = await unary(inference, 'ModelStatistics', { name: CLASSIFIER });
+      const { model_stats: httpStats } = (await (
+        await fetch(`${system.url}/v2/models/${CLASSIFIER}/stats`)
+      ).json()) as any;
+      const [g, h] = [grpcStats[0], httpStats[0]];
+      return (
+        g.inference_count > 0 &&
+        g.inference_count === h.inference_count &&
+        g.execution_count === h.execution_count &&
+        JSON.stringify(g.inference_stats) === JSON.stringify(h.inference_stats) &&
+        JSON.stringify(g.batch_stats) === JSON.stringify(h.batch_stats)
+      );
+    });
+    const all = await unary(inference, 'ModelStatistics', {});
+    assert.deepEqual(all.model_stats.map((m: any) => m.name).sort(), [CLASSIFIER, EMBEDDER].sort());
+  });
+
+  it("infers from typed and raw BYTES inputs, and answers HTTP's numbers as raw FP32", async () => {
+    const http = await system.post(`/v2/models/${CLASSIFIER}/infer`, {
+      inputs: [{ name: 'text', datatype: 'BYTES', shape: [2], data: ['a fine film', 'a dull one'] }],
+      outputs: [{ name: 'probabilities' }, { name: 'logits' }],
+    });
+    assert.equal(http.status, 200, JSON.stringify(http.body));
+    const outputs = [{ name: 'probabilities' }, { name: 'logits' }];
+    const typed = await unary(inference, 'ModelInfer', inferOf(CLASSIFIER, { id: 'r1', outputs }));
+    const raw = await unary(inference, 'ModelInfer', {
+      model_name: CLASSIFIER,
+      id: 'r2',
+      inputs: [{ name: 'text', datatype: 'BYTES', shape: [2, 1] }],
+      raw_input_contents: [bytesTensor(['a fine film', 'a dull one'])],
+      outputs,
+    });
+    for (const [answer, id] of [
+      [typed, 'r1'],
+      [raw, 'r2'],
+    ] as const) {
+      assert.equal(answer.model_name, CLASSIFIER);
+      assert.equal(answer.model_version, '1');
+      assert.equal(answer.id, id);
+      assert.deepEqual(
+        answer.outputs.map((o: any) => [o.name, o.datatype, o.shape]),
+        http.body.outputs.map((o: any) => [o.name, o.datatype, o.shape]),
+      );
+      answer.raw_output_contents.forEach((bytes: Buffer, i: number) =>
+        assert.deepEqual(floats(bytes), http.body.outputs[i].data.map(Math.fround)),
+      );
+    }
+    const embedded = await unary(inference, 'ModelInfer', inferOf(EMBEDDER));
+    const httpEmbedded = await system.post(`/v2/models/${EMBEDDER}/infer`, {
+      inputs: [{ name: 'text', datatype: 'BYTES', shape: [2], data: ['a fine film', 'a dull one'] }],
+    });
+    assert.deepEqual(embedded.outputs[0].shape, httpEmbedded.body.outputs[0].shape);
+    assert.deepEqual(floats(embedded.raw_output_contents[0]), httpEmbedded.body.outputs[0].data.map(Math.fround));
+  });
+
+  it("answers tritonclient's class_count as BYTES value:index:label, as HTTP does", async () => {
+    const classification = { classification: { int64_param: 1 } };
+    const answer = await unary(
+      inference,
+      'ModelInfer',
+      inferOf(CLASSIFIER, { outputs: [{ name: 'probabilities', parameters: classification }] }),
+    );
+    const http = await system.post(`/v2/models/${CLASSIFIER}/infer`, {
+      inputs: [{ name: 'text', datatype: 'BYTES', shape: [2], data: ['a fine film', 'a dull one'] }],
+      outputs: [{ name: 'probabilities', parameters: { classification: 1 } }],
+    });
+    assert.equal(answer.outputs[0].datatype, 'BYTES');
+    assert.deepEqual(answer.outputs[0].shape, [2, 1]);
+    const raw: Buffer = answer.raw_output_contents[0];
+    const elements: string[] = [];
+    for (let at = 0; at < raw.length;) {
+      const length = raw.readUInt32LE(at);
+      elements.push(raw.subarray(at + 4, at + 4 + length).toString());
+      at += 4 + length;
+    }
+    assert.deepEqual(elements, http.body.outputs[0].data);
+  });
+
+  it('refuses bad requests with the status that says why, and a message naming the fault', async () => {
+    const cases: Array<[object, grpc.status, RegExp]> = [
+      [{ model_name: CLASSIFIER, inputs: [] }, grpc.status.INVALID_ARGUMENT, /exactly one input tensor/],
+      [
+        {
+          model_name: CLASSIFIER,
+          inputs: [{ name: 'text', datatype: 'FP32', shape: [1], contents: { fp32_contents: [1] } }],
+        },
+        grpc.status.INVALID_ARGUMENT,
+        /datatype must be BYTES/,
+      ],
+      [
+        {
+          model_name: CLASSIFIER,
+          inputs: [{ name: 'text', datatype: 'BYTES', shape: [1] }],
+          raw_input_contents: [Buffer.from([9, 0, 0, 0, 65])],
+        },
+        grpc.status.INVALID_ARGUMENT,
+        /element 0 is 9 bytes/,
+      ],
+      [inferOf(CLASSIFIER, { outputs: [{ name: 'nope' }] }), grpc.status.INVALID_ARGUMENT, /unknown output/],
+      [inferOf('replica/not-a-model'), grpc.status.NOT_FOUND, /not served/],
+      [inferOf(CLASSIFIER, { model_version: '2' }), grpc.status.NOT_FOUND, /version 2/],
+    ];
+    for (const [request, code, message] of cases) {
+      const err = await refusal(unary(inference, 'ModelInfer', request));
+      assert.equal(err.code, code, `${JSON.stringify(request).slice(0, 120)}: ${err.details}`);
+      assert.match(err.details, message);
+      assert.doesNotMatch(err.details, /\bat .*\.js:\d+/, 'no stack trace');
+    }
+    assert.equal(
+      (await refusal(unary(inference, 'ModelMetadata', { name: 'replica/not-a-model' }))).code,
+      grpc.status.NOT_FOUND,
+    );
+    assert.equal(
+      (await refusal(unary(inference, 'ModelReady', { name: 'replica/not-a-model' }))).code,
+      grpc.status.NOT_FOUND,
+    );
+    // A message over the gateway's MAX_BODY_BYTES is refused whole, and the gateway serves on.
+    const huge = await refusal(
+      unary(inference, 'ModelInfer', inferOf(CLASSIFIER, { inputs: [texts('x'.repeat(100_000))] })),
+    );
+    assert.equal(huge.code, grpc.status.RESOURCE_EXHAUSTED);
+    assert.deepEqual(await unary(inference, 'ServerLive', {}), { live: true });
+  });
+
+  it('streams: each request answered on its own, a bad one by its error_message, the stream going on', async () => {
+    const stream = inference.ModelStreamInfer();
+    const answers: any[] = [];
+    const ended = new Promise<void>((resolve, reject) => {
+      stream.on('data', (answer: any) => answers.push(answer));
+      stream.on('end', resolve);
+      stream.on('error', reject);
+    });
+    stream.write(inferOf(CLASSIFIER, { id: 'a' }));
+    stream.write(inferOf(CLASSIFIER, { id: 'b', inputs: [] }));
+    stream.write(inferOf(EMBEDDER, { id: 'c' }));
+    stream.end();
+    await ended;
+    const byId = Object.fromEntries(answers.map((a) => [a.infer_response.id, a]));
+    assert.deepEqual(Object.keys(byId).sort(), ['a', 'b', 'c']);
+    assert.equal(byId.a.error_message, '');
+    assert.deepEqual(byId.a.infer_response.outputs[0].shape, [2, 2]);
+    assert.match(byId.b.error_message, /exactly one input tensor/);
+    assert.equal(byId.c.infer_response.outputs[0].name, 'embeddings');
+  });
+
+  it('serves grpc.health.v1 and server reflection, for probes and grpcurl', async () => {
+    const healthDir = path.join(ROOT, 'node_modules/grpc-health-check/proto');
+    const health = clientOf('health/v1/health.proto', [healthDir], 'grpc.health.v1.Health', system.grpcPort);
+    // The health service follows readiness at the registry's pace: serving once the workers are.
+    for (const service of ['', 'inference.GRPCInferenceService'])
+      await waitFor(
+        `${service || 'the server'} SERVING`,
+        async () => (await unary(health, 'Check', { service })).status === 'SERVING',
+      );
+    assert.equal((await refusal(unary(health, 'Check', { service: 'no.Such' }))).code, grpc.status.NOT_FOUND);
+    health.close();
+
+    const reflectionDir = path.join(ROOT, 'node_modules/@grpc/reflection/build/proto');
+    const reflection = clientOf(
+      'grpc/reflection/v1/reflection.proto',
+      [reflectionDir],
+      'grpc.reflection.v1.ServerReflection',
+      system.grpcPort,
+    );
+    const call = reflection.ServerReflectionInfo();
+    const answer = new Promise<any>((resolve, reject) => {
+      call.once('data', resolve);
+      call.once('error', reject);
+    });
+    call.write({ list_services: '' });
+    const listed = (await answer).list_services_response.service.map((s: { name: string }) => s.name);
+    call.end();
+    reflection.close();
+    assert.ok(listed.includes('inference.GRPCInferenceService'), listed.join(', '));
+  });
+});
+
+describe('gRPC admission: keys, shedding, deadlines and a cancelled stream', () => {
+  const IDLE = 'replica/tiny-bert-ner';
+  const system = new TestSystem(uniquePrefix('grpc-admission'));
+  const token = 'tsk_grpc1_secret';
+  let inference: Client;
+  const backlog = async () =>
+    ((await (await fetch(`${system.url}/backlog?model=${IDLE}`)).json()) as { backlog: number }).backlog;
+
+  before(async () => {
+    const hash = `sha256:${createHash('sha256').update('secret').digest('hex')}`;
+    await system.startGateway({
+      API_KEYS: JSON.stringify({ keys: [{ id: 'grpc1', name: 'grpc', hash, models: [CLASSIFIER, IDLE] }] }),
+      // A model configured with no worker: its requests wait (x-wait-for-model) and count in the backlog.
+      MODELS: IDLE,
+      MAX_QUEUE_DEPTH: 2,
+    });
+    system.startWorker({ model: CLASSIFIER });
+    await system.waitForWorkers(CLASSIFIER);
+    inference = clientOf('inference.proto', [PROTO_DIR], 'inference.GRPCInferenceService', system.grpcPort);
+  });
+  after(async () => {
+    inference?.close();
+    await system.stop();
+  });
+
+  it('takes the key from authorization or x-api-key metadata, and refuses none, a wrong one and a model it may not call', async () => {
+    for (const metadata of [{ authorization: `Bearer ${token}` }, { 'x-api-key': token }] as Array<
+      Record<string, string>
+    >) {
+      const answer = await unary(inference, 'ModelInfer', inferOf(CLASSIFIER), { metadata });
+      assert.equal(answer.model_name, CLASSIFIER);
+    }
+    const none = await refusal(unary(inference, 'ModelInfer', inferOf(CLASSIFIER)));
+    assert.equal(none.code, grpc.status.UNAUTHENTICATED);
+    assert.match(none.details, /API key is required/);
+    const wrong = await refusal(
+      unary(inference, 'ModelInfer', inferOf(CLASSIFIER), { metadata: { authorization: 'Bearer tsk_grpc1_nope' } }),
+    );
+    assert.equal(wrong.code, grpc.status.UNAUTHENTICATED);
+    const forbidden = await refusal(
+      unary(inference, 'ModelInfer', inferOf(EMBEDDER), { metadata: { authorization: `Bearer ${token}` } }),
+    );
+    assert.equal(forbidden.code, grpc.status.PERMISSION_DENIED);
+    assert.match(forbidden.details, /may not call model/);
+    const priority = await refusal(
+      unary(inference, 'ModelInfer', inferOf(CLASSIFIER), {
+        metadata: { authorization: `Bearer ${token}`, 'x-priority': 'urgent' },
+      }),
+    );
+    assert.equal(priority.code, grpc.status.INVALID_ARGUMENT);
+  });
+
+  it('a request waiting for its model past its gRPC deadline is DEADLINE_EXCEEDED, and leaves the backlog; without waiting, UNAVAILABLE', async () => {
+    const metadata = { authorization: `Bearer ${token}` };
+    assert.equal(await backlog(), 0);
+    const waited = unary(inference, 'ModelInfer', inferOf(IDLE), {
+      metadata: { ...metadata, 'x-wait-for-model': 'true' },
+      deadlineMs: 1500,
+    });
+    await waitFor('the waiting request in the backlog', async () => (await backlog()) === 1);
+    assert.equal((await refusal(waited)).code, grpc.status.DEADLINE_EXCEEDED);
+    await waitFor('the backlog empty once the deadline passed', async () => (await backlog()) === 0);
+    // Refused at once, as HTTP's 503 "currently loading"; it counts in the backlog until its deadline, as if it waited.
+    const loading = await refusal(unary(inference, 'ModelInfer', inferOf(IDLE), { metadata, deadlineMs: 1000 }));
+    assert.equal(loading.code, grpc.status.UNAVAILABLE, loading.details);
+    assert.match(loading.details, /currently loading/);
+    await waitFor('the backlog empty once its deadline passed', async () => (await backlog()) === 0);
+  });
+
+  it('sheds with RESOURCE_EXHAUSTED once the queue is full, and a cancelled stream drops its waiting requests', async () => {
+    const metadata = new grpc.Metadata();
+    metadata.set('authorization', `Bearer ${token}`);
+    metadata.set('x-wait-for-model', 'true');
+    const stream = inference.ModelStreamInfer(metadata);
+    const cancelled = new Promise<grpc.ServiceError>((resolve) => stream.on('error', resolve));
+    stream.on('data', () => assert.fail('no answer is due: no worker serves the model'));
+    stream.write(inferOf(IDLE, { id: 'x' }));
+    stream.write(inferOf(IDLE, { id: 'y' }));
+    await waitFor('both waiting in the backlog', async () => (await backlog()) === 2);
+    const shed = await refusal(
+      unary(inference, 'ModelInfer', inferOf(IDLE), {
+        metadata: { authorization: `Bearer ${token}`, 'x-wait-for-model': 'true' },
+      }),
+    );
+    assert.equal(shed.code, grpc.status.RESOURCE_EXHAUSTED, shed.details);
+    assert.equal(shed.metadata.get('retry-after').length, 1);
+    stream.cancel();
+    assert.equal((await cancelled).code, grpc.status.CANCELLED);
+    await waitFor('the cancelled stream’s requests gone from the backlog', async () => (await backlog()) === 0);
+  });
+});
