@@ -10,6 +10,8 @@ import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import * as grpc from '@grpc/grpc-js';
+import * as protoLoader from '@grpc/proto-loader';
 import { runOk, whyNoDocker } from './helpers/docker.ts';
 import { freePort, MODEL_DIR, Proc, ROOT, waitFor } from './helpers/processes.ts';
 import { CLASSIFIER } from './helpers/replicas.ts';
@@ -63,6 +65,34 @@ async function servesAClassification(launcher: Proc, url: string): Promise<void>
   assert.ok(['POSITIVE', 'NEGATIVE'].includes(answer.json[0][0].label), JSON.stringify(answer.json));
 }
 
+/** A gRPC ModelInfer from the checkout's .proto file: what the archive's gateway answers of it. */
+async function grpcInfer(port: number): Promise<{ model_name: string; shape: number[] }> {
+  const definition = protoLoader.loadSync('inference.proto', {
+    includeDirs: [path.join(ROOT, 'packages/contract/proto')],
+    keepCase: true,
+    longs: Number,
+    defaults: true,
+  });
+  const { inference } = grpc.loadPackageDefinition(definition) as any;
+  const client = new inference.GRPCInferenceService(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
+  try {
+    const answer = await new Promise<any>((resolve, reject) =>
+      client.ModelInfer(
+        {
+          model_name: CLASSIFIER,
+          inputs: [
+            { name: 'text', datatype: 'BYTES', shape: [1], contents: { bytes_contents: [Buffer.from('a fine film')] } },
+          ],
+        },
+        (err: Error | null, reply: unknown) => (err ? reject(err) : resolve(reply)),
+      ),
+    );
+    return { model_name: answer.model_name, shape: answer.outputs[0].shape };
+  } finally {
+    client.close();
+  }
+}
+
 before(async () => {
   // What a user runs; the build output is already there (the test command builds first).
   await runOk(process.execPath, ['--import', 'tsx', 'scripts/release.ts'], { timeoutMs: 10 * 60_000, cwd: ROOT });
@@ -88,7 +118,28 @@ describe('npm run release', () => {
           ? fs.readdirSync(path.join(root, 'lib', 'node_modules', name)).map((n) => `${name}/${n}`)
           : [name],
       );
-    assert.deepEqual(packages.sort(), ['@bull-board/ui', 'onnxruntime-common', 'onnxruntime-node', 'swagger-ui-dist']);
+    // The gRPC packages read their .proto files from beside their code: they travel whole, with
+    // what they load (each one's dependencies, found in its copy), and the contract's .proto files.
+    const grpc = new Set(['@grpc/grpc-js', '@grpc/proto-loader', '@grpc/reflection', 'grpc-health-check']);
+    const manifest = (name: string) =>
+      JSON.parse(fs.readFileSync(path.join(root, 'lib', 'node_modules', name, 'package.json'), 'utf8')) as {
+        dependencies?: Record<string, string>;
+      };
+    for (const name of grpc)
+      for (const dependency of Object.keys(manifest(name).dependencies ?? {}))
+        if (packages.includes(dependency)) grpc.add(dependency);
+    assert.deepEqual(
+      packages.sort(),
+      [
+        '@bull-board/ui',
+        'onnxruntime-common',
+        'onnxruntime-node',
+        'swagger-ui-dist',
+        '@tserve/contract',
+        ...grpc,
+      ].sort(),
+    );
+    assert.ok(fs.existsSync(path.join(root, 'lib', 'node_modules', '@tserve', 'contract', 'proto', 'inference.proto')));
     const binding = fs.readdirSync(path.join(root, 'lib', 'node_modules', 'onnxruntime-node', 'bin', 'napi-v6'));
     assert.deepEqual(binding, ['linux'], 'ONNX Runtime for other platforms travels too');
   });
@@ -148,9 +199,10 @@ describe('npm run release', () => {
   it('unpacked, with no Node.js on PATH, serves a replica model, its dashboard and /docs, and stops on SIGTERM', async () => {
     const port = await freePort();
     const url = `http://127.0.0.1:${port}`;
+    const grpcPort = await freePort();
     const system = tserve([], {
       PORT: String(port),
-      GRPC_PORT: String(await freePort()),
+      GRPC_PORT: String(grpcPort),
       MODEL: CLASSIFIER,
       MODEL_DIR,
       WORKERS: '1',
@@ -162,6 +214,7 @@ describe('npm run release', () => {
     });
     try {
       await servesAClassification(system, url);
+      assert.deepEqual(await grpcInfer(grpcPort), { model_name: CLASSIFIER, shape: [1, 2] });
 
       const script = await fetch(`${url}/docs/swagger-ui-bundle.js`);
       assert.equal(script.status, 200);
