@@ -11,7 +11,7 @@ import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { ROOT, TestSystem, uniquePrefix, waitFor } from './helpers/system.ts';
-import { CLASSIFIER, EMBEDDER } from './helpers/replicas.ts';
+import { CLASSIFIER, EMBEDDER, RERANKER } from './helpers/replicas.ts';
 import { bytesTensor } from './helpers/triton.ts';
 
 const PROTO_DIR = path.join(ROOT, 'packages/contract/proto');
@@ -76,13 +76,146 @@ describe('gRPC: KServe v2 / Triton, health and reflection', () => {
     await system.startGateway({ MAX_BODY_BYTES: 65536 });
     system.startWorker({ model: CLASSIFIER, env: { BATCH_MAX_SIZE: 16 } });
     system.startWorker({ model: EMBEDDER });
-    await system.waitForWorkers(CLASSIFIER);
-    await system.waitForWorkers(EMBEDDER);
+    system.startWorker({ model: RERANKER });
+    for (const model of [CLASSIFIER, EMBEDDER, RERANKER]) await system.waitForWorkers(model);
     inference = clientOf('inference.proto', [PROTO_DIR], 'inference.GRPCInferenceService', system.grpcPort);
+    for (const name of ['Info', 'Embed', 'Predict', 'Rerank', 'Tokenize'])
+      tei[name] = clientOf('tei.proto', [PROTO_DIR], `tei.v1.${name}`, system.grpcPort);
   });
   after(async () => {
     inference?.close();
+    for (const client of Object.values(tei)) client.close();
     await system.stop();
+  });
+  const tei: Record<string, Client> = {};
+
+  /** A stream's answers, in order, once the server ends it. */
+  const streamed = (stream: grpc.ClientDuplexStream<object, any>, requests: object[]) =>
+    new Promise<any[]>((resolve, reject) => {
+      const answers: any[] = [];
+      stream.on('data', (answer) => answers.push(answer));
+      stream.on('end', () => resolve(answers));
+      stream.on('error', reject);
+      for (const request of requests) stream.write(request);
+      stream.end();
+    });
+
+  it("TEI's tei.v1 services answer as its HTTP routes do: Info, Embed, Predict, PredictPair, Rerank, Tokenize", async () => {
+    const model = { 'x-model': EMBEDDER };
+    const info = await unary(tei.Info, 'Info', {}, { metadata: model });
+    const httpInfo = (await (await fetch(`${system.url}/info`, { headers: model })).json()) as any;
+    assert.equal(info.model_id, httpInfo.model_id);
+    assert.equal(info.model_type, 'MODEL_TYPE_EMBEDDING');
+    assert.equal(info.max_input_length, httpInfo.max_input_length);
+    assert.equal(info.max_client_batch_size, httpInfo.max_client_batch_size);
+
+    for (const [request, body] of [
+      [{ inputs: 'a fine film' }, { inputs: 'a fine film' }],
+      [
+        { inputs: 'a fine film', normalize: false, dimensions: 8 },
+        { inputs: 'a fine film', normalize: false, dimensions: 8 },
+      ],
+    ]) {
+      const embedded = await unary(tei.Embed, 'Embed', request);
+      const http = await system.post('/embed', body);
+      assert.deepEqual(embedded.embeddings, (http.body as number[][])[0].map(Math.fround));
+      assert.ok(embedded.metadata.inference_time_ns > 0, JSON.stringify(embedded.metadata));
+    }
+
+    const classifier = { 'x-model': CLASSIFIER };
+    const predicted = await unary(tei.Predict, 'Predict', { inputs: 'a fine film' }, { metadata: classifier });
+    const httpPredicted = await system.post('/predict', { inputs: 'a fine film' }, classifier);
+    const rounded = (scores: Array<{ label: string; score: number }>) =>
+      scores.map(({ label, score }) => ({ label, score: Math.fround(score) }));
+    assert.deepEqual(predicted.predictions, rounded(httpPredicted.body));
+    const pair = await unary(
+      tei.Predict,
+      'PredictPair',
+      { inputs: ['a', 'b'], raw_scores: true },
+      { metadata: classifier },
+    );
+    const httpPair = await system.post('/predict', { inputs: ['a', 'b'], raw_scores: true }, classifier);
+    assert.deepEqual(pair.predictions, rounded(httpPair.body));
+
+    const texts = ['Paris is the capital of France.', 'Cats sleep a lot.', 'Berlin is in Germany.'];
+    const ranked = await unary(tei.Rerank, 'Rerank', { query: 'the capital of France', texts, return_text: true });
+    const httpRanked = await system.post('/rerank', { query: 'the capital of France', texts, return_text: true });
+    const ranks = (list: Array<{ index: number; score: number; text?: string }>) =>
+      list.map(({ index, score, text }) => ({ index, score: Math.fround(score), text }));
+    assert.deepEqual(ranks(ranked.ranks), ranks(httpRanked.body));
+    // Streamed in, one text a message: the query and return_text are the first message's.
+    const gathered = await new Promise<any>((resolve, reject) => {
+      const call = tei.Rerank.RerankStream((err: grpc.ServiceError | null, answer: any) =>
+        err ? reject(err) : resolve(answer),
+      );
+      for (const text of texts) call.write({ query: 'the capital of France', text, return_text: true });
+      call.end();
+    });
+    assert.deepEqual(ranks(gathered.ranks), ranks(httpRanked.body));
+
+    // proto3's bool is false unless sent: as in TEI, no special tokens unless asked for.
+    for (const add of [false, true]) {
+      const tokens = await unary(
+        tei.Tokenize,
+        'Tokenize',
+        { inputs: 'héllo world', add_special_tokens: add },
+        { metadata: classifier },
+      );
+      const http = await system.post('/tokenize', { inputs: 'héllo world', add_special_tokens: add }, classifier);
+      const plain = (list: any[]) =>
+        list.map(({ id, text, special, start, stop }) => ({
+          id,
+          text,
+          special,
+          start: start ?? null,
+          stop: stop ?? null,
+        }));
+      assert.deepEqual(plain(tokens.tokens), plain((http.body as any[][])[0]));
+    }
+  });
+
+  it("TEI's streams answer in order; a bad request and a method not served get their statuses", async () => {
+    const inputs = ['one text', 'another text', 'a third'];
+    const answers = await streamed(
+      tei.Embed.EmbedStream(),
+      inputs.map((text) => ({ inputs: text })),
+    );
+    const http = await system.post('/embed', { inputs });
+    assert.deepEqual(
+      answers.map((a) => a.embeddings),
+      (http.body as number[][]).map((v) => v.map(Math.fround)),
+    );
+    const metadata = new grpc.Metadata();
+    metadata.set('x-model', CLASSIFIER);
+    const pairs = await streamed(tei.Predict.PredictPairStream(metadata), [
+      { inputs: ['a', 'b'] },
+      { inputs: ['c', 'd'] },
+    ]);
+    assert.equal(pairs.length, 2);
+
+    const notPair = await refusal(
+      unary(tei.Predict, 'PredictPair', { inputs: ['a', 'b', 'c'] }, { metadata: { 'x-model': CLASSIFIER } }),
+    );
+    assert.equal(notPair.code, grpc.status.INVALID_ARGUMENT);
+    assert.match(notPair.details, /pair/);
+    // Two classifiers are served (the reranker is one): the model must be named.
+    const unnamed = await refusal(unary(tei.Predict, 'Predict', { inputs: 'a' }));
+    assert.equal(unnamed.code, grpc.status.INVALID_ARGUMENT);
+    assert.match(unnamed.details, /several served models/);
+    const empty = await refusal(unary(tei.Embed, 'Embed', { inputs: '' }));
+    assert.equal(empty.code, grpc.status.INVALID_ARGUMENT);
+    const unimplemented = await refusal(
+      new Promise((resolve, reject) =>
+        tei.Embed.makeUnaryRequest(
+          '/tei.v1.Embed/EmbedAll',
+          () => Buffer.alloc(0),
+          (b: Buffer) => b,
+          {},
+          (err: grpc.ServiceError | null, answer: unknown) => (err ? reject(err) : resolve(answer)),
+        ),
+      ),
+    );
+    assert.equal(unimplemented.code, grpc.status.UNIMPLEMENTED);
   });
 
   it('server and model health and metadata, as HTTP answers them', async () => {
@@ -138,7 +271,7 @@ describe('gRPC: KServe v2 / Triton, health and reflection', () => {
       );
     });
     const all = await unary(inference, 'ModelStatistics', {});
-    assert.deepEqual(all.model_stats.map((m: any) => m.name).sort(), [CLASSIFIER, EMBEDDER].sort());
+    assert.deepEqual(all.model_stats.map((m: any) => m.name).sort(), [CLASSIFIER, EMBEDDER, RERANKER].sort());
   });
 
   it("infers from typed and raw BYTES inputs, and answers HTTP's numbers as raw FP32", async () => {

@@ -19,6 +19,7 @@ import { ResponseCache } from './serving/response-cache.js';
 import { createApp } from './app.js';
 import { GatewayTracing } from './serving/tracing.js';
 import { kserveGrpc } from './protocols/kserve-grpc.js';
+import { teiGrpc } from './protocols/tei-grpc.js';
 import type { GrpcService } from './grpc/grpc-server.js';
 import { notReadyReasons } from './ops/health.js';
 
@@ -198,7 +199,10 @@ export function createGateway(config: GatewayConfig, gatewayId: string, logger: 
   });
 
   const grpc = {
-    services: [kserveGrpc({ config, service, registry, admission, logger, snapshot })],
+    services: [
+      kserveGrpc({ config, service, registry, admission, logger, snapshot }),
+      ...teiGrpc({ config, service, registry, admission, logger }),
+    ],
     ready: () => notReadyReasons(snapshot(), config.DEFAULT_MODEL).length === 0,
   };
 

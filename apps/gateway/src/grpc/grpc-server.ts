@@ -38,12 +38,20 @@ type StreamHandler = (
   call: GrpcCall,
 ) => Promise<void>;
 
-/** One service's handlers by method name, for the service `name` (package.Service) in `protoFile`. */
+/** Answers a stream of requests with one response. */
+type GatherHandler = (requests: AsyncIterable<unknown>, call: GrpcCall) => Promise<object>;
+
+/**
+ * One service's handlers by method name, for the service `name` (package.Service) in `protoFile`:
+ * one request and one answer (`unary`), a stream each way (`streams`), a stream in and one answer
+ * (`gathers`).
+ */
 export interface GrpcService {
   protoFile: string;
   name: string;
   unary: Record<string, UnaryHandler>;
   streams?: Record<string, StreamHandler>;
+  gathers?: Record<string, GatherHandler>;
 }
 
 /** Each error type as the gRPC status a client of that protocol expects for it. */
@@ -93,7 +101,12 @@ function statusOf(err: unknown, logger: Logger, method: string): Partial<grpc.St
   return { code: grpc.status.INTERNAL, details: 'internal error' };
 }
 
-function callOf(call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerDuplexStream<unknown, unknown>): GrpcCall {
+/** What every kind of server call has: its metadata, deadline, and the event of its cancelling. */
+type AnyCall = Pick<grpc.ServerUnaryCall<unknown, unknown>, 'metadata' | 'getDeadline'> & {
+  once(event: 'cancelled', listener: () => void): unknown;
+};
+
+function callOf(call: AnyCall): GrpcCall {
   const controller = new AbortController();
   call.once('cancelled', () => controller.abort());
   const deadline = call.getDeadline();
@@ -143,20 +156,42 @@ function logCall(logger: Logger, method: string, requestId: string, startedAt: n
 
 function unary(handler: UnaryHandler, method: string, logger: Logger): grpc.handleUnaryCall<unknown, unknown> {
   return (call, callback) => {
-    const startedAt = performance.now();
     const context = callOf(call);
-    handler(call.request, context).then(
-      (response) => {
-        logCall(logger, method, context.requestId, startedAt, grpc.status.OK);
-        callback(null, response);
-      },
-      (err) => {
-        const status = statusOf(err, logger, method);
-        logCall(logger, method, context.requestId, startedAt, status.code!);
-        callback(status);
-      },
-    );
+    answer(() => handler(call.request, context), context, callback, { method, logger });
   };
+}
+
+function gather(
+  handler: GatherHandler,
+  method: string,
+  logger: Logger,
+): grpc.handleClientStreamingCall<unknown, unknown> {
+  return (call, callback) => {
+    const context = callOf(call);
+    // Read without destroying the call once the client half-closes: the answer still has to go out.
+    answer(() => handler(call.iterator({ destroyOnReturn: false }), context), context, callback, { method, logger });
+  };
+}
+
+/** Sends a handler's one answer, or its error as a status, and logs the call. */
+function answer(
+  handle: () => Promise<object>,
+  context: GrpcCall,
+  callback: grpc.sendUnaryData<unknown>,
+  { method, logger }: { method: string; logger: Logger },
+): void {
+  const startedAt = performance.now();
+  handle().then(
+    (response) => {
+      logCall(logger, method, context.requestId, startedAt, grpc.status.OK);
+      callback(null, response);
+    },
+    (err) => {
+      const status = statusOf(err, logger, method);
+      logCall(logger, method, context.requestId, startedAt, status.code!);
+      callback(status);
+    },
+  );
 }
 
 function stream(
@@ -209,6 +244,8 @@ export async function startGrpcServer(services: GrpcService[], options: GrpcServ
       implementation[method] = unary(handler, `${service.name}/${method}`, logger);
     for (const [method, handler] of Object.entries(service.streams ?? {}))
       implementation[method] = stream(handler, `${service.name}/${method}`, logger);
+    for (const [method, handler] of Object.entries(service.gathers ?? {}))
+      implementation[method] = gather(handler, `${service.name}/${method}`, logger);
     server.addService(definition, implementation);
   }
   // A probe asks for the server (''), or one service by name: each is as ready as the server.

@@ -144,7 +144,7 @@ function openApiDocument(options: OpenApiOptions): Json {
       title: 'tserve',
       version: '0.1.0',
       description:
-        "Transformer models behind the Hugging Face Inference API, OpenAI embeddings, TEI and KServe v2. Model ids hold a slash: send it as is or as %2F. KServe v2 is also served over gRPC (GRPC_PORT, 8001: Triton's GRPCInferenceService, gRPC health and reflection); its .proto files are in packages/contract/proto of the repository (docs/api/grpc.md).",
+        "Transformer models behind the Hugging Face Inference API, OpenAI embeddings, TEI and KServe v2. Model ids hold a slash: send it as is or as %2F. KServe v2 and TEI are also served over gRPC (GRPC_PORT, 8001: Triton's GRPCInferenceService, TEI's tei.v1, gRPC health and reflection); its .proto files are in packages/contract/proto of the repository (docs/api/grpc.md).",
     },
     tags: parts.map((part) => ({ name: part.tag })),
     paths,

@@ -2,10 +2,8 @@ import { randomUUID } from 'node:crypto';
 import { isUtf8 } from 'node:buffer';
 import { ApiError } from '@tserve/contract';
 import type { GrpcCall, GrpcService } from '../grpc/grpc-server.js';
-import type { Admission } from '../admission/admission.js';
-import { keyPresented } from '../admission/admission.js';
 import type { Snapshot } from '../serving/snapshot.js';
-import { booleanNamed, callerOf, type ProtocolParts } from '../serving/route-call.js';
+import { admitMetadata, type ProtocolParts } from '../serving/route-call.js';
 import { answerInfer, type InferAnswer } from './kserve-infer.js';
 import { decodeBytes, tensorBytes } from './kserve-binary.js';
 import { modelConfig, modelStats, tritonModel } from './kserve-triton.js';
@@ -110,33 +108,17 @@ function asMessage(answer: InferAnswer): object {
 
 interface KserveGrpcParts extends ProtocolParts {
   snapshot: Snapshot;
-  admission: Admission;
 }
 
 /** One inference request of a call (a stream carries many): admitted as an HTTP request is, then answered. */
 async function inferOne(parts: KserveGrpcParts, call: GrpcCall, request: InferRequestMessage, requestId: string) {
-  const { admission, service, registry } = parts;
-  const name = request.model_name;
   checkVersion(request.model_version || undefined);
-  const admitted = admission.caller({
-    key: keyPresented(call.metadata('authorization'), call.metadata('x-api-key')),
-    model: () => name,
-    priority: call.metadata('x-priority'),
-  });
-  const release = await admission.quota(admitted, requestId, () => undefined);
+  const { caller, release } = await admitMetadata(parts, call, () => request.model_name, requestId);
   try {
-    const caller = callerOf(service, {
-      requestId,
-      signal: call.signal,
-      priority: admitted.priority,
-      timeoutMs: call.timeoutMs,
-      waitForModel: booleanNamed('x-wait-for-model', call.metadata('x-wait-for-model')),
-      useCache: booleanNamed('x-use-cache', call.metadata('x-use-cache')),
-    });
-    const { answer } = await answerInfer(registry, caller, name, asJson(request));
+    const { answer } = await answerInfer(parts.registry, caller, request.model_name, asJson(request));
     return asMessage(answer);
   } finally {
-    release?.();
+    release();
   }
 }
 

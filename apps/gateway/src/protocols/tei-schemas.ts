@@ -1,7 +1,7 @@
 import { z } from 'zod';
-import { TASKS } from '@tserve/contract';
+import { ApiError, describeIssues, TASKS } from '@tserve/contract';
 
-/** The shapes of TEI's bodies: what its routes parse, and what the OpenAPI document describes. */
+/** The shapes of TEI's bodies: what its routes parse (`parse`), and what the OpenAPI document describes. */
 
 const errorBody = z.strictObject({
   error: z.string(),
@@ -126,3 +126,28 @@ export const teiSchemas = {
   info,
   error: errorBody,
 };
+
+/** Empty inputs: TEI's own error type, answered 400. */
+export class EmptyInput extends ApiError {
+  constructor(message: string) {
+    super('validation', message);
+  }
+}
+
+/** TEI refuses an empty input or list as `Empty` before anything else. */
+function refuseEmpty(body: unknown, fields: string[]): void {
+  if (typeof body !== 'object' || body === null) return;
+  for (const field of fields) {
+    const value = (body as Record<string, unknown>)[field];
+    if (value === '' || (Array.isArray(value) && (value.length === 0 || value.includes(''))))
+      throw new EmptyInput(`\`${field}\` cannot be empty`);
+  }
+}
+
+export function parse<T extends z.ZodType>(schema: T, body: unknown): z.output<T> {
+  if (body === undefined) throw new ApiError('validation', 'send a JSON body with Content-Type: application/json');
+  refuseEmpty(body, ['inputs', 'texts', 'query']);
+  const parsed = schema.safeParse(body);
+  if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
+  return parsed.data;
+}

@@ -1,11 +1,14 @@
 import type { IRouter, Request, Response } from 'express';
 import { z } from 'zod';
-import { ApiError, batchWarning, describeIssues, type ErrorType } from '@tserve/contract';
+import { ApiError, batchWarning, type ErrorType } from '@tserve/contract';
 import type { ServedModel } from '../serving/served-models.js';
 import { BodyTooLarge, errorHandler, type ErrorFormat } from '../http/http-errors.js';
-import { jsonBody, runRouteCall, servedModel, type ProtocolParts } from '../serving/route-call.js';
+import { httpCaller, jsonBody, type Caller, type ProtocolParts } from '../serving/route-call.js';
+import type { InferenceResult } from '../serving/inference.js';
 import { shorten } from '../serving/embedding-dimensions.js';
 import {
+  EmptyInput,
+  parse,
   embedRequest,
   info,
   predictRequest,
@@ -43,13 +46,6 @@ const TEI_STATUS: Partial<Record<ErrorType, number>> = {
   inference: 424,
 };
 
-/** Empty inputs: TEI's own error type, answered 400. */
-class EmptyInput extends ApiError {
-  constructor(message: string) {
-    super('validation', message);
-  }
-}
-
 /** TEI's error body: `{"error", "error_type"}`, with TEI's type names and statuses. */
 const teiErrors: ErrorFormat = (error) =>
   error instanceof EmptyInput
@@ -58,24 +54,6 @@ const teiErrors: ErrorFormat = (error) =>
         status: error instanceof BodyTooLarge ? 413 : (TEI_STATUS[error.type] ?? error.status),
         body: { error: error.message, error_type: TEI_TYPES[error.type] ?? error.type } satisfies ErrorBody,
       };
-
-/** TEI refuses an empty input or list as `Empty` before anything else. */
-function refuseEmpty(body: unknown, fields: string[]): void {
-  if (typeof body !== 'object' || body === null) return;
-  for (const field of fields) {
-    const value = (body as Record<string, unknown>)[field];
-    if (value === '' || (Array.isArray(value) && (value.length === 0 || value.includes(''))))
-      throw new EmptyInput(`\`${field}\` cannot be empty`);
-  }
-}
-
-function parse<T extends z.ZodType>(schema: T, body: unknown): z.output<T> {
-  if (body === undefined) throw new ApiError('validation', 'send a JSON body with Content-Type: application/json');
-  refuseEmpty(body, ['inputs', 'texts', 'query']);
-  const parsed = schema.safeParse(body);
-  if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
-  return parsed.data;
-}
 
 interface TokenOffsets {
   start: number | null;
@@ -92,17 +70,20 @@ function toByteOffsets<T extends TokenOffsets>(text: string, tokens: T[]): T[] {
   );
 }
 
-interface RouteKind {
+export interface RouteKind {
   what: string;
   fits: (m: ServedModel) => boolean;
 }
-const EMBEDDING: RouteKind = { what: 'an embedding model', fits: (m) => m.tasks.includes('feature-extraction') };
-const CLASSIFIER: RouteKind = { what: 'a sequence classifier', fits: (m) => m.tasks.includes('text-classification') };
-const RERANKER: RouteKind = {
+export const EMBEDDING: RouteKind = { what: 'an embedding model', fits: (m) => m.tasks.includes('feature-extraction') };
+export const CLASSIFIER: RouteKind = {
+  what: 'a sequence classifier',
+  fits: (m) => m.tasks.includes('text-classification'),
+};
+export const RERANKER: RouteKind = {
   what: 'a reranker (a classifier with one label)',
   fits: (m) => m.tasks.includes('text-classification') && m.labels?.length === 1,
 };
-const ANY: RouteKind = { what: 'a model', fits: () => true };
+export const ANY: RouteKind = { what: 'a model', fits: () => true };
 
 /** TEI's `model_type` for /info. */
 function modelType(m: ServedModel): z.infer<typeof info>['model_type'] {
@@ -113,18 +94,30 @@ function modelType(m: ServedModel): z.infer<typeof info>['model_type'] {
   return { embedding: { pooling: 'mean' } };
 }
 
-/** TEI's routes over one gateway's parts: each picks its model, checks its kind, and makes its model call. */
-class TeiRoutes {
+/** A TEI request's envelope: how it runs its calls, and the model its `x-model` header (or metadata) names. */
+export interface TeiRequest {
+  caller: Caller;
+  xModel?: string;
+}
+
+/** The timing of a request's model call, as TEI's gRPC answers carry it in `metadata`. */
+export type Timing = InferenceResult['timing'];
+
+/**
+ * TEI's requests over one gateway's parts, whatever protocol brings them: each picks its model,
+ * checks its kind, makes its model call, and returns TEI's answer with its call's timing.
+ */
+export class Tei {
   constructor(private readonly parts: ProtocolParts) {}
 
   /**
-   * The model a request names (body `model`, header `x-model`), or the only served one of its kind,
-   * or, with none served at all, the only one configured (MODELS): scaled to zero, its kind is
-   * known once a worker serves it.
+   * The model a request names (body `model`, `x-model`), or the only served one of its kind, or,
+   * with none served at all, the only one configured (MODELS): scaled to zero, its kind is known
+   * once a worker serves it.
    */
-  pick(req: Request, kind: RouteKind, named?: string): string {
+  pick(xModel: string | undefined, kind: RouteKind, named?: string): string {
     const { registry } = this.parts;
-    const asked = named ?? req.get('x-model');
+    const asked = named ?? xModel;
     if (asked !== undefined) return asked;
     const fitting = registry.served().filter(kind.fits);
     if (fitting.length === 1) return fitting[0].id;
@@ -144,29 +137,26 @@ class TeiRoutes {
     );
   }
 
-  /** Before the body: the header's model, or the only fitting one, for shedding and key permissions. */
-  admit(kind: RouteKind) {
-    return this.parts.admission.beforeBody((req) => {
-      try {
-        return this.pick(req, kind);
-      } catch {
-        return undefined;
-      }
-    });
+  /** The model a request's envelope names, or the only fitting one, before its body: for shedding and key permissions. */
+  pickBeforeBody(xModel: string | undefined, kind: RouteKind): string | undefined {
+    try {
+      return this.pick(xModel, kind);
+    } catch {
+      return undefined;
+    }
   }
 
   /** The model, once a worker serves it (one still to come is waited for, or refused, as a call is), checked to be of the route's kind. */
-  async checkKind(req: Request, res: Response, id: string, kind: RouteKind): Promise<void> {
-    const served = this.parts.registry.get(id) ?? (await servedModel(this.parts.service, req, res, id));
+  async checkKind(caller: Caller, id: string, kind: RouteKind): Promise<void> {
+    const served = this.parts.registry.get(id) ?? (await caller.whenServed(id));
     if (!kind.fits(served))
       throw new ApiError('validation', `model ${id} is not ${kind.what}; it serves ${served.tasks.join(', ')}`);
   }
 
-  async embed(req: Request, res: Response): Promise<void> {
-    const body = parse(embedRequest, req.body);
-    const id = this.pick(req, EMBEDDING, body.model);
-    await this.checkKind(req, res, id, EMBEDDING);
-    const result = await runRouteCall(this.parts.service, req, res, {
+  async embed({ caller, xModel }: TeiRequest, body: z.output<typeof embedRequest>): Promise<[number[][], Timing]> {
+    const id = this.pick(xModel, EMBEDDING, body.model);
+    await this.checkKind(caller, id, EMBEDDING);
+    const result = await caller.run({
       model: id,
       task: 'feature-extraction',
       inputs: typeof body.inputs === 'string' ? [body.inputs] : body.inputs,
@@ -180,19 +170,18 @@ class TeiRoutes {
     const dimensions = body.dimensions ?? undefined;
     if (dimensions !== undefined && dimensions > vectors[0].length)
       throw new ApiError('validation', `dimensions must be at most ${vectors[0].length}`);
-    res.json(vectors.map((v) => shorten(v, dimensions, body.normalize)));
+    return [vectors.map((v) => shorten(v, dimensions, body.normalize)), result.timing];
   }
 
-  async predict(req: Request, res: Response): Promise<void> {
-    const body = parse(predictRequest, req.body);
-    const id = this.pick(req, CLASSIFIER, body.model);
-    await this.checkKind(req, res, id, CLASSIFIER);
-    // A string or a two-string list is one input; any other list is a batch.
+  /** One input's scores, or a list's (a string or a two-string list is one input; any other list is a batch). */
+  async predict({ caller, xModel }: TeiRequest, body: z.output<typeof predictRequest>): Promise<[unknown, Timing]> {
+    const id = this.pick(xModel, CLASSIFIER, body.model);
+    await this.checkKind(caller, id, CLASSIFIER);
     const single =
       typeof body.inputs === 'string' || (body.inputs.length === 2 && body.inputs.every((x) => typeof x === 'string'));
     const sequences = (single ? [body.inputs] : body.inputs) as Array<string | [string, string]>;
     const inputs = sequences.map((s) => (typeof s === 'string' ? s : { text: s[0], text_pair: s[1] }));
-    const result = await runRouteCall(this.parts.service, req, res, {
+    const result = await caller.run({
       model: id,
       task: 'text-classification',
       inputs,
@@ -203,15 +192,17 @@ class TeiRoutes {
         ...(body.raw_scores ? { function_to_apply: 'none' } : {}),
       },
     });
-    res.json(single ? result.outputs[0] : result.outputs);
+    return [single ? result.outputs[0] : result.outputs, result.timing];
   }
 
-  async rerank(req: Request, res: Response): Promise<void> {
-    const body = parse(rerankRequest, req.body);
-    const id = this.pick(req, RERANKER, body.model);
-    await this.checkKind(req, res, id, RERANKER);
+  async rerank(
+    { caller, xModel }: TeiRequest,
+    body: z.output<typeof rerankRequest>,
+  ): Promise<[z.infer<typeof rankedText>[], Timing]> {
+    const id = this.pick(xModel, RERANKER, body.model);
+    await this.checkKind(caller, id, RERANKER);
     // Each (query, text) pair is one sequence of the worker's batches.
-    const result = await runRouteCall(this.parts.service, req, res, {
+    const result = await caller.run({
       model: id,
       task: 'text-classification',
       inputs: body.texts.map((t) => ({ text: body.query, text_pair: t })),
@@ -228,31 +219,30 @@ class TeiRoutes {
         ...(body.return_text ? { text: body.texts[index] } : {}),
       }))
       .sort((a, b) => b.score - a.score);
-    res.json(ranked satisfies z.infer<typeof rankedText>[]);
+    return [ranked, result.timing];
   }
 
-  async tokenize(req: Request, res: Response): Promise<void> {
-    const body = parse(tokenizeRequest, req.body);
-    const id = this.pick(req, ANY, body.model);
+  async tokenize({ caller, xModel }: TeiRequest, body: z.output<typeof tokenizeRequest>): Promise<TokenOffsets[][]> {
+    const id = this.pick(xModel, ANY, body.model);
     const texts = typeof body.inputs === 'string' ? [body.inputs] : body.inputs;
-    const result = await runRouteCall(this.parts.service, req, res, {
+    const result = await caller.run({
       model: id,
       task: 'tokenize',
       inputs: texts,
       parameters: { add_special_tokens: body.add_special_tokens },
     });
     // Workers give code-point offsets; TEI's are UTF-8 byte offsets.
-    res.json((result.outputs as TokenOffsets[][]).map((tokens, i) => toByteOffsets(texts[i], tokens)));
+    return (result.outputs as TokenOffsets[][]).map((tokens, i) => toByteOffsets(texts[i], tokens));
   }
 
-  info(req: Request, res: Response): void {
+  info(xModel: string | undefined, named?: string): z.infer<typeof info> {
     const { config, registry } = this.parts;
-    const id = this.pick(req, ANY, typeof req.query.model === 'string' ? req.query.model : undefined);
+    const id = this.pick(xModel, ANY, named);
     const m = registry.get(id);
     if (!m) throw new ApiError('not_found', `model ${id} is not served`);
     const smallest = (values: Array<number | undefined>) =>
       Math.min(...values.filter((v): v is number => v !== undefined));
-    res.json({
+    return {
       model_id: m.id,
       // TEI's model_sha is the hub revision (commit) served; null for a local folder, or while workers disagree.
       model_sha: m.weights.revision ?? null,
@@ -271,18 +261,33 @@ class TeiRoutes {
       auto_truncate: false,
       tokenization_workers: m.workers.length,
       version: '0.1.0',
-    } satisfies z.infer<typeof info>);
+    };
   }
 }
 
 export function teiRoutes(router: IRouter, parts: ProtocolParts): void {
   const json = jsonBody(parts.config);
-  const tei = new TeiRoutes(parts);
-  router.post('/embed', tei.admit(EMBEDDING), json, (req, res) => tei.embed(req, res));
-  router.post('/predict', tei.admit(CLASSIFIER), json, (req, res) => tei.predict(req, res));
-  router.post('/rerank', tei.admit(RERANKER), json, (req, res) => tei.rerank(req, res));
-  router.post('/tokenize', tei.admit(ANY), json, (req, res) => tei.tokenize(req, res));
-  router.get('/info', (req, res) => tei.info(req, res));
+  const tei = new Tei(parts);
+  const admit = (kind: RouteKind) => parts.admission.beforeBody((req) => tei.pickBeforeBody(req.get('x-model'), kind));
+  const request = (req: Request, res: Response): TeiRequest => ({
+    caller: httpCaller(parts.service, req, res),
+    xModel: req.get('x-model'),
+  });
+  router.post('/embed', admit(EMBEDDING), json, async (req, res) => {
+    res.json((await tei.embed(request(req, res), parse(embedRequest, req.body)))[0]);
+  });
+  router.post('/predict', admit(CLASSIFIER), json, async (req, res) => {
+    res.json((await tei.predict(request(req, res), parse(predictRequest, req.body)))[0]);
+  });
+  router.post('/rerank', admit(RERANKER), json, async (req, res) => {
+    res.json((await tei.rerank(request(req, res), parse(rerankRequest, req.body)))[0]);
+  });
+  router.post('/tokenize', admit(ANY), json, async (req, res) => {
+    res.json(await tei.tokenize(request(req, res), parse(tokenizeRequest, req.body)));
+  });
+  router.get('/info', (req, res) => {
+    res.json(tei.info(req.get('x-model'), typeof req.query.model === 'string' ? req.query.model : undefined));
+  });
   for (const path of ['/embed', '/predict', '/rerank', '/tokenize', '/info'])
     router.use(path, errorHandler(parts.logger, teiErrors));
 }

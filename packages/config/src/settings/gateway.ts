@@ -7,7 +7,7 @@ export const gatewayShape = {
   PORT: int(8000, 0, 'HTTP port'),
   HOST: setting(z.string().default('0.0.0.0'), 'HTTP bind address'),
   GRPC_PORT: int(8001, 0, [
-    "gRPC port, on HOST: KServe v2 / Triton's GRPCInferenceService, health and reflection",
+    "gRPC port, on HOST: KServe v2 / Triton's GRPCInferenceService, TEI's tei.v1, health and reflection",
     'the .proto files are in packages/contract/proto; 0 turns gRPC off',
   ]).meta(ADVANCED),
   DEFAULT_MODEL: optionalString('model for POST /', '(only model served)'),

@@ -1,0 +1,215 @@
+import { randomUUID } from 'node:crypto';
+import { ApiError } from '@tserve/contract';
+import type { GrpcCall, GrpcService } from '../grpc/grpc-server.js';
+import { admitMetadata, type ProtocolParts } from '../serving/route-call.js';
+import { ANY, CLASSIFIER, EMBEDDING, RERANKER, Tei, type RouteKind, type Timing } from './tei.js';
+import { embedRequest, parse, predictRequest, rerankRequest, tokenizeRequest } from './tei-schemas.js';
+
+/**
+ * Text-embeddings-inference's gRPC services (`tei.v1` in packages/contract/proto/tei.proto): the
+ * same answers as its HTTP routes (tei.ts), from the same code. A message carries one input where
+ * HTTP takes a list; a stream's requests are answered in the order they came, each as a call of
+ * its own, which the workers batch with the rest. The model is the only one of the method's kind,
+ * or the one the `x-model` metadata names.
+ */
+
+type Direction = 'TRUNCATION_DIRECTION_RIGHT' | 'TRUNCATION_DIRECTION_LEFT';
+const DIRECTION = { TRUNCATION_DIRECTION_RIGHT: 'right', TRUNCATION_DIRECTION_LEFT: 'left' } as const;
+
+/** The fields every TEI message that runs a model may carry; optional ones are absent when unset. */
+interface Message {
+  inputs?: string | string[];
+  truncate?: boolean;
+  truncation_direction?: Direction;
+  raw_scores?: boolean;
+  normalize?: boolean;
+  prompt_name?: string;
+  dimensions?: number;
+  query?: string;
+  texts?: string[];
+  text?: string;
+  return_text?: boolean;
+  add_special_tokens?: boolean;
+}
+
+/** A message's truncation, as the HTTP body says it. */
+const truncation = (m: Message) => ({
+  truncate: m.truncate ?? false,
+  truncation_direction: DIRECTION[m.truncation_direction ?? 'TRUNCATION_DIRECTION_RIGHT'],
+});
+
+/** TEI's `metadata`: the call's times (ns) and the characters it took. */
+function metadataOf(timing: Timing, chars: number, startedAt: number) {
+  return {
+    compute_chars: chars,
+    compute_tokens: 0,
+    total_time_ns: Math.round((performance.now() - startedAt) * 1e6),
+    tokenization_time_ns: 0,
+    queue_time_ns: Math.round(timing.queue_ms * 1e6),
+    inference_time_ns: Math.round(timing.inference_ms * 1e6),
+  };
+}
+
+const MODEL_TYPE = {
+  reranker: 'MODEL_TYPE_RERANKER',
+  classifier: 'MODEL_TYPE_CLASSIFIER',
+  embedding: 'MODEL_TYPE_EMBEDDING',
+} as const;
+
+/** Answers each request of a stream, in the order they came; they run side by side. */
+async function inOrder(
+  requests: AsyncIterable<unknown>,
+  send: (response: object) => void,
+  answer: (request: Message) => Promise<object>,
+): Promise<void> {
+  let sent = Promise.resolve();
+  const running: Array<Promise<void>> = [];
+  for await (const request of requests) {
+    const answered = answer(request as Message);
+    // A failure ends the stream with its status once the answers before it are out.
+    sent = sent.then(async () => send(await answered));
+    running.push(sent);
+    answered.catch(() => undefined);
+  }
+  await Promise.all(running);
+}
+
+export function teiGrpc(parts: ProtocolParts): GrpcService[] {
+  const tei = new Tei(parts);
+  /** Runs one message's request, admitted as an HTTP request is. */
+  const admitted = async <T>(
+    call: GrpcCall,
+    kind: RouteKind,
+    run: (request: { caller: Awaited<ReturnType<typeof admitMetadata>>['caller']; xModel?: string }) => Promise<T>,
+  ): Promise<T> => {
+    const xModel = call.metadata('x-model');
+    const requestId = randomUUID();
+    const { caller, release } = await admitMetadata(parts, call, () => tei.pickBeforeBody(xModel, kind), requestId);
+    try {
+      return await run({ caller, xModel });
+    } finally {
+      release();
+    }
+  };
+
+  const embed = async (m: Message, call: GrpcCall) => {
+    const startedAt = performance.now();
+    const body = parse(embedRequest, {
+      inputs: m.inputs,
+      ...truncation(m),
+      normalize: m.normalize ?? true,
+      ...(m.prompt_name !== undefined ? { prompt_name: m.prompt_name } : {}),
+      ...(m.dimensions !== undefined ? { dimensions: m.dimensions } : {}),
+    });
+    const [vectors, timing] = await admitted(call, EMBEDDING, (request) => tei.embed(request, body));
+    return { embeddings: vectors[0], metadata: metadataOf(timing, String(m.inputs).length, startedAt) };
+  };
+
+  const predict = async (m: Message, call: GrpcCall, pair: boolean) => {
+    const startedAt = performance.now();
+    const inputs = m.inputs ?? '';
+    if (pair && (!Array.isArray(inputs) || inputs.length !== 2))
+      throw new ApiError('validation', '`inputs` must be a pair: two strings, a text and its text_pair');
+    const body = parse(predictRequest, { inputs, raw_scores: m.raw_scores ?? false, ...truncation(m) });
+    const [scores, timing] = await admitted(call, CLASSIFIER, (request) => tei.predict(request, body));
+    const chars = ([] as string[]).concat(inputs).join('').length;
+    return { predictions: scores as object[], metadata: metadataOf(timing, chars, startedAt) };
+  };
+
+  const rerank = async (m: Message, call: GrpcCall) => {
+    const startedAt = performance.now();
+    const body = parse(rerankRequest, {
+      query: m.query,
+      texts: m.texts,
+      raw_scores: m.raw_scores ?? false,
+      return_text: m.return_text ?? false,
+      ...truncation(m),
+    });
+    const [ranks, timing] = await admitted(call, RERANKER, (request) => tei.rerank(request, body));
+    const chars = body.query.length * body.texts.length + body.texts.join('').length;
+    return { ranks, metadata: metadataOf(timing, chars, startedAt) };
+  };
+
+  const tokenize = async (m: Message, call: GrpcCall) => {
+    const body = parse(tokenizeRequest, {
+      inputs: m.inputs,
+      add_special_tokens: m.add_special_tokens ?? true,
+      ...(m.prompt_name !== undefined ? { prompt_name: m.prompt_name } : {}),
+    });
+    const [tokens] = await admitted(call, ANY, (request) => tei.tokenize(request, body));
+    return {
+      tokens: tokens.map(({ start, stop, ...token }) => ({
+        ...token,
+        start: start ?? undefined,
+        stop: stop ?? undefined,
+      })),
+    };
+  };
+
+  const service = (name: string, unary: GrpcService['unary'], more: Partial<GrpcService> = {}): GrpcService => ({
+    protoFile: 'tei.proto',
+    name: `tei.v1.${name}`,
+    unary,
+    ...more,
+  });
+  return [
+    service('Info', {
+      Info: async (_request, call) => {
+        const info = tei.info(call.metadata('x-model'));
+        const [type] = Object.keys(info.model_type) as Array<keyof typeof MODEL_TYPE>;
+        return {
+          version: info.version,
+          model_id: info.model_id,
+          ...(info.model_sha ? { model_sha: info.model_sha } : {}),
+          model_dtype: info.model_dtype,
+          model_type: MODEL_TYPE[type],
+          max_concurrent_requests: info.max_concurrent_requests,
+          max_input_length: info.max_input_length,
+          max_batch_tokens: Number.isFinite(info.max_batch_tokens) ? info.max_batch_tokens : 0,
+          ...(Number.isFinite(info.max_batch_requests) ? { max_batch_requests: info.max_batch_requests } : {}),
+          max_client_batch_size: info.max_client_batch_size,
+          tokenization_workers: info.tokenization_workers,
+        };
+      },
+    }),
+    service(
+      'Embed',
+      { Embed: (request, call) => embed(request as Message, call) },
+      { streams: { EmbedStream: (requests, send, call) => inOrder(requests, send, (m) => embed(m, call)) } },
+    ),
+    service(
+      'Predict',
+      {
+        Predict: (request, call) => predict(request as Message, call, false),
+        PredictPair: (request, call) => predict(request as Message, call, true),
+      },
+      {
+        streams: {
+          PredictStream: (requests, send, call) => inOrder(requests, send, (m) => predict(m, call, false)),
+          PredictPairStream: (requests, send, call) => inOrder(requests, send, (m) => predict(m, call, true)),
+        },
+      },
+    ),
+    service(
+      'Rerank',
+      { Rerank: (request, call) => rerank(request as Message, call) },
+      {
+        gathers: {
+          // One text a message; the query, raw_scores and return_text are the first message's.
+          RerankStream: async (requests, call) => {
+            const messages: Message[] = [];
+            for await (const request of requests) messages.push(request as Message);
+            const [first] = messages;
+            if (!first) throw new ApiError('validation', 'the stream sent no texts to rerank');
+            return rerank({ ...first, texts: messages.map((m) => m.text ?? '') }, call);
+          },
+        },
+      },
+    ),
+    service(
+      'Tokenize',
+      { Tokenize: (request, call) => tokenize(request as Message, call) },
+      { streams: { TokenizeStream: (requests, send, call) => inOrder(requests, send, (m) => tokenize(m, call)) } },
+    ),
+  ];
+}

@@ -1,0 +1,179 @@
+/**
+ * The same requests over gRPC and over HTTP (issue 58): KServe v2's ModelInfer on the gRPC port
+ * against `POST /v2/models/<model>/infer` with the same JSON tensor, to one gateway and one worker.
+ * One closed-loop driver in this process sends both, `concurrency` requests in flight: HTTP over a
+ * keep-alive socket per request in flight, gRPC over one HTTP/2 channel, as their clients do. Each
+ * round measures both sides one after the other, the order swapped every round. Per concurrency
+ * and side: the medians over the rounds of requests/s, p50, and the CPU per request of the gateway
+ * and of this process (the clients: on a small machine they share the cores with the server).
+ * Usage: npm run bench:grpc [-- --concurrency 1,64 --rounds 6 --seconds 5 --model <id>]
+ */
+import http from 'node:http';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import * as grpc from '@grpc/grpc-js';
+import * as protoLoader from '@grpc/proto-loader';
+import { BenchSystem } from './lib/system.ts';
+import { cpuBetween, sampleCpu } from './lib/cpu.ts';
+import { median, round, summarize } from './lib/stats.ts';
+import { freePort, MODEL_DIR, ROOT } from '../test/helpers/processes.ts';
+import { PROSE } from '../test/helpers/texts.ts';
+
+const { values } = parseArgs({
+  options: {
+    concurrency: { type: 'string', default: '1,64' },
+    rounds: { type: 'string', default: '6' },
+    seconds: { type: 'string', default: '5' },
+    model: { type: 'string', default: 'replica/MiniLM-L6-H384-uncased-sst2' },
+  },
+});
+const concurrencies = values.concurrency.split(',').map(Number);
+const rounds = Number(values.rounds);
+const seconds = Number(values.seconds);
+const model = values.model;
+
+/** About 16 tokens of the prose, a different one each request. */
+let next = 0;
+const text = () => Array.from({ length: 12 }, (_, i) => PROSE[(next + i) % PROSE.length]).join(' ') + ` ${next++}`;
+
+type Send = () => Promise<void>;
+
+function httpSender(port: number, connections: number): Send {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: connections });
+  return () =>
+    new Promise<void>((resolve, reject) => {
+      const body = JSON.stringify({ inputs: [{ name: 'text', datatype: 'BYTES', shape: [1], data: [text()] }] });
+      const req = http.request(
+        {
+          host: '127.0.0.1',
+          port,
+          path: `/v2/models/${model}/infer`,
+          method: 'POST',
+          agent,
+          headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+        },
+        (res) => {
+          res.resume();
+          res.on('end', () => (res.statusCode === 200 ? resolve() : reject(new Error(`HTTP ${res.statusCode}`))));
+        },
+      );
+      req.on('error', reject);
+      req.end(body);
+    });
+}
+
+function grpcSender(port: number): { send: Send; close: () => void } {
+  const definition = protoLoader.loadSync('inference.proto', {
+    includeDirs: [path.join(ROOT, 'packages/contract/proto')],
+    keepCase: true,
+    longs: Number,
+    defaults: true,
+  });
+  const { inference } = grpc.loadPackageDefinition(definition) as any;
+  const client = new inference.GRPCInferenceService(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
+  const send = () =>
+    new Promise<void>((resolve, reject) =>
+      client.ModelInfer(
+        {
+          model_name: model,
+          inputs: [
+            { name: 'text', datatype: 'BYTES', shape: [1], contents: { bytes_contents: [Buffer.from(text())] } },
+          ],
+        },
+        (err: Error | null) => (err ? reject(err) : resolve()),
+      ),
+    );
+  return { send, close: () => client.close() };
+}
+
+/** `connections` loops, each sending its next request when its last is answered, for a warm-up second and then `seconds`. */
+async function closedLoop(send: Send, connections: number, gatewayPid: number) {
+  const latencies: number[] = [];
+  let measuring = false;
+  let stop = false;
+  const loop = async () => {
+    while (!stop) {
+      const start = performance.now();
+      await send();
+      if (measuring) latencies.push(performance.now() - start);
+    }
+  };
+  const loops = Array.from({ length: connections }, loop);
+  await new Promise((r) => setTimeout(r, 1000));
+  measuring = true;
+  const before = sampleCpu({ gateway: gatewayPid, client: process.pid });
+  await new Promise((r) => setTimeout(r, seconds * 1000));
+  const after = sampleCpu({ gateway: gatewayPid, client: process.pid });
+  measuring = false;
+  stop = true;
+  await Promise.all(loops);
+  const cpu = cpuBetween(before, after).procs;
+  const perRequest = (pct: number | undefined) => ((pct ?? NaN) / 100) * ((seconds * 1000) / latencies.length);
+  return {
+    rps: latencies.length / seconds,
+    p50: summarize(latencies).p50,
+    gatewayCpuMsPerRequest: perRequest(cpu.gateway),
+    clientCpuMsPerRequest: perRequest(cpu.client),
+  };
+}
+
+const system = new BenchSystem({ modelDir: MODEL_DIR, logLevel: 'error' });
+const sides = ['http', 'grpc'] as const;
+type Point = Awaited<ReturnType<typeof closedLoop>>;
+
+try {
+  await system.startRedis();
+  const grpcPort = await freePort();
+  await system.startGateway({ GRPC_PORT: grpcPort });
+  await system.startWorker(model);
+  const gatewayPid = system.gateway!.pid;
+  const points = new Map<string, Point[]>();
+  for (let r = 0; r < rounds; r++) {
+    for (const connections of concurrencies) {
+      for (const side of r % 2 === 0 ? sides : [...sides].reverse()) {
+        const grpcClient = side === 'grpc' ? grpcSender(grpcPort) : undefined;
+        const send = grpcClient?.send ?? httpSender(system.port, connections);
+        const point = await closedLoop(send, connections, gatewayPid);
+        grpcClient?.close();
+        const key = `${connections} ${side}`;
+        points.set(key, [...(points.get(key) ?? []), point]);
+        process.stderr.write(
+          `round ${r + 1} c=${connections} ${side}: ${round(point.rps, 1)} req/s, p50 ${round(point.p50)} ms, CPU ms/request gateway ${round(point.gatewayCpuMsPerRequest, 3)} client ${round(point.clientCpuMsPerRequest, 3)}\n`,
+        );
+      }
+    }
+  }
+  console.log(`${model}, KServe v2 infer of one 16-token text; medians of ${rounds} rounds of ${seconds} s`);
+  console.log('conc  side     req/s    p50 ms   CPU ms/req: gateway   client   gRPC/HTTP req/s, p50');
+  for (const connections of concurrencies) {
+    const of = (side: string) => points.get(`${connections} ${side}`) ?? [];
+    for (const side of sides) {
+      const got = of(side);
+      const ratio =
+        side === 'grpc'
+          ? `${round(median(got.map((p) => p.rps)) / median(of('http').map((p) => p.rps)), 3)}, ${round(median(got.map((p) => p.p50)) / median(of('http').map((p) => p.p50)), 3)}`
+          : '';
+      console.log(
+        [
+          String(connections).padStart(4),
+          side.padStart(5),
+          round(median(got.map((p) => p.rps)), 1)
+            .toFixed(1)
+            .padStart(9),
+          round(median(got.map((p) => p.p50)), 2)
+            .toFixed(2)
+            .padStart(9),
+          round(median(got.map((p) => p.gatewayCpuMsPerRequest)), 3)
+            .toFixed(3)
+            .padStart(20),
+          round(median(got.map((p) => p.clientCpuMsPerRequest)), 3)
+            .toFixed(3)
+            .padStart(8),
+          `   ${ratio}`,
+        ].join(' '),
+      );
+    }
+  }
+} finally {
+  await system.stop();
+}
