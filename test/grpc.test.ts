@@ -379,6 +379,12 @@ describe('gRPC: KServe v2 / Triton, health and reflection', () => {
     );
     assert.equal(huge.code, grpc.status.RESOURCE_EXHAUSTED);
     assert.deepEqual(await unary(inference, 'ServerLive', {}), { live: true });
+    // Counted in /metrics by method and status, as HTTP's requests are by route and status.
+    const counted = (status: string) =>
+      system.metric('tserve_grpc_requests_total', { method: 'inference.GRPCInferenceService/ModelInfer', status });
+    assert.equal(await counted('INVALID_ARGUMENT'), 4);
+    assert.equal(await counted('NOT_FOUND'), 2);
+    assert.ok((await counted('OK')) >= 1);
   });
 
   it('streams: each request answered on its own, a bad one by its error_message, the stream going on', async () => {

@@ -10,11 +10,14 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import path from 'node:path';
+import * as grpc from '@grpc/grpc-js';
+import * as protoLoader from '@grpc/proto-loader';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { queueNameFor } from '@tserve/queue';
 import type { JobData } from '@tserve/contract';
-import { TestSystem, REDIS_URL, uniquePrefix, waitFor, type Proc } from './helpers/system.ts';
+import { ROOT, TestSystem, REDIS_URL, uniquePrefix, waitFor, type Proc } from './helpers/system.ts';
 import { CLASSIFIER as MODEL } from './helpers/replicas.ts';
 
 interface ReceivedSpan {
@@ -228,6 +231,54 @@ describe('traces', () => {
       one(spans, 'tserve-gateway', 'tserve.queue')?.parentSpanId,
       server.spanId,
       'the request path saw the server span as current',
+    );
+  });
+
+  it('traces a gRPC call the same way, continuing the traceparent of its metadata', async () => {
+    const client = traceparent();
+    const definition = protoLoader.loadSync('inference.proto', {
+      includeDirs: [path.join(ROOT, 'packages/contract/proto')],
+      keepCase: true,
+      longs: Number,
+      defaults: true,
+    });
+    const { inference } = grpc.loadPackageDefinition(definition) as any;
+    const stub = new inference.GRPCInferenceService(`127.0.0.1:${system.grpcPort}`, grpc.credentials.createInsecure());
+    const metadata = new grpc.Metadata();
+    metadata.set('traceparent', client.header);
+    await new Promise((resolve, reject) =>
+      stub.ModelInfer(
+        {
+          model_name: MODEL,
+          inputs: [
+            {
+              name: 'text',
+              datatype: 'BYTES',
+              shape: [1],
+              contents: { bytes_contents: [Buffer.from('a gRPC call, traced')] },
+            },
+          ],
+        },
+        metadata,
+        (err: Error | null, answer: unknown) => (err ? reject(err) : resolve(answer)),
+      ),
+    );
+    stub.close();
+    const spans = await receiver.until('the gRPC server span, the trip and the inference', () => {
+      const spans = receiver.trace(client.traceId);
+      return ['tserve.queue', 'tserve.inference'].every((name) => spans.some((s) => s.name === name)) &&
+        spans.some((s) => s.kind === 2)
+        ? spans
+        : undefined;
+    });
+    const server = spans.find((s) => s.kind === 2)!;
+    assert.equal(server.name, 'inference.GRPCInferenceService/ModelInfer');
+    assert.equal(server.parentSpanId, client.spanId);
+    assert.equal(server.attributes['rpc.system'], 'grpc');
+    assert.equal(one(spans, 'tserve-gateway', 'tserve.queue')?.parentSpanId, server.spanId);
+    assert.equal(
+      one(spans, 'tserve-worker', 'tserve.inference')?.parentSpanId,
+      one(spans, 'tserve-gateway', 'tserve.queue')?.spanId,
     );
   });
 

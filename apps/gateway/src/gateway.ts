@@ -127,8 +127,16 @@ async function start(
 
 export interface Gateway {
   app: Express;
-  /** The services the gRPC server serves (GRPC_PORT), and whether it is ready (as `/ready`) for its health service. */
-  grpc: { services: GrpcService[]; ready: () => boolean };
+  /**
+   * The services the gRPC server serves (GRPC_PORT), whether it is ready (as `/ready`) for its
+   * health service, each call's server span where tracing is on, and its metrics.
+   */
+  grpc: {
+    services: GrpcService[];
+    ready: () => boolean;
+    traced?: GatewayTracing['grpcCall'];
+    observed: (method: string, status: string, seconds: number) => void;
+  };
   unread: UnreadAnswers;
   /** Counts a client connection closed on arrival (the server's 'drop' event). */
   connectionDropped: () => void;
@@ -204,6 +212,8 @@ export function createGateway(config: GatewayConfig, gatewayId: string, logger: 
       ...teiGrpc({ config, service, registry, admission, logger }),
     ],
     ready: () => notReadyReasons(snapshot(), config.DEFAULT_MODEL).length === 0,
+    traced: traces?.grpcCall,
+    observed: metrics.grpcCall,
   };
 
   return {

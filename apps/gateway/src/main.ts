@@ -111,6 +111,8 @@ async function startGrpc(
     logger,
     ready: gateway.grpc.ready,
     readyRefreshMs: config.REGISTRY_REFRESH_MS,
+    traced: gateway.grpc.traced,
+    observed: gateway.grpc.observed,
   }).catch((err: Error) => {
     throw new StartupError(
       `gateway: gRPC port ${config.GRPC_PORT} on ${config.HOST} cannot be opened (${err.message}); set GRPC_PORT to a free port, or 0 to turn gRPC off`,

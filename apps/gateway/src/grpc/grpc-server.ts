@@ -26,7 +26,7 @@ export interface GrpcCall {
   /** Milliseconds left until the client's deadline; undefined when it set none. */
   readonly timeoutMs?: number;
   /** A metadata value (as text), by its lower-case name. */
-  metadata(name: string): string | undefined;
+  metadata: (name: string) => string | undefined;
 }
 
 /** Messages come as the `.proto` defines them, every field present (proto-loader's defaults). */
@@ -132,44 +132,44 @@ export interface GrpcServerOptions {
   ready: () => boolean;
   /** How often the health service asks `ready` (the registry's refresh: it changes no faster). */
   readyRefreshMs: number;
+  /** Runs each call's handler, where tracing is on: in the server span it makes (serving/tracing.ts). */
+  traced?: <T>(method: string, metadata: (name: string) => string | undefined, run: () => Promise<T>) => Promise<T>;
+  /** Told of each call as it ends: its method, status name and seconds (the metrics). */
+  observed?: (method: string, status: string, seconds: number) => void;
 }
 
-/** Logs one line per call, as the HTTP request log does (debug for the probes). */
-function logCall(logger: Logger, method: string, requestId: string, startedAt: number, code: grpc.status): void {
-  const level = method.startsWith('grpc.')
-    ? 'debug'
-    : code === grpc.status.INTERNAL
-      ? 'error'
-      : code === grpc.status.OK
-        ? 'info'
-        : 'warn';
+/** Logs one line per call, as the HTTP request log does, and tells the metrics. */
+function finished({ method, logger, observed }: Route, requestId: string, startedAt: number, code: grpc.status): void {
+  const ms = performance.now() - startedAt;
+  const level = code === grpc.status.INTERNAL ? 'error' : code === grpc.status.OK ? 'info' : 'warn';
   logger[level](
-    {
-      reqId: requestId,
-      method,
-      grpc_status: grpc.status[code],
-      duration_ms: Number((performance.now() - startedAt).toFixed(3)),
-    },
+    { reqId: requestId, method, grpc_status: grpc.status[code], duration_ms: Number(ms.toFixed(3)) },
     code === grpc.status.OK ? 'request completed' : 'request failed',
   );
+  observed?.(method, grpc.status[code], ms / 1000);
 }
 
-function unary(handler: UnaryHandler, method: string, logger: Logger): grpc.handleUnaryCall<unknown, unknown> {
+/** One method as the server runs it: its name, the log, and what runs each call's handler (its span). */
+interface Route {
+  method: string;
+  logger: Logger;
+  within: <T>(context: GrpcCall, run: () => Promise<T>) => Promise<T>;
+  observed?: GrpcServerOptions['observed'];
+}
+
+function unary(handler: UnaryHandler, route: Route): grpc.handleUnaryCall<unknown, unknown> {
   return (call, callback) => {
     const context = callOf(call);
-    answer(() => handler(call.request, context), context, callback, { method, logger });
+    answer(() => route.within(context, () => handler(call.request, context)), context, callback, route);
   };
 }
 
-function gather(
-  handler: GatherHandler,
-  method: string,
-  logger: Logger,
-): grpc.handleClientStreamingCall<unknown, unknown> {
+function gather(handler: GatherHandler, route: Route): grpc.handleClientStreamingCall<unknown, unknown> {
   return (call, callback) => {
     const context = callOf(call);
     // Read without destroying the call once the client half-closes: the answer still has to go out.
-    answer(() => handler(call.iterator({ destroyOnReturn: false }), context), context, callback, { method, logger });
+    const requests = call.iterator({ destroyOnReturn: false });
+    answer(() => route.within(context, () => handler(requests, context)), context, callback, route);
   };
 }
 
@@ -178,27 +178,23 @@ function answer(
   handle: () => Promise<object>,
   context: GrpcCall,
   callback: grpc.sendUnaryData<unknown>,
-  { method, logger }: { method: string; logger: Logger },
+  route: Route,
 ): void {
   const startedAt = performance.now();
   handle().then(
     (response) => {
-      logCall(logger, method, context.requestId, startedAt, grpc.status.OK);
+      finished(route, context.requestId, startedAt, grpc.status.OK);
       callback(null, response);
     },
     (err) => {
-      const status = statusOf(err, logger, method);
-      logCall(logger, method, context.requestId, startedAt, status.code!);
+      const status = statusOf(err, route.logger, route.method);
+      finished(route, context.requestId, startedAt, status.code!);
       callback(status);
     },
   );
 }
 
-function stream(
-  handler: StreamHandler,
-  method: string,
-  logger: Logger,
-): grpc.handleBidiStreamingCall<unknown, unknown> {
+function stream(handler: StreamHandler, route: Route): grpc.handleBidiStreamingCall<unknown, unknown> {
   return (call) => {
     const startedAt = performance.now();
     const context = callOf(call);
@@ -206,17 +202,20 @@ function stream(
       if (!context.signal.aborted) call.write(response);
     };
     // Read without destroying the call once the client half-closes: the answers still have to go out.
-    handler(call.iterator({ destroyOnReturn: false }), send, context).then(
-      () => {
-        logCall(logger, method, context.requestId, startedAt, grpc.status.OK);
-        call.end();
-      },
-      (err) => {
-        const status = statusOf(err, logger, method);
-        logCall(logger, method, context.requestId, startedAt, status.code!);
-        if (!context.signal.aborted) call.emit('error', status);
-      },
-    );
+    const requests = call.iterator({ destroyOnReturn: false });
+    route
+      .within(context, () => handler(requests, send, context))
+      .then(
+        () => {
+          finished(route, context.requestId, startedAt, grpc.status.OK);
+          call.end();
+        },
+        (err) => {
+          const status = statusOf(err, route.logger, route.method);
+          finished(route, context.requestId, startedAt, status.code!);
+          if (!context.signal.aborted) call.emit('error', status);
+        },
+      );
   };
 }
 
@@ -237,15 +236,22 @@ export async function startGrpcServer(services: GrpcService[], options: GrpcServ
     ...LOADER_OPTIONS,
     includeDirs: [protoDir()],
   });
+  const { traced } = options;
+  const route = (method: string): Route => ({
+    method,
+    logger,
+    observed: options.observed,
+    within: (context, run) => (traced ? traced(method, context.metadata, run) : run()),
+  });
   for (const service of services) {
     const definition = definitions[service.name] as protoLoader.ServiceDefinition;
     const implementation: grpc.UntypedServiceImplementation = {};
     for (const [method, handler] of Object.entries(service.unary))
-      implementation[method] = unary(handler, `${service.name}/${method}`, logger);
+      implementation[method] = unary(handler, route(`${service.name}/${method}`));
     for (const [method, handler] of Object.entries(service.streams ?? {}))
-      implementation[method] = stream(handler, `${service.name}/${method}`, logger);
+      implementation[method] = stream(handler, route(`${service.name}/${method}`));
     for (const [method, handler] of Object.entries(service.gathers ?? {}))
-      implementation[method] = gather(handler, `${service.name}/${method}`, logger);
+      implementation[method] = gather(handler, route(`${service.name}/${method}`));
     server.addService(definition, implementation);
   }
   // A probe asks for the server (''), or one service by name: each is as ready as the server.

@@ -17,11 +17,34 @@ const CLIENT_CLOSED = '499';
 export interface RequestMetrics extends InferenceObserver {
   /** First middleware: counts and times every request when its response closes. */
   track: RequestHandler;
+  /** Counts and times a gRPC call as it ends, by method and status. */
+  grpcCall: (method: string, status: string, seconds: number) => void;
 }
 
-/** What each request tells as it ends: its HTTP answer and, for one a model answered, its timings. */
+/** What each request tells as it ends: its HTTP answer or gRPC status and, for one a model answered, its timings. */
 export function requestMetrics(registers: Registry[]): RequestMetrics {
-  return { track: httpSeries(registers), answered: answeredSeries(registers) };
+  return { track: httpSeries(registers), grpcCall: grpcSeries(registers), answered: answeredSeries(registers) };
+}
+
+/** Every gRPC call, by method and status, counted and timed as it ends. */
+function grpcSeries(registers: Registry[]): RequestMetrics['grpcCall'] {
+  const calls = new Counter({
+    name: 'tserve_grpc_requests_total',
+    help: 'gRPC calls answered, by method (package.Service/Method) and status (OK, INVALID_ARGUMENT, CANCELLED, ...)',
+    labelNames: ['method', 'status'] as const,
+    registers,
+  });
+  const duration = new Histogram({
+    name: 'tserve_grpc_request_duration_seconds',
+    help: 'Time from receiving a gRPC call to its status, by method and status',
+    labelNames: ['method', 'status'] as const,
+    buckets: SECONDS_BUCKETS,
+    registers,
+  });
+  return (method, status, seconds) => {
+    calls.inc({ method, status });
+    duration.observe({ method, status }, seconds);
+  };
 }
 
 /** Every request, by method, route pattern and status, counted and timed when its response closes. */

@@ -185,7 +185,7 @@ export function httpCaller(service: InferenceService, req: Request, res: Respons
 
 /** A request that says what HTTP's headers say in metadata instead (gRPC's): the names are the headers'. */
 export interface MetadataEnvelope {
-  metadata(name: string): string | undefined;
+  metadata: (name: string) => string | undefined;
   /** Aborts when the client goes away. */
   signal: AbortSignal;
   /** The deadline the envelope sets (ms). */

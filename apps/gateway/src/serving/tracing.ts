@@ -58,6 +58,33 @@ export class GatewayTracing {
     tracing.run(ctx, next);
   };
 
+  /**
+   * The server span of a gRPC call, continuing the `traceparent` of its metadata, made current
+   * while `run` runs; its status is the call's gRPC status (`statusOf` its outcome).
+   */
+  readonly grpcCall = async <T>(
+    method: string,
+    metadata: (name: string) => string | undefined,
+    run: () => Promise<T>,
+  ): Promise<T> => {
+    const { tracing } = this;
+    const span = tracing.span(method, {
+      parent: tracing.extract({ traceparent: metadata('traceparent'), tracestate: metadata('tracestate') }),
+      kind: 'server',
+      attributes: { 'rpc.system': 'grpc', 'rpc.method': method },
+    });
+    const shared: RequestSpans = {};
+    try {
+      return await tracing.run(span.context.setValue(REQUEST_SPANS, shared), run);
+    } catch (err) {
+      span.fail(err instanceof Error ? err.message : String(err));
+      throw err;
+    } finally {
+      shared.answer?.end();
+      span.end();
+    }
+  };
+
   /** Admission of a request whose size is known; ended by the caller. */
   admission(model: string): TraceSpan {
     return this.tracing.span('tserve.admission', {
