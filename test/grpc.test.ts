@@ -385,6 +385,24 @@ describe('gRPC: KServe v2 / Triton, health and reflection', () => {
     assert.equal(await counted('INVALID_ARGUMENT'), 4);
     assert.equal(await counted('NOT_FOUND'), 2);
     assert.ok((await counted('OK')) >= 1);
+    // Bytes that are no ModelInferRequest at all (a field cut short): refused, and the gateway serves on.
+    const garbage = await refusal(
+      new Promise((resolve, reject) =>
+        inference.makeUnaryRequest(
+          '/inference.GRPCInferenceService/ModelInfer',
+          () => Buffer.from([0x0a, 0x10, 0x41]),
+          (b: Buffer) => b,
+          {},
+          (err: grpc.ServiceError | null, answer: unknown) => (err ? reject(err) : resolve(answer)),
+        ),
+      ),
+    );
+    assert.ok(
+      [grpc.status.INTERNAL, grpc.status.INVALID_ARGUMENT].includes(garbage.code),
+      `${garbage.code} ${garbage.details}`,
+    );
+    assert.doesNotMatch(garbage.details, /\bat .*\.js:\d+/, 'no stack trace');
+    assert.deepEqual(await unary(inference, 'ServerLive', {}), { live: true });
   });
 
   it('streams: each request answered on its own, a bad one by its error_message, the stream going on', async () => {
