@@ -106,6 +106,12 @@ type AnyCall = Pick<grpc.ServerUnaryCall<unknown, unknown>, 'metadata' | 'getDea
   once(event: 'cancelled', listener: () => void): unknown;
 };
 
+/** A failed call's status: CANCELLED once its client went away (whatever that broke), else its error's. */
+function outcomeOf(err: unknown, context: GrpcCall, route: Route): Partial<grpc.StatusObject> {
+  if (context.signal.aborted) return { code: grpc.status.CANCELLED, details: 'the client cancelled the call' };
+  return statusOf(err, route.logger, route.method);
+}
+
 function callOf(call: AnyCall): GrpcCall {
   const controller = new AbortController();
   call.once('cancelled', () => controller.abort());
@@ -187,7 +193,7 @@ function answer(
       callback(null, response);
     },
     (err) => {
-      const status = statusOf(err, route.logger, route.method);
+      const status = outcomeOf(err, context, route);
       finished(route, context.requestId, startedAt, status.code!);
       callback(status);
     },
@@ -211,7 +217,7 @@ function stream(handler: StreamHandler, route: Route): grpc.handleBidiStreamingC
           call.end();
         },
         (err) => {
-          const status = statusOf(err, route.logger, route.method);
+          const status = outcomeOf(err, context, route);
           finished(route, context.requestId, startedAt, status.code!);
           if (!context.signal.aborted) call.emit('error', status);
         },
