@@ -112,9 +112,10 @@ interface KserveGrpcParts extends ProtocolParts {
 
 /** One inference request of a call (a stream carries many): admitted as an HTTP request is, then answered. */
 async function inferOne(parts: KserveGrpcParts, call: GrpcCall, request: InferRequestMessage, requestId: string) {
-  checkVersion(request.model_version || undefined);
+  // Admitted first, as an HTTP request is before its body is read: who calls comes before what they ask.
   const { caller, release } = await admitMetadata(parts, call, () => request.model_name, requestId);
   try {
+    checkVersion(request.model_version || undefined);
     const { answer } = await answerInfer(parts.registry, caller, request.model_name, asJson(request));
     return asMessage(answer);
   } finally {

@@ -133,7 +133,7 @@ export class Tei {
     }
     throw new ApiError(
       'validation',
-      `several served models are ${kind.what}: ${fitting.map((m) => m.id).join(', ')}; name one with a "model" field or an x-model header`,
+      `several served models are ${kind.what}: ${fitting.map((m) => m.id).join(', ')}; name one with a "model" field or x-model (a header, or gRPC metadata)`,
     );
   }
 
