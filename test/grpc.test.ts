@@ -7,10 +7,11 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
+import net from 'node:net';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
-import { ROOT, TestSystem, uniquePrefix, waitFor } from './helpers/system.ts';
+import { ROOT, TestSystem, uniquePrefix, waitFor, type Proc } from './helpers/system.ts';
 import { CLASSIFIER, EMBEDDER, RERANKER } from './helpers/replicas.ts';
 import { bytesTensor } from './helpers/triton.ts';
 
@@ -547,5 +548,65 @@ describe('gRPC admission: keys, shedding, deadlines and a cancelled stream', () 
     stream.cancel();
     assert.equal((await cancelled).code, grpc.status.CANCELLED);
     await waitFor('the cancelled stream’s requests gone from the backlog', async () => (await backlog()) === 0);
+  });
+});
+
+describe("gRPC connections: silent and flooding clients are bounded as HTTP's are", () => {
+  const system = new TestSystem(uniquePrefix('grpc-connections'));
+  let worker: Proc | undefined;
+  const sockets: net.Socket[] = [];
+  /** A raw connection to the gRPC port that sends nothing; resolves once it is open (or already closed). */
+  const silent = async (port: number, closed: () => void) => {
+    const socket = net.connect(port, '127.0.0.1');
+    socket.on('error', () => {});
+    socket.on('close', closed);
+    // Whatever the server sends (its HTTP/2 settings) is read and dropped, so that its closing is seen.
+    socket.resume();
+    sockets.push(socket);
+    await new Promise((ready) => socket.once('connect', ready).once('close', ready));
+  };
+
+  before(async () => {
+    await system.startGateway({ MAX_CONNECTIONS: 20, HTTP_HEADERS_TIMEOUT_MS: 60_000 });
+    worker = system.startWorker({ model: CLASSIFIER });
+    await system.waitForWorkers(CLASSIFIER);
+  });
+  after(async () => {
+    for (const socket of sockets) socket.destroy();
+    await system.stop();
+  });
+
+  it('holds at most MAX_CONNECTIONS, closes the rest on arrival, and serves a client it holds throughout', async () => {
+    const client = clientOf('inference.proto', [PROTO_DIR], 'inference.GRPCInferenceService', system.grpcPort);
+    try {
+      assert.equal((await unary(client, 'ModelInfer', inferOf(CLASSIFIER))).model_name, CLASSIFIER);
+      let closed = 0;
+      for (let i = 0; i < 30; i++) await silent(system.grpcPort, () => closed++);
+      // The headers' timeout is a minute: only the caps can have closed these.
+      await waitFor('connections beyond the caps closed', async () => closed >= 10, 10_000);
+      assert.equal((await unary(client, 'ModelInfer', inferOf(CLASSIFIER))).model_name, CLASSIFIER);
+      assert.ok((await system.metric('tserve_connections_dropped_total')) >= closed);
+    } finally {
+      client.close();
+    }
+    assert.ok(system.gateway?.running && worker?.running);
+  });
+
+  it('closes a connection that sends no HTTP/2 preface within HTTP_HEADERS_TIMEOUT_MS', async () => {
+    for (const socket of sockets.splice(0)) socket.destroy();
+    const quick = new TestSystem(system.prefix);
+    try {
+      await quick.startGateway({ HTTP_HEADERS_TIMEOUT_MS: 500 });
+      let closed = 0;
+      for (let i = 0; i < 3; i++) await silent(quick.grpcPort, () => closed++);
+      await waitFor('the silent connections closed', async () => closed === 3, 10_000);
+      // A client that speaks is not: it is answered after the same wait.
+      const client = clientOf('inference.proto', [PROTO_DIR], 'inference.GRPCInferenceService', quick.grpcPort);
+      await new Promise((r) => setTimeout(r, 1000));
+      assert.deepEqual(await unary(client, 'ServerLive', {}), { live: true });
+      client.close();
+    } finally {
+      await quick.gateway?.stop();
+    }
   });
 });

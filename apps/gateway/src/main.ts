@@ -113,6 +113,16 @@ async function startGrpc(
     readyRefreshMs: config.REGISTRY_REFRESH_MS,
     traced: gateway.grpc.traced,
     observed: gateway.grpc.observed,
+    maxConnections: config.MAX_CONNECTIONS,
+    prefaceTimeoutMs: config.HTTP_HEADERS_TIMEOUT_MS,
+    guard: (listener) => {
+      listener.on('drop', gateway.connectionDropped);
+      capConnectionsPerClient(
+        listener,
+        { maxPerClient: config.MAX_CONNECTIONS_PER_CLIENT, maxConnections: config.MAX_CONNECTIONS },
+        gateway.connectionDropped,
+      );
+    },
   }).catch((err: Error) => {
     throw new StartupError(
       `gateway: gRPC port ${config.GRPC_PORT} on ${config.HOST} cannot be opened (${err.message}); set GRPC_PORT to a free port, or 0 to turn gRPC off`,

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { createRequire } from 'node:module';
+import net from 'node:net';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
@@ -142,7 +143,16 @@ export interface GrpcServerOptions {
   traced?: <T>(method: string, metadata: (name: string) => string | undefined, run: () => Promise<T>) => Promise<T>;
   /** Told of each call as it ends: its method, status name and seconds (the metrics). */
   observed?: (method: string, status: string, seconds: number) => void;
+  /** Connections held at once (MAX_CONNECTIONS); one more is closed on arrival. */
+  maxConnections: number;
+  /** A connection must have sent HTTP/2's preface within this (HTTP_HEADERS_TIMEOUT_MS), or is closed. */
+  prefaceTimeoutMs: number;
+  /** Sees each connection first, and may close it (the per-client cap HTTP's connections have). */
+  guard?: (listener: net.Server) => void;
 }
+
+/** The bytes of HTTP/2's connection preface, which every gRPC client sends first. */
+const PREFACE_BYTES = 24;
 
 /** Logs one line per call, as the HTTP request log does, and tells the metrics. */
 function finished({ method, logger, observed }: Route, requestId: string, startedAt: number, code: grpc.status): void {
@@ -276,18 +286,34 @@ export async function startGrpcServer(services: GrpcService[], options: GrpcServ
   health.addToServer(server);
   new ReflectionService(definitions).addToServer(server);
 
-  const port = await new Promise<number>((resolve, reject) => {
-    const address = options.host.includes(':')
-      ? `[${options.host}]:${options.port}`
-      : `${options.host}:${options.port}`;
-    server.bindAsync(address, grpc.ServerCredentials.createInsecure(), (err, bound) =>
-      err ? reject(err) : resolve(bound),
-    );
+  // The gateway holds the listening socket and hands grpc-js each connection it keeps: a flood of
+  // idle or silent connections is bounded as HTTP's are (MAX_CONNECTIONS, the per-client cap, the
+  // headers' timeout), which grpc-js's own listener has no setting for.
+  const injector = server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
+  const listener = net.createServer();
+  listener.maxConnections = options.maxConnections;
+  options.guard?.(listener);
+  listener.on('connection', (socket) => {
+    if (socket.destroyed) return;
+    const silent = setTimeout(() => {
+      if (socket.bytesRead < PREFACE_BYTES) socket.destroy();
+    }, options.prefaceTimeoutMs).unref();
+    socket.once('close', () => clearTimeout(silent));
+    injector.injectConnection(socket);
   });
+  await new Promise<void>((resolve, reject) => {
+    listener.once('error', reject);
+    listener.listen(options.port, options.host, () => {
+      listener.off('error', reject);
+      resolve();
+    });
+  });
+  const port = (listener.address() as net.AddressInfo).port;
   return {
     port,
     stop: async (graceMs) => {
       clearInterval(healthTimer);
+      listener.close();
       await new Promise<void>((resolve) => {
         const force = setTimeout(() => {
           server.forceShutdown();
