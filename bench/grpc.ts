@@ -9,14 +9,12 @@
  * Usage: npm run bench:grpc [-- --concurrency 1,64 --rounds 6 --seconds 5 --model <id>]
  */
 import http from 'node:http';
-import path from 'node:path';
 import { parseArgs } from 'node:util';
-import * as grpc from '@grpc/grpc-js';
-import * as protoLoader from '@grpc/proto-loader';
 import { BenchSystem } from './lib/system.ts';
 import { cpuBetween, sampleCpu } from './lib/cpu.ts';
 import { median, round, summarize } from './lib/stats.ts';
-import { freePort, MODEL_DIR, ROOT } from '../test/helpers/processes.ts';
+import { freePort, MODEL_DIR } from '../test/helpers/processes.ts';
+import { grpcClient, texts, unary } from '../test/helpers/grpc.ts';
 import { PROSE } from '../test/helpers/texts.ts';
 
 const { values } = parseArgs({
@@ -63,26 +61,10 @@ function httpSender(port: number, connections: number): Send {
 }
 
 function grpcSender(port: number): { send: Send; close: () => void } {
-  const definition = protoLoader.loadSync('inference.proto', {
-    includeDirs: [path.join(ROOT, 'packages/contract/proto')],
-    keepCase: true,
-    longs: Number,
-    defaults: true,
-  });
-  const { inference } = grpc.loadPackageDefinition(definition) as any;
-  const client = new inference.GRPCInferenceService(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
-  const send = () =>
-    new Promise<void>((resolve, reject) =>
-      client.ModelInfer(
-        {
-          model_name: model,
-          inputs: [
-            { name: 'text', datatype: 'BYTES', shape: [1], contents: { bytes_contents: [Buffer.from(text())] } },
-          ],
-        },
-        (err: Error | null) => (err ? reject(err) : resolve()),
-      ),
-    );
+  const client = grpcClient('inference.GRPCInferenceService', port);
+  const send = async () => {
+    await unary(client, 'ModelInfer', { model_name: model, inputs: [texts(text())] });
+  };
   return { send, close: () => client.close() };
 }
 

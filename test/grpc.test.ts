@@ -10,38 +10,10 @@ import { createHash } from 'node:crypto';
 import net from 'node:net';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
-import * as protoLoader from '@grpc/proto-loader';
 import { ROOT, TestSystem, uniquePrefix, waitFor, type Proc } from './helpers/system.ts';
 import { CLASSIFIER, EMBEDDER, RERANKER } from './helpers/replicas.ts';
 import { bytesTensor } from './helpers/triton.ts';
-
-const PROTO_DIR = path.join(ROOT, 'packages/contract/proto');
-const LOADER = { keepCase: true, longs: Number, enums: String, defaults: true, oneofs: true };
-
-type Client = grpc.Client & Record<string, any>;
-
-function clientOf(proto: string, includeDirs: string[], service: string, port: number): Client {
-  const loaded = grpc.loadPackageDefinition(protoLoader.loadSync(proto, { ...LOADER, includeDirs }));
-  const Service = service.split('.').reduce((at: any, part) => at[part], loaded);
-  return new Service(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
-}
-
-/** A unary call's answer, or its error (a ServiceError: code, details, metadata). */
-function unary(
-  client: Client,
-  method: string,
-  request: object,
-  options: { metadata?: Record<string, string>; deadlineMs?: number } = {},
-): Promise<any> {
-  const metadata = new grpc.Metadata();
-  for (const [k, v] of Object.entries(options.metadata ?? {})) metadata.set(k, v);
-  const callOptions = options.deadlineMs ? { deadline: Date.now() + options.deadlineMs } : {};
-  return new Promise((resolve, reject) =>
-    client[method](request, metadata, callOptions, (err: grpc.ServiceError | null, answer: any) =>
-      err ? reject(err) : resolve(answer),
-    ),
-  );
-}
+import { grpcClient, texts, unary, type GrpcClient } from './helpers/grpc.ts';
 
 async function refusal(call: Promise<unknown>): Promise<grpc.ServiceError> {
   try {
@@ -54,15 +26,6 @@ async function refusal(call: Promise<unknown>): Promise<grpc.ServiceError> {
 
 const floats = (bytes: Buffer) => Array.from(new Float32Array(new Uint8Array(bytes).buffer));
 
-function texts(...values: string[]) {
-  return {
-    name: 'text',
-    datatype: 'BYTES',
-    shape: [values.length],
-    contents: { bytes_contents: values.map((t) => Buffer.from(t)) },
-  };
-}
-
 const inferOf = (model: string, extra: object = {}) => ({
   model_name: model,
   inputs: [texts('a fine film', 'a dull one')],
@@ -71,7 +34,7 @@ const inferOf = (model: string, extra: object = {}) => ({
 
 describe('gRPC: KServe v2 / Triton, health and reflection', () => {
   const system = new TestSystem(uniquePrefix('grpc'));
-  let inference: Client;
+  let inference: GrpcClient;
 
   before(async () => {
     await system.startGateway({ MAX_BODY_BYTES: 65536 });
@@ -79,16 +42,16 @@ describe('gRPC: KServe v2 / Triton, health and reflection', () => {
     system.startWorker({ model: EMBEDDER });
     system.startWorker({ model: RERANKER });
     for (const model of [CLASSIFIER, EMBEDDER, RERANKER]) await system.waitForWorkers(model);
-    inference = clientOf('inference.proto', [PROTO_DIR], 'inference.GRPCInferenceService', system.grpcPort);
+    inference = grpcClient('inference.GRPCInferenceService', system.grpcPort);
     for (const name of ['Info', 'Embed', 'Predict', 'Rerank', 'Tokenize'])
-      tei[name] = clientOf('tei.proto', [PROTO_DIR], `tei.v1.${name}`, system.grpcPort);
+      tei[name] = grpcClient(`tei.v1.${name}`, system.grpcPort, 'tei.proto');
   });
   after(async () => {
     inference?.close();
     for (const client of Object.values(tei)) client.close();
     await system.stop();
   });
-  const tei: Record<string, Client> = {};
+  const tei: Record<string, GrpcClient> = {};
 
   /** A stream's answers, in order, once the server ends it. */
   const streamed = (stream: grpc.ClientDuplexStream<object, any>, requests: object[]) =>
@@ -429,7 +392,7 @@ describe('gRPC: KServe v2 / Triton, health and reflection', () => {
 
   it('serves grpc.health.v1 and server reflection, for probes and grpcurl', async () => {
     const healthDir = path.join(ROOT, 'node_modules/grpc-health-check/proto');
-    const health = clientOf('health/v1/health.proto', [healthDir], 'grpc.health.v1.Health', system.grpcPort);
+    const health = grpcClient('grpc.health.v1.Health', system.grpcPort, 'health/v1/health.proto', [healthDir]);
     // The health service follows readiness at the registry's pace: serving once the workers are.
     for (const service of ['', 'inference.GRPCInferenceService'])
       await waitFor(
@@ -440,11 +403,11 @@ describe('gRPC: KServe v2 / Triton, health and reflection', () => {
     health.close();
 
     const reflectionDir = path.join(ROOT, 'node_modules/@grpc/reflection/build/proto');
-    const reflection = clientOf(
-      'grpc/reflection/v1/reflection.proto',
-      [reflectionDir],
+    const reflection = grpcClient(
       'grpc.reflection.v1.ServerReflection',
       system.grpcPort,
+      'grpc/reflection/v1/reflection.proto',
+      [reflectionDir],
     );
     const call = reflection.ServerReflectionInfo();
     const answer = new Promise<any>((resolve, reject) => {
@@ -463,7 +426,7 @@ describe('gRPC admission: keys, shedding, deadlines and a cancelled stream', () 
   const IDLE = 'replica/tiny-bert-ner';
   const system = new TestSystem(uniquePrefix('grpc-admission'));
   const token = 'tsk_grpc1_secret';
-  let inference: Client;
+  let inference: GrpcClient;
   const backlog = async () =>
     ((await (await fetch(`${system.url}/backlog?model=${IDLE}`)).json()) as { backlog: number }).backlog;
 
@@ -477,7 +440,7 @@ describe('gRPC admission: keys, shedding, deadlines and a cancelled stream', () 
     });
     system.startWorker({ model: CLASSIFIER });
     await system.waitForWorkers(CLASSIFIER);
-    inference = clientOf('inference.proto', [PROTO_DIR], 'inference.GRPCInferenceService', system.grpcPort);
+    inference = grpcClient('inference.GRPCInferenceService', system.grpcPort);
   });
   after(async () => {
     inference?.close();
@@ -577,7 +540,7 @@ describe("gRPC connections: silent and flooding clients are bounded as HTTP's ar
   });
 
   it('holds at most MAX_CONNECTIONS, closes the rest on arrival, and serves a client it holds throughout', async () => {
-    const client = clientOf('inference.proto', [PROTO_DIR], 'inference.GRPCInferenceService', system.grpcPort);
+    const client = grpcClient('inference.GRPCInferenceService', system.grpcPort);
     try {
       assert.equal((await unary(client, 'ModelInfer', inferOf(CLASSIFIER))).model_name, CLASSIFIER);
       let closed = 0;
@@ -601,7 +564,7 @@ describe("gRPC connections: silent and flooding clients are bounded as HTTP's ar
       for (let i = 0; i < 3; i++) await silent(quick.grpcPort, () => closed++);
       await waitFor('the silent connections closed', async () => closed === 3, 10_000);
       // A client that speaks is not: it is answered after the same wait.
-      const client = clientOf('inference.proto', [PROTO_DIR], 'inference.GRPCInferenceService', quick.grpcPort);
+      const client = grpcClient('inference.GRPCInferenceService', quick.grpcPort);
       await new Promise((r) => setTimeout(r, 1000));
       assert.deepEqual(await unary(client, 'ServerLive', {}), { live: true });
       client.close();

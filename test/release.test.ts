@@ -10,9 +10,8 @@ import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import * as grpc from '@grpc/grpc-js';
-import * as protoLoader from '@grpc/proto-loader';
 import { runOk, whyNoDocker } from './helpers/docker.ts';
+import { grpcClient, texts, unary } from './helpers/grpc.ts';
 import { freePort, MODEL_DIR, Proc, ROOT, waitFor } from './helpers/processes.ts';
 import { CLASSIFIER } from './helpers/replicas.ts';
 import { REDIS_URL, uniquePrefix } from './helpers/system.ts';
@@ -67,26 +66,9 @@ async function servesAClassification(launcher: Proc, url: string): Promise<void>
 
 /** A gRPC ModelInfer from the checkout's .proto file: what the archive's gateway answers of it. */
 async function grpcInfer(port: number): Promise<{ model_name: string; shape: number[] }> {
-  const definition = protoLoader.loadSync('inference.proto', {
-    includeDirs: [path.join(ROOT, 'packages/contract/proto')],
-    keepCase: true,
-    longs: Number,
-    defaults: true,
-  });
-  const { inference } = grpc.loadPackageDefinition(definition) as any;
-  const client = new inference.GRPCInferenceService(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
+  const client = grpcClient('inference.GRPCInferenceService', port);
   try {
-    const answer = await new Promise<any>((resolve, reject) =>
-      client.ModelInfer(
-        {
-          model_name: CLASSIFIER,
-          inputs: [
-            { name: 'text', datatype: 'BYTES', shape: [1], contents: { bytes_contents: [Buffer.from('a fine film')] } },
-          ],
-        },
-        (err: Error | null, reply: unknown) => (err ? reject(err) : resolve(reply)),
-      ),
-    );
+    const answer = await unary(client, 'ModelInfer', { model_name: CLASSIFIER, inputs: [texts('a fine film')] });
     return { model_name: answer.model_name, shape: answer.outputs[0].shape };
   } finally {
     client.close();

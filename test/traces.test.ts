@@ -10,14 +10,12 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import path from 'node:path';
-import * as grpc from '@grpc/grpc-js';
-import * as protoLoader from '@grpc/proto-loader';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { queueNameFor } from '@tserve/queue';
 import type { JobData } from '@tserve/contract';
-import { ROOT, TestSystem, REDIS_URL, uniquePrefix, waitFor, type Proc } from './helpers/system.ts';
+import { TestSystem, REDIS_URL, uniquePrefix, waitFor, type Proc } from './helpers/system.ts';
+import { grpcClient, texts, unary } from './helpers/grpc.ts';
 import { CLASSIFIER as MODEL } from './helpers/replicas.ts';
 
 interface ReceivedSpan {
@@ -236,32 +234,12 @@ describe('traces', () => {
 
   it('traces a gRPC call the same way, continuing the traceparent of its metadata', async () => {
     const client = traceparent();
-    const definition = protoLoader.loadSync('inference.proto', {
-      includeDirs: [path.join(ROOT, 'packages/contract/proto')],
-      keepCase: true,
-      longs: Number,
-      defaults: true,
-    });
-    const { inference } = grpc.loadPackageDefinition(definition) as any;
-    const stub = new inference.GRPCInferenceService(`127.0.0.1:${system.grpcPort}`, grpc.credentials.createInsecure());
-    const metadata = new grpc.Metadata();
-    metadata.set('traceparent', client.header);
-    await new Promise((resolve, reject) =>
-      stub.ModelInfer(
-        {
-          model_name: MODEL,
-          inputs: [
-            {
-              name: 'text',
-              datatype: 'BYTES',
-              shape: [1],
-              contents: { bytes_contents: [Buffer.from('a gRPC call, traced')] },
-            },
-          ],
-        },
-        metadata,
-        (err: Error | null, answer: unknown) => (err ? reject(err) : resolve(answer)),
-      ),
+    const stub = grpcClient('inference.GRPCInferenceService', system.grpcPort);
+    await unary(
+      stub,
+      'ModelInfer',
+      { model_name: MODEL, inputs: [texts('a gRPC call, traced')] },
+      { metadata: { traceparent: client.header } },
     );
     stub.close();
     const spans = await receiver.until('the gRPC server span, the trip and the inference', () => {
