@@ -2,7 +2,7 @@
 // First: it sets a V8 flag before any other module allocates.
 import './http/heap-flags.js';
 import { randomUUID } from 'node:crypto';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Server as NetServer } from 'node:net';
 import os from 'node:os';
 import { ConfigError, formatHelp, loadGatewayConfig } from '@tserve/config';
 import { createLogger, startTracing, TracingConfigError } from '@tserve/telemetry';
@@ -51,13 +51,7 @@ async function main(): Promise<void> {
     (res) => gateway.unread.written(res),
   );
   server.keepAliveTimeout = 65_000;
-  server.maxConnections = config.MAX_CONNECTIONS;
-  server.on('drop', gateway.connectionDropped);
-  capConnectionsPerClient(
-    server,
-    { maxPerClient: config.MAX_CONNECTIONS_PER_CLIENT, maxConnections: config.MAX_CONNECTIONS },
-    gateway.connectionDropped,
-  );
+  guardConnections(server, config, gateway);
   answerMalformedRequests(server);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
@@ -98,6 +92,24 @@ async function main(): Promise<void> {
   process.on('SIGINT', () => void shutdown('SIGINT'));
 }
 
+/**
+ * Holds at most MAX_CONNECTIONS on a port, counting those it closes on arrival, and caps one
+ * client's share of them: HTTP's port and gRPC's alike.
+ */
+function guardConnections(
+  server: NetServer,
+  config: ReturnType<typeof loadGatewayConfig>,
+  gateway: ReturnType<typeof createGateway>,
+): void {
+  server.maxConnections = config.MAX_CONNECTIONS;
+  server.on('drop', gateway.connectionDropped);
+  capConnectionsPerClient(
+    server,
+    { maxPerClient: config.MAX_CONNECTIONS_PER_CLIENT, maxConnections: config.MAX_CONNECTIONS },
+    gateway.connectionDropped,
+  );
+}
+
 /** The gRPC server on GRPC_PORT, beside HTTP; a port it cannot open stops the start, as HTTP's does. */
 async function startGrpc(
   config: ReturnType<typeof loadGatewayConfig>,
@@ -113,16 +125,8 @@ async function startGrpc(
     readyRefreshMs: config.REGISTRY_REFRESH_MS,
     traced: gateway.grpc.traced,
     observed: gateway.grpc.observed,
-    maxConnections: config.MAX_CONNECTIONS,
     prefaceTimeoutMs: config.HTTP_HEADERS_TIMEOUT_MS,
-    guard: (listener) => {
-      listener.on('drop', gateway.connectionDropped);
-      capConnectionsPerClient(
-        listener,
-        { maxPerClient: config.MAX_CONNECTIONS_PER_CLIENT, maxConnections: config.MAX_CONNECTIONS },
-        gateway.connectionDropped,
-      );
-    },
+    guard: (listener) => guardConnections(listener, config, gateway),
   }).catch((err: Error) => {
     throw new StartupError(
       `gateway: gRPC port ${config.GRPC_PORT} on ${config.HOST} cannot be opened (${err.message}); set GRPC_PORT to a free port, or 0 to turn gRPC off`,

@@ -143,12 +143,10 @@ export interface GrpcServerOptions {
   traced?: <T>(method: string, metadata: (name: string) => string | undefined, run: () => Promise<T>) => Promise<T>;
   /** Told of each call as it ends: its method, status name and seconds (the metrics). */
   observed?: (method: string, status: string, seconds: number) => void;
-  /** Connections held at once (MAX_CONNECTIONS); one more is closed on arrival. */
-  maxConnections: number;
   /** A connection must have sent HTTP/2's preface within this (HTTP_HEADERS_TIMEOUT_MS), or is closed. */
   prefaceTimeoutMs: number;
-  /** Sees each connection first, and may close it (the per-client cap HTTP's connections have). */
-  guard?: (listener: net.Server) => void;
+  /** Bounds the listener's connections before they reach grpc-js (MAX_CONNECTIONS and the per-client cap HTTP's port has). */
+  guard: (listener: net.Server) => void;
 }
 
 /** The bytes of HTTP/2's connection preface, which every gRPC client sends first. */
@@ -291,8 +289,7 @@ export async function startGrpcServer(services: GrpcService[], options: GrpcServ
   // headers' timeout), which grpc-js's own listener has no setting for.
   const injector = server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
   const listener = net.createServer();
-  listener.maxConnections = options.maxConnections;
-  options.guard?.(listener);
+  options.guard(listener);
   listener.on('connection', (socket) => {
     if (socket.destroyed) return;
     const silent = setTimeout(() => {

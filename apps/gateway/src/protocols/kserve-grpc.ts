@@ -123,36 +123,28 @@ async function inferOne(parts: KserveGrpcParts, call: GrpcCall, request: InferRe
   }
 }
 
-/** A request that names a model (ModelReady, ModelMetadata, ModelConfig, ModelStatistics). */
-interface NameRequest {
-  name: string;
-  version: string;
+/** The model a request names (ModelReady, ModelMetadata, ModelConfig, ModelStatistics), its version checked. */
+function nameOf(request: unknown): string {
+  const { name, version } = request as { name: string; version: string };
+  checkVersion(version || undefined);
+  return name;
 }
 
 export function kserveGrpc(parts: KserveGrpcParts): GrpcService {
   const { registry, snapshot } = parts;
-  const named = (request: unknown) => {
-    const { name, version } = request as NameRequest;
-    checkVersion(version || undefined);
-    return servedOrRefused(registry, name);
-  };
+  const named = (request: unknown) => servedOrRefused(registry, nameOf(request));
   return {
     protoFile: 'inference.proto',
     name: 'inference.GRPCInferenceService',
     unary: {
       ServerLive: async () => ({ live: true }),
       ServerReady: async () => ({ ready: serverReady(snapshot) }),
-      ModelReady: async (request) => {
-        const { name, version } = request as NameRequest;
-        checkVersion(version || undefined);
-        return { ready: modelReady(registry, name) };
-      },
+      ModelReady: async (request) => ({ ready: modelReady(registry, nameOf(request)) }),
       ServerMetadata: async () => SERVER_METADATA,
       ModelMetadata: async (request) => metadata(named(request)),
       ModelConfig: async (request) => ({ config: modelConfig(tritonModel(named(request))) }),
       ModelStatistics: async (request) => {
-        const { name, version } = request as NameRequest;
-        checkVersion(version || undefined);
+        const name = nameOf(request);
         const models = name === '' ? registry.served() : [servedOrRefused(registry, name)];
         return { model_stats: models.map((m) => modelStats(tritonModel(m))) };
       },

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { ApiError } from '@tserve/contract';
 import type { GrpcCall, GrpcService } from '../grpc/grpc-server.js';
 import { admitMetadata, type ProtocolParts } from '../serving/route-call.js';
-import { ANY, CLASSIFIER, EMBEDDING, RERANKER, Tei, type RouteKind, type Timing } from './tei.js';
+import { ANY, CLASSIFIER, EMBEDDING, RERANKER, Tei, type RouteKind, type TeiRequest, type Timing } from './tei.js';
 import { embedRequest, parse, predictRequest, rerankRequest, tokenizeRequest } from './tei-schemas.js';
 
 /**
@@ -77,11 +77,7 @@ async function inOrder(
 export function teiGrpc(parts: ProtocolParts): GrpcService[] {
   const tei = new Tei(parts);
   /** Runs one message's request, admitted as an HTTP request is. */
-  const admitted = async <T>(
-    call: GrpcCall,
-    kind: RouteKind,
-    run: (request: { caller: Awaited<ReturnType<typeof admitMetadata>>['caller']; xModel?: string }) => Promise<T>,
-  ): Promise<T> => {
+  const admitted = async <T>(call: GrpcCall, kind: RouteKind, run: (request: TeiRequest) => Promise<T>): Promise<T> => {
     const xModel = call.metadata('x-model');
     const requestId = randomUUID();
     const { caller, release } = await admitMetadata(parts, call, () => tei.pickBeforeBody(xModel, kind), requestId);
