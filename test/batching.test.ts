@@ -169,6 +169,86 @@ describe('correctness under batching', () => {
   });
 });
 
+/** Throws unless two answers are equal but for their numbers, each within `tolerance`. */
+function assertClose(a: unknown, b: unknown, tolerance: number): void {
+  const numbers: number[][] = [[], []];
+  const [x, y] = [a, b].map((answer, k) =>
+    JSON.stringify(answer, (_key, value) => (typeof value === 'number' ? (numbers[k].push(value), 0) : value)),
+  );
+  assert.equal(x, y, 'labels or shapes differ');
+  const largest = Math.max(0, ...numbers[0].map((v, i) => Math.abs(v - numbers[1][i])));
+  assert.ok(largest <= tolerance, `a number differs by ${largest}`);
+}
+
+describe("client batches larger than a worker's batch", () => {
+  const system = new TestSystem(uniquePrefix('client-batch'));
+  const LIMIT = 4;
+  const texts = Array.from({ length: 4 * LIMIT }, (_, i) => `review number ${i}: ${'good '.repeat(i % 5)}food`);
+  const pieces = Array.from({ length: 4 }, (_, i) => texts.slice(i * LIMIT, (i + 1) * LIMIT));
+
+  before(async () => {
+    await system.startGateway();
+    system.startWorker({ model: MODEL, env: { DTYPE: 'fp32', BATCH_MAX_SIZE: LIMIT } });
+    await system.waitForWorkers(MODEL);
+  });
+  after(() => system.stop());
+
+  /** Each route, as a function from texts to one answer per text, in order, and the largest model call that answered. */
+  const routes: Array<{ name: string; answers: (texts: string[]) => Promise<{ answers: unknown[]; batch: number }> }> =
+    [
+      {
+        name: 'the Inference API',
+        answers: async (inputs) => {
+          const res = await system.infer(MODEL, inputs, { top_k: null });
+          assert.equal(res.status, 200, JSON.stringify(res.body));
+          return { answers: res.body, batch: Number(res.headers.get('x-batch-size')) };
+        },
+      },
+      {
+        name: "TEI's /predict",
+        answers: async (inputs) => {
+          const res = await system.post('/predict', { inputs, raw_scores: true });
+          assert.equal(res.status, 200, JSON.stringify(res.body));
+          return { answers: res.body, batch: Number(res.headers.get('x-batch-size')) };
+        },
+      },
+      {
+        name: 'KServe v2',
+        answers: async (inputs) => {
+          const res = await system.post(`/v2/models/${MODEL}/infer`, {
+            inputs: [{ name: 'text', shape: [inputs.length], datatype: 'BYTES', data: inputs }],
+            outputs: [{ name: 'logits' }],
+          });
+          assert.equal(res.status, 200, JSON.stringify(res.body));
+          const [logits] = res.body.outputs as Array<{ shape: number[]; data: number[] }>;
+          const width = logits.shape[1];
+          return {
+            answers: inputs.map((_t, i) => logits.data.slice(i * width, (i + 1) * width)),
+            batch: Number(res.headers.get('x-batch-size')),
+          };
+        },
+      },
+    ];
+
+  for (const route of routes) {
+    it(`${route.name}: ${4 * LIMIT} inputs answered in one response, as the same inputs sent in pieces`, async () => {
+      const whole = await route.answers(texts);
+      assert.equal(whole.answers.length, texts.length);
+      assert.ok(whole.batch <= LIMIT, `a model call of ${whole.batch} rows; BATCH_MAX_SIZE is ${LIMIT}`);
+      const inPieces = [];
+      for (const piece of pieces) inPieces.push(...(await route.answers(piece)).answers);
+      // fp32 with an attention mask: other batch mates change nothing but float summation order.
+      assertClose(whole.answers, inPieces, 1e-6);
+    });
+  }
+
+  it('beyond MAX_INPUTS_PER_REQUEST a request is refused with a 413 naming the limit', async () => {
+    const res = await system.infer(MODEL, Array(65).fill('x'));
+    assert.equal(res.status, 413, JSON.stringify(res.body));
+    assert.match(res.body.error, /65 inputs in one request; at most 64 are accepted \(MAX_INPUTS_PER_REQUEST\)/);
+  });
+});
+
 /**
  * MODEL as a model whose config does not state its position table (max_position_embeddings), as
  * some configs do not: the worker cannot refuse an over-long input before the model call, so the
