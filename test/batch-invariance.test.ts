@@ -147,6 +147,25 @@ describe('the same answer whatever the batch', () => {
     },
     { name: 'TEI /embed', model: EMBEDDER, answers: (texts) => ok('/embed', { inputs: texts, model: EMBEDDER }) },
     {
+      name: 'TEI /embed_all (token vectors)',
+      model: EMBEDDER,
+      answers: (texts) => ok('/embed_all', { inputs: texts, model: EMBEDDER }),
+    },
+    {
+      name: "Cohere's /v2/rerank (scores by document)",
+      model: RERANKER,
+      answers: async (texts) => {
+        const { results } = (await ok('/v2/rerank', {
+          query: 'a friendly waiter',
+          documents: texts,
+          model: RERANKER,
+        })) as {
+          results: Array<{ index: number; relevance_score: number }>;
+        };
+        return texts.map((_t, i) => results.find((r) => r.index === i)!.relevance_score);
+      },
+    },
+    {
       name: 'TEI /predict',
       model: CLASSIFIER,
       answers: (texts) => ok('/predict', { inputs: texts, model: CLASSIFIER, raw_scores: true }),

@@ -64,7 +64,7 @@ describe('gRPC: KServe v2 / Triton, health and reflection', () => {
       stream.end();
     });
 
-  it("TEI's tei.v1 services answer as its HTTP routes do: Info, Embed, Predict, PredictPair, Rerank, Tokenize", async () => {
+  it("TEI's tei.v1 services answer as its HTTP routes do: Info, Embed, EmbedAll, Predict, PredictPair, Rerank, Tokenize", async () => {
     const model = { 'x-model': EMBEDDER };
     const info = await unary(tei.Info, 'Info', {}, { metadata: model });
     const httpInfo = (await (await fetch(`${system.url}/info`, { headers: model })).json()) as any;
@@ -72,6 +72,17 @@ describe('gRPC: KServe v2 / Triton, health and reflection', () => {
     assert.equal(info.model_type, 'MODEL_TYPE_EMBEDDING');
     assert.equal(info.max_input_length, httpInfo.max_input_length);
     assert.equal(info.max_client_batch_size, httpInfo.max_client_batch_size);
+
+    const all = await unary(tei.Embed, 'EmbedAll', { inputs: 'a fine film' });
+    const httpAll = await system.post('/embed_all', { inputs: 'a fine film' });
+    assert.deepEqual(
+      all.token_embeddings.map((t: { embeddings: number[] }) => t.embeddings),
+      (httpAll.body as number[][][])[0].map((v) => v.map(Math.fround)),
+    );
+    // No served model is sparse here: embeddings.test.ts has one.
+    const sparse = await refusal(unary(tei.Embed, 'EmbedSparse', { inputs: 'a fine film' }));
+    assert.equal(sparse.code, grpc.status.UNAVAILABLE);
+    assert.match(sparse.details, /no served model is a sparse model/);
 
     for (const [request, body] of [
       [{ inputs: 'a fine film' }, { inputs: 'a fine film' }],
@@ -171,7 +182,7 @@ describe('gRPC: KServe v2 / Triton, health and reflection', () => {
     const unimplemented = await refusal(
       new Promise((resolve, reject) =>
         tei.Embed.makeUnaryRequest(
-          '/tei.v1.Embed/EmbedAll',
+          '/tei.v1.Tokenize/Decode',
           () => Buffer.alloc(0),
           (b: Buffer) => b,
           {},

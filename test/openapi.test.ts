@@ -179,6 +179,12 @@ const REQUESTS: Array<[string, string, ReturnType<typeof json>?]> = [
   ['POST', '/predict', json({ inputs: 5, model: DEFAULT_CLASSIFIER })],
   ['POST', '/predict', json({ inputs: [['a', 'b'], 'c'], model: DEFAULT_CLASSIFIER })],
   ['POST', '/rerank', json({ query: 'q', texts: [], model: RERANKER })],
+  ['POST', '/embed_sparse', json({ inputs: 'x', model: EMBEDDER })],
+  ['POST', '/embed_all', json({ inputs: 'x', model: EMBEDDER, prompt_name: 'no-such-prompt' })],
+  // Cohere.
+  ['POST', '/v2/rerank', json({ model: RERANKER, query: 'q', documents: ['a', 'b'], top_n: 1 })],
+  ['POST', '/v1/rerank', json({ model: RERANKER, query: 'q', documents: [{ text: 'a' }], return_documents: true })],
+  ['POST', '/v2/rerank', json({ model: RERANKER, query: 'q', documents: ['a'], top_n: 0 })],
   ['POST', '/tokenize', json({ inputs: 5, model: EMBEDDER })],
   ['GET', `/info?model=${MISSING}`, undefined],
   // KServe v2.

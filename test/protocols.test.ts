@@ -1,11 +1,13 @@
 /**
  * Issue 16: the protocols users already have clients for, over the same queue and workers:
- * OpenAI embeddings (with the official `openai` client), TEI's routes, and KServe v2. Each route
+ * OpenAI embeddings (with the official `openai` client), TEI's routes, Cohere's rerank (with the
+ * official `cohere-ai` client), and KServe v2. Each route
  * answers bad input with a 4xx in its protocol's own error shape.
  */
 import { after, before, describe, it, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
+import { CohereClient, CohereClientV2 } from 'cohere-ai';
 import { AutoModelForSequenceClassification, AutoTokenizer, env } from '@huggingface/transformers';
 import { MODEL_DIR, TestSystem, reference, uniquePrefix } from './helpers/system.ts';
 import { CLASSIFIER, EMBEDDER, RERANKER } from './helpers/replicas.ts';
@@ -144,6 +146,25 @@ describe('protocols', () => {
       assert.match(refused.body.error, /accepts at most 512/);
       const cut = await system.post('/embed', { inputs: long, truncate: true, truncation_direction: 'Left' });
       assert.equal(cut.status, 200);
+    });
+
+    it("/embed_all gives each token's vector: as many as /tokenize's tokens, and /embed's vector when pooled", async () => {
+      const text = 'The soup was cold but the waiter was friendly.';
+      // Alone: this worker is q8, whose answers shift with their batch mates.
+      const res = await system.post('/embed_all', { inputs: text });
+      assert.equal(res.status, 200, JSON.stringify(res.body));
+      const [tokens] = res.body as number[][][];
+      const ids = (await system.post('/tokenize', { inputs: text, model: EMBEDDER })).body[0];
+      assert.equal(tokens.length, ids.length);
+      assert.ok(tokens.every((v) => v.length === 384));
+      const pooled = tokens[0].map((_x, j) => tokens.reduce((sum, v) => sum + v[j], 0) / tokens.length);
+      const norm = Math.hypot(...pooled);
+      const [embedded] = (await system.post('/embed', { inputs: text })).body as number[][];
+      const largest = Math.max(...embedded.map((x, j) => Math.abs(x - pooled[j] / norm)));
+      assert.ok(largest < 1e-5, `differs by ${largest}`);
+      const [fine, short] = (await system.post('/embed_all', { inputs: [text, 'Fine.'] })).body as number[][][];
+      assert.equal(fine.length, tokens.length);
+      assert.equal(short.length, 4); // [CLS] fine . [SEP]
     });
 
     it('truncation_direction Left keeps the last tokens on /embed, /predict and /rerank, of texts and pairs alike', async () => {
@@ -342,6 +363,106 @@ describe('protocols', () => {
         );
         assert.match(res.body.error, message);
         assert.equal(typeof res.body.error_type, 'string');
+      }
+    });
+  });
+
+  describe("Cohere's rerank", () => {
+    const QUERY = 'What is the capital of France?';
+    const DOCUMENTS = [
+      'Paris is the capital and largest city of France.',
+      'Berlin is the capital of Germany.',
+      'The Eiffel Tower was finished in 1889.',
+    ];
+    const teiRanks = async (texts: string[]) => {
+      const res = await system.post('/rerank', { query: QUERY, texts });
+      assert.equal(res.status, 200, JSON.stringify(res.body));
+      return res.body as Array<{ index: number; score: number }>;
+    };
+    const options = () => ({ token: 'unused', baseUrl: system.url, maxRetries: 0 });
+
+    it("Cohere's v2 client ranks as TEI's /rerank does, top_n cutting the list", async () => {
+      const client = new CohereClientV2(options());
+      const answer = await client.rerank({ model: RERANKER, query: QUERY, documents: DOCUMENTS, topN: 2 });
+      const expected = await teiRanks(DOCUMENTS);
+      assert.equal(answer.results.length, 2);
+      answer.results.forEach((r, i) => {
+        assert.equal(r.index, expected[i].index);
+        assert.ok(Math.abs(r.relevanceScore - expected[i].score) < 1e-6, `${r.relevanceScore} vs ${expected[i].score}`);
+      });
+      assert.equal(answer.meta?.apiVersion?.version, '2');
+      assert.equal(answer.meta?.billedUnits?.searchUnits, 1);
+      assert.ok((answer.meta?.billedUnits?.inputTokens ?? 0) > DOCUMENTS.length, JSON.stringify(answer.meta));
+      assert.equal(typeof answer.id, 'string');
+    });
+
+    it("Cohere's v1 client (Jina's shape): documents as objects, given back with their other fields", async () => {
+      const client = new CohereClient(options());
+      const documents = DOCUMENTS.map((text, i) => ({ text, source: `doc-${i}` }));
+      const answer = await client.rerank({ model: RERANKER, query: QUERY, documents, returnDocuments: true });
+      const expected = await teiRanks(DOCUMENTS);
+      assert.deepEqual(
+        answer.results.map((r) => r.index),
+        expected.map((r) => r.index),
+      );
+      for (const r of answer.results) assert.deepEqual(r.document, documents[r.index]);
+      assert.equal(answer.meta?.apiVersion?.version, '1');
+      // Without return_documents, no documents come back.
+      const bare = await client.rerank({ model: RERANKER, query: QUERY, documents: DOCUMENTS });
+      assert.ok(bare.results.every((r) => r.document === undefined));
+    });
+
+    it("max_tokens_per_doc keeps each document's first tokens: the score of the document cut by hand", async () => {
+      const client = new CohereClientV2(options());
+      // Each word is one token of this vocabulary.
+      const cut = await client.rerank({
+        model: RERANKER,
+        query: QUERY,
+        documents: ['paris is the capital of france and a large city'],
+        maxTokensPerDoc: 3,
+      });
+      const [byHand] = await teiRanks(['paris is the']);
+      const [whole] = await teiRanks(['paris is the capital of france and a large city']);
+      assert.ok(Math.abs(cut.results[0].relevanceScore - byHand.score) < 1e-6, `${cut.results[0].relevanceScore}`);
+      assert.notEqual(byHand.score, whole.score);
+    });
+
+    it("bad requests get a 4xx with Cohere's {message}, which its client raises", async () => {
+      const client = new CohereClientV2(options());
+      await assert.rejects(
+        client.rerank({ model: RERANKER, query: QUERY, documents: DOCUMENTS, topN: 0 }),
+        (err: any) => err.statusCode === 400 && /^top_n: must be a positive integer$/.test(err.body?.message),
+      );
+      const cases: Array<[string, unknown, number, RegExp]> = [
+        ['/v2/rerank', { model: RERANKER, query: QUERY, documents: [] }, 400, /^documents: must not be empty$/],
+        [
+          '/v2/rerank',
+          { model: RERANKER, query: QUERY, documents: [''] },
+          400,
+          /^documents\.0: must not be an empty string$/,
+        ],
+        ['/v1/rerank', { model: RERANKER, query: QUERY, documents: [{ title: 'x' }] }, 400, /"text" string/],
+        ['/v1/rerank', { model: RERANKER, query: '', documents: ['a'] }, 400, /^query: must not be empty$/],
+        [
+          '/v2/rerank',
+          { model: RERANKER, query: QUERY, documents: ['a'], top_n: 1.5 },
+          400,
+          /^top_n: must be a positive integer$/,
+        ],
+        [
+          '/v2/rerank',
+          { model: RERANKER, query: QUERY, documents: ['a'], rank_fields: ['t'] },
+          400,
+          /unknown field\(s\) "rank_fields"/,
+        ],
+        ['/v2/rerank', { model: EMBEDDER, query: QUERY, documents: ['a'] }, 400, /is not a reranker/],
+        ['/v2/rerank', { model: RERANKER, query: QUERY, documents: Array(65).fill('a') }, 413, /at most 64/],
+      ];
+      for (const [path, body, status, message] of cases) {
+        const res = await system.post(path, body);
+        assert.equal(res.status, status, `${path} ${JSON.stringify(body).slice(0, 200)}: ${JSON.stringify(res.body)}`);
+        assert.deepEqual(Object.keys(res.body), ['message']);
+        assert.match(res.body.message, message);
       }
     });
   });

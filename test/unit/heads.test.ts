@@ -11,6 +11,8 @@ import { questionAnsweringHead } from '../../apps/worker/src/tasks/question-answ
 import { zeroShotClassificationHead } from '../../apps/worker/src/tasks/zero-shot-classification.ts';
 import { sentenceSimilarityHead } from '../../apps/worker/src/tasks/sentence-similarity.ts';
 import { topK } from '../../apps/worker/src/tasks/math.ts';
+import { sparseHead } from '../../apps/worker/src/tasks/sparse.ts';
+import { promptOf } from '../../apps/worker/src/tasks/prompts.ts';
 
 /**
  * The task heads read hand-made logits here, with a WordPiece-like stand-in for the tokenizer: a
@@ -67,6 +69,8 @@ function model(task: Task, config: ModelConfig = {}, maxLength = 512): LoadedMod
     config,
     maxLength,
     positions: maxLength,
+    prompts: {},
+    defaultPrompt: '',
   };
 }
 
@@ -345,6 +349,68 @@ function pairEngine(): Engine & { pairs: Array<[string, string]> } {
     },
   } as unknown as Engine & { pairs: Array<[string, string]> };
 }
+
+describe('sparse head (SPLADE)', () => {
+  // Row 1 is the one read: two real tokens over a vocabulary of four, and a padded position that must not count.
+  const output = perToken([
+    [
+      [9, 9, 9, 9],
+      [9, 9, 9, 9],
+      [9, 9, 9, 9],
+    ],
+    [
+      [1, -2, 0, 3],
+      [2, -1, 0, 0.5],
+      [100, 100, 100, 100],
+    ],
+  ]);
+  const encoded: Encoded = { text: 'two tokens', ids: [CLS, SEP] };
+  const loaded = model('fill-mask');
+
+  it('max-pools log(1 + ReLU(logit)) over the real tokens, and drops the zeros', () => {
+    const head = sparseHead(loaded, { strategy: 'max', activation: 'relu' });
+    const values = head.decode(output, 1, encoded, {}) as Array<{ index: number; value: number }>;
+    assert.deepEqual(
+      values.map((v) => v.index),
+      [0, 3],
+    );
+    close(values[0].value, Math.log1p(2), 'index 0');
+    close(values[1].value, Math.log1p(3), 'index 3');
+  });
+
+  it('sums instead where the pooling says so, and log1p_relu takes the log once more', () => {
+    const summed = sparseHead(loaded, { strategy: 'sum', activation: 'relu' }).decode(output, 1, encoded, {}) as Array<{
+      value: number;
+    }>;
+    close(summed[0].value, Math.log1p(1) + Math.log1p(2), 'sum');
+    const twice = sparseHead(loaded, { strategy: 'max', activation: 'log1p_relu' }).decode(
+      output,
+      1,
+      encoded,
+      {},
+    ) as Array<{
+      value: number;
+    }>;
+    close(twice[1].value, Math.log1p(Math.log1p(3)), 'log1p_relu');
+  });
+});
+
+describe('prompts', () => {
+  const loaded = { ...model('feature-extraction'), prompts: { query: 'query: ' }, defaultPrompt: 'passage: ' };
+
+  it("gives a named prompt's text, or the default where the request names none", () => {
+    assert.equal(promptOf(loaded, 'query'), 'query: ');
+    assert.equal(promptOf(loaded, undefined), 'passage: ');
+  });
+
+  it("refuses an unknown name, naming the model's prompts, or saying it has none", () => {
+    assert.throws(
+      () => promptOf(loaded, 'nope'),
+      (err: unknown) => err instanceof ApiError && err.status === 400 && /prompts: query$/.test(err.message),
+    );
+    assert.throws(() => promptOf(model('feature-extraction'), 'query'), /has no prompts/);
+  });
+});
 
 describe('question-answering head', () => {
   const context = 'one two three four five six seven eight nine ten';

@@ -22,9 +22,10 @@ const plan = (env: Record<string, string>, config = bertConfig, onServer: string
 };
 
 describe('which files a worker fetches from the hub', () => {
-  it('a DTYPE named: the weights of that dtype, asking the server nothing', async () => {
-    assert.deepEqual(await plan({ DTYPE: 'q8' }), { required: ['onnx/model_quantized.onnx'], optional: [], asked: [] });
-    assert.deepEqual(await plan({ DTYPE: 'fp32' }), { required: ['onnx/model.onnx'], optional: [], asked: [] });
+  it("a DTYPE named: the weights of that dtype, asking the server nothing; a sentence-transformers folder's prompts and modules where present", async () => {
+    const optional = ['config_sentence_transformers.json', 'modules.json'];
+    assert.deepEqual(await plan({ DTYPE: 'q8' }), { required: ['onnx/model_quantized.onnx'], optional, asked: [] });
+    assert.deepEqual(await plan({ DTYPE: 'fp32' }), { required: ['onnx/model.onnx'], optional, asked: [] });
   });
 
   it('DTYPE=auto on the CPU: int8-row from fp32 where the server has it, else from q8, and fp32 named missing where it has neither', async () => {

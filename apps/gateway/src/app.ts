@@ -18,6 +18,7 @@ import { assignRequestId } from './http/request-id.js';
 import { DASHBOARD_PATH, dashboard } from './ops/dashboard.js';
 import { openAiRoutes } from './protocols/openai.js';
 import { teiRoutes } from './protocols/tei.js';
+import { cohereRoutes } from './protocols/cohere.js';
 import { kserveRoutes } from './protocols/kserve.js';
 import { openApiRoutes } from './ops/openapi.js';
 
@@ -39,7 +40,7 @@ export interface AppParts {
 }
 
 /** What the gateway answers, for `--help` and for a request to any other route. */
-export const ROUTES = `POST /, POST /models/<model id>, POST /v1/embeddings, GET /v1/models, POST /embed, /predict, /rerank, /tokenize, GET /info, GET /v2/health/ready, /v2/models/<name>, POST /v2/models/<name>/infer, GET /health, GET /ready, GET /backlog?model=<model id>, GET /metrics, GET /openapi.json, /docs, ${DASHBOARD_PATH}`;
+export const ROUTES = `POST /, POST /models/<model id>, POST /v1/embeddings, GET /v1/models, POST /embed, /embed_all, /embed_sparse, /predict, /rerank, /tokenize, GET /info, POST /v1/rerank, /v2/rerank, GET /v2/health/ready, /v2/models/<name>, POST /v2/models/<name>/infer, GET /health, GET /ready, GET /backlog?model=<model id>, GET /metrics, GET /openapi.json, /docs, ${DASHBOARD_PATH}`;
 
 export function createApp(parts: AppParts): Express {
   const app = express();
@@ -61,7 +62,9 @@ export function createApp(parts: AppParts): Express {
   app.use(DASHBOARD_PATH, dashboard(parts));
   const answerErrors = errorHandler(parts.logger);
   inferenceRoutes(app, parts.config, parts.service, admission, answerErrors);
-  // The same queue and workers, in the protocols users already have clients for.
+  // The same queue and workers, in the protocols users already have clients for. Cohere's go
+  // first: OpenAI's answer the rest of /v1.
+  cohereRoutes(app, parts);
   openAiRoutes(app, parts);
   teiRoutes(app, parts);
   kserveRoutes(app, parts);

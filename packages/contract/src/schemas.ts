@@ -14,12 +14,16 @@ export const TASKS = [
 ] as const;
 export type Task = (typeof TASKS)[number];
 
-/** What a worker can be asked to do: a task, or only tokenize (TEI's /tokenize), which runs no model. */
-export type Operation = Task | 'tokenize';
+/**
+ * What a worker can be asked to do: a task; only tokenize (TEI's /tokenize), which runs no model;
+ * or a sparse vector (TEI's /embed_sparse) from a masked-LM model that serves them.
+ */
+export type Operation = Task | 'tokenize' | 'embed-sparse';
 
 /** Parameters of tokenization alone. */
 export interface TokenizeParameters {
   add_special_tokens?: boolean;
+  prompt_name?: string;
 }
 
 /** A text and the text it is read with, run as one sequence ([CLS] text [SEP] text_pair [SEP]). */
@@ -82,6 +86,7 @@ export const taskInputSchemas = {
   'question-answering': oneOrMany(questionAnsweringSchema, '{"question", "context"}'),
   'sentence-similarity': sentenceSimilaritySchema,
   tokenize: inputsSchema,
+  'embed-sparse': inputsSchema,
 } satisfies Record<Operation, z.ZodType>;
 
 /** Reads one input of any task: an object with text_pair stays a pair, a pair without it is its text. */
@@ -117,6 +122,9 @@ export const FILL_MASK_MOST_CANDIDATES = 1000;
 /** Keep the last tokens instead of the first when cutting (TEI's truncation_direction); each text of a pair alike. */
 const truncationDirection = z.enum(['right', 'left']).optional();
 
+/** One of the model's named prompts (config_sentence_transformers.json), put before each input. */
+const promptName = z.string().min(1, 'prompt_name must not be empty').optional();
+
 export const parameterSchemas = {
   'text-classification': z
     .object({
@@ -124,6 +132,8 @@ export const parameterSchemas = {
       top_k: z.number().int().min(1).nullable().optional(),
       function_to_apply: z.enum(SCORE_FUNCTIONS).optional(),
       truncation_direction: truncationDirection,
+      /** Most tokens kept of a pair's `text_pair` before the pair is cut to the model's length (a rerank document's own limit). */
+      text_pair_max_tokens: z.number().int().min(1).optional(),
     })
     .strict(),
   'fill-mask': z
@@ -145,6 +155,7 @@ export const parameterSchemas = {
       normalize: z.boolean().optional(),
       pooling: z.enum(['mean', 'cls', 'none']).optional(),
       truncation_direction: truncationDirection,
+      prompt_name: promptName,
     })
     .strict(),
   'question-answering': z
@@ -184,7 +195,8 @@ export const parameterSchemas = {
     })
     .strict(),
   'sentence-similarity': z.object({ ...common }).strict(),
-  tokenize: z.object({ add_special_tokens: z.boolean().optional() }).strict(),
+  tokenize: z.object({ add_special_tokens: z.boolean().optional(), prompt_name: promptName }).strict(),
+  'embed-sparse': z.object({ ...common, truncation_direction: truncationDirection, prompt_name: promptName }).strict(),
 } satisfies Record<Operation, z.ZodType>;
 
 export type TextClassificationParameters = z.infer<(typeof parameterSchemas)['text-classification']>;
@@ -194,6 +206,7 @@ export type FeatureExtractionParameters = z.infer<(typeof parameterSchemas)['fea
 export type QuestionAnsweringParameters = z.infer<(typeof parameterSchemas)['question-answering']>;
 export type ZeroShotParameters = z.output<(typeof parameterSchemas)['zero-shot-classification']>;
 export type SentenceSimilarityParameters = z.infer<(typeof parameterSchemas)['sentence-similarity']>;
+export type SparseParameters = z.infer<(typeof parameterSchemas)['embed-sparse']>;
 export type TaskParameters =
   | TextClassificationParameters
   | FillMaskParameters
@@ -202,6 +215,7 @@ export type TaskParameters =
   | QuestionAnsweringParameters
   | ZeroShotParameters
   | SentenceSimilarityParameters
+  | SparseParameters
   | TokenizeParameters;
 
 /**

@@ -9,7 +9,7 @@ import { ERROR_STATUS, type ErrorBody, type ErrorType } from './errors.js';
  * (`queueNameFor`), and a gateway routes only to workers of its own number. Change it whenever
  * a message changes shape; there is no other compatibility code.
  */
-export const PROTOCOL = 3;
+export const PROTOCOL = 4;
 
 /** One client request inside a job: already validated by the gateway, so the worker trusts its inputs. */
 export interface QueuedRequest {

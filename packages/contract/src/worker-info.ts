@@ -26,6 +26,8 @@ export interface WorkerInfo {
   tasks?: Task[];
   /** The classifier's labels in output order, for classification models. */
   labels?: string[];
+  /** The model serves sparse vectors (embed-sparse): a masked-LM model with SPLADE pooling. */
+  sparse?: true;
   /** The function text-classification applies to the logits when a request names none. */
   scoreFunction?: DefaultScoreFunction;
   dtype: string;

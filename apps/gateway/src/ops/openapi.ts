@@ -15,6 +15,7 @@ import {
 import { inferenceApiOpenApi } from '../protocols/inference-api-openapi.js';
 import { openAiOpenApi } from '../protocols/openai-openapi.js';
 import { teiOpenApi } from '../protocols/tei-openapi.js';
+import { cohereOpenApi } from '../protocols/cohere-openapi.js';
 import { kserveOpenApi } from '../protocols/kserve-openapi.js';
 
 /**
@@ -130,6 +131,7 @@ function openApiDocument(options: OpenApiOptions): Json {
     inferenceApiOpenApi(options),
     openAiOpenApi(options),
     teiOpenApi(options),
+    cohereOpenApi(options),
     kserveOpenApi(options),
     { tag: OPERATIONS_TAG, paths: operationsPaths() },
   ];
@@ -144,7 +146,7 @@ function openApiDocument(options: OpenApiOptions): Json {
       title: 'tserve',
       version: '0.1.0',
       description:
-        "Transformer models behind the Hugging Face Inference API, OpenAI embeddings, TEI and KServe v2. Model ids hold a slash: send it as is or as %2F. KServe v2 and TEI are also served over gRPC (GRPC_PORT, 8001: Triton's GRPCInferenceService, TEI's tei.v1, gRPC health and reflection); its .proto files are in packages/contract/proto of the repository (docs/api/grpc.md).",
+        "Transformer models behind the Hugging Face Inference API, OpenAI embeddings, TEI, Cohere's rerank and KServe v2. Model ids hold a slash: send it as is or as %2F. KServe v2 and TEI are also served over gRPC (GRPC_PORT, 8001: Triton's GRPCInferenceService, TEI's tei.v1, gRPC health and reflection); its .proto files are in packages/contract/proto of the repository (docs/api/grpc.md).",
     },
     tags: parts.map((part) => ({ name: part.tag })),
     paths,

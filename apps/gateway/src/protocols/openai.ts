@@ -25,6 +25,11 @@ const embeddingsRequest = z
     encoding_format: z.enum(['float', 'base64']).optional(),
     dimensions: z.number().int().min(1).optional(),
     user: z.string().optional(),
+    prompt_name: z
+      .string()
+      .min(1)
+      .optional()
+      .meta({ description: "not OpenAI's: one of the model's named prompts, put before each input" }),
   })
   .strict();
 
@@ -111,7 +116,7 @@ export function openAiRoutes(router: IRouter, { config, service, registry, admis
       }
       const parsed = embeddingsRequest.safeParse(req.body);
       if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
-      const { model, input, encoding_format: format = 'float', dimensions } = parsed.data;
+      const { model, input, encoding_format: format = 'float', dimensions, prompt_name } = parsed.data;
       const served = registry.get(model);
       if (served && !served.tasks.includes('feature-extraction')) {
         throw new ApiError(
@@ -119,7 +124,12 @@ export function openAiRoutes(router: IRouter, { config, service, registry, admis
           `model ${model} is not an embedding model (it serves ${served.tasks.join(', ')}); see GET /v1/models`,
         );
       }
-      const result = await runRouteCall(service, req, res, { model, task: 'feature-extraction', inputs: input });
+      const result = await runRouteCall(service, req, res, {
+        model,
+        task: 'feature-extraction',
+        inputs: input,
+        ...(prompt_name !== undefined ? { parameters: { prompt_name } } : {}),
+      });
       const vectors = (result.single ? [result.outputs[0]] : result.outputs) as number[][];
       if (dimensions !== undefined && dimensions > vectors[0].length) {
         throw new ApiError('validation', `dimensions must be at most ${vectors[0].length} for model ${model}`);
@@ -151,7 +161,7 @@ export function openAiRoutes(router: IRouter, { config, service, registry, admis
     next(
       new ApiError(
         'not_found',
-        `no route for ${req.method} /v1${req.path}; this server offers POST /v1/embeddings and GET /v1/models`,
+        `no route for ${req.method} /v1${req.path}; this server offers POST /v1/embeddings, GET /v1/models and POST /v1/rerank`,
       ),
     ),
   );

@@ -2,8 +2,17 @@ import { randomUUID } from 'node:crypto';
 import { ApiError } from '@tserve/contract';
 import type { GrpcCall, GrpcService } from '../grpc/grpc-server.js';
 import { admitMetadata, type ProtocolParts } from '../serving/route-call.js';
-import { ANY, CLASSIFIER, EMBEDDING, RERANKER, Tei, type RouteKind, type TeiRequest, type Timing } from './tei.js';
-import { embedRequest, parse, predictRequest, rerankRequest, tokenizeRequest } from './tei-schemas.js';
+import { ANY, CLASSIFIER, EMBEDDING, RERANKER, SPARSE, type RouteKind } from '../serving/model-choice.js';
+import { Tei, type TeiRequest, type Timing } from './tei.js';
+import {
+  embedAllRequest,
+  embedRequest,
+  embedSparseRequest,
+  parse,
+  predictRequest,
+  rerankRequest,
+  tokenizeRequest,
+} from './tei-schemas.js';
 
 /**
  * Text-embeddings-inference's gRPC services (`tei.v1` in packages/contract/proto/tei.proto): the
@@ -80,7 +89,12 @@ export function teiGrpc(parts: ProtocolParts): GrpcService[] {
   const admitted = async <T>(call: GrpcCall, kind: RouteKind, run: (request: TeiRequest) => Promise<T>): Promise<T> => {
     const xModel = call.metadata('x-model');
     const requestId = randomUUID();
-    const { caller, release } = await admitMetadata(parts, call, () => tei.pickBeforeBody(xModel, kind), requestId);
+    const { caller, release } = await admitMetadata(
+      parts,
+      call,
+      () => tei.choice.pickBeforeBody(xModel, kind),
+      requestId,
+    );
     try {
       return await run({ caller, xModel });
     } finally {
@@ -99,6 +113,23 @@ export function teiGrpc(parts: ProtocolParts): GrpcService[] {
     });
     const [vectors, timing] = await admitted(call, EMBEDDING, (request) => tei.embed(request, body));
     return { embeddings: vectors[0], metadata: metadataOf(timing, String(m.inputs).length, startedAt) };
+  };
+
+  const embedSparse = async (m: Message, call: GrpcCall) => {
+    const startedAt = performance.now();
+    const body = parse(embedSparseRequest, { inputs: m.inputs, ...truncation(m), prompt_name: m.prompt_name });
+    const [vectors, timing] = await admitted(call, SPARSE, (request) => tei.embedSparse(request, body));
+    return { sparse_embeddings: vectors[0], metadata: metadataOf(timing, String(m.inputs).length, startedAt) };
+  };
+
+  const embedAll = async (m: Message, call: GrpcCall) => {
+    const startedAt = performance.now();
+    const body = parse(embedAllRequest, { inputs: m.inputs, ...truncation(m), prompt_name: m.prompt_name });
+    const [vectors, timing] = await admitted(call, EMBEDDING, (request) => tei.embedAll(request, body));
+    return {
+      token_embeddings: vectors[0].map((embeddings) => ({ embeddings })),
+      metadata: metadataOf(timing, String(m.inputs).length, startedAt),
+    };
   };
 
   const predict = async (m: Message, call: GrpcCall, pair: boolean) => {
@@ -170,8 +201,18 @@ export function teiGrpc(parts: ProtocolParts): GrpcService[] {
     }),
     service(
       'Embed',
-      { Embed: (request, call) => embed(request as Message, call) },
-      { streams: { EmbedStream: (requests, send, call) => inOrder(requests, send, (m) => embed(m, call)) } },
+      {
+        Embed: (request, call) => embed(request as Message, call),
+        EmbedSparse: (request, call) => embedSparse(request as Message, call),
+        EmbedAll: (request, call) => embedAll(request as Message, call),
+      },
+      {
+        streams: {
+          EmbedStream: (requests, send, call) => inOrder(requests, send, (m) => embed(m, call)),
+          EmbedSparseStream: (requests, send, call) => inOrder(requests, send, (m) => embedSparse(m, call)),
+          EmbedAllStream: (requests, send, call) => inOrder(requests, send, (m) => embedAll(m, call)),
+        },
+      },
     ),
     service(
       'Predict',

@@ -37,6 +37,18 @@ export function teiOpenApi(options: OpenApiOptions): OpenApiPart {
     tag: TAG,
     paths: {
       '/embed': call('teiEmbed', 'embeddings (an embedding model)', embedRequest, embedResponse),
+      '/embed_sparse': call(
+        'teiEmbedSparse',
+        'sparse vectors (a masked-LM model with SPLADE pooling)',
+        teiSchemas.embedSparseRequest,
+        teiSchemas.embedSparseResponse,
+      ),
+      '/embed_all': call(
+        'teiEmbedAll',
+        "each token's vector, unpooled (an embedding model)",
+        teiSchemas.embedAllRequest,
+        teiSchemas.embedAllResponse,
+      ),
       '/predict': call(
         'teiPredict',
         'classify texts or pairs (a sequence classifier)',

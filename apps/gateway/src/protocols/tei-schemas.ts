@@ -16,6 +16,13 @@ const texts = z.union([text, z.array(text).min(1, 'inputs must not be an empty l
 const direction = z.enum(['Right', 'Left', 'right', 'left']).transform((d) => d.toLowerCase() as 'right' | 'left');
 /** TEI cuts nothing unless asked; `Left` keeps the last tokens (each text of a pair alike). */
 const truncation = { truncate: z.boolean().default(false), truncation_direction: direction.optional() };
+/** One of the model's named prompts, put before each input; null or absent: its default prompt. */
+const prompt_name = z
+  .string()
+  .min(1)
+  .nullable()
+  .optional()
+  .transform((v) => v ?? undefined);
 /** A body's model choice, for when several served models fit the route. */
 const model = z.string().min(1).optional();
 
@@ -24,11 +31,26 @@ export const embedRequest = z
     inputs: texts,
     normalize: z.boolean().default(true),
     ...truncation,
-    prompt_name: z.null().optional(),
+    prompt_name,
     dimensions: z.number().int().min(1).nullable().optional(),
     model,
   })
   .strict();
+
+/**
+ * TEI's `/embed_all` (each token's vector, as the model gives it) and `/embed_sparse` (a sparse
+ * vector from a masked-LM model with SPLADE pooling) take the same body.
+ */
+const unpooledRequest = z
+  .object({
+    inputs: texts,
+    ...truncation,
+    prompt_name,
+    model,
+  })
+  .strict();
+export const embedAllRequest = unpooledRequest;
+export const embedSparseRequest = unpooledRequest;
 
 const pair = z.tuple([text, text]);
 const sequence = z.union([text, pair]);
@@ -61,7 +83,7 @@ export const tokenizeRequest = z
   .object({
     inputs: texts,
     add_special_tokens: z.boolean().default(true),
-    prompt_name: z.null().optional(),
+    prompt_name,
     model,
   })
   .strict();
@@ -97,7 +119,7 @@ export const info = z.strictObject({
   model_type: z.union([
     z.strictObject({ reranker: labelMap }),
     z.strictObject({ classifier: labelMap }),
-    z.strictObject({ embedding: z.strictObject({ pooling: z.string() }) }),
+    z.strictObject({ embedding: z.strictObject({ pooling: z.string().meta({ description: 'mean, or splade' }) }) }),
   ]),
   task: z.enum(TASKS),
   tasks: z.array(z.enum(TASKS)),
@@ -115,6 +137,14 @@ export const info = z.strictObject({
 export const teiSchemas = {
   embedRequest,
   embedResponse: z.array(z.array(z.number())),
+  embedSparseRequest,
+  embedSparseResponse: z
+    .array(z.array(z.strictObject({ index: z.number().int(), value: z.number() })))
+    .meta({ description: 'for each input, its non-zero vocabulary entries, by index' }),
+  embedAllRequest,
+  embedAllResponse: z.array(z.array(z.array(z.number()))).meta({
+    description: "for each input, each token's vector (special tokens included), neither pooled nor normalised",
+  }),
   predictRequest,
   predictResponse: z
     .union([labelScores, z.array(labelScores)])

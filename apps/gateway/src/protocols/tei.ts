@@ -1,15 +1,19 @@
 import type { IRouter, Request, Response } from 'express';
 import { z } from 'zod';
-import { ApiError, batchWarning, type ErrorType } from '@tserve/contract';
+import { ApiError, batchWarning, type ErrorType, type Operation } from '@tserve/contract';
 import type { ServedModel } from '../serving/served-models.js';
 import { BodyTooLarge, errorHandler, type ErrorFormat } from '../http/http-errors.js';
 import { httpCaller, jsonBody, type Caller, type ProtocolParts } from '../serving/route-call.js';
 import type { InferenceResult } from '../serving/inference.js';
 import { shorten } from '../serving/embedding-dimensions.js';
+import { ANY, CLASSIFIER, EMBEDDING, ModelChoice, RERANKER, SPARSE, type RouteKind } from '../serving/model-choice.js';
+import { rankTexts } from '../serving/ranking.js';
 import {
   EmptyInput,
   parse,
   embedRequest,
+  embedAllRequest,
+  embedSparseRequest,
   info,
   predictRequest,
   rerankRequest,
@@ -19,8 +23,8 @@ import {
 } from './tei-schemas.js';
 
 /**
- * Hugging Face text-embeddings-inference's API: `/embed`, `/predict`, `/rerank`, `/tokenize`,
- * `/info`. TEI serves one model; here each route picks the served model for its kind (an embedding
+ * Hugging Face text-embeddings-inference's API: `/embed`, `/embed_all`, `/embed_sparse`, `/predict`,
+ * `/rerank`, `/tokenize`, `/info`. TEI serves one model; here each route picks the served model for its kind (an embedding
  * model, a classifier, a reranker: a one-label classifier), or the one named by a `model` field
  * or an `x-model` header when several fit.
  */
@@ -70,28 +74,13 @@ function toByteOffsets<T extends TokenOffsets>(text: string, tokens: T[]): T[] {
   );
 }
 
-export interface RouteKind {
-  what: string;
-  fits: (m: ServedModel) => boolean;
-}
-export const EMBEDDING: RouteKind = { what: 'an embedding model', fits: (m) => m.tasks.includes('feature-extraction') };
-export const CLASSIFIER: RouteKind = {
-  what: 'a sequence classifier',
-  fits: (m) => m.tasks.includes('text-classification'),
-};
-export const RERANKER: RouteKind = {
-  what: 'a reranker (a classifier with one label)',
-  fits: (m) => m.tasks.includes('text-classification') && m.labels?.length === 1,
-};
-export const ANY: RouteKind = { what: 'a model', fits: () => true };
-
 /** TEI's `model_type` for /info. */
 function modelType(m: ServedModel): z.infer<typeof info>['model_type'] {
   const id2label = Object.fromEntries((m.labels ?? []).map((label, i) => [String(i), label]));
   const label2id = Object.fromEntries((m.labels ?? []).map((label, i) => [label, i]));
   if (RERANKER.fits(m)) return { reranker: { id2label, label2id } };
   if (CLASSIFIER.fits(m)) return { classifier: { id2label, label2id } };
-  return { embedding: { pooling: 'mean' } };
+  return { embedding: { pooling: m.sparse ? 'splade' : 'mean' } };
 }
 
 /** A TEI request's envelope: how it runs its calls, and the model its `x-model` header (or metadata) names. */
@@ -108,64 +97,37 @@ export type Timing = InferenceResult['timing'];
  * checks its kind, makes its model call, and returns TEI's answer with its call's timing.
  */
 export class Tei {
-  constructor(private readonly parts: ProtocolParts) {}
+  readonly choice: ModelChoice;
 
-  /**
-   * The model a request names (body `model`, `x-model`), or the only served one of its kind, or,
-   * with none served at all, the only one configured (MODELS): scaled to zero, its kind is known
-   * once a worker serves it.
-   */
-  pick(xModel: string | undefined, kind: RouteKind, named?: string): string {
-    const { registry } = this.parts;
-    const asked = named ?? xModel;
-    if (asked !== undefined) return asked;
-    const fitting = registry.served().filter(kind.fits);
-    if (fitting.length === 1) return fitting[0].id;
-    const configured = registry.configured();
-    if (registry.served().length === 0 && configured.length === 1) return configured[0];
-    if (fitting.length === 0) {
-      const served = registry.served().map((m) => m.id);
-      throw new ApiError(
-        'unavailable',
-        `no served model is ${kind.what}${served.length ? ` (served: ${served.join(', ')})` : ''}`,
-        2,
-      );
-    }
-    throw new ApiError(
-      'validation',
-      `several served models are ${kind.what}: ${fitting.map((m) => m.id).join(', ')}; name one with a "model" field or x-model (a header, or gRPC metadata)`,
-    );
+  constructor(private readonly parts: ProtocolParts) {
+    this.choice = new ModelChoice(parts.registry);
   }
 
-  /** The model a request's envelope names, or the only fitting one, before its body: for shedding and key permissions. */
-  pickBeforeBody(xModel: string | undefined, kind: RouteKind): string | undefined {
-    try {
-      return this.pick(xModel, kind);
-    } catch {
-      return undefined;
-    }
-  }
-
-  /** The model, once a worker serves it (one still to come is waited for, or refused, as a call is), checked to be of the route's kind. */
-  async checkKind(caller: Caller, id: string, kind: RouteKind): Promise<void> {
-    const served = this.parts.registry.get(id) ?? (await caller.whenServed(id));
-    if (!kind.fits(served))
-      throw new ApiError('validation', `model ${id} is not ${kind.what}; it serves ${served.tasks.join(', ')}`);
-  }
-
-  async embed({ caller, xModel }: TeiRequest, body: z.output<typeof embedRequest>): Promise<[number[][], Timing]> {
-    const id = this.pick(xModel, EMBEDDING, body.model);
-    await this.checkKind(caller, id, EMBEDDING);
-    const result = await caller.run({
+  /** Runs an embedding route's call: the model of `kind`, each input one text, cut and prompted as the body says. */
+  private async runTexts(
+    { caller, xModel }: TeiRequest,
+    kind: RouteKind,
+    task: Operation,
+    body: z.output<typeof embedAllRequest>,
+    parameters: Record<string, unknown> = {},
+  ): Promise<InferenceResult> {
+    const id = this.choice.pick(xModel, kind, body.model);
+    await this.choice.checkKind(caller, id, kind);
+    return caller.run({
       model: id,
-      task: 'feature-extraction',
+      task,
       inputs: typeof body.inputs === 'string' ? [body.inputs] : body.inputs,
       parameters: {
-        normalize: body.normalize,
         truncation: body.truncate,
         truncation_direction: body.truncation_direction,
+        prompt_name: body.prompt_name,
+        ...parameters,
       },
     });
+  }
+
+  async embed(request: TeiRequest, body: z.output<typeof embedRequest>): Promise<[number[][], Timing]> {
+    const result = await this.runTexts(request, EMBEDDING, 'feature-extraction', body, { normalize: body.normalize });
     const vectors = result.outputs as number[][];
     const dimensions = body.dimensions ?? undefined;
     if (dimensions !== undefined && dimensions > vectors[0].length)
@@ -173,10 +135,28 @@ export class Tei {
     return [vectors.map((v) => shorten(v, dimensions, body.normalize)), result.timing];
   }
 
+  /** Each input's token vectors, unpooled and unnormalised: what /embed pools. */
+  async embedAll(request: TeiRequest, body: z.output<typeof embedAllRequest>): Promise<[number[][][], Timing]> {
+    const result = await this.runTexts(request, EMBEDDING, 'feature-extraction', body, {
+      pooling: 'none',
+      normalize: false,
+    });
+    return [result.outputs as number[][][], result.timing];
+  }
+
+  /** Each input's sparse vector: its non-zero vocabulary entries. */
+  async embedSparse(
+    request: TeiRequest,
+    body: z.output<typeof embedSparseRequest>,
+  ): Promise<[Array<Array<{ index: number; value: number }>>, Timing]> {
+    const result = await this.runTexts(request, SPARSE, 'embed-sparse', body);
+    return [result.outputs as Array<Array<{ index: number; value: number }>>, result.timing];
+  }
+
   /** One input's scores, or a list's (a string or a two-string list is one input; any other list is a batch). */
   async predict({ caller, xModel }: TeiRequest, body: z.output<typeof predictRequest>): Promise<[unknown, Timing]> {
-    const id = this.pick(xModel, CLASSIFIER, body.model);
-    await this.checkKind(caller, id, CLASSIFIER);
+    const id = this.choice.pick(xModel, CLASSIFIER, body.model);
+    await this.choice.checkKind(caller, id, CLASSIFIER);
     const single =
       typeof body.inputs === 'string' || (body.inputs.length === 2 && body.inputs.every((x) => typeof x === 'string'));
     const sequences = (single ? [body.inputs] : body.inputs) as Array<string | [string, string]>;
@@ -199,37 +179,24 @@ export class Tei {
     { caller, xModel }: TeiRequest,
     body: z.output<typeof rerankRequest>,
   ): Promise<[z.infer<typeof rankedText>[], Timing]> {
-    const id = this.pick(xModel, RERANKER, body.model);
-    await this.checkKind(caller, id, RERANKER);
-    // Each (query, text) pair is one sequence of the worker's batches.
-    const result = await caller.run({
-      model: id,
-      task: 'text-classification',
-      inputs: body.texts.map((t) => ({ text: body.query, text_pair: t })),
-      parameters: {
-        truncation: body.truncate,
-        truncation_direction: body.truncation_direction,
-        function_to_apply: body.raw_scores ? 'none' : 'sigmoid',
-      },
+    const id = this.choice.pick(xModel, RERANKER, body.model);
+    await this.choice.checkKind(caller, id, RERANKER);
+    const { ranks, timing } = await rankTexts(caller, id, body.query, body.texts, {
+      truncate: body.truncate,
+      direction: body.truncation_direction,
+      rawScores: body.raw_scores,
     });
-    const ranked = (result.outputs as Array<Array<{ score: number }>>)
-      .map((scores, index) => ({
-        index,
-        score: scores[0].score,
-        ...(body.return_text ? { text: body.texts[index] } : {}),
-      }))
-      .sort((a, b) => b.score - a.score);
-    return [ranked, result.timing];
+    return [ranks.map((r) => (body.return_text ? { ...r, text: body.texts[r.index] } : r)), timing];
   }
 
   async tokenize({ caller, xModel }: TeiRequest, body: z.output<typeof tokenizeRequest>): Promise<TokenOffsets[][]> {
-    const id = this.pick(xModel, ANY, body.model);
+    const id = this.choice.pick(xModel, ANY, body.model);
     const texts = typeof body.inputs === 'string' ? [body.inputs] : body.inputs;
     const result = await caller.run({
       model: id,
       task: 'tokenize',
       inputs: texts,
-      parameters: { add_special_tokens: body.add_special_tokens },
+      parameters: { add_special_tokens: body.add_special_tokens, prompt_name: body.prompt_name },
     });
     // Workers give code-point offsets; TEI's are UTF-8 byte offsets.
     return (result.outputs as TokenOffsets[][]).map((tokens, i) => toByteOffsets(texts[i], tokens));
@@ -237,7 +204,7 @@ export class Tei {
 
   info(xModel: string | undefined, named?: string): z.infer<typeof info> {
     const { config, registry } = this.parts;
-    const id = this.pick(xModel, ANY, named);
+    const id = this.choice.pick(xModel, ANY, named);
     const m = registry.get(id);
     if (!m) throw new ApiError('not_found', `model ${id} is not served`);
     const smallest = (values: Array<number | undefined>) =>
@@ -268,13 +235,20 @@ export class Tei {
 export function teiRoutes(router: IRouter, parts: ProtocolParts): void {
   const json = jsonBody(parts.config);
   const tei = new Tei(parts);
-  const admit = (kind: RouteKind) => parts.admission.beforeBody((req) => tei.pickBeforeBody(req.get('x-model'), kind));
+  const admit = (kind: RouteKind) =>
+    parts.admission.beforeBody((req) => tei.choice.pickBeforeBody(req.get('x-model'), kind));
   const request = (req: Request, res: Response): TeiRequest => ({
     caller: httpCaller(parts.service, req, res),
     xModel: req.get('x-model'),
   });
   router.post('/embed', admit(EMBEDDING), json, async (req, res) => {
     res.json((await tei.embed(request(req, res), parse(embedRequest, req.body)))[0]);
+  });
+  router.post('/embed_sparse', admit(SPARSE), json, async (req, res) => {
+    res.json((await tei.embedSparse(request(req, res), parse(embedSparseRequest, req.body)))[0]);
+  });
+  router.post('/embed_all', admit(EMBEDDING), json, async (req, res) => {
+    res.json((await tei.embedAll(request(req, res), parse(embedAllRequest, req.body)))[0]);
   });
   router.post('/predict', admit(CLASSIFIER), json, async (req, res) => {
     res.json((await tei.predict(request(req, res), parse(predictRequest, req.body)))[0]);
@@ -288,6 +262,6 @@ export function teiRoutes(router: IRouter, parts: ProtocolParts): void {
   router.get('/info', (req, res) => {
     res.json(tei.info(req.get('x-model'), typeof req.query.model === 'string' ? req.query.model : undefined));
   });
-  for (const path of ['/embed', '/predict', '/rerank', '/tokenize', '/info'])
+  for (const path of ['/embed', '/embed_all', '/embed_sparse', '/predict', '/rerank', '/tokenize', '/info'])
     router.use(path, errorHandler(parts.logger, teiErrors));
 }

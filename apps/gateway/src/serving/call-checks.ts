@@ -20,6 +20,13 @@ export function taskFor(
 ): Operation {
   // Every model's tokenizer can tokenize.
   if (call.task === 'tokenize') return call.task;
+  if (call.task === 'embed-sparse') {
+    if (served.sparse) return call.task;
+    throw new ApiError(
+      'validation',
+      `model ${served.id} serves no sparse vectors: that takes a masked-LM model (fill-mask) with SPLADE pooling, a sentence-transformers SparseEncoder's folder or POOLING=splade; it serves ${served.tasks.join(', ')}`,
+    );
+  }
   let task = call.task ?? taskOfInputs(call.inputs);
   // An NLI model classifies one text zero-shot when given candidate labels.
   if (!task && 'candidate_labels' in call.parameters && served.tasks.includes('zero-shot-classification'))

@@ -13,6 +13,8 @@ export interface ServedModel {
   task: Task;
   /** Every task it serves, its own first. */
   tasks: Task[];
+  /** It serves sparse vectors (embed-sparse): a masked-LM model with SPLADE pooling. */
+  sparse: boolean;
   /** A classifier's labels, in output order. */
   labels?: string[];
   /** The function a text-classification call applies to the logits by default, if the workers said. */
@@ -112,6 +114,7 @@ export function readHeartbeats(
       id: w.model,
       task: w.task,
       tasks: w.tasks ?? [w.task],
+      sparse: w.sparse === true,
       labels: w.labels,
       scoreFunction: w.scoreFunction,
       maxLength: w.maxTokens,

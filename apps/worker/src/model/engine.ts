@@ -135,16 +135,20 @@ export class Engine {
 
   /**
    * One sequence of two texts; with truncation off (or an impossible cut) it may exceed the model's
-   * length, and is then refused. A left cut keeps each text's last tokens.
+   * length, and is then refused. A left cut keeps each text's last tokens. With truncation on,
+   * `secondMost` caps the second text first (a rerank document's own limit), then the pair is cut.
    */
   encodePair(
     first: string,
     second: string,
     truncation: PairTruncation | false,
     direction: 'right' | 'left' = 'right',
+    secondMost?: number,
   ): Encoded {
     const budget = this.loaded.maxLength - this.specials.pair;
     const cut = truncation ? { keep: budget, direction } : this.pastPositions(this.specials.pair);
+    const keep = (tokens: string[], n: number) =>
+      direction === 'left' ? tokens.slice(tokens.length - n) : tokens.slice(0, n);
     // A zero-shot input, or a rerank query, is the first text of one pair per label or text.
     if (
       this.lastFirst?.text !== first ||
@@ -154,7 +158,12 @@ export class Engine {
       this.lastFirst = { text: first, cut, read: this.read(first, cut) };
     }
     let a = this.lastFirst.read;
-    let b = this.read(second, cut);
+    const secondCap = truncation && secondMost !== undefined && secondMost < budget ? secondMost : undefined;
+    let b = this.read(second, secondCap === undefined ? cut : { keep: secondCap, direction });
+    // The second text as read before its own cap: what a truncation reports.
+    const secondBefore = { tokens: b.tokens.length, whole: b.whole };
+    if (secondCap !== undefined && b.tokens.length > secondCap) b = { tokens: keep(b.tokens, secondCap), whole: true };
+    const secondCut = secondBefore.tokens !== b.tokens.length;
     if (!truncation)
       return { text: first, ...this.build(a.tokens, b.tokens), ...(a.whole && b.whole ? {} : { readInPart: true }) };
     // A text read only in part has at least the tokens read. Where the cut turns on more than that,
@@ -172,14 +181,16 @@ export class Engine {
       }
     }
     const lengths = pairLengths(a.tokens.length, b.tokens.length, budget, truncation);
+    const truncatedFrom = {
+      tokens: a.tokens.length + (secondCut ? secondBefore.tokens : b.tokens.length) + this.specials.pair,
+      atLeast: !(a.whole && (secondCut ? secondBefore.whole : b.whole)),
+    };
     if (!lengths || (lengths[0] === a.tokens.length && lengths[1] === b.tokens.length))
-      return { text: first, ...this.build(a.tokens, b.tokens) };
-    const keep = (tokens: string[], n: number) =>
-      direction === 'left' ? tokens.slice(tokens.length - n) : tokens.slice(0, n);
+      return { text: first, ...this.build(a.tokens, b.tokens), ...(secondCut && lengths ? { truncatedFrom } : {}) };
     return {
       text: first,
       ...this.build(keep(a.tokens, lengths[0]), keep(b.tokens, lengths[1])),
-      truncatedFrom: { tokens: a.tokens.length + b.tokens.length + this.specials.pair, atLeast: !(a.whole && b.whole) },
+      truncatedFrom,
     };
   }
 

@@ -18,6 +18,12 @@ import { TASKS, batchDependence, type Task } from '@tserve/contract';
 import type { WorkerConfig } from '@tserve/config';
 import { taskFromConfig, tasksServed } from './detect.js';
 import {
+  readSentenceTransformers,
+  SENTENCE_TRANSFORMERS_FILES,
+  type SentenceTransformersFolder,
+  type Splade,
+} from './sentence-transformers.js';
+import {
   checkDtypeFile,
   chooseDtype,
   DeviceChoiceError,
@@ -45,6 +51,12 @@ export interface LoadedModel {
   maxLength: number;
   /** Longest sequence its position table can index (undefined: the config does not say); a longer one surely fails. */
   positions: number | undefined;
+  /** Named prompts (config_sentence_transformers.json): text put before an input that names one. */
+  prompts: Record<string, string>;
+  /** Put before an input that names no prompt ('' for none): DEFAULT_PROMPT, or the named default. */
+  defaultPrompt: string;
+  /** How its masked-LM logits pool into a sparse vector, for a model that serves them (POOLING, modules.json). */
+  splade?: Splade;
 }
 
 export interface ModelConfig {
@@ -187,7 +199,10 @@ export function hubFilePlan(config: WorkerConfig): PlanFiles {
       device,
     });
     const weights = files.filter((f) => f.startsWith('onnx/'));
-    return { required: weights, optional: files.filter((f) => f !== 'config.json' && !weights.includes(f)) };
+    return {
+      required: weights,
+      optional: [...files.filter((f) => f !== 'config.json' && !weights.includes(f)), ...SENTENCE_TRANSFORMERS_FILES],
+    };
   };
 }
 
@@ -221,10 +236,40 @@ export async function describeModel(config: WorkerConfig, dir: string): Promise<
       config: modelConfig,
       maxLength: Number.isFinite(maxLength) ? maxLength : 512,
       positions,
+      ...promptsAndPooling(config, task, readSentenceTransformers(dir)),
     };
   } catch (err) {
     throw loadError(config, dir, err);
   }
+}
+
+/** The model's prompts, its default one, and its SPLADE pooling, from its folder and the settings that override it. */
+function promptsAndPooling(
+  config: WorkerConfig,
+  task: Task,
+  folder: SentenceTransformersFolder,
+): Pick<LoadedModel, 'prompts' | 'defaultPrompt' | 'splade'> {
+  const { prompts } = folder;
+  if (config.DEFAULT_PROMPT !== undefined && config.DEFAULT_PROMPT_NAME !== undefined)
+    throw new ModelLoadError('set DEFAULT_PROMPT or DEFAULT_PROMPT_NAME, not both');
+  const name = config.DEFAULT_PROMPT_NAME ?? folder.defaultPromptName;
+  if (name !== undefined && prompts[name] === undefined) {
+    const known = Object.keys(prompts);
+    throw new ModelLoadError(
+      `cannot serve model "${config.MODEL}": its default prompt "${name}" is not one of its prompts${known.length ? ` (${known.join(', ')})` : ' (it has none: config_sentence_transformers.json)'}`,
+    );
+  }
+  const splade =
+    config.POOLING === 'splade' ? (folder.splade ?? { strategy: 'max', activation: 'relu' }) : folder.splade;
+  if (splade && task !== 'fill-mask')
+    throw new ModelLoadError(
+      `cannot serve model "${config.MODEL}" with SPLADE pooling: it needs a masked-LM head (task fill-mask), and its task is ${task}`,
+    );
+  return {
+    prompts,
+    defaultPrompt: config.DEFAULT_PROMPT ?? (name !== undefined ? prompts[name] : ''),
+    ...(splade ? { splade } : {}),
+  };
 }
 
 /** ONNX Runtime's options for a worker's session (the bench runs the model as the workers do with them). */

@@ -124,6 +124,7 @@ function readyInfo(loaded: LoadedModel): Partial<WorkerInfo> {
     state: 'ready',
     task: loaded.task,
     tasks: loaded.tasks,
+    ...(loaded.splade ? { sparse: true as const } : {}),
     labels,
     scoreFunction,
     maxTokens: loaded.maxLength,

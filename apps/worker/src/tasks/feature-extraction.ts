@@ -1,6 +1,7 @@
 import type { FeatureExtractionParameters } from '@tserve/contract';
 import type { LoadedModel } from '../model/model.js';
 import type { TaskHead } from './head.js';
+import { promptOf } from './prompts.js';
 
 function normalized(vector: Float64Array): Float64Array {
   let norm = 0;
@@ -18,8 +19,9 @@ export function featureExtractionHead(loaded: LoadedModel): TaskHead<FeatureExtr
     ) ?? 4096;
   return {
     encode(input, parameters, engine) {
+      const text = promptOf(loaded, parameters.prompt_name) + input;
       return [
-        engine.encode(input, { truncate: parameters.truncation ?? true, direction: parameters.truncation_direction }),
+        engine.encode(text, { truncate: parameters.truncation ?? true, direction: parameters.truncation_direction }),
       ];
     },
     answerValues(encoded, parameters) {

@@ -14,7 +14,10 @@ export function sentenceSimilarityHead(
   return {
     encode(input, parameters, engine) {
       const truncate = parameters.truncation ?? true;
-      return [input.source_sentence, ...input.sentences].map((text) => engine.encode(text, truncate));
+      // The model's default prompt, as its embeddings get it (sentence-transformers' similarity).
+      return [input.source_sentence, ...input.sentences].map((text) =>
+        engine.encode(loaded.defaultPrompt + text, truncate),
+      );
     },
     decode(output, index, encoded) {
       return embed.decode(output, index, encoded, { normalize: true, pooling: 'mean' });

@@ -20,7 +20,15 @@ export function textClassificationHead(loaded: LoadedModel): TaskHead<TextClassi
       const truncate = parameters.truncation ?? true;
       const direction = parameters.truncation_direction;
       if (typeof input === 'string') return [engine.encode(input, { truncate, direction })];
-      return [engine.encodePair(input.text, input.text_pair, truncate ? 'longest_first' : false, direction)];
+      return [
+        engine.encodePair(
+          input.text,
+          input.text_pair,
+          truncate ? 'longest_first' : false,
+          direction,
+          parameters.text_pair_max_tokens,
+        ),
+      ];
     },
     decode(output, index, _encoded, parameters) {
       const classes = output.dims[1];

@@ -1,6 +1,7 @@
 import { ApiError, type TokenizeParameters } from '@tserve/contract';
 import type { LoadedModel } from '../model/model.js';
 import type { TaskHead } from './head.js';
+import { promptOf } from './prompts.js';
 import { alignTokens, tokenizerParts } from './offsets.js';
 
 /** One token as TEI's /tokenize reports it; `start`/`stop` are offsets into the input, null for added special tokens. */
@@ -29,7 +30,12 @@ export function tokenizeHead(loaded: LoadedModel): TaskHead<TokenizeParameters, 
     decode() {
       throw new Error('tokenization runs no model');
     },
-    answer(input, parameters, engine): TokenInfo[] {
+    answer(text, parameters, engine): TokenInfo[] {
+      // The text as the model reads it, its prompt first; offsets still count into the text sent,
+      // and the prompt's tokens, which are not in it, have none.
+      const prompt = promptOf(loaded, parameters.prompt_name);
+      const input = prompt + text;
+      const promptChars = Array.from(prompt).length;
       // Code points, as TEI counts them (and as the offsets below do).
       const chars = Array.from(input);
       const limit = loaded.maxLength * CHARS_PER_TOKEN;
@@ -39,12 +45,13 @@ export function tokenizeHead(loaded: LoadedModel): TaskHead<TokenizeParameters, 
       const spans = alignTokens(input, pieces, parts);
       const tokens: TokenInfo[] = pieces.map((piece, i) => {
         const span = spans[i];
+        const inText = span && span[0] >= promptChars ? span : undefined;
         return {
           id: engine.idOf(piece),
           text: span ? chars.slice(span[0], span[1]).join('') : piece,
           special: false,
-          start: span?.[0] ?? null,
-          stop: span?.[1] ?? null,
+          start: inText ? inText[0] - promptChars : null,
+          stop: inText ? inText[1] - promptChars : null,
         };
       });
       if (parameters.add_special_tokens === false) return tokens;

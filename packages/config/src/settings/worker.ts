@@ -33,6 +33,26 @@ export const workerShape = {
     `${DEVICES.join(' | ')}; gpu: webgpu (Vulkan), the GPU backend onnxruntime-node ships`,
   ),
   TASK: optionalString('override the task', '(from config.json)'),
+  DEFAULT_PROMPT_NAME: optionalString(
+    [
+      'the prompt put before each input to embed or tokenize that names none (prompt_name)',
+      "one of the model's prompts (config_sentence_transformers.json); a request's prompt_name picks another",
+    ],
+    "(the model's default_prompt_name)",
+  ).meta(ADVANCED),
+  // Not trimmed: a prompt ends in the space that parts it from the input ("query: ").
+  DEFAULT_PROMPT: setting(
+    z
+      .string()
+      .optional()
+      .transform((v) => (v === '' ? undefined : v)),
+    'text put before each input to embed or tokenize that names no prompt (not with DEFAULT_PROMPT_NAME)',
+    '(off)',
+  ).meta(ADVANCED),
+  POOLING: setting(z.enum(['auto', 'splade']).default('auto'), [
+    'auto | splade',
+    "splade: a masked-LM model serves sparse vectors (/embed_sparse); auto: so does a sentence-transformers SparseEncoder's folder, by its modules.json",
+  ]).meta(ADVANCED),
   // Unset: by device (see batchDefaults). A GPU call costs milliseconds however full, so GPUs take larger batches.
   BATCH_MAX_SIZE: setting(
     z.coerce.number().int().min(1).optional(),
