@@ -441,10 +441,19 @@ describe('gRPC admission: keys, shedding, deadlines and a cancelled stream', () 
   const backlog = async () =>
     ((await (await fetch(`${system.url}/backlog?model=${IDLE}`)).json()) as { backlog: number }).backlog;
 
+  /** A key allowed two requests a minute. */
+  const limited = 'tsk_grpc2_limited';
+
   before(async () => {
     const hash = `sha256:${createHash('sha256').update('secret').digest('hex')}`;
+    const limitedHash = `sha256:${createHash('sha256').update('limited').digest('hex')}`;
     await system.startGateway({
-      API_KEYS: JSON.stringify({ keys: [{ id: 'grpc1', name: 'grpc', hash, models: [CLASSIFIER, IDLE] }] }),
+      API_KEYS: JSON.stringify({
+        keys: [
+          { id: 'grpc1', name: 'grpc', hash, models: [CLASSIFIER, IDLE] },
+          { id: 'grpc2', name: 'limited', hash: limitedHash, rate: { requests: 2, per_seconds: 3600 } },
+        ],
+      }),
       // A model configured with no worker: its requests wait (x-wait-for-model) and count in the backlog.
       MODELS: IDLE,
       MAX_QUEUE_DEPTH: 2,
@@ -483,6 +492,23 @@ describe('gRPC admission: keys, shedding, deadlines and a cancelled stream', () 
       }),
     );
     assert.equal(priority.code, grpc.status.INVALID_ARGUMENT);
+  });
+
+  it("a key's quota holds over gRPC: past it, RESOURCE_EXHAUSTED with retry-after, on TEI's services too", async () => {
+    const metadata = { 'x-api-key': limited };
+    for (let i = 0; i < 2; i++) await unary(inference, 'ModelInfer', inferOf(CLASSIFIER), { metadata });
+    const over = await refusal(unary(inference, 'ModelInfer', inferOf(CLASSIFIER), { metadata }));
+    assert.equal(over.code, grpc.status.RESOURCE_EXHAUSTED, over.details);
+    assert.match(over.details, /API key limited is over its rate of 2 requests per 3600 s/);
+    assert.equal(over.metadata.get('error-type')[0], 'rate_limited');
+    assert.ok(Number(over.metadata.get('retry-after')[0]) > 0);
+    const tei = grpcClient('tei.v1.Predict', system.grpcPort, 'tei.proto');
+    try {
+      const teiOver = await refusal(unary(tei, 'Predict', { inputs: 'a' }, { metadata }));
+      assert.equal(teiOver.code, grpc.status.RESOURCE_EXHAUSTED, teiOver.details);
+    } finally {
+      tei.close();
+    }
   });
 
   it('a request waiting for its model past its gRPC deadline is DEADLINE_EXCEEDED, and leaves the backlog; without waiting, UNAVAILABLE', async () => {
