@@ -113,12 +113,18 @@ function outcomeOf(err: unknown, context: GrpcCall, route: Route): Partial<grpc.
   return statusOf(err, route.logger, route.method);
 }
 
-function callOf(call: AnyCall): GrpcCall {
+/** A call's context for its handler, and `answered`, to say once its answer is on its way. */
+function callOf(call: AnyCall): { context: GrpcCall; answered: () => void } {
   const controller = new AbortController();
-  call.once('cancelled', () => controller.abort());
+  let answered = false;
+  // grpc-js tells 'cancelled' after every call, answered ones too: aborting those cost each call an
+  // AbortError's stack and its listeners' work (bench/HISTORY.md). Only an unanswered call was cancelled.
+  call.once('cancelled', () => {
+    if (!answered) controller.abort();
+  });
   const deadline = call.getDeadline();
   const at = deadline instanceof Date ? deadline.getTime() : deadline;
-  return {
+  const context: GrpcCall = {
     requestId: randomUUID(),
     signal: controller.signal,
     timeoutMs: Number.isFinite(at) ? Math.max(1, Math.floor(at - Date.now())) : undefined,
@@ -127,6 +133,7 @@ function callOf(call: AnyCall): GrpcCall {
       return value === undefined ? undefined : String(value);
     },
   };
+  return { context, answered: () => (answered = true) };
 }
 
 export interface GrpcServerOptions {
@@ -173,35 +180,37 @@ interface Route {
 
 function unary(handler: UnaryHandler, route: Route): grpc.handleUnaryCall<unknown, unknown> {
   return (call, callback) => {
-    const context = callOf(call);
-    answer(() => route.within(context, () => handler(call.request, context)), context, callback, route);
+    const made = callOf(call);
+    answer(() => route.within(made.context, () => handler(call.request, made.context)), made, callback, route);
   };
 }
 
 function gather(handler: GatherHandler, route: Route): grpc.handleClientStreamingCall<unknown, unknown> {
   return (call, callback) => {
-    const context = callOf(call);
+    const made = callOf(call);
     // Read without destroying the call once the client half-closes: the answer still has to go out.
     const requests = call.iterator({ destroyOnReturn: false });
-    answer(() => route.within(context, () => handler(requests, context)), context, callback, route);
+    answer(() => route.within(made.context, () => handler(requests, made.context)), made, callback, route);
   };
 }
 
 /** Sends a handler's one answer, or its error as a status, and logs the call. */
 function answer(
   handle: () => Promise<object>,
-  context: GrpcCall,
+  { context, answered }: ReturnType<typeof callOf>,
   callback: grpc.sendUnaryData<unknown>,
   route: Route,
 ): void {
   const startedAt = performance.now();
   handle().then(
     (response) => {
+      answered();
       finished(route, context.requestId, startedAt, grpc.status.OK);
       callback(null, response);
     },
     (err) => {
       const status = outcomeOf(err, context, route);
+      answered();
       finished(route, context.requestId, startedAt, status.code!);
       callback(status);
     },
@@ -211,7 +220,7 @@ function answer(
 function stream(handler: StreamHandler, route: Route): grpc.handleBidiStreamingCall<unknown, unknown> {
   return (call) => {
     const startedAt = performance.now();
-    const context = callOf(call);
+    const { context, answered } = callOf(call);
     const send = (response: object) => {
       if (!context.signal.aborted) call.write(response);
     };
@@ -221,13 +230,16 @@ function stream(handler: StreamHandler, route: Route): grpc.handleBidiStreamingC
       .within(context, () => handler(requests, send, context))
       .then(
         () => {
+          answered();
           finished(route, context.requestId, startedAt, grpc.status.OK);
           call.end();
         },
         (err) => {
           const status = outcomeOf(err, context, route);
+          const cancelled = context.signal.aborted;
+          answered();
           finished(route, context.requestId, startedAt, status.code!);
-          if (!context.signal.aborted) call.emit('error', status);
+          if (!cancelled) call.emit('error', status);
         },
       );
   };
@@ -245,6 +257,8 @@ export async function startGrpcServer(services: GrpcService[], options: GrpcServ
   const server = new grpc.Server({
     'grpc.max_receive_message_length': options.maxMessageBytes,
     'grpc.max_send_message_length': -1,
+    // Channelz counts and timestamps every call for a debugging service this server does not offer.
+    'grpc.enable_channelz': 0,
   });
   const definitions = protoLoader.loadSync([...new Set(services.map((s) => s.protoFile))], {
     ...LOADER_OPTIONS,
