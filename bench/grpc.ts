@@ -6,9 +6,17 @@
  * round measures both sides one after the other, the order swapped every round. Per concurrency
  * and side: the medians over the rounds of requests/s, p50, and the CPU per request of the gateway
  * and of this process (the clients: on a small machine they share the cores with the server).
- * Usage: npm run bench:grpc [-- --concurrency 1,64 --rounds 6 --seconds 5 --model <id>]
+ * `--client h2load` drives both sides with nghttp2's h2load instead (Debian: nghttp2-client), a C
+ * load tool whose cost is the same for both protocols: the same request every time, HTTP/1.1 over
+ * `concurrency` connections against gRPC over one HTTP/2 connection with that many streams. The
+ * client's CPU is then not counted: h2load's process is gone before it can be read.
+ * Usage: npm run bench:grpc [-- --concurrency 1,64 --rounds 6 --seconds 5 --model <id> --client node|h2load]
  */
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
 import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { BenchSystem } from './lib/system.ts';
 import { cpuBetween, sampleCpu } from './lib/cpu.ts';
@@ -23,8 +31,10 @@ const { values } = parseArgs({
     rounds: { type: 'string', default: '6' },
     seconds: { type: 'string', default: '5' },
     model: { type: 'string', default: 'replica/MiniLM-L6-H384-uncased-sst2' },
+    client: { type: 'string', default: 'node' },
   },
 });
+if (!['node', 'h2load'].includes(values.client)) throw new Error('--client is node or h2load');
 const concurrencies = values.concurrency.split(',').map(Number);
 const rounds = Number(values.rounds);
 const seconds = Number(values.seconds);
@@ -99,6 +109,73 @@ async function closedLoop(send: Send, connections: number, gatewayPid: number) {
   };
 }
 
+/** The request h2load sends on each side, written once: KServe's JSON, and a gRPC frame of the same ModelInferRequest. */
+function h2loadBodies(dir: string, grpcPort: number): Record<'http' | 'grpc', string> {
+  const input = text();
+  const client = grpcClient('inference.GRPCInferenceService', grpcPort);
+  const serialize = (
+    client.constructor as unknown as { service: Record<string, { requestSerialize: (m: object) => Buffer }> }
+  ).service.ModelInfer.requestSerialize;
+  const message = serialize({ model_name: model, inputs: [texts(input)] });
+  client.close();
+  // gRPC's framing: not compressed (one byte), the message's length (four, big-endian), the message.
+  const frame = Buffer.concat([Buffer.from([0, 0, 0, 0, 0]), message]);
+  frame.writeUInt32BE(message.length, 1);
+  const bodies = { http: path.join(dir, 'http.json'), grpc: path.join(dir, 'grpc.bin') };
+  fs.writeFileSync(
+    bodies.http,
+    JSON.stringify({ inputs: [{ name: 'text', datatype: 'BYTES', shape: [1], data: [input] }] }),
+  );
+  fs.writeFileSync(bodies.grpc, frame);
+  return bodies;
+}
+
+/** One side measured by h2load: a warm-up second, then `seconds`; each request's time from its log. */
+async function h2loadRun(
+  side: 'http' | 'grpc',
+  connections: number,
+  target: { httpPort: number; grpcPort: number; bodies: Record<'http' | 'grpc', string>; dir: string },
+  gatewayPid: number,
+) {
+  const log = path.join(target.dir, `${side}.log`);
+  // h2load appends to its log.
+  fs.rmSync(log, { force: true });
+  const timing = ['-D', String(seconds), '--warm-up-time', '1', `--log-file=${log}`];
+  const args =
+    side === 'grpc'
+      ? [
+          ...['-c', '1', '-m', String(connections), ...timing, '-d', target.bodies.grpc],
+          ...['-H', 'content-type: application/grpc', '-H', 'te: trailers'],
+          `http://127.0.0.1:${target.grpcPort}/inference.GRPCInferenceService/ModelInfer`,
+        ]
+      : [
+          ...['--h1', '-c', String(connections), '-m', '1', ...timing, '-d', target.bodies.http],
+          ...['-H', 'content-type: application/json'],
+          `http://127.0.0.1:${target.httpPort}/v2/models/${model}/infer`,
+        ];
+  const child = spawn('h2load', args, { stdio: ['ignore', 'pipe', 'inherit'] });
+  let output = '';
+  child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
+  await new Promise((r) => setTimeout(r, 1000));
+  const before = sampleCpu({ gateway: gatewayPid });
+  const startedAt = performance.now();
+  if ((await exited) !== 0) throw new Error(`h2load failed:\n${output}`);
+  const after = sampleCpu({ gateway: gatewayPid });
+  const elapsedMs = performance.now() - startedAt;
+  const lines = fs.readFileSync(log, 'utf8').trim().split('\n');
+  const ok = lines.filter((line) => line.split('\t')[1] === '200');
+  if (ok.length !== lines.length) throw new Error(`${side}: ${lines.length - ok.length} answers were not 200`);
+  const latencies = ok.map((line) => Number(line.split('\t')[2]) / 1000);
+  const gatewayPct = cpuBetween(before, after).procs.gateway ?? NaN;
+  return {
+    rps: latencies.length / seconds,
+    p50: summarize(latencies).p50,
+    gatewayCpuMsPerRequest: (gatewayPct / 100) * (elapsedMs / latencies.length),
+    clientCpuMsPerRequest: NaN,
+  };
+}
+
 const system = new BenchSystem({ modelDir: MODEL_DIR, logLevel: 'error' });
 const sides = ['http', 'grpc'] as const;
 type Point = Awaited<ReturnType<typeof closedLoop>>;
@@ -110,13 +187,18 @@ try {
   await system.startWorker(model);
   const gatewayPid = system.gateway!.pid;
   const points = new Map<string, Point[]>();
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tserve-bench-grpc-'));
+  const h2load = { httpPort: system.port, grpcPort, bodies: h2loadBodies(dir, grpcPort), dir };
   for (let r = 0; r < rounds; r++) {
     for (const connections of concurrencies) {
       for (const side of r % 2 === 0 ? sides : [...sides].reverse()) {
-        const grpcClient = side === 'grpc' ? grpcSender(grpcPort) : undefined;
-        const send = grpcClient?.send ?? httpSender(system.port, connections);
-        const point = await closedLoop(send, connections, gatewayPid);
-        grpcClient?.close();
+        let point: Point;
+        if (values.client === 'h2load') point = await h2loadRun(side, connections, h2load, gatewayPid);
+        else {
+          const grpcClient = side === 'grpc' ? grpcSender(grpcPort) : undefined;
+          point = await closedLoop(grpcClient?.send ?? httpSender(system.port, connections), connections, gatewayPid);
+          grpcClient?.close();
+        }
         const key = `${connections} ${side}`;
         points.set(key, [...(points.get(key) ?? []), point]);
         process.stderr.write(
@@ -125,7 +207,10 @@ try {
       }
     }
   }
-  console.log(`${model}, KServe v2 infer of one 16-token text; medians of ${rounds} rounds of ${seconds} s`);
+  fs.rmSync(dir, { recursive: true, force: true });
+  console.log(
+    `${model}, KServe v2 infer of one 16-token text, ${values.client === 'h2load' ? 'h2load' : 'Node clients'}; medians of ${rounds} rounds of ${seconds} s`,
+  );
   console.log('conc  side     req/s    p50 ms   CPU ms/req: gateway   client   gRPC/HTTP req/s, p50');
   for (const connections of concurrencies) {
     const of = (side: string) => points.get(`${connections} ${side}`) ?? [];
