@@ -18,21 +18,15 @@ export function taskFor(
   served: ServedModel,
   call: { task?: Operation; inputs: unknown; parameters: Record<string, unknown> },
 ): Operation {
-  // Every model's tokenizer can tokenize.
-  if (call.task === 'tokenize') return call.task;
-  if (call.task === 'embed-sparse') {
-    if (served.sparse) return call.task;
-    throw new ApiError(
-      'validation',
-      `model ${served.id} serves no sparse vectors: that takes a masked-LM model (fill-mask) with SPLADE pooling, a sentence-transformers SparseEncoder's folder or POOLING=splade; it serves ${served.tasks.join(', ')}`,
-    );
-  }
+  // Every model's tokenizer can tokenize; a model with SPLADE pooling also gives sparse vectors.
+  if (call.task === 'tokenize' || (call.task === 'embed-sparse' && served.sparse)) return call.task;
   let task = call.task ?? taskOfInputs(call.inputs);
   // An NLI model classifies one text zero-shot when given candidate labels.
   if (!task && 'candidate_labels' in call.parameters && served.tasks.includes('zero-shot-classification'))
     task = 'zero-shot-classification';
   task ??= served.task;
-  if (!served.tasks.includes(task)) {
+  const serves: readonly Operation[] = served.tasks;
+  if (!serves.includes(task)) {
     throw new ApiError('validation', `model ${served.id} cannot serve ${task}; it serves ${served.tasks.join(', ')}`);
   }
   return task;

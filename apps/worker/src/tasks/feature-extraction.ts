@@ -1,7 +1,7 @@
 import type { FeatureExtractionParameters } from '@tserve/contract';
 import type { LoadedModel } from '../model/model.js';
 import type { TaskHead } from './head.js';
-import { promptOf } from './prompts.js';
+import { encodePrompted } from './prompts.js';
 
 function normalized(vector: Float64Array): Float64Array {
   let norm = 0;
@@ -18,12 +18,7 @@ export function featureExtractionHead(loaded: LoadedModel): TaskHead<FeatureExtr
       (w): w is number => typeof w === 'number',
     ) ?? 4096;
   return {
-    encode(input, parameters, engine) {
-      const text = promptOf(loaded, parameters.prompt_name) + input;
-      return [
-        engine.encode(text, { truncate: parameters.truncation ?? true, direction: parameters.truncation_direction }),
-      ];
-    },
+    encode: (input, parameters, engine) => encodePrompted(loaded, input, parameters, engine),
     answerValues(encoded, parameters) {
       return (parameters.pooling === 'none' ? encoded.ids.length : 1) * width;
     },

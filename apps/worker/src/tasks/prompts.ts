@@ -1,4 +1,5 @@
 import { ApiError } from '@tserve/contract';
+import type { Encoded, Engine } from '../model/engine.js';
 import type { LoadedModel } from '../model/model.js';
 
 /**
@@ -16,4 +17,15 @@ export function promptOf(loaded: LoadedModel, name: string | undefined): string 
       ? `prompt_name "${name}" is not one of model ${loaded.id}'s prompts: ${known.join(', ')}`
       : `prompt_name "${name}": model ${loaded.id} has no prompts (config_sentence_transformers.json names none)`,
   );
+}
+
+/** One text as the embedding heads run it: its prompt first, cut as its request says (right, by default). */
+export function encodePrompted(
+  loaded: LoadedModel,
+  input: string,
+  parameters: { prompt_name?: string; truncation?: boolean; truncation_direction?: 'right' | 'left' },
+  engine: Engine,
+): Encoded[] {
+  const text = promptOf(loaded, parameters.prompt_name) + input;
+  return [engine.encode(text, { truncate: parameters.truncation ?? true, direction: parameters.truncation_direction })];
 }

@@ -2,7 +2,7 @@ import type { SparseParameters } from '@tserve/contract';
 import type { LoadedModel } from '../model/model.js';
 import type { Splade } from '../model/sentence-transformers.js';
 import type { TaskHead } from './head.js';
-import { promptOf } from './prompts.js';
+import { encodePrompted } from './prompts.js';
 
 /** One vocabulary entry of a sparse vector, as TEI's /embed_sparse gives it. */
 interface SparseValue {
@@ -16,12 +16,7 @@ interface SparseValue {
  */
 export function sparseHead(loaded: LoadedModel, splade: Splade): TaskHead<SparseParameters, string> {
   return {
-    encode(input, parameters, engine) {
-      const text = promptOf(loaded, parameters.prompt_name) + input;
-      return [
-        engine.encode(text, { truncate: parameters.truncation ?? true, direction: parameters.truncation_direction }),
-      ];
-    },
+    encode: (input, parameters, engine) => encodePrompted(loaded, input, parameters, engine),
     decode(output, index, encoded): SparseValue[] {
       const [, length, vocab] = output.dims;
       const pooled = new Float64Array(vocab);
