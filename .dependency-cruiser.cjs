@@ -48,7 +48,7 @@ module.exports = {
       comment: 'http/ is what every stage stands on (the server, errors, request ids); it imports no other room.',
       severity: 'error',
       from: { path: '^apps/gateway/src/http/' },
-      to: { path: '^apps/gateway/src/(protocols|admission|serving|transport|ops|cli|grpc)/' },
+      to: { path: '^apps/gateway/src/(protocols|admission|serving|transport|ops|cli|grpc|offline)/' },
     },
     {
       name: 'gateway-grpc-imports-a-room',
@@ -56,7 +56,7 @@ module.exports = {
         "grpc/ is the gRPC server, as http/ is HTTP's: it imports no other room; protocols hand it their services.",
       severity: 'error',
       from: { path: '^apps/gateway/src/grpc/' },
-      to: { path: '^apps/gateway/src/(http|protocols|admission|serving|transport|ops|cli)/' },
+      to: { path: '^apps/gateway/src/(http|protocols|admission|serving|transport|ops|cli|offline)/' },
     },
     {
       name: 'gateway-protocol-imports-a-protocol',
@@ -72,21 +72,29 @@ module.exports = {
         'admission/ decides whether a request may enter; it knows nothing of protocols, serving, the transport or ops.',
       severity: 'error',
       from: { path: '^apps/gateway/src/admission/' },
-      to: { path: '^apps/gateway/src/(protocols|serving|transport|ops|cli|grpc)/' },
+      to: { path: '^apps/gateway/src/(protocols|serving|transport|ops|cli|grpc|offline)/' },
     },
     {
       name: 'gateway-serving-imports-protocols-or-ops',
       comment: 'serving/ answers every protocol alike, and ops/ reads it, never the reverse.',
       severity: 'error',
       from: { path: '^apps/gateway/src/serving/' },
-      to: { path: '^apps/gateway/src/(protocols|ops|cli|grpc)/' },
+      to: { path: '^apps/gateway/src/(protocols|ops|cli|grpc|offline)/' },
     },
     {
       name: 'gateway-transport-imports-a-room',
       comment: 'transport/ is the one module on BullMQ; it imports no room but http/.',
       severity: 'error',
       from: { path: '^apps/gateway/src/transport/' },
-      to: { path: '^apps/gateway/src/(protocols|admission|serving|ops|cli|grpc)/' },
+      to: { path: '^apps/gateway/src/(protocols|admission|serving|ops|cli|grpc|offline)/' },
+    },
+    {
+      name: 'gateway-offline-imports-a-room',
+      comment:
+        "offline/ keeps the Batch API's files and batches and runs their lines through the gateway's own HTTP routes, as a client would; it imports no other room.",
+      severity: 'error',
+      from: { path: '^apps/gateway/src/offline/' },
+      to: { path: '^apps/gateway/src/(http|protocols|admission|serving|transport|ops|cli|grpc)/' },
     },
     {
       name: 'gateway-room-imports-the-root',

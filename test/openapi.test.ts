@@ -138,6 +138,23 @@ const json = (body: unknown, headers: Record<string, string> = {}) => ({
 });
 
 const MISSING = 'replica/no-such-model';
+
+/** A multipart upload of one file, as OpenAI's clients send it to POST /v1/files. */
+function upload(purpose: string, text: string) {
+  const b = 'tserve-test-boundary';
+  const part = (disposition: string, body: string) =>
+    `--${b}\r\nContent-Disposition: form-data; ${disposition}\r\n\r\n${body}\r\n`;
+  return {
+    body: `${part('name="file"; filename="input.jsonl"', text)}${part('name="purpose"', purpose)}--${b}--\r\n`,
+    headers: { 'content-type': `multipart/form-data; boundary=${b}` },
+  };
+}
+const BATCH_LINE = JSON.stringify({
+  custom_id: 'a',
+  method: 'POST',
+  url: '/v1/embeddings',
+  body: { model: EMBEDDER, input: 'x' },
+});
 /** Configured on the keyed gateway (MODELS) and served by no worker: scaled to zero. */
 const IDLE = CLASSIFIER;
 
@@ -172,6 +189,24 @@ const REQUESTS: Array<[string, string, ReturnType<typeof json>?]> = [
   ['POST', '/v1/embeddings', json({ model: EMBEDDER, input: 'x', encoding_format: 'base64', dimensions: 8 })],
   ['GET', '/v1/models', undefined],
   ['GET', `/v1/models/${MISSING}`, undefined],
+  // OpenAI's Batch API.
+  ['POST', '/v1/files', upload('batch', BATCH_LINE)],
+  ['POST', '/v1/files', upload('fine-tune', BATCH_LINE)],
+  ['GET', '/v1/files?limit=2', undefined],
+  ['GET', '/v1/files?limit=0', undefined],
+  ['GET', '/v1/files/file-nope', undefined],
+  ['GET', '/v1/files/file-nope/content', undefined],
+  ['DELETE', '/v1/files/file-nope', undefined],
+  ['POST', '/v1/batches', json({ input_file_id: 'file-nope', endpoint: '/v1/embeddings', completion_window: '24h' })],
+  [
+    'POST',
+    '/v1/batches',
+    json({ input_file_id: 'file-nope', endpoint: '/v1/chat/completions', completion_window: '24h' }),
+  ],
+  ['GET', '/v1/batches', undefined],
+  ['GET', '/v1/batches?limit=many', undefined],
+  ['GET', '/v1/batches/batch-nope', undefined],
+  ['POST', '/v1/batches/batch-nope/cancel', undefined],
   // TEI.
   ['POST', '/embed', json({ inputs: '', model: EMBEDDER })],
   ['POST', '/embed', json({ inputs: 5, model: EMBEDDER })],

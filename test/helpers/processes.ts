@@ -196,7 +196,11 @@ export async function cleanPrefix(redisUrl: string, prefix: string): Promise<voi
 /** A private redis-server without persistence, which its owner may stop, freeze or restart. */
 export class PrivateRedis {
   proc?: Proc;
-  constructor(readonly port: number) {}
+  /** `persistDir`: an append-only file there, as compose and the manifests configure (--appendonly yes). */
+  constructor(
+    readonly port: number,
+    readonly persistDir?: string,
+  ) {}
   static async onFreePort(): Promise<PrivateRedis> {
     return new PrivateRedis(await freePort());
   }
@@ -206,7 +210,15 @@ export class PrivateRedis {
   async start(): Promise<void> {
     const child = spawn(
       'redis-server',
-      ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+      [
+        '--port',
+        String(this.port),
+        '--bind',
+        '127.0.0.1',
+        '--save',
+        '',
+        ...(this.persistDir ? ['--appendonly', 'yes', '--dir', this.persistDir] : ['--appendonly', 'no']),
+      ],
       {
         stdio: ['ignore', 'pipe', 'pipe'],
       },
@@ -220,8 +232,9 @@ export class PrivateRedis {
       50,
     );
   }
-  async stop(): Promise<void> {
-    await this.proc?.stop('SIGKILL');
+  /** SIGTERM shuts Redis down as a restart does, its append-only file written to the end. */
+  async stop(signal: NodeJS.Signals = 'SIGKILL'): Promise<void> {
+    await this.proc?.stop(signal);
   }
   /** Lets this process exit without waiting for the server, which is killed when this process exits. */
   detach(): void {

@@ -21,6 +21,10 @@ import { teiRoutes } from './protocols/tei.js';
 import { cohereRoutes } from './protocols/cohere.js';
 import { kserveRoutes } from './protocols/kserve.js';
 import { openApiRoutes } from './ops/openapi.js';
+import { openAiFileRoutes } from './protocols/openai-files.js';
+import { openAiBatchRoutes } from './protocols/openai-batches.js';
+import type { FileStore } from './offline/files.js';
+import type { BatchStore } from './offline/batches.js';
 
 export interface AppParts {
   config: GatewayConfig;
@@ -37,10 +41,12 @@ export interface AppParts {
   depth: Pick<QueueDepth, 'of'>;
   /** The server span of each request that runs a model, where tracing is on. */
   traceRequests?: RequestHandler;
+  /** OpenAI's Batch API: its files, its batches, and the runner to tell of a new one. */
+  offline: { files: FileStore; batches: BatchStore; started: () => void };
 }
 
 /** What the gateway answers, for `--help` and for a request to any other route. */
-export const ROUTES = `POST /, POST /models/<model id>, POST /v1/embeddings, GET /v1/models, POST /embed, /embed_all, /embed_sparse, /predict, /rerank, /tokenize, GET /info, POST /v1/rerank, /v2/rerank, GET /v2/health/ready, /v2/models/<name>, POST /v2/models/<name>/infer, GET /health, GET /ready, GET /backlog?model=<model id>, GET /metrics, GET /openapi.json, /docs, ${DASHBOARD_PATH}`;
+export const ROUTES = `POST /, POST /models/<model id>, POST /v1/embeddings, GET /v1/models, POST /embed, /embed_all, /embed_sparse, /predict, /rerank, /tokenize, GET /info, POST /v1/rerank, /v2/rerank, /v1/files, /v1/batches, GET /v2/health/ready, /v2/models/<name>, POST /v2/models/<name>/infer, GET /health, GET /ready, GET /backlog?model=<model id>, GET /metrics, GET /openapi.json, /docs, ${DASHBOARD_PATH}`;
 
 export function createApp(parts: AppParts): Express {
   const app = express();
@@ -55,8 +61,12 @@ export function createApp(parts: AppParts): Express {
   // Routes go on the app itself, not in a router each: an error (every 503 of shedding among them)
   // leaves a router through setImmediate before the handler below answers it, and under load that
   // turn of the event loop waits behind all the I/O ready by then.
+  // Before the bound on bodies: a batch's file has a bound of its own (FILES_MAX_MB).
+  const { config, logger } = parts;
+  openAiFileRoutes(app, { files: parts.offline.files, admission, logger });
+  openAiBatchRoutes(app, { config, admission, logger, ...parts.offline });
   app.use(refuseDeclaredOversize(parts.config.MAX_BODY_BYTES));
-  healthRoutes(app, parts.snapshot, parts.depth, parts.config.DEFAULT_MODEL);
+  healthRoutes(app, parts.snapshot, parts.depth, parts.offline.batches.backlog, parts.config.DEFAULT_MODEL);
   app.get('/metrics', metrics.scrape);
   openApiRoutes(app, parts.config);
   app.use(DASHBOARD_PATH, dashboard(parts));

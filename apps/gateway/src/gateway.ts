@@ -22,6 +22,10 @@ import { kserveGrpc } from './protocols/kserve-grpc.js';
 import { teiGrpc } from './protocols/tei-grpc.js';
 import type { GrpcService } from './grpc/grpc-server.js';
 import { notReadyReasons } from './ops/health.js';
+import { FileStore, OfflineKeys } from './offline/files.js';
+import { BatchStore } from './offline/batches.js';
+import { BatchRunner } from './offline/batch-runner.js';
+import { LineCallers } from './admission/line-callers.js';
 
 /** A start-up failure whose message says all a user needs: printed alone, no stack. */
 export class StartupError extends Error {}
@@ -82,10 +86,12 @@ function createAdmission(
     registry: ModelRegistry;
     metrics: ReturnType<typeof createMetrics>;
   },
-): { admission: Admission; apiKeys?: KeyStore } {
+): { admission: Admission; apiKeys?: KeyStore; lines?: LineCallers } {
   const apiKeys = loadKeys(config, logger);
+  const lines = apiKeys && new LineCallers(apiKeys);
   const admission = new Admission({
     keys: apiKeys,
+    lines,
     quotas: apiKeys ? new Quotas(redis, config.QUEUE_PREFIX) : undefined,
     limits: {
       maxQueueDepth: config.MAX_QUEUE_DEPTH,
@@ -99,7 +105,33 @@ function createAdmission(
     requestTimeoutMs: config.REQUEST_TIMEOUT_MS,
     onQuotaRejected: parts.metrics.quotaRejected,
   });
-  return { admission, apiKeys };
+  return { admission, apiKeys, lines };
+}
+
+/** OpenAI's Batch API: its files and batches in Redis, and the runner of this gateway's share of them. */
+function createOffline(
+  config: GatewayConfig,
+  { redis, gatewayId, logger, lines }: { redis: Redis; gatewayId: string; logger: Logger; lines?: LineCallers },
+) {
+  const keys = new OfflineKeys(config.QUEUE_PREFIX);
+  const files = new FileStore(redis, keys, {
+    maxBytes: config.FILES_MAX_MB * 1e6,
+    maxLines: config.FILES_MAX_LINES,
+    storeMaxBytes: config.FILES_STORE_MAX_MB * 1e6,
+    ttlS: config.FILES_TTL_S,
+  });
+  const batches = new BatchStore(redis, keys, config.FILES_TTL_S);
+  const runner = new BatchRunner({
+    redis,
+    files,
+    batches,
+    gatewayId,
+    // A gateway that died leaves its batches to the others (or to itself, restarted) after this.
+    leaseMs: Math.max(10 * config.REGISTRY_REFRESH_MS, 5000),
+    headersFor: (owner): Record<string, string> => (lines ? { authorization: `Bearer ${lines.tokenFor(owner)}` } : {}),
+    logger,
+  });
+  return { files, batches, runner };
 }
 
 /** Connects to Redis and starts the background reads; then the app may take requests. */
@@ -142,6 +174,10 @@ export interface Gateway {
   connectionDropped: () => void;
   /** Requests waiting for their outcomes. */
   readonly pending: number;
+  /** Starts running batches, whose lines go to this gateway's HTTP port at `origin`. */
+  runBatches(origin: { host: string; port: number }): void;
+  /** Stops running batches: first, as the gateway stops, so that their lines leave its port idle. */
+  stopBatches(): Promise<void>;
   /** Connects to Redis and starts the background reads; then the app may take requests. */
   start(): Promise<void>;
   stop(): Promise<void>;
@@ -182,7 +218,14 @@ export function createGateway(config: GatewayConfig, gatewayId: string, logger: 
     : redis;
   const cache = config.RESPONSE_CACHE_TTL_S > 0 ? responseCache(config, cacheRedis, logger) : undefined;
   const metrics = createMetrics({ snapshot, transport, bodies, unread, cache });
-  const { admission, apiKeys } = createAdmission(config, logger, redis, { depth, bodies, breaker, registry, metrics });
+  const { admission, apiKeys, lines } = createAdmission(config, logger, redis, {
+    depth,
+    bodies,
+    breaker,
+    registry,
+    metrics,
+  });
+  const offline = createOffline(config, { redis, gatewayId, logger, lines });
   const traces = tracing && new GatewayTracing(tracing);
   const service = new InferenceService({
     config,
@@ -204,6 +247,7 @@ export function createGateway(config: GatewayConfig, gatewayId: string, logger: 
     metrics,
     admission,
     depth,
+    offline: { files: offline.files, batches: offline.batches, started: () => offline.runner.kick() },
   });
 
   const grpc = {
@@ -225,7 +269,10 @@ export function createGateway(config: GatewayConfig, gatewayId: string, logger: 
       return transport.pending;
     },
     start: () => start(config, { redis, transport, registry, depth }),
+    runBatches: (origin) => offline.runner.start(origin),
+    stopBatches: () => offline.runner.stop(),
     async stop() {
+      await offline.runner.stop();
       registry.stop();
       depth.stop();
       apiKeys?.stop();

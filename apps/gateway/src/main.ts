@@ -12,6 +12,7 @@ import { expressServer, slowClientTimeouts } from './http/http-server.js';
 import { capConnectionsPerClient } from './http/client-connections.js';
 import { answerMalformedRequests } from './http/malformed-requests.js';
 import { startGrpcServer, type GrpcServer } from './grpc/grpc-server.js';
+import { loopbackHost } from './offline/line-client.js';
 
 if (process.argv.includes('--help') || process.argv.includes('-h')) {
   process.stdout.write(
@@ -70,6 +71,7 @@ async function main(): Promise<void> {
   });
   const port = (server.address() as AddressInfo).port;
   logger.info({ port }, `gateway listening on http://${config.HOST}:${port}`);
+  gateway.runBatches({ host: loopbackHost(config.HOST), port });
   const grpc = config.GRPC_PORT > 0 ? await startGrpc(config, gateway, logger) : undefined;
 
   let stopping = false;
@@ -77,6 +79,8 @@ async function main(): Promise<void> {
     if (stopping) return;
     stopping = true;
     logger.info({ signal, pending: gateway.pending }, 'stopping: answering requests in flight');
+    // A batch's lines would keep the port busy: the batches stop first, and wait for another gateway.
+    await gateway.stopBatches();
     const closed = new Promise<void>((resolve) => server.close(() => resolve()));
     // Keep-alive connections go idle as their last answers leave; close them as they do.
     const closeIdle = setInterval(() => server.closeIdleConnections(), 50);

@@ -18,6 +18,8 @@ export const ERROR_STATUS = {
   overloaded: 503,
   unavailable: 503,
   timeout: 504,
+  /** The store of batches' files holds its bound (FILES_STORE_MAX_MB). */
+  insufficient_storage: 507,
   /** The client left before its request ran; it was skipped. Nobody reads this answer (nginx's 499). */
   cancelled: 499,
 } as const;

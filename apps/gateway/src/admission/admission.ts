@@ -3,6 +3,7 @@ import { ApiError, PRIORITIES, type Priority } from '@tserve/contract';
 import { effectivePriority, keyAllows, type ApiKey, type KeyStore } from './api-keys.js';
 import { QuotaExceeded, type QuotaReason, type QuotaState, type Quotas } from './quotas.js';
 import type { RedisBreaker } from './breaker.js';
+import type { LineCallers } from './line-callers.js';
 import { depthRefusal, sizeRefusal, type BodyBudget, type OverloadLimits, type QueueDepth } from './overload.js';
 import { describeRedisFailure } from '@tserve/queue';
 import { requestIdOf } from '../http/request-id.js';
@@ -24,6 +25,8 @@ export interface Admitted {
 export interface AdmissionParts {
   /** Absent when API keys are off (the default): every caller is admitted as interactive. */
   keys?: KeyStore;
+  /** A batch's lines, sent by this gateway as the key that owns the batch (with keys). */
+  lines?: LineCallers;
   quotas?: Quotas;
   limits: OverloadLimits;
   depth: QueueDepth;
@@ -108,7 +111,7 @@ export class Admission {
     const { keys } = this.parts;
     let key: ApiKey | undefined;
     if (keys) {
-      key = keys.verify(asked.key);
+      key = keys.verify(asked.key) ?? this.parts.lines?.keyOf(asked.key);
       if (!key) {
         onUnknownKey?.();
         throw new ApiError(

@@ -102,6 +102,11 @@ export class KeyStore {
     return key && equal ? key : undefined;
   }
 
+  /** The key in force with this id (a batch's owner), whatever its secret. */
+  byId(id: string): ApiKey | undefined {
+    return this.keys.get(id);
+  }
+
   stop(): void {
     if (this.watching) fs.unwatchFile(this.watching);
   }

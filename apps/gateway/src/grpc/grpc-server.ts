@@ -69,6 +69,7 @@ const STATUS_OF: Record<ErrorType, grpc.status> = {
   overloaded: grpc.status.RESOURCE_EXHAUSTED,
   unavailable: grpc.status.UNAVAILABLE,
   timeout: grpc.status.DEADLINE_EXCEEDED,
+  insufficient_storage: grpc.status.RESOURCE_EXHAUSTED,
   cancelled: grpc.status.CANCELLED,
 };
 

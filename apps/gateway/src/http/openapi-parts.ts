@@ -41,7 +41,7 @@ const STATUS_TEXT: Record<number, string> = {
   400: 'invalid request: the message says what to fix',
   401: 'no valid API key',
   403: 'the API key may not call this model',
-  404: 'no such model (or route)',
+  404: 'no such model, file or batch (or route)',
   413: 'the body, or the number of inputs, is over the limit',
   415: 'the body is not JSON',
   422: 'the model could not run the input',
@@ -50,6 +50,7 @@ const STATUS_TEXT: Record<number, string> = {
   500: 'internal error',
   503: 'overloaded, or no worker serves the model now: retry after Retry-After',
   504: 'the deadline passed before the answer came',
+  507: "the store of batches' files is full (FILES_STORE_MAX_MB)",
 };
 
 /** The error answers of `statuses`, each with the protocol's error body. */

@@ -87,6 +87,8 @@ export function healthRoutes(
   snapshot: Snapshot,
   /** A model's requests accepted and not yet answered, over all gateways. */
   depth: { of(model: string): number },
+  /** A model's lines of batches not yet answered. */
+  batchLines: (model: string) => Promise<number>,
   defaultModel?: string,
 ): void {
   router.get('/health', (_req, res) => {
@@ -105,13 +107,16 @@ export function healthRoutes(
     res.status(reasons.length ? 503 : 200).json(body);
   });
   // What the autoscaler reads (KEDA's metrics-api trigger): a model's requests accepted and not yet
-  // answered, over all gateways, so that any one gateway behind the Service answers for the cluster.
-  // Always 200 while the process runs: KEDA treats any other status as a failed read.
-  router.get('/backlog', (req, res, next) => {
+  // answered, over all gateways, so that any one gateway behind the Service answers for the cluster,
+  // and the lines of its batches still to run, which no queue holds yet. Always 200 while the
+  // process runs: KEDA treats any other status as a failed read (a batch count Redis cannot give
+  // is left out).
+  router.get('/backlog', async (req, res, next) => {
     const model = req.query.model;
     if (typeof model !== 'string' || model === '')
       return next(new ApiError('validation', 'GET /backlog needs ?model=<model id>'));
+    const lines = await batchLines(model).catch(() => 0);
     res.setHeader('cache-control', 'no-store');
-    res.json({ model, backlog: depth.of(model) } satisfies BacklogBody);
+    res.json({ model, backlog: depth.of(model) + lines } satisfies BacklogBody);
   });
 }

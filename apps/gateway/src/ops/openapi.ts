@@ -14,6 +14,7 @@ import {
 } from '../http/openapi-parts.js';
 import { inferenceApiOpenApi } from '../protocols/inference-api-openapi.js';
 import { openAiOpenApi } from '../protocols/openai-openapi.js';
+import { openAiBatchesOpenApi } from '../protocols/openai-batches-openapi.js';
 import { teiOpenApi } from '../protocols/tei-openapi.js';
 import { cohereOpenApi } from '../protocols/cohere-openapi.js';
 import { kserveOpenApi } from '../protocols/kserve-openapi.js';
@@ -130,6 +131,7 @@ function openApiDocument(options: OpenApiOptions): Json {
   const parts: OpenApiPart[] = [
     inferenceApiOpenApi(options),
     openAiOpenApi(options),
+    openAiBatchesOpenApi(options),
     teiOpenApi(options),
     cohereOpenApi(options),
     kserveOpenApi(options),
@@ -146,7 +148,7 @@ function openApiDocument(options: OpenApiOptions): Json {
       title: 'tserve',
       version: '0.1.0',
       description:
-        "Transformer models behind the Hugging Face Inference API, OpenAI embeddings, TEI, Cohere's rerank and KServe v2. Model ids hold a slash: send it as is or as %2F. KServe v2 and TEI are also served over gRPC (GRPC_PORT, 8001: Triton's GRPCInferenceService, TEI's tei.v1, gRPC health and reflection); its .proto files are in packages/contract/proto of the repository (docs/api/grpc.md).",
+        "Transformer models behind the Hugging Face Inference API, OpenAI embeddings and its Batch API, TEI, Cohere's rerank and KServe v2. Model ids hold a slash: send it as is or as %2F. KServe v2 and TEI are also served over gRPC (GRPC_PORT, 8001: Triton's GRPCInferenceService, TEI's tei.v1, gRPC health and reflection); its .proto files are in packages/contract/proto of the repository (docs/api/grpc.md).",
     },
     tags: parts.map((part) => ({ name: part.tag })),
     paths,

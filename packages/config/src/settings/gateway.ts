@@ -105,6 +105,17 @@ export const gatewayShape = {
     "never queue data, whatever Redis's maxmemory-policy",
   ]).meta(ADVANCED),
   RESPONSE_CACHE_REDIS_URL: optionalString('a Redis of its own for the response cache', '(REDIS_URL)').meta(ADVANCED),
+  // OpenAI's own limits for its Batch API: 200 MB and 50,000 lines a file.
+  FILES_MAX_MB: int(200, 1, 'largest file POST /v1/files takes for a batch (413 above)').meta(ADVANCED),
+  FILES_MAX_LINES: int(50_000, 1, "most lines in a batch's file (413 above)").meta(ADVANCED),
+  FILES_STORE_MAX_MB: int(1024, 1, [
+    'what the files of batches, their inputs and outputs, may take in Redis in all; past it, uploads get 507',
+    'see docs/api/batches.md for what a million lines costs',
+  ]).meta(ADVANCED),
+  FILES_TTL_S: int(2_592_000, 1, [
+    "seconds a batch's files and the batch itself are kept",
+    "OpenAI's 30 days by default; a file's expires_at says when it goes",
+  ]).meta(ADVANCED),
   DASHBOARD_USER: optionalString('basic auth user for /admin/queues (with DASHBOARD_PASSWORD)'),
   DASHBOARD_PASSWORD: optionalString('basic auth password for /admin/queues'),
   DASHBOARD_TOKEN: optionalString('bearer token for /admin/queues'),

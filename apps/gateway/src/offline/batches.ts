@@ -1,0 +1,268 @@
+import type { Redis } from 'ioredis';
+import { z } from 'zod';
+import { newId, pageOf, type OfflineKeys, type Page } from './files.js';
+
+/**
+ * OpenAI's batch objects, kept in Redis beside their files. A batch's record is a hash: the object
+ * as its runner last wrote it (`json`), its owner, the counts of lines answered (`completed`,
+ * `failed`) that each answer moves as it is stored, and `cancelling_at`, which a cancel sets
+ * without taking the record from its runner. Each line's answer is a field of the batch's results
+ * hash, stored once: a line answered twice (by a runner that lost its lease, or after a restart)
+ * keeps its first answer and moves no count.
+ */
+
+const STATUSES = [
+  'validating',
+  'failed',
+  'in_progress',
+  'finalizing',
+  'completed',
+  'expired',
+  'cancelling',
+  'cancelled',
+] as const;
+export type BatchStatus = (typeof STATUSES)[number];
+
+export const ENDED: readonly BatchStatus[] = ['failed', 'completed', 'expired', 'cancelled'];
+
+const time = z.number().int().nullable();
+
+/** OpenAI's batch object, as its clients read it. */
+export const batchObjectSchema = z.strictObject({
+  id: z.string(),
+  object: z.literal('batch'),
+  endpoint: z.string(),
+  errors: z
+    .strictObject({
+      object: z.literal('list'),
+      data: z.array(
+        z.strictObject({
+          code: z.string(),
+          message: z.string(),
+          param: z.string().nullable(),
+          line: z.number().nullable(),
+        }),
+      ),
+    })
+    .nullable(),
+  input_file_id: z.string(),
+  completion_window: z.string(),
+  status: z.enum(STATUSES),
+  output_file_id: z.string().nullable().meta({ description: 'the answers of the lines a route answered with a 2xx' }),
+  error_file_id: z
+    .string()
+    .nullable()
+    .meta({ description: 'the other lines: refused, failed, or left unrun by expiry' }),
+  created_at: z.number().int(),
+  in_progress_at: time,
+  expires_at: z.number().int(),
+  finalizing_at: time,
+  completed_at: time,
+  failed_at: time,
+  expired_at: time,
+  cancelling_at: time,
+  cancelled_at: time,
+  request_counts: z.strictObject({ total: z.number().int(), completed: z.number().int(), failed: z.number().int() }),
+  metadata: z.record(z.string(), z.string()).nullable(),
+  model: z.string().nullable().meta({ description: "the model of the batch's first line" }),
+});
+export type BatchObject = z.infer<typeof batchObjectSchema>;
+
+/** What a runner needs of a batch beside its object: whose it is. */
+export interface HeldBatch {
+  owner: string;
+  batch: BatchObject;
+}
+
+export const nowS = () => Math.floor(Date.now() / 1000);
+
+/**
+ * Stores lines' answers, each once. KEYS: results, the batch, the store's byte count, the backlog;
+ * ARGV: the batch's model ('' for none), then each line's index and its answer, marked `o` (output
+ * file) or `e` (error file). A line that has an answer keeps it, and moves no count. Returns how
+ * many were stored.
+ */
+const STORE_ANSWERS = `
+local counts = { o = 0, e = 0 }
+local bytes = 0
+for i = 2, #ARGV, 2 do
+  if redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) == 1 then
+    local kind = string.sub(ARGV[i + 1], 1, 1)
+    counts[kind] = counts[kind] + 1
+    bytes = bytes + #ARGV[i + 1]
+  end
+end
+if counts.o > 0 then redis.call('HINCRBY', KEYS[2], 'completed', counts.o) end
+if counts.e > 0 then redis.call('HINCRBY', KEYS[2], 'failed', counts.e) end
+redis.call('HINCRBY', KEYS[2], 'result_bytes', bytes)
+redis.call('INCRBY', KEYS[3], bytes)
+if ARGV[1] ~= '' then redis.call('HINCRBY', KEYS[4], ARGV[1], -(counts.o + counts.e)) end
+return counts.o + counts.e
+`;
+
+/** A line's answer: for the output file (a 2xx) or the error file. */
+export interface LineAnswer {
+  index: number;
+  line: string;
+  ok: boolean;
+}
+
+export class BatchStore {
+  constructor(
+    private readonly redis: Redis,
+    private readonly keys: OfflineKeys,
+    private readonly ttlS: number,
+  ) {}
+
+  async create(
+    owner: string,
+    fields: Pick<BatchObject, 'endpoint' | 'input_file_id' | 'completion_window' | 'metadata' | 'expires_at'> & {
+      total: number;
+    },
+  ): Promise<BatchObject> {
+    const { total, ...given } = fields;
+    const batch: BatchObject = {
+      id: newId('batch'),
+      object: 'batch',
+      errors: null,
+      status: 'validating',
+      output_file_id: null,
+      error_file_id: null,
+      created_at: nowS(),
+      in_progress_at: null,
+      finalizing_at: null,
+      completed_at: null,
+      failed_at: null,
+      expired_at: null,
+      cancelling_at: null,
+      cancelled_at: null,
+      request_counts: { total, completed: 0, failed: 0 },
+      model: null,
+      ...given,
+    };
+    await this.redis
+      .multi()
+      .hset(this.keys.batch(batch.id), { owner, json: JSON.stringify(batch), completed: 0, failed: 0 })
+      .zadd(this.keys.batchesOf(owner), Date.now(), batch.id)
+      .sadd(this.keys.active(), batch.id)
+      .exec();
+    return batch;
+  }
+
+  /** The batch with its counts as they stand, whoever asks (the runner). */
+  async held(id: string): Promise<HeldBatch | undefined> {
+    const [owner, json, completed, failed, cancellingAt] = await this.redis.hmget(
+      this.keys.batch(id),
+      'owner',
+      'json',
+      'completed',
+      'failed',
+      'cancelling_at',
+    );
+    if (owner === null || json === null) return undefined;
+    const batch = JSON.parse(json) as BatchObject;
+    batch.request_counts = { ...batch.request_counts, completed: Number(completed), failed: Number(failed) };
+    if (cancellingAt !== null && !ENDED.includes(batch.status)) {
+      batch.status = 'cancelling';
+      batch.cancelling_at = Number(cancellingAt);
+    }
+    return { owner, batch };
+  }
+
+  /** The batch, if `owner` made it. */
+  async get(owner: string, id: string): Promise<BatchObject | undefined> {
+    const held = await this.held(id);
+    return held?.owner === owner ? held.batch : undefined;
+  }
+
+  async list(owner: string, query: { after?: string; limit: number }): Promise<Page<BatchObject>> {
+    const { ids, more } = await pageOf(this.redis, this.keys.batchesOf(owner), query);
+    const batches = await Promise.all(ids.map((id) => this.get(owner, id)));
+    return { data: batches.filter((b): b is BatchObject => b !== undefined), has_more: more };
+  }
+
+  /** Asks the batch's runner to stop it; the batch as it then stands, or undefined if `owner` has none. */
+  async cancel(owner: string, id: string): Promise<BatchObject | undefined> {
+    const batch = await this.get(owner, id);
+    if (!batch || ENDED.includes(batch.status) || batch.status === 'cancelling') return batch;
+    await this.redis.hsetnx(this.keys.batch(id), 'cancelling_at', nowS());
+    return this.get(owner, id);
+  }
+
+  /** The runner's write of the batch's object (its counts and cancel stay where they are kept). */
+  async write(batch: BatchObject): Promise<void> {
+    await this.redis.hset(this.keys.batch(batch.id), 'json', JSON.stringify(batch));
+  }
+
+  /**
+   * An ended batch, with its last counts, leaves the active set and takes its `unanswered` lines
+   * (cancelled or expired) out of the backlog; it goes when its files do.
+   */
+  async end(batch: BatchObject, unanswered: number): Promise<void> {
+    const { completed, failed } = batch.request_counts;
+    const multi = this.redis
+      .multi()
+      .hset(this.keys.batch(batch.id), { json: JSON.stringify(batch), completed, failed })
+      .srem(this.keys.active(), batch.id)
+      .zadd(this.keys.expiring(), Date.now() + this.ttlS * 1000, `batch:${batch.id}`);
+    if (batch.model && unanswered > 0) multi.hincrby(this.keys.backlog(), batch.model, -unanswered);
+    await multi.exec();
+  }
+
+  /** Stores each line's answer unless it has one; how many were stored. */
+  async answer(batch: BatchObject, answers: LineAnswer[]): Promise<number> {
+    if (answers.length === 0) return 0;
+    const args = answers.flatMap(({ index, line, ok }) => [index, `${ok ? 'o' : 'e'}${line}`]);
+    const stored = await this.redis.eval(
+      STORE_ANSWERS,
+      4,
+      this.keys.results(batch.id),
+      this.keys.batch(batch.id),
+      this.keys.bytes(),
+      this.keys.backlog(),
+      batch.model ?? '',
+      ...args,
+    );
+    return Number(stored);
+  }
+
+  /**
+   * The batch starts: its lines count in its model's backlog until each is answered. In one step
+   * with the status, so that a runner that dies between the two cannot count them twice.
+   */
+  async start(batch: BatchObject): Promise<void> {
+    const multi = this.redis.multi().hset(this.keys.batch(batch.id), 'json', JSON.stringify(batch));
+    if (batch.model) multi.hincrby(this.keys.backlog(), batch.model, batch.request_counts.total);
+    await multi.exec();
+  }
+
+  /** A model's lines of running batches not yet answered (GET /backlog). */
+  backlog = async (model: string): Promise<number> =>
+    Math.max(0, Number((await this.redis.hget(this.keys.backlog(), model)) ?? 0));
+
+  /** The answers stored of lines `start`…, null for each line without one. */
+  async answers(id: string, start: number, count: number): Promise<Array<{ ok: boolean; line: string } | null>> {
+    if (count <= 0) return [];
+    const fields = Array.from({ length: count }, (_, i) => String(start + i));
+    const held = await this.redis.hmget(this.keys.results(id), ...fields);
+    return held.map((answer) => (answer === null ? null : { ok: answer[0] === 'o', line: answer.slice(1) }));
+  }
+
+  /** Bytes of answers stored and not yet made into files. */
+  async resultBytes(id: string): Promise<number> {
+    return Number((await this.redis.hget(this.keys.batch(id), 'result_bytes')) ?? 0);
+  }
+
+  /** Forgets a batch whose time is up (the sweep's part for batches). */
+  async expire(id: string): Promise<void> {
+    const owner = await this.redis.hget(this.keys.batch(id), 'owner');
+    const bytes = await this.resultBytes(id);
+    const multi = this.redis.multi().del(this.keys.batch(id), this.keys.results(id), this.keys.lease(id));
+    if (owner !== null) multi.zrem(this.keys.batchesOf(owner), id);
+    await multi
+      .zrem(this.keys.expiring(), `batch:${id}`)
+      .srem(this.keys.active(), id)
+      .decrby(this.keys.bytes(), bytes)
+      .exec();
+  }
+}

@@ -1,0 +1,174 @@
+import readline from 'node:readline';
+import type { Readable } from 'node:stream';
+import type { IRouter, Request, RequestHandler, Response } from 'express';
+import busboy from 'busboy';
+import { ApiError, type ErrorType } from '@tserve/contract';
+import { errorHandler, type ErrorFormat } from '../http/http-errors.js';
+import { keyPresented, type Admission } from '../admission/admission.js';
+import type { FileObject, FileStore } from '../offline/files.js';
+import type { Logger } from 'pino';
+
+/**
+ * OpenAI's Files API, for the Batch API's files (`purpose=batch` in; `batch_output` out):
+ * `POST /v1/files` (multipart), `GET /v1/files`, `GET /v1/files/{id}`, `GET /v1/files/{id}/content`,
+ * `DELETE /v1/files/{id}`. An upload streams into the store a window of lines at a time: the
+ * gateway never holds a whole file, and its request-body budget is left to the inference routes.
+ */
+
+const TYPES: Partial<Record<ErrorType, { type: string; code: string | null }>> = {
+  unauthorized: { type: 'invalid_request_error', code: 'invalid_api_key' },
+  not_found: { type: 'invalid_request_error', code: null },
+  payload_too_large: { type: 'invalid_request_error', code: 'file_too_large' },
+  insufficient_storage: { type: 'invalid_request_error', code: 'storage_limit_exceeded' },
+  unavailable: { type: 'server_error', code: 'unavailable' },
+  internal: { type: 'server_error', code: null },
+};
+
+/** OpenAI's error body, `{"error": {"message", "type", "param", "code"}}`, for files and batches. */
+export const offlineErrors: ErrorFormat = (error) => {
+  const { type, code } = TYPES[error.type] ?? { type: 'invalid_request_error', code: null };
+  return { status: error.status, body: { error: { message: error.message, type, param: null, code } } };
+};
+
+/** Who is calling: the key (401 without a valid one, where keys are on), and so whose files these are. */
+export function ownerOf(admission: Admission): RequestHandler {
+  return (req, res, next) => {
+    const { key } = admission.caller({
+      key: keyPresented(req.get('authorization'), req.get('x-api-key')),
+      model: () => undefined,
+    });
+    res.locals.owner = key?.id ?? '-';
+    next();
+  };
+}
+
+export const owner = (res: Response) => res.locals.owner as string;
+
+/** `limit` and `after` of a list, as OpenAI's cursor pages send them. */
+export function pageQuery(req: Request): { after?: string; limit: number } {
+  const limit = req.query.limit === undefined ? 20 : Number(req.query.limit);
+  if (!Number.isInteger(limit) || limit < 1 || limit > 10_000)
+    throw new ApiError('validation', 'limit must be an integer from 1 to 10000');
+  const after = typeof req.query.after === 'string' ? req.query.after : undefined;
+  return { limit, ...(after ? { after } : {}) };
+}
+
+/** A list as OpenAI's cursor pages read it. */
+export function listBody<T extends { id: string }>(page: { data: T[]; has_more: boolean }) {
+  return {
+    object: 'list' as const,
+    data: page.data,
+    first_id: page.data[0]?.id ?? null,
+    last_id: page.data.at(-1)?.id ?? null,
+    has_more: page.has_more,
+  };
+}
+
+async function* linesOf(stream: Readable & { truncated?: boolean }, maxBytes: number): AsyncGenerator<string> {
+  yield* readline.createInterface({ input: stream, crlfDelay: Infinity });
+  if (stream.truncated)
+    throw new ApiError('payload_too_large', `the file is larger than ${maxBytes / 1e6} MB (FILES_MAX_MB)`);
+}
+
+/** Reads a multipart upload's `file` into the store, and its `purpose`; the file, once both are in. */
+function upload(req: Request, files: FileStore, owner: string): Promise<FileObject> {
+  const { maxBytes } = files.limits;
+  return new Promise((resolve, reject) => {
+    let stored: Promise<FileObject> | undefined;
+    let purpose: string | undefined;
+    let unknown: string | undefined;
+    const parser = busboy({ headers: req.headers, limits: { files: 1, fields: 8, fileSize: maxBytes + 1 } });
+    parser.on('field', (name, value) => {
+      if (name === 'purpose') purpose = value;
+      else unknown ??= name;
+    });
+    parser.on('file', (name, stream, info) => {
+      if (name !== 'file') {
+        unknown ??= name;
+        stream.resume();
+        return;
+      }
+      stored = files.create(owner, info.filename || 'upload.jsonl', 'batch', linesOf(stream, maxBytes));
+      // Read on, to the end of the request, even once the store refused the file.
+      stored.catch(() => stream.resume());
+    });
+    parser.on('error', (err) => reject(new ApiError('validation', `malformed multipart body: ${String(err)}`)));
+    parser.on('close', () => {
+      const check = async (): Promise<FileObject> => {
+        if (!stored) throw new ApiError('validation', 'the upload has no "file" part');
+        const file = await stored;
+        const problem =
+          purpose !== 'batch'
+            ? `purpose must be "batch" (files here are for the Batch API), not ${JSON.stringify(purpose ?? null)}`
+            : unknown !== undefined
+              ? `unknown field ${JSON.stringify(unknown)}: this server takes "file" and "purpose"`
+              : undefined;
+        if (problem) {
+          await files.delete(owner, file.id);
+          throw new ApiError('validation', problem);
+        }
+        return file;
+      };
+      check().then(resolve, reject);
+    });
+    req.pipe(parser);
+  });
+}
+
+export function openAiFileRoutes(
+  router: IRouter,
+  { files, admission, logger }: { files: FileStore; admission: Admission; logger: Logger },
+): void {
+  const who = ownerOf(admission);
+  router.post('/v1/files', who, async (req, res) => {
+    if (!req.is('multipart/form-data'))
+      throw new ApiError('validation', 'send the file as multipart/form-data, with the fields "file" and "purpose"');
+    try {
+      res.json(await upload(req, files, owner(res)));
+    } catch (err) {
+      // What is left of a refused upload is not read: the connection closes after the answer.
+      res.setHeader('Connection', 'close');
+      throw err;
+    }
+  });
+
+  router.get('/v1/files', who, async (req, res) => {
+    const order = req.query.order ?? 'desc';
+    if (order !== 'asc' && order !== 'desc') throw new ApiError('validation', 'order must be "asc" or "desc"');
+    const purpose = typeof req.query.purpose === 'string' ? req.query.purpose : undefined;
+    const page = await files.list(owner(res), { ...pageQuery(req), ascending: order === 'asc', purpose });
+    res.json(listBody(page));
+  });
+
+  const fileOf = async (req: Request, res: Response) => {
+    const stored = await files.get(owner(res), String(req.params.id));
+    if (!stored) throw new ApiError('not_found', `no file ${String(req.params.id).slice(0, 100)}`);
+    return stored.file;
+  };
+  router.get('/v1/files/:id', who, async (req, res) => {
+    res.json(await fileOf(req, res));
+  });
+
+  router.get('/v1/files/:id/content', who, async (req, res) => {
+    const file = await fileOf(req, res);
+    res.setHeader('content-type', 'application/octet-stream');
+    res.setHeader('content-disposition', `attachment; filename="${file.filename.replace(/["\\\r\n]/g, '_')}"`);
+    for await (const lines of files.content(file.id)) {
+      if (res.destroyed) return;
+      if (!res.write(`${lines.join('\n')}\n`))
+        await new Promise((resolve) => {
+          res.once('drain', resolve);
+          res.once('close', resolve);
+        });
+    }
+    res.end();
+  });
+
+  router.delete('/v1/files/:id', who, async (req, res) => {
+    const id = String(req.params.id);
+    if (!(await files.delete(owner(res), id))) throw new ApiError('not_found', `no file ${id.slice(0, 100)}`);
+    res.json({ id, object: 'file', deleted: true });
+  });
+
+  router.use('/v1/files', errorHandler(logger, offlineErrors));
+}
