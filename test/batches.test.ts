@@ -12,6 +12,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import OpenAI, { toFile } from 'openai';
+import { Redis } from 'ioredis';
 import { PrivateRedis, TestSystem, freePort, uniquePrefix, waitFor } from './helpers/system.ts';
 import { CLASSIFIER, EMBEDDER } from './helpers/replicas.ts';
 
@@ -152,6 +153,16 @@ describe('the Batch API', () => {
       ],
     );
     assert.equal(errors[2].response.body.error.code, 'model_not_found');
+
+    // What the store counts against FILES_STORE_MAX_MB is what its files hold, once the batch ended.
+    const redis = new Redis(system.redisUrl);
+    try {
+      const counted = Number(await redis.get(`${system.prefix}:offline:bytes`));
+      const listed = (await client.files.list()).data.reduce((sum, f) => sum + f.bytes, 0);
+      assert.equal(counted, listed);
+    } finally {
+      redis.disconnect();
+    }
   });
 
   it('cancel stops the lines not yet run; expiry answers them batch_expired', async () => {
@@ -320,6 +331,10 @@ describe('the Batch API through faults', () => {
       await small.files.create({ file: await jsonl([big]), purpose: 'batch' });
       await small.files.create({ file: await jsonl([big]), purpose: 'batch' });
       await refused([big], 507, /FILES_STORE_MAX_MB/);
+      // A file deleted makes room again.
+      const [held] = (await small.files.list()).data;
+      await small.files.delete(held.id);
+      await small.files.create({ file: await jsonl([big]), purpose: 'batch' });
     } finally {
       await limited.stop();
     }

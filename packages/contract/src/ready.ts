@@ -79,7 +79,15 @@ export type ReadyBody = z.infer<typeof readyBodySchema>;
 /** The body of `GET /backlog?model=<id>`: what the autoscaler scales a model's workers on. */
 export const backlogBodySchema = z.strictObject({
   model: z.string(),
-  backlog: z.number().int().min(0).meta(d('requests for the model accepted and not yet answered, over all gateways')),
+  backlog: z
+    .number()
+    .int()
+    .min(0)
+    .meta(
+      d(
+        "requests for the model accepted and not yet answered, over all gateways, and its batches' lines not yet answered",
+      ),
+    ),
 });
 export type BacklogBody = z.infer<typeof backlogBodySchema>;
 

@@ -1,4 +1,3 @@
-import type { Redis } from 'ioredis';
 import type { FileStore } from './files.js';
 import { errorLine, lineId } from './batch-lines.js';
 import { nowS, type BatchObject, type BatchStatus, type BatchStore } from './batches.js';
@@ -9,75 +8,66 @@ const LINES_AT_ONCE = 1000;
 export type Ending = Extract<BatchStatus, 'completed' | 'expired' | 'cancelled' | 'failed'>;
 
 /**
- * Ends a batch: its answers, in the order of its input lines, become its output file (2xx) and
+ * Ends a batch: its answers, in the order of its input lines, move into its output file (2xx) and
  * its error file (the rest), and it takes its last status. A batch that expired also answers
  * each line it did not run, in the error file, as `batch_expired` (as OpenAI's does); a cancelled
- * one leaves them out. Safe to do again from the start (a runner that died part way): the files'
- * lists are written afresh under ids fixed by the batch.
+ * one leaves them out. The answers move a thousand at a time, each move in one step with the
+ * record of how far it came, so they are held once throughout, and a runner that died part way
+ * is followed by one that goes on from there. The files are recorded in the step that ends the
+ * batch.
  */
 export async function finishBatch(
-  parts: { redis: Redis; files: FileStore; batches: BatchStore },
+  parts: { files: FileStore; batches: BatchStore },
   owner: string,
   batch: BatchObject,
   ending: Ending,
 ): Promise<BatchObject> {
-  const { redis, files, batches } = parts;
-  const keys = files.keys;
+  const { files, batches } = parts;
   const at = nowS();
-  if (ending === 'completed' || ending === 'expired') {
+  if ((ending === 'completed' || ending === 'expired') && batch.status !== 'finalizing') {
     batch.status = 'finalizing';
     batch.finalizing_at = at;
     await batches.write(batch);
   }
-  const output = { id: `${batch.id.replace(/^batch-/, 'file-')}-output`, bytes: 0, lines: 0 };
-  const errors = { id: `${batch.id.replace(/^batch-/, 'file-')}-errors`, bytes: 0, lines: 0 };
-  await redis.del(keys.lines(output.id), keys.lines(errors.id));
-  const total = batch.request_counts.total;
-  for (let start = 0; start < total; start += LINES_AT_ONCE) {
-    const answers = await batches.answers(batch.id, start, Math.min(LINES_AT_ONCE, total - start));
-    const ok: string[] = [];
-    const failed: string[] = [];
+  const ids = {
+    output: `${batch.id.replace(/^batch-/, 'file-')}-output`,
+    errors: `${batch.id.replace(/^batch-/, 'file-')}-errors`,
+  };
+  const counts = batch.request_counts;
+  const unanswered = counts.total - counts.completed - counts.failed;
+  const total = counts.total;
+  for (let start = (await batches.finished(batch.id)).upto; start < total; start += LINES_AT_ONCE) {
+    const count = Math.min(LINES_AT_ONCE, total - start);
+    const answers = await batches.answers(batch.id, start, count);
+    const lines = { output: [] as string[], errors: [] as string[] };
+    let held = 0;
     for (const [i, answer] of answers.entries()) {
-      if (answer !== null) (answer.ok ? ok : failed).push(answer.line);
-      else if (ending === 'expired')
-        failed.push(
+      if (answer !== null) {
+        (answer.ok ? lines.output : lines.errors).push(answer.line);
+        held += Buffer.byteLength(answer.line) + 1;
+      } else if (ending === 'expired')
+        lines.errors.push(
           errorLine(lineId(batch.id, start + i), null, 'batch_expired', 'the batch expired before this line ran'),
         );
     }
-    for (const [file, lines] of [
-      [output, ok],
-      [errors, failed],
-    ] as const) {
-      if (lines.length === 0) continue;
-      await redis.rpush(keys.lines(file.id), ...lines);
-      file.lines += lines.length;
-      file.bytes += lines.reduce((sum, line) => sum + Buffer.byteLength(line) + 1, 0);
-    }
+    await batches.move(batch.id, start, count, ids, lines, held);
   }
-  const filename = (kind: string) => `${batch.id}_${kind}.jsonl`;
-  if (output.lines > 0) await files.record(owner, { filename: filename('output'), purpose: 'batch_output', ...output });
-  if (errors.lines > 0) await files.record(owner, { filename: filename('error'), purpose: 'batch_output', ...errors });
-  // The answers are in the files now: what they held in the store is counted there instead.
-  const held = await batches.resultBytes(batch.id);
-  await redis
-    .multi()
-    .del(keys.results(batch.id))
-    .hset(keys.batch(batch.id), 'result_bytes', 0)
-    .decrby(keys.bytes(), held)
-    .exec();
-  const counts = (await batches.held(batch.id))?.batch.request_counts ?? batch.request_counts;
-  const unanswered = counts.total - counts.completed - counts.failed;
+  const { output, errors } = await batches.finished(batch.id);
   const ended: BatchObject = {
     ...batch,
     status: ending,
-    output_file_id: output.lines > 0 ? output.id : null,
-    error_file_id: errors.lines > 0 ? errors.id : null,
-    request_counts: {
-      ...counts,
-      failed: counts.failed + (ending === 'expired' ? unanswered : 0),
-    },
+    output_file_id: output.lines > 0 ? ids.output : null,
+    error_file_id: errors.lines > 0 ? ids.errors : null,
+    request_counts: { ...counts, failed: counts.failed + (ending === 'expired' ? unanswered : 0) },
     [`${ending}_at`]: at,
   };
-  await batches.end(ended, unanswered);
+  const multi = batches.multi();
+  const filename = (kind: string) => `${batch.id}_${kind}.jsonl`;
+  if (output.lines > 0)
+    files.record(multi, owner, { id: ids.output, filename: filename('output'), purpose: 'batch_output', ...output });
+  if (errors.lines > 0)
+    files.record(multi, owner, { id: ids.errors, filename: filename('error'), purpose: 'batch_output', ...errors });
+  batches.end(multi, ended, unanswered);
+  await multi.exec();
   return ended;
 }

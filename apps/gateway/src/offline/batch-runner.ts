@@ -230,7 +230,7 @@ export class BatchRunner {
               ? 'completed'
               : undefined;
       if (ending === undefined) return;
-      const ended = await finishBatch({ redis, files, batches }, owner, now, ending);
+      const ended = await finishBatch({ files, batches }, owner, now, ending);
       logger.info({ batch: id, status: ended.status, counts: ended.request_counts }, 'batch: ended');
     } finally {
       clearInterval(renew);

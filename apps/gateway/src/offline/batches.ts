@@ -1,4 +1,4 @@
-import type { Redis } from 'ioredis';
+import type { ChainableCommander, Redis } from 'ioredis';
 import { z } from 'zod';
 import { newId, pageOf, type OfflineKeys, type Page } from './files.js';
 
@@ -100,6 +100,13 @@ if ARGV[1] ~= '' then redis.call('HINCRBY', KEYS[4], ARGV[1], -(counts.o + count
 return counts.o + counts.e
 `;
 
+const FINISH_FIELDS = ['out_lines', 'out_bytes', 'err_lines', 'err_bytes'];
+
+export interface FileSize {
+  lines: number;
+  bytes: number;
+}
+
 /** A line's answer: for the output file (a 2xx) or the error file. */
 export interface LineAnswer {
   index: number;
@@ -184,7 +191,8 @@ export class BatchStore {
   /** Asks the batch's runner to stop it; the batch as it then stands, or undefined if `owner` has none. */
   async cancel(owner: string, id: string): Promise<BatchObject | undefined> {
     const batch = await this.get(owner, id);
-    if (!batch || ENDED.includes(batch.status) || batch.status === 'cancelling') return batch;
+    // As OpenAI's: a batch is cancelled while it validates or runs, not once it is making its files.
+    if (!batch || (batch.status !== 'validating' && batch.status !== 'in_progress')) return batch;
     await this.redis.hsetnx(this.keys.batch(id), 'cancelling_at', nowS());
     return this.get(owner, id);
   }
@@ -198,15 +206,56 @@ export class BatchStore {
    * An ended batch, with its last counts, leaves the active set and takes its `unanswered` lines
    * (cancelled or expired) out of the backlog; it goes when its files do.
    */
-  async end(batch: BatchObject, unanswered: number): Promise<void> {
+  end(multi: ChainableCommander, batch: BatchObject, unanswered: number): void {
     const { completed, failed } = batch.request_counts;
-    const multi = this.redis
-      .multi()
+    multi
       .hset(this.keys.batch(batch.id), { json: JSON.stringify(batch), completed, failed })
       .srem(this.keys.active(), batch.id)
       .zadd(this.keys.expiring(), Date.now() + this.ttlS * 1000, `batch:${batch.id}`);
     if (batch.model && unanswered > 0) multi.hincrby(this.keys.backlog(), batch.model, -unanswered);
-    await multi.exec();
+  }
+
+  /** How far a batch's answers have been made into its files (finishBatch), should it start again. */
+  async finished(id: string): Promise<{ upto: number; output: FileSize; errors: FileSize }> {
+    const fields = await this.redis.hmget(this.keys.batch(id), 'fin_upto', ...FINISH_FIELDS);
+    const [upto, outLines, outBytes, errLines, errBytes] = fields.map((v) => Number(v ?? 0));
+    return { upto, output: { lines: outLines, bytes: outBytes }, errors: { lines: errLines, bytes: errBytes } };
+  }
+
+  /**
+   * Moves lines `start`… of the answers to the ends of the output and error files' lists, in one
+   * step with the record of how far the move has come: the answers are held once, in the hash or
+   * in the lists, and a move cut short by a death starts again where it stopped.
+   */
+  async move(
+    id: string,
+    start: number,
+    count: number,
+    to: { output: string; errors: string },
+    lines: { output: string[]; errors: string[] },
+    /** What the moved answers held in the hash: each its line and a one-byte mark. */
+    heldBytes: number,
+  ): Promise<void> {
+    const bytes = (list: string[]) => list.reduce((sum, line) => sum + Buffer.byteLength(line) + 1, 0);
+    const [outBytes, errBytes] = [bytes(lines.output), bytes(lines.errors)];
+    const multi = this.redis.multi();
+    if (lines.output.length) multi.rpush(this.keys.lines(to.output), ...lines.output);
+    if (lines.errors.length) multi.rpush(this.keys.lines(to.errors), ...lines.errors);
+    const moved = Array.from({ length: count }, (_, i) => String(start + i));
+    await multi
+      .hdel(this.keys.results(id), ...moved)
+      .hset(this.keys.batch(id), 'fin_upto', start + count)
+      .hincrby(this.keys.batch(id), 'out_lines', lines.output.length)
+      .hincrby(this.keys.batch(id), 'out_bytes', outBytes)
+      .hincrby(this.keys.batch(id), 'err_lines', lines.errors.length)
+      .hincrby(this.keys.batch(id), 'err_bytes', errBytes)
+      .hincrby(this.keys.batch(id), 'result_bytes', -heldBytes)
+      .decrby(this.keys.bytes(), heldBytes)
+      .exec();
+  }
+
+  multi(): ChainableCommander {
+    return this.redis.multi();
   }
 
   /** Stores each line's answer unless it has one; how many were stored. */

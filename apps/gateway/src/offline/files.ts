@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import type { Redis } from 'ioredis';
+import type { ChainableCommander, Redis } from 'ioredis';
 import { z } from 'zod';
 import { ApiError } from '@tserve/contract';
 
@@ -145,11 +145,18 @@ export class FileStore {
       await this.redis.del(key).catch(() => undefined);
       throw err;
     }
-    return this.record(owner, { id, filename, purpose, bytes, lines: count });
+    const multi = this.redis.multi();
+    const file = this.record(multi, owner, { id, filename, purpose, bytes, lines: count });
+    await multi.exec();
+    return file;
   }
 
-  /** Files a batch's outcomes: `lines` are already in the list of `id`, `bytes` counted in `results`. */
-  async record(
+  /**
+   * Records a file whose lines are in the list of `id` already, as one of the commands of `multi`
+   * (a batch's output files are recorded in the same step that ends the batch).
+   */
+  record(
+    multi: ChainableCommander,
     owner: string,
     {
       id,
@@ -158,7 +165,7 @@ export class FileStore {
       bytes,
       lines,
     }: { id: string; filename: string; purpose: FilePurpose; bytes: number; lines: number },
-  ): Promise<FileObject> {
+  ): FileObject {
     const now = Date.now();
     const file: FileObject = {
       id,
@@ -170,13 +177,11 @@ export class FileStore {
       purpose,
       status: 'processed',
     };
-    await this.redis
-      .multi()
+    multi
       .hset(this.keys.file(id), { owner, lines, json: JSON.stringify(file) })
       .zadd(this.keys.filesOf(owner), now, id)
       .zadd(this.keys.expiring(), now + this.limits.ttlS * 1000, `file:${id}`)
-      .incrby(this.keys.bytes(), bytes)
-      .exec();
+      .incrby(this.keys.bytes(), bytes);
     return file;
   }
 

@@ -109,7 +109,7 @@ export const gatewayShape = {
   FILES_MAX_MB: int(200, 1, 'largest file POST /v1/files takes for a batch (413 above)').meta(ADVANCED),
   FILES_MAX_LINES: int(50_000, 1, "most lines in a batch's file (413 above)").meta(ADVANCED),
   FILES_STORE_MAX_MB: int(1024, 1, [
-    'what the files of batches, their inputs and outputs, may take in Redis in all; past it, uploads get 507',
+    "what batches' files, inputs and outputs, may take in Redis in all (507 past it)",
     'see docs/api/batches.md for what a million lines costs',
   ]).meta(ADVANCED),
   FILES_TTL_S: int(2_592_000, 1, [
