@@ -1,11 +1,12 @@
 import type { FileStore } from './files.js';
 import { errorLine, lineId } from './batch-lines.js';
-import { nowS, type BatchObject, type BatchStatus, type BatchStore } from './batches.js';
+import type { BatchStore } from './batches.js';
+import { nowS, type BatchObject, type BatchStatus } from './batch-object.js';
 
 /** Lines read and written at a time as a batch's answers are made into files. */
 const LINES_AT_ONCE = 1000;
 
-export type Ending = Extract<BatchStatus, 'completed' | 'expired' | 'cancelled' | 'failed'>;
+export type Ending = Extract<BatchStatus, 'completed' | 'expired' | 'cancelled'>;
 
 /**
  * Ends a batch: its answers, in the order of its input lines, move into its output file (2xx) and

@@ -1,7 +1,9 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import type { FileStore } from './files.js';
-import { ENDED, nowS, type BatchObject, type BatchStore, type LineAnswer } from './batches.js';
+import type { BatchStore, LineAnswer } from './batches.js';
+import { AnswerBuffer, Slots } from './in-flight.js';
+import { ENDED, nowS, type BatchObject } from './batch-object.js';
 import { finishBatch, type Ending } from './batch-finish.js';
 import { answerKind, answerLine, errorLine, isRefusal, lineId, parseLine } from './batch-lines.js';
 import { LineClient } from './line-client.js';
@@ -60,76 +62,12 @@ const sleep = (ms: number, signal: AbortSignal) =>
     signal.addEventListener('abort', done, { once: true });
   });
 
-/** Lines on their way: `take` waits for a free slot, `drained` for every slot back. */
-class Slots {
-  private used = 0;
-  private readonly waiting: Array<() => void> = [];
-  private readonly drains: Array<() => void> = [];
-
-  constructor(private readonly size: number) {}
-
-  /** Undefined when a slot was free (no wait); else a promise of the next one given back. */
-  take(): Promise<void> | undefined {
-    if (this.used < this.size) {
-      this.used++;
-      return undefined;
-    }
-    return new Promise((resolve) => this.waiting.push(resolve));
-  }
-
-  /** A slot given back goes to the next waiting, if any. */
-  give(): void {
-    const next = this.waiting.shift();
-    if (next) return next();
-    this.used--;
-    if (this.used === 0) for (const done of this.drains.splice(0)) done();
-  }
-
-  drained(): Promise<void> {
-    return this.used === 0 ? Promise.resolve() : new Promise((resolve) => this.drains.push(resolve));
-  }
-}
-
-/** Answers are stored this many at a time, or after this long, in one call. */
-const ANSWERS_AT_ONCE = 64;
-const ANSWERS_WAIT_MS = 20;
-
-/**
- * A batch's answers, stored a few dozen at a time: one Redis call for many lines. An answer lost
- * with its gateway before it was stored leaves its line to be sent again.
- */
-class AnswerBuffer {
-  private held: LineAnswer[] = [];
-  private timer?: NodeJS.Timeout;
-  private readonly writing = new Set<Promise<unknown>>();
-
-  constructor(
-    private readonly store: (answers: LineAnswer[]) => Promise<unknown>,
-    private readonly onError: (err: unknown) => void,
-  ) {}
-
-  add(answer: LineAnswer): void {
-    this.held.push(answer);
-    if (this.held.length >= ANSWERS_AT_ONCE) this.write();
-    else this.timer ??= setTimeout(() => this.write(), ANSWERS_WAIT_MS);
-  }
-
-  /** Stores what is held, and waits for every write under way. */
-  async flush(): Promise<void> {
-    this.write();
-    await Promise.all(this.writing);
-  }
-
-  private write(): void {
-    clearTimeout(this.timer);
-    this.timer = undefined;
-    if (this.held.length === 0) return;
-    const written = this.store(this.held)
-      .catch(this.onError)
-      .finally(() => this.writing.delete(written));
-    this.writing.add(written);
-    this.held = [];
-  }
+/** How a batch whose runner has stopped sending ends, if it ends now: undefined while lines wait. */
+function endingOf(batch: BatchObject): Ending | undefined {
+  const { total, completed, failed } = batch.request_counts;
+  if (batch.status === 'cancelling') return 'cancelled';
+  if (completed + failed >= total) return 'completed';
+  return nowS() >= batch.expires_at ? 'expired' : undefined;
 }
 
 export class BatchRunner {
@@ -137,6 +75,8 @@ export class BatchRunner {
   private readonly running = new Map<string, { stop: AbortController; done: Promise<void> }>();
   private timer?: NodeJS.Timeout;
   private ticking = false;
+  /** A kick came while a turn was under way: another turn follows it. */
+  private kicked = false;
 
   constructor(private readonly parts: RunnerParts) {}
 
@@ -149,11 +89,19 @@ export class BatchRunner {
 
   /** Looks for batches to run now (a batch was just created), rather than at the next turn. */
   kick(): void {
-    if (!this.client || this.ticking) return;
+    if (!this.client) return;
+    if (this.ticking) {
+      this.kicked = true;
+      return;
+    }
     this.ticking = true;
+    this.kicked = false;
     this.tick()
       .catch((err: unknown) => this.parts.logger.warn({ err: String(err) }, 'batches: cannot look for work'))
-      .finally(() => (this.ticking = false));
+      .finally(() => {
+        this.ticking = false;
+        if (this.kicked) this.kick();
+      });
   }
 
   /** Stops running batches and lets their leases go, so that a gateway still up takes them at once. */
@@ -220,15 +168,7 @@ export class BatchRunner {
       if (batch.status === 'in_progress') await this.sendLines(owner, batch, stop.signal);
       if (stop.signal.aborted) return;
       const now = (await batches.held(id))?.batch ?? batch;
-      const ending: Ending | undefined =
-        now.status === 'cancelling'
-          ? 'cancelled'
-          : nowS() >= now.expires_at &&
-              now.request_counts.completed + now.request_counts.failed < now.request_counts.total
-            ? 'expired'
-            : now.request_counts.completed + now.request_counts.failed >= now.request_counts.total
-              ? 'completed'
-              : undefined;
+      const ending = endingOf(now);
       if (ending === undefined) return;
       const ended = await finishBatch({ files, batches }, owner, now, ending);
       logger.info({ batch: id, status: ended.status, counts: ended.request_counts }, 'batch: ended');

@@ -9,7 +9,7 @@ import {
   type OpenApiPart,
 } from '../http/openapi-parts.js';
 import { fileObjectSchema } from '../offline/files.js';
-import { batchObjectSchema } from '../offline/batches.js';
+import { batchObjectSchema } from '../offline/batch-object.js';
 import { openAiSchemas } from './openai.js';
 import { batchSchemas } from './openai-batches.js';
 

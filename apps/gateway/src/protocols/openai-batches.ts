@@ -7,7 +7,8 @@ import { errorHandler } from '../http/http-errors.js';
 import { jsonBody } from '../serving/route-call.js';
 import type { Admission } from '../admission/admission.js';
 import type { FileStore } from '../offline/files.js';
-import { nowS, type BatchStore } from '../offline/batches.js';
+import type { BatchStore } from '../offline/batches.js';
+import { nowS } from '../offline/batch-object.js';
 import { ENDPOINTS_ALLOWED, endpointAllowed, windowSeconds } from '../offline/batch-lines.js';
 import { listBody, offlineErrors, owner, ownerOf, pageQuery } from './openai-files.js';
 
