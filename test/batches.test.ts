@@ -8,7 +8,9 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
+import { once } from 'node:events';
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import OpenAI, { toFile } from 'openai';
@@ -335,6 +337,32 @@ describe('the Batch API through faults', () => {
       const [held] = (await small.files.list()).data;
       await small.files.delete(held.id);
       await small.files.create({ file: await jsonl([big]), purpose: 'batch' });
+
+      const redis = new Redis(limited.redisUrl);
+      const redisKeys = () => redis.keys(`${limited.prefix}:offline:file-lines:*`);
+      try {
+        // An upload whose client goes away part way leaves nothing behind: here its file part had come
+        // whole, and the rest of the form had not.
+        const socket = net.connect(limited.port, '127.0.0.1');
+        await once(socket, 'connect');
+        const boundary = 'cut-short';
+        socket.write(
+          `POST /v1/files HTTP/1.1\r\nhost: x\r\ncontent-type: multipart/form-data; boundary=${boundary}\r\n` +
+            `content-length: 900000\r\n\r\n--${boundary}\r\ncontent-disposition: form-data; name="file"; filename="a.jsonl"\r\n\r\n` +
+            `${embeddingLine(0)}\n${embeddingLine(1)}\r\n--${boundary}\r\ncontent-disposition: form-data; name="purpose"\r\n\r\nba`,
+        );
+        // The file part is whole once the next part has begun: wait for the gateway to have read it.
+        await waitFor('the file part to be read', async () => (await redisKeys()).length === 3);
+        socket.destroy();
+        await waitFor('only the two files to stay', async () => {
+          const lists = await redisKeys();
+          const listed = (await small.files.list()).data;
+          const counted = Number(await redis.get(`${limited.prefix}:offline:bytes`));
+          return lists.length === 2 && listed.length === 2 && counted === listed.reduce((sum, f) => sum + f.bytes, 0);
+        });
+      } finally {
+        redis.disconnect();
+      }
     } finally {
       await limited.stop();
     }

@@ -1,4 +1,4 @@
-import readline from 'node:readline';
+import { StringDecoder } from 'node:string_decoder';
 import type { Readable } from 'node:stream';
 import type { IRouter, Request, RequestHandler, Response } from 'express';
 import busboy from 'busboy';
@@ -64,8 +64,23 @@ export function listBody<T extends { id: string }>(page: { data: T[]; has_more: 
   };
 }
 
+/**
+ * The lines of an uploaded file as they arrive (a line may end in CRLF). Iterating the stream
+ * itself, not readline: a stream destroyed part way (its client went away) ends the iteration with
+ * an error, and nothing of the file is kept.
+ */
 async function* linesOf(stream: Readable & { truncated?: boolean }, maxBytes: number): AsyncGenerator<string> {
-  yield* readline.createInterface({ input: stream, crlfDelay: Infinity });
+  const decoder = new StringDecoder('utf8');
+  let carry = '';
+  // Not destroyed when the store stops reading (a refused file): the rest of it is drained, so that
+  // the form is read to its end and answered.
+  for await (const chunk of stream.iterator({ destroyOnReturn: false })) {
+    const lines = (carry + decoder.write(chunk as Buffer)).split('\n');
+    carry = lines.pop() ?? '';
+    for (const line of lines) yield line.endsWith('\r') ? line.slice(0, -1) : line;
+  }
+  carry += decoder.end();
+  if (carry) yield carry.endsWith('\r') ? carry.slice(0, -1) : carry;
   if (stream.truncated)
     throw new ApiError('payload_too_large', `the file is larger than ${maxBytes / 1e6} MB (FILES_MAX_MB)`);
 }
@@ -75,6 +90,7 @@ function upload(req: Request, files: FileStore, owner: string): Promise<FileObje
   const { maxBytes } = files.limits;
   return new Promise((resolve, reject) => {
     let stored: Promise<FileObject> | undefined;
+    let file: Readable | undefined;
     let purpose: string | undefined;
     let unknown: string | undefined;
     const parser = busboy({ headers: req.headers, limits: { files: 1, fields: 8, fileSize: maxBytes + 1 } });
@@ -88,15 +104,26 @@ function upload(req: Request, files: FileStore, owner: string): Promise<FileObje
         stream.resume();
         return;
       }
+      file = stream;
       stored = files.create(owner, info.filename || 'upload.jsonl', 'batch', linesOf(stream, maxBytes));
       // Read on, to the end of the request, even once the store refused the file.
       stored.catch(() => stream.resume());
     });
-    parser.on('error', (err) => reject(new ApiError('validation', `malformed multipart body: ${String(err)}`)));
+    // A body cut short, by the client or malformed, may still have made a file of its first part:
+    // it is not the client's file. The file's own stream is ended with the body.
+    const fail = (error: ApiError) => {
+      file?.destroy(error);
+      stored?.then((made) => files.delete(owner, made.id)).catch(() => undefined);
+      reject(error);
+    };
+    parser.on('error', (err) => fail(new ApiError('validation', `malformed multipart body: ${String(err)}`)));
+    req.once('close', () => {
+      if (!req.complete) fail(new ApiError('validation', 'the upload was cut short'));
+    });
     parser.on('close', () => {
       const check = async (): Promise<FileObject> => {
         if (!stored) throw new ApiError('validation', 'the upload has no "file" part');
-        const file = await stored;
+        const made = await stored;
         const problem =
           purpose !== 'batch'
             ? `purpose must be "batch" (files here are for the Batch API), not ${JSON.stringify(purpose ?? null)}`
@@ -104,10 +131,10 @@ function upload(req: Request, files: FileStore, owner: string): Promise<FileObje
               ? `unknown field ${JSON.stringify(unknown)}: this server takes "file" and "purpose"`
               : undefined;
         if (problem) {
-          await files.delete(owner, file.id);
+          await files.delete(owner, made.id);
           throw new ApiError('validation', problem);
         }
-        return file;
+        return made;
       };
       check().then(resolve, reject);
     });
