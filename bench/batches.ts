@@ -127,14 +127,21 @@ try {
     clients: process.pid,
     redis: system.redis?.proc?.child.pid,
   };
+  /** CPU ms of each process between two samples, and of all of them. */
   const cpuMs = (a: ReturnType<typeof sampleCpu>, b: ReturnType<typeof sampleCpu>) => {
-    const used = cpuBetween(a, b);
-    if (process.env.BENCH_CPU_SPLIT) console.log(used.procs);
-    return (Object.values(used.procs).reduce((sum, pct) => sum + pct, 0) / 100) * (b.at - a.at);
+    const { procs } = cpuBetween(a, b);
+    const ms = (pct: number) => (pct / 100) * (b.at - a.at);
+    return { all: ms(Object.values(procs).reduce((sum, pct) => sum + pct, 0)), gateway: ms(procs.gateway ?? 0) };
   };
-  await closedLoop(bodies.slice(0, 500));
 
-  const rows: Array<{ round: number; http: number; batch: number; httpCpuMs: number; batchCpuMs: number }> = [];
+  type Row = {
+    round: number;
+    http: number;
+    batch: number;
+    httpCpu: { all: number; gateway: number };
+    batchCpu: { all: number; gateway: number };
+  };
+  const rows: Row[] = [];
   for (let round = 1; round <= Number(values.rounds); round++) {
     let before = sampleCpu(pids);
     const httpRate = await closedLoop(bodies);
@@ -142,7 +149,7 @@ try {
     before = sampleCpu(pids);
     const batchRate = await asBatch(client, file.id);
     const batchCpu = cpuMs(before, sampleCpu(pids));
-    rows.push({ round, http: httpRate, batch: batchRate, httpCpuMs: httpCpu / lines, batchCpuMs: batchCpu / lines });
+    rows.push({ round, http: httpRate, batch: batchRate, httpCpu, batchCpu });
   }
 
   const seconds = Number(values.seconds);
@@ -155,11 +162,16 @@ try {
 
   const f = (v: number, w = 9) => v.toFixed(1).padStart(w);
   console.log(`${model}, ${lines} lines of ${values.tokens} tokens; HTTP: ${concurrency} closed-loop clients`);
-  console.log('round   HTTP lines/s  batch lines/s  batch/HTTP   CPU ms/line HTTP  batch (gateway, worker, clients)');
+  console.log('round   HTTP lines/s  batch lines/s  batch/HTTP   CPU ms/line, all: HTTP  batch   gateway: HTTP  batch');
+  const per = (ms: number) => (ms / lines).toFixed(3).padStart(7);
   for (const r of rows)
     console.log(
-      `${String(r.round).padEnd(6)} ${f(r.http, 13)} ${f(r.batch, 14)} ${(r.batch / r.http).toFixed(3).padStart(11)} ${r.httpCpuMs.toFixed(3).padStart(17)} ${r.batchCpuMs.toFixed(3).padStart(6)}`,
+      `${String(r.round).padEnd(6)} ${f(r.http, 13)} ${f(r.batch, 14)} ${(r.batch / r.http).toFixed(3).padStart(11)}        ${per(r.httpCpu.all)} ${per(r.batchCpu.all)}         ${per(r.httpCpu.gateway)} ${per(r.batchCpu.gateway)}`,
     );
+  const ratios = rows.map((r) => r.batch / r.http).sort((a, b) => a - b);
+  console.log(
+    `batch/HTTP, median of ${rows.length} interleaved rounds: ${ratios[Math.floor((ratios.length - 1) / 2)].toFixed(3)} (lower median)`,
+  );
   console.log(`interactive p50/p99 alone        ${f(alone.p50)} ${f(alone.p99)} ms (${alone.count} requests)`);
   console.log(`interactive p50/p99 during batch ${f(during.p50)} ${f(during.p99)} ms (${during.count} requests)`);
   console.log(`p99 during / alone: ${(during.p99 / alone.p99).toFixed(2)}x`);

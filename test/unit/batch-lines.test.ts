@@ -50,15 +50,17 @@ describe("a batch's lines", () => {
   });
 
   it('writes answer lines as OpenAI does, a JSON body as it came and any other as a string', () => {
-    const answer = answerLine('batch_req_1', 'a', { status: 200, requestId: 'r', body: '{"x": [1,2]}', json: true });
-    assert.deepEqual(JSON.parse(answer), {
+    const body = Buffer.from('{"x": [1,2], "é": "ü"}');
+    const answer = answerLine('batch_req_1', 'a', { status: 200, requestId: 'r', body, json: true });
+    assert.deepEqual(JSON.parse(answer.toString()), {
       id: 'batch_req_1',
       custom_id: 'a',
-      response: { status_code: 200, request_id: 'r', body: { x: [1, 2] } },
+      response: { status_code: 200, request_id: 'r', body: { x: [1, 2], é: 'ü' } },
       error: null,
     });
-    const text = answerLine('batch_req_2', null, { status: 502, requestId: null, body: 'bad "gateway"', json: false });
-    assert.equal(JSON.parse(text).response.body, 'bad "gateway"');
+    const text = Buffer.from('bad "gateway"');
+    const line = answerLine('batch_req_2', null, { status: 502, requestId: null, body: text, json: false });
+    assert.equal(JSON.parse(line.toString()).response.body, 'bad "gateway"');
     assert.deepEqual(JSON.parse(errorLine('batch_req_3', 'b', 'batch_expired', 'late')), {
       id: 'batch_req_3',
       custom_id: 'b',

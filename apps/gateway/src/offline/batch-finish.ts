@@ -1,5 +1,5 @@
 import type { FileStore } from './files.js';
-import { errorLine, lineId } from './batch-lines.js';
+import { lineIdPrefix } from './batch-lines.js';
 import type { BatchStore } from './batches.js';
 import { nowS, type BatchObject, type BatchStatus } from './batch-object.js';
 
@@ -12,9 +12,9 @@ export type Ending = Extract<BatchStatus, 'completed' | 'expired' | 'cancelled'>
  * Ends a batch: its answers, in the order of its input lines, move into its output file (2xx) and
  * its error file (the rest), and it takes its last status. A batch that expired also answers
  * each line it did not run, in the error file, as `batch_expired` (as OpenAI's does); a cancelled
- * one leaves them out. The answers move a thousand at a time, each move in one step with the
- * record of how far it came, so they are held once throughout, and a runner that died part way
- * is followed by one that goes on from there. The files are recorded in the step that ends the
+ * one leaves them out. The answers move inside Redis, a thousand at a time, each move in one step
+ * with the record of how far it came, so they are held once throughout, never cross to the
+ * gateway and back, and a runner that died part way is followed by one that goes on from there. The files are recorded in the step that ends the
  * batch.
  */
 export async function finishBatch(
@@ -37,22 +37,9 @@ export async function finishBatch(
   const counts = batch.request_counts;
   const unanswered = counts.total - counts.completed - counts.failed;
   const total = counts.total;
-  for (let start = (await batches.finished(batch.id)).upto; start < total; start += LINES_AT_ONCE) {
-    const count = Math.min(LINES_AT_ONCE, total - start);
-    const answers = await batches.answers(batch.id, start, count);
-    const lines = { output: [] as string[], errors: [] as string[] };
-    let held = 0;
-    for (const [i, answer] of answers.entries()) {
-      if (answer !== null) {
-        (answer.ok ? lines.output : lines.errors).push(answer.line);
-        held += Buffer.byteLength(answer.line) + 1;
-      } else if (ending === 'expired')
-        lines.errors.push(
-          errorLine(lineId(batch.id, start + i), null, 'batch_expired', 'the batch expired before this line ran'),
-        );
-    }
-    await batches.move(batch.id, start, count, ids, lines, held);
-  }
+  const expired = ending === 'expired' ? { linePrefix: lineIdPrefix(batch.id) } : undefined;
+  for (let start = (await batches.finished(batch.id)).upto; start < total; start += LINES_AT_ONCE)
+    await batches.move(batch.id, start, Math.min(LINES_AT_ONCE, total - start), ids, expired);
   const { output, errors } = await batches.finished(batch.id);
   const ended: BatchObject = {
     ...batch,

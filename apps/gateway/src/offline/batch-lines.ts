@@ -70,28 +70,40 @@ export function isRefusal(line: RequestLine | LineRefusal): line is LineRefusal 
   return 'code' in line;
 }
 
-/** A route's answer to a line. `body` is its text, written into the line as it came when it is JSON. */
+/** A route's answer to a line. `body` is its bytes, written into the line as they came when they are JSON. */
 export interface RouteAnswer {
   status: number;
   requestId: string | null;
-  body: string;
+  body: Buffer;
   json: boolean;
 }
 
 /** A line's id in the output (OpenAI's `batch_req_…`): one a line, whichever run of its batch answers it. */
 export function lineId(batchId: string, index: number): string {
-  return `batch_req_${batchId.replace(/^batch-/, '')}_${index}`;
+  return `${lineIdPrefix(batchId)}${index}`;
 }
 
-/** The answer line of a line a route answered (`batch_req_<id>`, as OpenAI names them). */
-export function answerLine(id: string, customId: string | null, answer: RouteAnswer): string {
-  const body = answer.json ? answer.body : JSON.stringify(answer.body);
-  return (
-    `{"id":${JSON.stringify(id)},"custom_id":${JSON.stringify(customId)},` +
-    `"response":{"status_code":${answer.status},"request_id":${JSON.stringify(answer.requestId)},"body":${body}},` +
-    `"error":null}`
-  );
+export function lineIdPrefix(batchId: string): string {
+  return `batch_req_${batchId.replace(/^batch-/, '')}_`;
 }
+
+/**
+ * The answer line of a line a route answered (`batch_req_<id>`, as OpenAI names them), as bytes: a
+ * JSON body goes in as it came, never decoded to text and encoded again on its way to Redis.
+ */
+export function answerLine(id: string, customId: string | null, answer: RouteAnswer): Buffer {
+  const body = answer.json ? answer.body : Buffer.from(JSON.stringify(answer.body.toString('utf8')));
+  return Buffer.concat([
+    Buffer.from(
+      `{"id":${JSON.stringify(id)},"custom_id":${JSON.stringify(customId)},` +
+        `"response":{"status_code":${answer.status},"request_id":${JSON.stringify(answer.requestId)},"body":`,
+    ),
+    body,
+    ANSWER_END,
+  ]);
+}
+
+const ANSWER_END = Buffer.from('},"error":null}');
 
 /** The answer line of a line no route answered: refused, or left unrun when its batch expired. */
 export function errorLine(id: string, customId: string | null, code: string, message: string): string {

@@ -42,10 +42,55 @@ export interface FileSize {
   bytes: number;
 }
 
+/**
+ * Moves answers into the files' lists (BatchStore.move). KEYS: results, the batch, the output and
+ * error lists, the store's byte count; ARGV: the first line, how many, and for an expired batch the
+ * prefix of its line ids ('' otherwise). Each file line is counted with its newline; each answer
+ * held its line and its one-byte mark, which is what leaves the store's count until the files are
+ * recorded.
+ */
+const MOVE_ANSWERS = `
+local start, count, prefix = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local out, err = {}, {}
+local outBytes, errBytes, held = 0, 0, 0
+for i = start, start + count - 1 do
+  local answer = redis.call('HGET', KEYS[1], i)
+  if answer then
+    local line = string.sub(answer, 2)
+    held = held + #answer
+    if string.sub(answer, 1, 1) == 'o' then
+      out[#out + 1] = line
+      outBytes = outBytes + #line + 1
+    else
+      err[#err + 1] = line
+      errBytes = errBytes + #line + 1
+    end
+    redis.call('HDEL', KEYS[1], i)
+  elseif prefix ~= '' then
+    local line = '{"id":"' .. prefix .. i .. '","custom_id":null,"response":null,' ..
+      '"error":{"code":"batch_expired","message":"the batch expired before this line ran"}}'
+    err[#err + 1] = line
+    errBytes = errBytes + #line + 1
+  end
+end
+if #out > 0 then redis.call('RPUSH', KEYS[3], unpack(out)) end
+if #err > 0 then redis.call('RPUSH', KEYS[4], unpack(err)) end
+redis.call('HSET', KEYS[2], 'fin_upto', start + count)
+redis.call('HINCRBY', KEYS[2], 'out_lines', #out)
+redis.call('HINCRBY', KEYS[2], 'out_bytes', outBytes)
+redis.call('HINCRBY', KEYS[2], 'err_lines', #err)
+redis.call('HINCRBY', KEYS[2], 'err_bytes', errBytes)
+redis.call('HINCRBY', KEYS[2], 'result_bytes', -held)
+redis.call('DECRBY', KEYS[5], held)
+return 1
+`;
+
+const [MARK_OK, MARK_ERROR] = [Buffer.from('o'), Buffer.from('e')];
+
 /** A line's answer: for the output file (a 2xx) or the error file. */
 export interface LineAnswer {
   index: number;
-  line: string;
+  line: string | Buffer;
   ok: boolean;
 }
 
@@ -158,35 +203,30 @@ export class BatchStore {
   }
 
   /**
-   * Moves lines `start`… of the answers to the ends of the output and error files' lists, in one
-   * step with the record of how far the move has come: the answers are held once, in the hash or
-   * in the lists, and a move cut short by a death starts again where it stopped.
+   * Moves lines `start`… of the answers to the ends of the output and error files' lists, inside
+   * Redis, in one step with the record of how far the move has come: the answers are held once, in
+   * the hash or in the lists, and a move cut short by a death starts again where it stopped. With
+   * `expired`, a line without an answer gets the error line `batch_expired`.
    */
   async move(
     id: string,
     start: number,
     count: number,
     to: { output: string; errors: string },
-    lines: { output: string[]; errors: string[] },
-    /** What the moved answers held in the hash: each its line and a one-byte mark. */
-    heldBytes: number,
+    expired: { linePrefix: string } | undefined,
   ): Promise<void> {
-    const bytes = (list: string[]) => list.reduce((sum, line) => sum + Buffer.byteLength(line) + 1, 0);
-    const [outBytes, errBytes] = [bytes(lines.output), bytes(lines.errors)];
-    const multi = this.redis.multi();
-    if (lines.output.length) multi.rpush(this.keys.lines(to.output), ...lines.output);
-    if (lines.errors.length) multi.rpush(this.keys.lines(to.errors), ...lines.errors);
-    const moved = Array.from({ length: count }, (_, i) => String(start + i));
-    await multi
-      .hdel(this.keys.results(id), ...moved)
-      .hset(this.keys.batch(id), 'fin_upto', start + count)
-      .hincrby(this.keys.batch(id), 'out_lines', lines.output.length)
-      .hincrby(this.keys.batch(id), 'out_bytes', outBytes)
-      .hincrby(this.keys.batch(id), 'err_lines', lines.errors.length)
-      .hincrby(this.keys.batch(id), 'err_bytes', errBytes)
-      .hincrby(this.keys.batch(id), 'result_bytes', -heldBytes)
-      .decrby(this.keys.bytes(), heldBytes)
-      .exec();
+    await this.redis.eval(
+      MOVE_ANSWERS,
+      5,
+      this.keys.results(id),
+      this.keys.batch(id),
+      this.keys.lines(to.output),
+      this.keys.lines(to.errors),
+      this.keys.bytes(),
+      start,
+      count,
+      expired?.linePrefix ?? '',
+    );
   }
 
   multi(): ChainableCommander {
@@ -196,7 +236,10 @@ export class BatchStore {
   /** Stores each line's answer unless it has one; how many were stored. */
   async answer(batch: BatchObject, answers: LineAnswer[]): Promise<number> {
     if (answers.length === 0) return 0;
-    const args = answers.flatMap(({ index, line, ok }) => [index, `${ok ? 'o' : 'e'}${line}`]);
+    const args = answers.flatMap(({ index, line, ok }) => [
+      index,
+      Buffer.concat([ok ? MARK_OK : MARK_ERROR, typeof line === 'string' ? Buffer.from(line) : line]),
+    ]);
     const stored = await this.redis.eval(
       STORE_ANSWERS,
       4,

@@ -46,7 +46,7 @@ export class LineClient {
             resolve({
               status: res.statusCode ?? 0,
               requestId: (res.headers['x-request-id'] as string | undefined) ?? null,
-              body: Buffer.concat(chunks).toString('utf8'),
+              body: Buffer.concat(chunks),
               json: /^application\/json\b/.test(res.headers['content-type'] ?? ''),
               ...(Number.isFinite(retryAfter) && retryAfter >= 0 ? { retryAfterS: retryAfter } : {}),
             });
