@@ -11,6 +11,8 @@ import type { ReadyBody } from '@tserve/contract';
 import { outcomesKeptMs, queueNameFor } from '@tserve/queue';
 import { PrivateRedis, REDIS_URL, TestSystem, uniquePrefix, waitFor } from './helpers/system.ts';
 import { CLASSIFIER as MODEL } from './helpers/replicas.ts';
+import * as grpc from '@grpc/grpc-js';
+import { grpcClient, texts, unary } from './helpers/grpc.ts';
 
 /** A private Redis with a gateway and one worker on it, warmed by `warm` answered requests. */
 async function systemOnPrivateRedis(
@@ -67,6 +69,18 @@ describe('Redis sick', () => {
       await waitFor('the breaker line in the log', async () =>
         /circuit breaker opened: refusing requests; Redis is not answering/.test(gateway.output),
       );
+      // Over gRPC too (issue 58): refused by the open breaker, UNAVAILABLE, naming it and its cause.
+      const inference = grpcClient('inference.GRPCInferenceService', system.grpcPort);
+      try {
+        const refused = await unary(inference, 'ModelInfer', { model_name: MODEL, inputs: [texts('frozen')] }).then(
+          () => assert.fail('answered while Redis is frozen'),
+          (err: grpc.ServiceError) => err,
+        );
+        assert.equal(refused.code, grpc.status.UNAVAILABLE, refused.details);
+        assert.match(refused.details, /circuit breaker open.*Redis is not answering/);
+      } finally {
+        inference.close();
+      }
       const ready = await readyOf(system);
       assert.equal(ready.status, 503);
       assert.ok(
