@@ -15,6 +15,7 @@ import type { ReadyBody } from '@tserve/contract';
 import { TestSystem, uniquePrefix } from './helpers/system.ts';
 import { fp32ModelDir, linkedModelDir } from './helpers/fp32-models.ts';
 import { CLASSIFIER, EMBEDDER, FILL_MASK, NER, NLI, QA, RERANKER } from './helpers/replicas.ts';
+import { assertSameAnswer, compareAnswers } from './helpers/answers.ts';
 
 const TOLERANCE = 1e-5;
 const MODELS = [CLASSIFIER, NER, NLI, EMBEDDER, FILL_MASK, QA, RERANKER];
@@ -26,33 +27,6 @@ const MATES = [
   'My friend Anna from Berlin said the dessert and the coffee were the best part of a long evening.',
 ];
 const BATCH = [MATES[0], TARGET, MATES[1]];
-
-/** The numbers of an answer, in order, and everything else it says, to be equal exactly. */
-function split(answer: unknown): { numbers: number[]; rest: string } {
-  const numbers: number[] = [];
-  const rest = JSON.stringify(answer, (_key, value) => {
-    if (typeof value !== 'number' || Number.isInteger(value)) return value;
-    numbers.push(value);
-    return 0;
-  });
-  return { numbers, rest };
-}
-
-/** How far apart two answers are: whether all but their numbers match, and the largest difference of a number. */
-function compare(a: unknown, b: unknown): { same: boolean; largest: number } {
-  const [x, y] = [split(a), split(b)];
-  const same = x.rest === y.rest && x.numbers.length === y.numbers.length;
-  return {
-    same,
-    largest: same ? Math.max(0, ...x.numbers.map((v, i) => Math.abs(v - y.numbers[i]))) : Number.POSITIVE_INFINITY,
-  };
-}
-
-function assertSame(alone: unknown, batched: unknown, how: string): void {
-  const { same, largest } = compare(alone, batched);
-  assert.ok(same, `${how}: labels, tokens or shapes differ: ${JSON.stringify(alone)} vs ${JSON.stringify(batched)}`);
-  assert.ok(largest <= TOLERANCE, `${how}: a number differs by ${largest}`);
-}
 
 describe('the same answer whatever the batch', () => {
   const models = fp32ModelDir(MODELS);
@@ -263,9 +237,9 @@ describe('the same answer whatever the batch', () => {
           const inputs = route.inputs ?? BATCH;
           const [alone] = await route.answers([inputs[1]]);
           const [, batched] = await route.answers(inputs);
-          assertSame(alone, batched, 'batched in one request');
+          assertSameAnswer(alone, batched, 'batched in one request', TOLERANCE);
           const concurrent = await Promise.all(inputs.map(async (input) => (await route.answers([input]))[0]));
-          assertSame(alone, concurrent[1], 'in concurrent requests');
+          assertSameAnswer(alone, concurrent[1], 'in concurrent requests', TOLERANCE);
         } finally {
           target = system;
         }
@@ -351,7 +325,7 @@ describe('the same answer whatever the batch', () => {
         const inputs = route.inputs ?? BATCH;
         const [alone] = await route.answers([inputs[1]]);
         const [, batched] = await route.answers(inputs);
-        const { same, largest } = compare(alone, batched);
+        const { same, largest } = compareAnswers(alone, batched);
         t.diagnostic(
           `q8 ${route.name}: batched vs alone, ${same ? `largest difference ${largest.toExponential(1)}` : 'labels or tokens differ'}`,
         );
@@ -363,7 +337,7 @@ describe('the same answer whatever the batch', () => {
         `q8 ${EMBEDDER}: cosine batched vs alone ${alone.reduce((sum, v, i) => sum + v * batched[i], 0).toFixed(4)}`,
       );
       assert.ok(
-        compare(alone, batched).largest > TOLERANCE,
+        compareAnswers(alone, batched).largest > TOLERANCE,
         'q8 answers shift in these batches: the fp32 checks above would catch a batch-dependent answer',
       );
     } finally {

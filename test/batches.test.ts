@@ -17,6 +17,7 @@ import OpenAI, { toFile } from 'openai';
 import { Redis } from 'ioredis';
 import { PrivateRedis, TestSystem, freePort, uniquePrefix, waitFor } from './helpers/system.ts';
 import { CLASSIFIER, EMBEDDER } from './helpers/replicas.ts';
+import { assertSameAnswer } from './helpers/answers.ts';
 
 /** Answers that do not depend on batch mates (issue 55), so a line's answer is the same alone and batched. */
 const INVARIANT = { DTYPE: 'int8-row' };
@@ -36,27 +37,18 @@ function embeddingLine(i: number, url = '/v1/embeddings', model = EMBEDDER): str
   return JSON.stringify({ custom_id: `line-${i}`, method: 'POST', url, body: { model, input } });
 }
 
+/** A line for the classifier, its custom_id `<prefix><i>`. */
+function classifierLine(i: number, prefix: string): string {
+  return JSON.stringify({
+    custom_id: `${prefix}${i}`,
+    method: 'POST',
+    url: `/models/${CLASSIFIER}`,
+    body: { inputs: TEXTS[i % TEXTS.length] },
+  });
+}
+
 function jsonl(lines: string[]): Promise<Awaited<ReturnType<typeof toFile>>> {
   return toFile(Buffer.from(`${lines.join('\n')}\n`), 'input.jsonl');
-}
-
-/** The numbers of an answer, in order, and everything else it says, to be compared apart. */
-function split(answer: unknown): { numbers: number[]; rest: string } {
-  const numbers: number[] = [];
-  const rest = JSON.stringify(answer, (_key, value) => {
-    if (typeof value !== 'number' || Number.isInteger(value)) return value;
-    numbers.push(value);
-    return 0;
-  });
-  return { numbers, rest };
-}
-
-function assertSameAnswer(actual: unknown, expected: unknown, how: string): void {
-  const [a, e] = [split(actual), split(expected)];
-  assert.equal(a.rest, e.rest, how);
-  assert.equal(a.numbers.length, e.numbers.length, how);
-  const largest = Math.max(0, ...a.numbers.map((v, i) => Math.abs(v - e.numbers[i])));
-  assert.ok(largest <= 1e-5, `${how}: a number differs by ${largest}`);
 }
 
 async function until(client: OpenAI, id: string, done: (b: Batch) => boolean, timeoutMs = 120_000): Promise<Batch> {
@@ -143,7 +135,7 @@ describe('the Batch API', () => {
       assert.equal(line.response.status_code, 200);
       assert.match(line.id, /^batch_req_/);
       const alone = await system.post('/v1/embeddings', JSON.parse(good[i]).body);
-      assertSameAnswer(line.response.body, alone.body, `line ${i}`);
+      assertSameAnswer(alone.body, line.response.body, `line ${i}`, 1e-5);
     }
     const errors = await content(client, batch.error_file_id);
     assert.deepEqual(
@@ -238,14 +230,7 @@ describe('the Batch API through faults', () => {
     const worker = system.startWorker({ model: CLASSIFIER });
     await system.waitForWorkers(CLASSIFIER);
     const total = 2000;
-    const lines = Array.from({ length: total }, (_, i) =>
-      JSON.stringify({
-        custom_id: `c${i}`,
-        method: 'POST',
-        url: `/models/${CLASSIFIER}`,
-        body: { inputs: TEXTS[i % TEXTS.length] },
-      }),
-    );
+    const lines = Array.from({ length: total }, (_, i) => classifierLine(i, 'c'));
     const file = await client.files.create({ file: await jsonl(lines), purpose: 'batch' });
     const batch = await client.batches.create({
       input_file_id: file.id,
@@ -288,14 +273,7 @@ describe('the Batch API through faults', () => {
     await persisted.waitForWorkers(CLASSIFIER);
     const c = new OpenAI({ baseURL: `${persisted.url}/v1`, apiKey: 'unused', maxRetries: 0 });
     const total = 1000;
-    const lines = Array.from({ length: total }, (_, i) =>
-      JSON.stringify({
-        custom_id: `r${i}`,
-        method: 'POST',
-        url: `/models/${CLASSIFIER}`,
-        body: { inputs: TEXTS[i % 4] },
-      }),
-    );
+    const lines = Array.from({ length: total }, (_, i) => classifierLine(i, 'r'));
     const file = await c.files.create({ file: await jsonl(lines), purpose: 'batch' });
     const batch = await c.batches.create({
       input_file_id: file.id,
@@ -405,8 +383,7 @@ describe('the Batch API with keys', () => {
   after(() => system.stop());
 
   it("one key never sees another's files or batches; a batch's lines run as its owner", async () => {
-    const line = (i: number) =>
-      JSON.stringify({ custom_id: `k${i}`, method: 'POST', url: `/models/${CLASSIFIER}`, body: { inputs: TEXTS[i] } });
+    const line = (i: number) => classifierLine(i, 'k');
     const file = await owner.files.create({ file: await jsonl([line(0), line(1)]), purpose: 'batch' });
     await assert.rejects(other.files.retrieve(file.id), (err: any) => err.status === 404);
     await assert.rejects(other.files.content(file.id), (err: any) => err.status === 404);

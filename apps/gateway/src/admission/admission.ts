@@ -50,6 +50,9 @@ export interface CallerAsks {
   priority?: string;
 }
 
+/** What a request without a valid key is told to send. */
+const UNKNOWN_KEY = 'Bearer realm="tserve"';
+
 export function admittedOf(res: Response): Admitted {
   return (res.locals.admitted as Admitted | undefined) ?? { priority: 'interactive' };
 }
@@ -93,11 +96,23 @@ export class Admission {
   beforeBody(modelOf: (req: Request) => string | undefined): RequestHandler {
     return async (req: Request, res: Response, next: NextFunction) => {
       const asks = { key: presentedKey(req), model: () => modelOf(req), priority: req.get('x-priority') };
-      const admitted = this.caller(asks, () => res.setHeader('WWW-Authenticate', 'Bearer realm="tserve"'));
+      const admitted = this.caller(asks, () => res.setHeader('WWW-Authenticate', UNKNOWN_KEY));
       this.holdBody(req, res);
       const quota = await this.quota(admitted, requestIdOf(res), (state) => setQuotaHeaders(res, state));
       if (quota) res.once('close', quota);
       res.locals.admitted = admitted satisfies Admitted;
+      next();
+    };
+  }
+
+  /**
+   * Who is calling, and nothing more (401 without a valid key), for routes that keep a caller's
+   * things and run no model as they answer (a batch's files and batches): `admittedOf(res).key`.
+   */
+  identify(): RequestHandler {
+    return (req: Request, res: Response, next: NextFunction) => {
+      const asks = { key: presentedKey(req), model: () => undefined };
+      res.locals.admitted = this.caller(asks, () => res.setHeader('WWW-Authenticate', UNKNOWN_KEY)) satisfies Admitted;
       next();
     };
   }

@@ -204,12 +204,12 @@ export class BatchRunner {
       for (let start = 0; start < total && !halt.signal.aborted; start += WINDOW) {
         if (await mustStop()) break;
         const count = Math.min(WINDOW, total - start);
-        const [stored, lines] = await Promise.all([
-          batches.answers(batch.id, start, count),
+        const [answered, lines] = await Promise.all([
+          batches.answered(batch.id, start, count),
           files.readLines(batch.input_file_id, start, count),
         ]);
         for (let i = 0; i < count && !halt.signal.aborted; i++) {
-          if (stored[i] !== null) continue;
+          if (answered[i]) continue;
           await slots.take();
           void this.sendLine(owner, batch, start + i, lines[i], halt.signal)
             .then((answer) => answer && answers.add(answer))

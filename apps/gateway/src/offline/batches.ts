@@ -85,6 +85,14 @@ redis.call('DECRBY', KEYS[5], held)
 return 1
 `;
 
+/** KEYS: results; ARGV: the first line, how many. 1 for each line with an answer, else 0. */
+const ANSWERED = `
+local flags = {}
+local start = tonumber(ARGV[1])
+for i = start, start + tonumber(ARGV[2]) - 1 do flags[#flags + 1] = redis.call('HEXISTS', KEYS[1], i) end
+return flags
+`;
+
 const [MARK_OK, MARK_ERROR] = [Buffer.from('o'), Buffer.from('e')];
 
 /** A line's answer: for the output file (a 2xx) or the error file. */
@@ -267,12 +275,11 @@ export class BatchStore {
   backlog = async (model: string): Promise<number> =>
     Math.max(0, Number((await this.redis.hget(this.keys.backlog(), model)) ?? 0));
 
-  /** The answers stored of lines `start`…, null for each line without one. */
-  async answers(id: string, start: number, count: number): Promise<Array<{ ok: boolean; line: string } | null>> {
+  /** Which of lines `start`… have an answer stored, asked inside Redis: the answers stay there. */
+  async answered(id: string, start: number, count: number): Promise<boolean[]> {
     if (count <= 0) return [];
-    const fields = Array.from({ length: count }, (_, i) => String(start + i));
-    const held = await this.redis.hmget(this.keys.results(id), ...fields);
-    return held.map((answer) => (answer === null ? null : { ok: answer[0] === 'o', line: answer.slice(1) }));
+    const flags = (await this.redis.eval(ANSWERED, 1, this.keys.results(id), start, count)) as number[];
+    return flags.map((flag) => flag === 1);
   }
 
   /** Bytes of answers stored and not yet made into files. */
@@ -280,7 +287,7 @@ export class BatchStore {
     return Number((await this.redis.hget(this.keys.batch(id), 'result_bytes')) ?? 0);
   }
 
-  /** Forgets a batch whose time is up (the sweep's part for batches). */
+  /** Forgets a batch whose time is up (the runner's turn, once it is due). */
   async expire(id: string): Promise<void> {
     const owner = await this.redis.hget(this.keys.batch(id), 'owner');
     const bytes = await this.resultBytes(id);

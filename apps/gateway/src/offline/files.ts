@@ -8,7 +8,7 @@ import { ApiError } from '@tserve/contract';
  * list), so that any gateway reads any file and a batch's lines are read a window at a time. Each
  * file belongs to the API key that made it (its owner); another key never sees it. The bytes of
  * every file and of the results not yet made into files are counted in one place, against
- * FILES_STORE_MAX_MB. Files go when they expire (`sweep`) or are deleted.
+ * FILES_STORE_MAX_MB. Files go when they are deleted, or expire (each runner's turn forgets those due).
  */
 
 /** OpenAI's file object, as its clients read it. */
@@ -236,7 +236,7 @@ export class FileStore {
       .exec();
   }
 
-  /** Forgets a file whose time is up (the sweep's part for files). */
+  /** Forgets a file whose time is up (the runner's turn, once it is due). */
   async expire(id: string): Promise<void> {
     const [owner, json] = await this.redis.hmget(this.keys.file(id), 'owner', 'json');
     if (owner === null || json === null) {

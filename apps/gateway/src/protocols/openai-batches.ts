@@ -10,7 +10,7 @@ import type { FileStore } from '../offline/files.js';
 import type { BatchStore } from '../offline/batches.js';
 import { nowS } from '../offline/batch-object.js';
 import { ENDPOINTS_ALLOWED, endpointAllowed, windowSeconds } from '../offline/batch-lines.js';
-import { listBody, offlineErrors, owner, ownerOf, pageQuery } from './openai-files.js';
+import { listBody, offlineErrors, owner, pageQuery } from './openai-files.js';
 
 /**
  * OpenAI's Batch API: `POST /v1/batches`, `GET /v1/batches`, `GET /v1/batches/{id}`,
@@ -53,7 +53,7 @@ export function openAiBatchRoutes(
   },
 ): void {
   const { files, batches, admission, logger } = parts;
-  const who = ownerOf(admission);
+  const who = admission.identify();
   const notFound = (id: string) => new ApiError('not_found', `no batch ${id.slice(0, 100)}`);
 
   router.post('/v1/batches', who, jsonBody(parts.config), async (req, res) => {

@@ -1,10 +1,11 @@
 import { StringDecoder } from 'node:string_decoder';
 import type { Readable } from 'node:stream';
-import type { IRouter, Request, RequestHandler, Response } from 'express';
+import type { IRouter, Request, Response } from 'express';
 import busboy from 'busboy';
-import { ApiError, type ErrorType } from '@tserve/contract';
-import { errorHandler, type ErrorFormat } from '../http/http-errors.js';
-import { keyPresented, type Admission } from '../admission/admission.js';
+import { ApiError } from '@tserve/contract';
+import { errorHandler } from '../http/http-errors.js';
+import { openAiErrors } from './openai.js';
+import { admittedOf, type Admission } from '../admission/admission.js';
 import type { FileObject, FileStore } from '../offline/files.js';
 import type { Logger } from 'pino';
 
@@ -15,34 +16,15 @@ import type { Logger } from 'pino';
  * gateway never holds a whole file, and its request-body budget is left to the inference routes.
  */
 
-const TYPES: Partial<Record<ErrorType, { type: string; code: string | null }>> = {
-  unauthorized: { type: 'invalid_request_error', code: 'invalid_api_key' },
+/** OpenAI's error body for files and batches: its codes for a missing file, a file too large, a full store. */
+export const offlineErrors = openAiErrors({
   not_found: { type: 'invalid_request_error', code: null },
   payload_too_large: { type: 'invalid_request_error', code: 'file_too_large' },
   insufficient_storage: { type: 'invalid_request_error', code: 'storage_limit_exceeded' },
-  unavailable: { type: 'server_error', code: 'unavailable' },
-  internal: { type: 'server_error', code: null },
-};
+});
 
-/** OpenAI's error body, `{"error": {"message", "type", "param", "code"}}`, for files and batches. */
-export const offlineErrors: ErrorFormat = (error) => {
-  const { type, code } = TYPES[error.type] ?? { type: 'invalid_request_error', code: null };
-  return { status: error.status, body: { error: { message: error.message, type, param: null, code } } };
-};
-
-/** Who is calling: the key (401 without a valid one, where keys are on), and so whose files these are. */
-export function ownerOf(admission: Admission): RequestHandler {
-  return (req, res, next) => {
-    const { key } = admission.caller({
-      key: keyPresented(req.get('authorization'), req.get('x-api-key')),
-      model: () => undefined,
-    });
-    res.locals.owner = key?.id ?? '-';
-    next();
-  };
-}
-
-export const owner = (res: Response) => res.locals.owner as string;
+/** Whose files and batches a request may see: its key's, or everyone's ('-') with keys off. */
+export const owner = (res: Response) => admittedOf(res).key?.id ?? '-';
 
 /** `limit` and `after` of a list, as OpenAI's cursor pages send them. */
 export function pageQuery(req: Request): { after?: string; limit: number } {
@@ -146,7 +128,7 @@ export function openAiFileRoutes(
   router: IRouter,
   { files, admission, logger }: { files: FileStore; admission: Admission; logger: Logger },
 ): void {
-  const who = ownerOf(admission);
+  const who = admission.identify();
   router.post('/v1/files', who, async (req, res) => {
     if (!req.is('multipart/form-data'))
       throw new ApiError('validation', 'send the file as multipart/form-data, with the fields "file" and "purpose"');

@@ -33,7 +33,9 @@ const embeddingsRequest = z
   })
   .strict();
 
-const OPENAI_TYPES: Partial<Record<ErrorType, { type: string; code: string | null }>> = {
+type OpenAiTypes = Partial<Record<ErrorType, { type: string; code: string | null }>>;
+
+const OPENAI_TYPES: OpenAiTypes = {
   unauthorized: { type: 'invalid_request_error', code: 'invalid_api_key' },
   forbidden: { type: 'permission_error', code: 'model_not_allowed' },
   not_found: { type: 'invalid_request_error', code: 'model_not_found' },
@@ -48,14 +50,20 @@ const errorBody = z.strictObject({
   error: z.strictObject({ message: z.string(), type: z.string(), param: z.null(), code: z.string().nullable() }),
 });
 
-/** OpenAI's error body: `{"error": {"message", "type", "param", "code"}}`. */
-const openAiErrors: ErrorFormat = (error) => {
-  const { type, code } = OPENAI_TYPES[error.type] ?? { type: 'invalid_request_error', code: null };
-  return {
-    status: error.status,
-    body: { error: { message: error.message, type, param: null, code } } satisfies z.infer<typeof errorBody>,
+/**
+ * OpenAI's error body, `{"error": {"message", "type", "param", "code"}}`: the embeddings routes'
+ * types and codes, with `overrides` for routes whose errors OpenAI names otherwise (its files).
+ */
+export function openAiErrors(overrides: OpenAiTypes = {}): ErrorFormat {
+  const types = { ...OPENAI_TYPES, ...overrides };
+  return (error) => {
+    const { type, code } = types[error.type] ?? { type: 'invalid_request_error', code: null };
+    return {
+      status: error.status,
+      body: { error: { message: error.message, type, param: null, code } } satisfies z.infer<typeof errorBody>,
+    };
   };
-};
+}
 
 const modelSchema = z.strictObject({
   id: z.string(),
@@ -165,5 +173,5 @@ export function openAiRoutes(router: IRouter, { config, service, registry, admis
       ),
     ),
   );
-  router.use('/v1', errorHandler(logger, openAiErrors));
+  router.use('/v1', errorHandler(logger, openAiErrors()));
 }
