@@ -46,23 +46,33 @@ export function listBody<T extends { id: string }>(page: { data: T[]; has_more: 
   };
 }
 
+const withoutCr = (line: string) => (line.endsWith('\r') ? line.slice(0, -1) : line);
+
 /**
  * The lines of an uploaded file as they arrive (a line may end in CRLF). Iterating the stream
  * itself, not readline: a stream destroyed part way (its client went away) ends the iteration with
  * an error, and nothing of the file is kept.
  */
-async function* linesOf(stream: Readable & { truncated?: boolean }, maxBytes: number): AsyncGenerator<string> {
+export async function* linesOf(stream: Readable & { truncated?: boolean }, maxBytes: number): AsyncGenerator<string> {
   const decoder = new StringDecoder('utf8');
   let carry = '';
   // Not destroyed when the store stops reading (a refused file): the rest of it is drained, so that
   // the form is read to its end and answered.
   for await (const chunk of stream.iterator({ destroyOnReturn: false })) {
-    const lines = (carry + decoder.write(chunk as Buffer)).split('\n');
-    carry = lines.pop() ?? '';
-    for (const line of lines) yield line.endsWith('\r') ? line.slice(0, -1) : line;
+    const text = decoder.write(chunk as Buffer);
+    // Only a chunk that ends a line is split: a long line grows by appending, never by splitting
+    // all it holds again at each chunk, which a 200 MB line would make quadratic.
+    const end = text.lastIndexOf('\n');
+    if (end === -1) {
+      carry += text;
+      continue;
+    }
+    const lines = (carry + text.slice(0, end)).split('\n');
+    carry = text.slice(end + 1);
+    for (const line of lines) yield withoutCr(line);
   }
   carry += decoder.end();
-  if (carry) yield carry.endsWith('\r') ? carry.slice(0, -1) : carry;
+  if (carry) yield withoutCr(carry);
   if (stream.truncated)
     throw new ApiError('payload_too_large', `the file is larger than ${maxBytes / 1e6} MB (FILES_MAX_MB)`);
 }
