@@ -1,5 +1,5 @@
 import type { ChainableCommander, Redis } from 'ioredis';
-import { newId, pageOf, type OfflineKeys, type Page } from './files.js';
+import { forget, newId, pageOf, type OfflineKeys, type Page } from './files.js';
 import { ENDED, nowS, type BatchObject, type HeldBatch } from './batch-object.js';
 
 /**
@@ -282,21 +282,11 @@ export class BatchStore {
     return flags.map((flag) => flag === 1);
   }
 
-  /** Bytes of answers stored and not yet made into files. */
-  async resultBytes(id: string): Promise<number> {
-    return Number((await this.redis.hget(this.keys.batch(id), 'result_bytes')) ?? 0);
-  }
-
   /** Forgets a batch whose time is up (the runner's turn, once it is due). */
   async expire(id: string): Promise<void> {
-    const owner = await this.redis.hget(this.keys.batch(id), 'owner');
-    const bytes = await this.resultBytes(id);
-    const multi = this.redis.multi().del(this.keys.batch(id), this.keys.results(id), this.keys.lease(id));
-    if (owner !== null) multi.zrem(this.keys.batchesOf(owner), id);
-    await multi
-      .zrem(this.keys.expiring(), `batch:${id}`)
-      .srem(this.keys.active(), id)
-      .decrby(this.keys.bytes(), bytes)
-      .exec();
+    const [owner, bytes] = await this.redis.hmget(this.keys.batch(id), 'owner', 'result_bytes');
+    const more = [this.keys.results(id), this.keys.lease(id)];
+    await forget(this.redis, this.keys, 'batch', { id, owner: owner ?? '', bytes: Number(bytes ?? 0), more });
+    await this.redis.srem(this.keys.active(), id);
   }
 }

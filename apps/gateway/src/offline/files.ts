@@ -55,6 +55,46 @@ export class OfflineKeys {
   bytes = () => `${this.prefix}:offline:bytes`;
 }
 
+/**
+ * Deletes a file's or a batch's record and what goes with it. KEYS: the record, the store's byte
+ * count, the owner's index, the expiring set, then the other keys to delete; ARGV: the bytes it
+ * held, its id in the owner's index, its member in the expiring set. Only the call that deleted
+ * the record lowers the count: two gateways may expire the same one, or a delete meet an expiry.
+ */
+const FORGET = `
+local deleted = redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[4], ARGV[3])
+if deleted == 0 then return 0 end
+redis.call('DECRBY', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[2])
+for i = 5, #KEYS do redis.call('DEL', KEYS[i]) end
+return 1
+`;
+
+/** Forgets a file (`kind` file) or a batch, once (see FORGET); false if another call did. */
+export async function forget(
+  redis: Redis,
+  keys: OfflineKeys,
+  kind: 'file' | 'batch',
+  { id, owner, bytes, more }: { id: string; owner: string; bytes: number; more: string[] },
+): Promise<boolean> {
+  const [record, index] =
+    kind === 'file' ? [keys.file(id), keys.filesOf(owner)] : [keys.batch(id), keys.batchesOf(owner)];
+  const deleted = await redis.eval(
+    FORGET,
+    4 + more.length,
+    record,
+    keys.bytes(),
+    index,
+    keys.expiring(),
+    ...more,
+    bytes,
+    id,
+    `${kind}:${id}`,
+  );
+  return deleted === 1;
+}
+
 export function newId(kind: 'file' | 'batch'): string {
   return `${kind}-${randomBytes(12).toString('hex')}`;
 }
@@ -221,28 +261,17 @@ export class FileStore {
   /** Deletes the file if `owner` made it; false if there was none to delete. */
   async delete(owner: string, id: string): Promise<boolean> {
     const stored = await this.get(owner, id);
-    if (!stored) return false;
-    await this.forget(owner, id, stored.file.bytes);
-    return true;
+    return stored !== undefined && this.forget(owner, id, stored.file.bytes);
   }
 
-  private async forget(owner: string, id: string, bytes: number): Promise<void> {
-    await this.redis
-      .multi()
-      .del(this.keys.file(id), this.keys.lines(id))
-      .zrem(this.keys.filesOf(owner), id)
-      .zrem(this.keys.expiring(), `file:${id}`)
-      .decrby(this.keys.bytes(), bytes)
-      .exec();
+  private forget(owner: string, id: string, bytes: number): Promise<boolean> {
+    return forget(this.redis, this.keys, 'file', { id, owner, bytes, more: [this.keys.lines(id)] });
   }
 
   /** Forgets a file whose time is up (the runner's turn, once it is due). */
   async expire(id: string): Promise<void> {
     const [owner, json] = await this.redis.hmget(this.keys.file(id), 'owner', 'json');
-    if (owner === null || json === null) {
-      await this.redis.zrem(this.keys.expiring(), `file:${id}`);
-      return;
-    }
-    await this.forget(owner, id, (JSON.parse(json) as FileObject).bytes);
+    const bytes = json === null ? 0 : (JSON.parse(json) as FileObject).bytes;
+    await this.forget(owner ?? '', id, bytes);
   }
 }
