@@ -123,6 +123,35 @@ describe('batch formation', () => {
       'the 31 short inputs share one call',
     );
   });
+
+  it('runs interactive work between the model calls of batch-class work, not after all of them', async (t) => {
+    const system = new TestSystem(uniquePrefix('precedence'));
+    const queue = new QueueClient(REDIS_URL, system.prefix, SLOW_CLASSIFIER);
+    await queue.start();
+    t.after(async () => {
+      await queue.close();
+      await system.stop();
+    });
+    // One batch-class request whose inputs run as thirty model calls of BATCH_MAX_SIZE rows.
+    const [bulk] = await queue.addJob([{ inputs: Array(60).fill(textOfTokens(64)) }], true, true);
+    const worker = system.startWorker({ model: SLOW_CLASSIFIER, env: { BATCH_MAX_SIZE: 2 } });
+    await waitFor('the batch-class job taken', async () => (await queue.jobState(bulk)) === 'active', 60_000, 5);
+    // The worker is stopped while the interactive job is added, so the batch-class one cannot end meanwhile.
+    worker.kill('SIGSTOP');
+    let urgent: string;
+    try {
+      [urgent] = await queue.addJob([{ inputs: ['me first'] }]);
+    } finally {
+      worker.kill('SIGCONT');
+    }
+    const first = await Promise.race([
+      queue.outcome(urgent).then(() => 'interactive'),
+      queue.outcome(bulk, 120_000).then(() => 'batch class'),
+    ]);
+    assert.equal(first, 'interactive', system.logs());
+    const outcome = await queue.outcome(bulk, 120_000);
+    assert.ok(outcome.ok && outcome.outputs.length === 60, JSON.stringify(outcome).slice(0, 300));
+  });
 });
 
 describe('correctness under batching', () => {

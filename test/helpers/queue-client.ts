@@ -60,11 +60,13 @@ export class QueueClient {
   /**
    * Enqueues several requests as one job, as a gateway coalesces them, and announces it on the
    * model's work channel as a gateway does (unless `announce` is false: a notice lost on the way);
-   * returns their ids (the first is the job's).
+   * returns their ids (the first is the job's). `batchClass`: in the batch class, as a gateway adds
+   * `x-priority: batch` requests (any BullMQ priority above 0).
    */
   async addJob(
     requests: Array<{ inputs: string[]; parameters?: TaskParameters; deadlineInMs?: number }>,
     announce = true,
+    batchClass = false,
   ): Promise<string[]> {
     const now = Date.now();
     const data: JobData = {
@@ -81,8 +83,8 @@ export class QueueClient {
         enqueuedAt: now,
       })),
     };
-    await this.queue.add(JOB_NAME, data, { jobId: data.requests[0].id });
-    const notice: WorkNotice = { kind: 'work', jobs: 1 };
+    await this.queue.add(JOB_NAME, data, { jobId: data.requests[0].id, ...(batchClass ? { priority: 1 } : {}) });
+    const notice: WorkNotice = { kind: 'work', jobs: 1, priority: batchClass ? 'batch' : 'interactive' };
     if (announce) await this.redis.publish(this.workChannel, JSON.stringify(notice));
     return data.requests.map((r) => r.id);
   }

@@ -17,7 +17,7 @@ describe('Announcements', () => {
   it('counts announced jobs down as they are fetched', () => {
     const a = new Announcements();
     a.fetched(1, 0);
-    a.heard(3);
+    a.heard(3, false);
     assert.equal(a.expecting, true);
     assert.equal(a.waiting, 3);
     a.fetched(2, 2);
@@ -29,7 +29,7 @@ describe('Announcements', () => {
   it('forgets what was announced once a fetch comes back short: another worker took it', () => {
     const a = new Announcements();
     a.fetched(1, 0);
-    a.heard(4);
+    a.heard(4, false);
     a.fetched(4, 1);
     assert.equal(a.expecting, false);
     assert.equal(a.waiting, 0);
@@ -54,10 +54,20 @@ describe('Announcements', () => {
 
   it("takes the queue's own count over what the notices told", () => {
     const a = new Announcements();
-    a.heard(5);
+    a.heard(5, false);
     a.counted(2);
     assert.equal(a.waiting, 2);
     a.counted(0);
     assert.equal(a.expecting, false);
+  });
+
+  it('tells once that interactive jobs were announced, and not for batch-class ones', () => {
+    const a = new Announcements();
+    a.heard(2, false);
+    assert.equal(a.interactiveSinceAsked(), false);
+    a.heard(1, true);
+    a.heard(1, false);
+    assert.equal(a.interactiveSinceAsked(), true);
+    assert.equal(a.interactiveSinceAsked(), false, 'asked again with nothing new announced');
   });
 });

@@ -320,4 +320,25 @@ describe('BatchRunner', () => {
     );
     assert.deepEqual(calls.flat(), ['a b c d e f g h i j']);
   });
+
+  it('with pacing, holds each call to the rows it allows and runs what goes ahead between calls, not before the first', async () => {
+    const { runner, finished, calls, request } = harness({ maxSize: 4 });
+    const log: string[] = [];
+    const rows = [3, 1, 2];
+    const report = await runner.execute(
+      await runner.prepare(['a', 'b', 'c', 'd', 'e', 'f'].map((t) => request(t, [t]))),
+      {
+        rows: () => rows.shift(),
+        between: async () => {
+          log.push(`between after ${calls.length} calls`);
+        },
+        ran: (n) => log.push(`ran ${n}`),
+      },
+    );
+    // Planned as calls of 4 and 2 rows (BATCH_MAX_SIZE 4); the pacing cut the first into 3 and 1.
+    assert.deepEqual(calls, [['a', 'b', 'c'], ['d'], ['e', 'f']]);
+    assert.deepEqual(report.callSizes, [3, 1, 2]);
+    assert.deepEqual(log, ['ran 3', 'between after 1 calls', 'ran 1', 'between after 2 calls', 'ran 2']);
+    assert.equal([...finished.values()].filter((o) => o.ok).length, 6);
+  });
 });

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import type { Operation, TaskInput, TaskParameters } from './schemas.js';
+import { PRIORITIES, type Operation, type TaskInput, type TaskParameters } from './schemas.js';
 import { ERROR_STATUS, type ErrorBody, type ErrorType } from './errors.js';
 
 /**
@@ -188,6 +188,11 @@ export const workNoticeSchema = z.object({
   kind: z.literal('work'),
   /** Jobs just added. */
   jobs: z.number().int().positive(),
+  /**
+   * Their class: a worker running batch-class work lets interactive jobs go ahead of its next model
+   * call. Optional (a gateway always sends it): a worker that does not know it is no worse off.
+   */
+  priority: z.enum(PRIORITIES).optional(),
 });
 export type WorkNotice = z.infer<typeof workNoticeSchema>;
 

@@ -81,7 +81,7 @@ export class QueueSet {
     else await queue.addBulk(entries);
     // Once Redis holds the jobs, not before: a worker woken ahead of them would find nothing, and wait
     // for its next poll. Not awaited: the request waits for its outcome, not for the notice.
-    const notice: WorkNotice = { kind: 'work', jobs: entries.length };
+    const notice: WorkNotice = { kind: 'work', jobs: entries.length, priority };
     this.connection.publish(keys.work(this.prefix, model), JSON.stringify(notice)).catch(() => {});
   }
 

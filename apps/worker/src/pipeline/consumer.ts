@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import { ApiError, sequenceCount } from '@tserve/contract';
 import type { PreparedBatch } from './prepared-batch.js';
 import type { BatchRunner } from './runner.js';
+import { Precedence, type CallPacing } from './precedence.js';
 import type { Settling } from '../transport/settling.js';
 import type { Work } from '../transport/work.js';
 
@@ -19,7 +20,7 @@ export interface JobSource<J> {
 export interface WorkSource extends JobSource<Work> {
   /** Starts taking jobs; `held` names the jobs whose locks the intake renews. */
   start(held: () => string[]): void;
-  /** Interactive jobs waiting now, which may go ahead of a batch holding batch-class work. */
+  /** Interactive jobs waiting now, which may go ahead of batch-class work; 0 when none were announced. */
   interactiveWaiting(): Promise<number>;
   close(): Promise<void>;
 }
@@ -35,14 +36,35 @@ export interface ConsumerParts {
   logger: Logger;
 }
 
+/** A prepared batch and the number of jobs it holds. */
+interface Batch {
+  prepared: PreparedBatch;
+  jobs: number;
+}
+
 /**
  * Gathers model batches of jobs from the intake (gatherBatch) and hands their requests to the
  * runner, whose outcomes go to the settling; it settles each job. The next batch is fetched and
  * tokenized while the model thread runs the current one.
+ *
+ * Interactive work goes ahead of batch-class work: the interactive jobs of a gathered batch run
+ * first, and between two model calls of batch-class work the interactive work that came meanwhile
+ * runs, whether gathered already or still waiting in the queue (Precedence keeps those calls short).
  */
 export class Consumer {
   private stopping = false;
   private loop?: Promise<void>;
+  /** Interactive batches gathered while batch-class work runs: they run before its next model call. */
+  private readonly urgent: Batch[] = [];
+  /** Whether batch-class work runs now, so that interactive work gathered meanwhile goes ahead of its next call. */
+  private batchClassRunning = false;
+  private readonly precedence: Precedence;
+  /** Interactive work's calls: run whole, and timed for Precedence. */
+  private readonly interactivePacing: CallPacing = {
+    rows: () => undefined,
+    between: async () => {},
+    ran: (_rows, ms) => this.precedence.interactiveRan(ms),
+  };
   private readonly intake: WorkSource;
   private readonly runner: BatchRunner;
   private readonly settling: Settling;
@@ -57,6 +79,7 @@ export class Consumer {
     this.limits = parts.limits;
     this.peers = parts.peers;
     this.logger = parts.logger;
+    this.precedence = new Precedence(parts.limits.maxSize);
   }
 
   start(): void {
@@ -95,19 +118,27 @@ export class Consumer {
       // keep it waiting: then they hear now.
       if (modelBusy && this.peers.peers > 0) this.settling.tellTaken();
       // Tokenized here while the model thread may still run the previous batch.
-      const batch = await this.runner.prepare(jobs.flatMap((j) => j.requests));
+      let interactive = await this.prepare(jobs.filter((job) => !job.batchClass));
+      const batchClass = await this.prepare(jobs.filter((job) => job.batchClass));
+      if (interactive && this.batchClassRunning) {
+        this.urgent.push(interactive);
+        this.settling.tellTaken();
+        if (!batchClass) continue;
+        interactive = undefined;
+      }
       const waitedForModel = modelBusy;
       await running;
       // The batch starts as gathered: work that arrived while it waited forms the next batch, gathered
       // while this one runs. Topping it up first kept the model idle for a Redis round trip each
       // batch, several times the idle share it has without (bench/HISTORY.md). Only interactive
       // work, which must not wait behind batch-class work, is looked for first.
-      const ahead = waitedForModel && !this.stopping ? await this.interactiveAhead(jobs) : undefined;
+      const ahead = waitedForModel && batchClass && !this.stopping ? await this.interactiveAhead() : undefined;
       this.settling.tellTaken();
       modelBusy = true;
       running = (async () => {
-        if (ahead) await this.execute(ahead, 0);
-        await this.execute(batch, jobs.length);
+        if (ahead) await this.execute(ahead);
+        if (interactive) await this.execute(interactive);
+        if (batchClass) await this.executeBatchClass(batchClass);
       })().finally(() => {
         modelBusy = false;
       });
@@ -115,33 +146,62 @@ export class Consumer {
     await running;
   }
 
+  private async prepare(jobs: Work[]): Promise<Batch | undefined> {
+    if (jobs.length === 0) return undefined;
+    return { prepared: await this.runner.prepare(jobs.flatMap((j) => j.requests)), jobs: jobs.length };
+  }
+
   /**
-   * Interactive jobs waiting now, prepared as a batch of their own, when `jobs` hold batch-class
-   * work. BullMQ fetches from the wait list (interactive) before the prioritized set, so the jobs
-   * taken here are interactive.
+   * Interactive jobs waiting now, prepared as a batch of their own, to run ahead of batch-class work.
+   * BullMQ fetches from the wait list (interactive) before the prioritized set, so the jobs taken
+   * here are interactive.
    */
-  private async interactiveAhead(jobs: Work[]): Promise<PreparedBatch | undefined> {
-    if (!jobs.some((job) => job.batchClass)) return undefined;
+  private async interactiveAhead(): Promise<Batch | undefined> {
     try {
       const waiting = await this.intake.interactiveWaiting();
       if (waiting === 0) return undefined;
-      const urgent = await this.intake.take(Math.min(waiting, this.limits.maxSize));
-      if (urgent.length === 0) return undefined;
-      this.settling.hold(urgent);
-      return await this.runner.prepare(urgent.flatMap((j) => j.requests));
+      const jobs = await this.intake.take(Math.min(waiting, this.limits.maxSize));
+      if (jobs.length === 0) return undefined;
+      this.settling.hold(jobs);
+      return this.prepare(jobs);
     } catch (err) {
       this.logger.warn({ err: String(err) }, 'fetching interactive jobs failed; running the batch in hand');
       return undefined;
     }
   }
 
-  private async execute(batch: PreparedBatch, jobs: number): Promise<void> {
+  /**
+   * Batch-class work, its model calls paced by Precedence; what is interactive runs between them,
+   * and what was gathered meanwhile before it ends.
+   */
+  private async executeBatchClass(batch: Batch): Promise<void> {
+    this.batchClassRunning = true;
+    await this.execute(batch, {
+      rows: () => this.precedence.batchRows(),
+      between: async () => {
+        await this.runUrgent();
+        const ahead = this.stopping ? undefined : await this.interactiveAhead();
+        if (ahead) await this.execute(ahead);
+      },
+      ran: (rows, ms) => this.precedence.batchRan(rows, ms),
+    });
+    // Cleared in the same turn as the last look at the urgent list: anything pushed to it runs.
+    for (let next = this.urgent.shift(); next; next = this.urgent.shift()) await this.execute(next);
+    this.batchClassRunning = false;
+  }
+
+  private async runUrgent(): Promise<void> {
+    for (let next = this.urgent.shift(); next; next = this.urgent.shift()) await this.execute(next);
+  }
+
+  /** Runs a batch; interactive unless `pacing` is given (batch-class work's). */
+  private async execute(batch: Batch, pacing: CallPacing = this.interactivePacing): Promise<void> {
     try {
-      this.settling.batchDone(await this.runner.execute(batch), jobs);
+      this.settling.batchDone(await this.runner.execute(batch.prepared, pacing), batch.jobs);
     } catch (err) {
       // The runner isolates input errors itself; reaching here is a bug, and its requests must not hang.
       this.logger.error({ err: String(err) }, 'batch failed unexpectedly');
-      this.runner.failUnanswered(batch, new ApiError('internal', 'internal error while running the model'));
+      this.runner.failUnanswered(batch.prepared, new ApiError('internal', 'internal error while running the model'));
     }
   }
 }

@@ -16,6 +16,23 @@ export interface BatchReport {
   abandoned: number;
 }
 
+/** One model call, as the runner reports it to an observer (tracing). */
+export interface ModelCall {
+  /** The requests whose sequences it ran, each once. */
+  requests: QueuedRequest[];
+  sequences: number;
+  /** Rows × the longest row: what the model computed over. */
+  paddedTokens: number;
+  /** The forward pass alone. */
+  modelMs: number;
+  /** The forward pass and the decoding of its rows. */
+  callMs: number;
+}
+
+export interface ModelCallObserver {
+  ran(call: ModelCall): void;
+}
+
 /** A batch tokenized and checked, ready for its model calls. */
 export interface PreparedBatch {
   sequences: Sequence<Owner>[];

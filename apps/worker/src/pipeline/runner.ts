@@ -6,30 +6,15 @@ import { InputEncoder, namingInput, planBatches, type PlanLimits } from './seque
 import {
   pendingRequest,
   type BatchReport,
+  type ModelCallObserver,
   type Owner,
   type Pending,
   type PreparedBatch,
   type Sequence,
 } from './prepared-batch.js';
+import type { CallPacing } from './precedence.js';
 import { RequestOutcomes, type OutcomeSink } from './request-outcomes.js';
 import { InferenceStatistics } from './stats.js';
-
-/** One model call, as the runner reports it to an observer (tracing). */
-export interface ModelCall {
-  /** The requests whose sequences it ran, each once. */
-  requests: QueuedRequest[];
-  sequences: number;
-  /** Rows × the longest row: what the model computed over. */
-  paddedTokens: number;
-  /** The forward pass alone. */
-  modelMs: number;
-  /** The forward pass and the decoding of its rows. */
-  callMs: number;
-}
-
-export interface ModelCallObserver {
-  ran(call: ModelCall): void;
-}
 
 /** Where a model call's time went, over the calls that isolating a culprit may split it into. */
 interface CallTiming {
@@ -114,47 +99,62 @@ export class BatchRunner {
     return batch;
   }
 
-  /** Runs a prepared batch's model calls, planned by length and tokens. */
-  async execute(batch: PreparedBatch): Promise<BatchReport> {
-    const { report } = batch;
-    for (const chunk of planBatches(batch.sequences, this.limits)) {
-      // A long call ahead of it may have used up a request's time, or its client may have left.
-      const live = chunk.filter(({ owner }) => {
-        if (owner.pending.failed) return false;
-        if (!this.outcomes.dropIfDead(owner.pending.request, report)) return true;
-        owner.pending.failed = true;
-        return false;
-      });
-      if (live.length === 0) continue;
-      const started = performance.now();
-      const startedAt = this.now();
-      const timing: CallTiming = { forwardMs: 0, decodeMs: 0 };
-      const results = await this.runIsolated(live, report, timing);
-      const elapsed = performance.now() - started;
-      this.calls?.ran({
-        requests: [...new Set(live.map(({ owner }) => owner.pending.request))],
-        sequences: live.length,
-        paddedTokens: live.length * live.reduce((n, { encoded }) => Math.max(n, encoded.ids.length), 0),
-        modelMs: timing.forwardMs,
-        callMs: elapsed,
-      });
-      // A request with several inputs in this call spent the call's time once, not once per input.
-      for (const pending of new Set(live.map(({ owner }) => owner.pending))) {
-        pending.inferenceMs += elapsed;
-        pending.inferMs += timing.forwardMs;
-        pending.outputMs += timing.decodeMs;
-        pending.batchSize = Math.max(pending.batchSize, live.length);
-        pending.queueMs ??= Math.max(0, startedAt - pending.request.enqueuedAt);
+  /**
+   * Runs a prepared batch's model calls, planned by length and tokens. With `pacing`, each call holds
+   * at most the rows it allows, and what must go ahead of the rest runs between two calls.
+   */
+  async execute(batch: PreparedBatch, pacing?: CallPacing): Promise<BatchReport> {
+    let first = true;
+    for (const planned of planBatches(batch.sequences, this.limits)) {
+      for (let at = 0; at < planned.length;) {
+        if (!first) await pacing?.between();
+        first = false;
+        const rows = Math.max(1, pacing?.rows() ?? planned.length);
+        await this.call(planned.slice(at, at + rows), batch.report, pacing);
+        at += rows;
       }
-      const inputMs = live.reduce(
-        (ms, { owner }) => ms + owner.pending.inputMs / Math.max(1, owner.pending.sequenceCount),
-        0,
-      );
-      this.stats.executed(live.length, inputMs, timing.forwardMs, timing.decodeMs);
-      const turns = new LoopTurns();
-      for (const [i, { owner }] of live.entries()) await this.recordResult(owner, results[i], turns);
     }
-    return report;
+    return batch.report;
+  }
+
+  /** One model call of a batch: its live sequences run, isolated, and recorded. */
+  private async call(chunk: Sequence<Owner>[], report: BatchReport, pacing?: CallPacing): Promise<void> {
+    // A long call ahead of it may have used up a request's time, or its client may have left.
+    const live = chunk.filter(({ owner }) => {
+      if (owner.pending.failed) return false;
+      if (!this.outcomes.dropIfDead(owner.pending.request, report)) return true;
+      owner.pending.failed = true;
+      return false;
+    });
+    if (live.length === 0) return;
+    const started = performance.now();
+    const startedAt = this.now();
+    const timing: CallTiming = { forwardMs: 0, decodeMs: 0 };
+    const results = await this.runIsolated(live, report, timing);
+    const elapsed = performance.now() - started;
+    pacing?.ran(live.length, elapsed);
+    this.calls?.ran({
+      requests: [...new Set(live.map(({ owner }) => owner.pending.request))],
+      sequences: live.length,
+      paddedTokens: live.length * live.reduce((n, { encoded }) => Math.max(n, encoded.ids.length), 0),
+      modelMs: timing.forwardMs,
+      callMs: elapsed,
+    });
+    // A request with several inputs in this call spent the call's time once, not once per input.
+    for (const pending of new Set(live.map(({ owner }) => owner.pending))) {
+      pending.inferenceMs += elapsed;
+      pending.inferMs += timing.forwardMs;
+      pending.outputMs += timing.decodeMs;
+      pending.batchSize = Math.max(pending.batchSize, live.length);
+      pending.queueMs ??= Math.max(0, startedAt - pending.request.enqueuedAt);
+    }
+    const inputMs = live.reduce(
+      (ms, { owner }) => ms + owner.pending.inputMs / Math.max(1, owner.pending.sequenceCount),
+      0,
+    );
+    this.stats.executed(live.length, inputMs, timing.forwardMs, timing.decodeMs);
+    const turns = new LoopTurns();
+    for (const [i, { owner }] of live.entries()) await this.recordResult(owner, results[i], turns);
   }
 
   /** Fails every request of the batch still unanswered: for a batch that broke outside the runner's own isolation. */

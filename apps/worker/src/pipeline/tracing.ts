@@ -1,7 +1,7 @@
 import type { QueuedRequest, RequestOutcome } from '@tserve/contract';
 import type { TraceContext, TraceSpan, Tracing } from '@tserve/telemetry';
 import type { OutcomeSink } from './request-outcomes.js';
-import type { ModelCall, ModelCallObserver } from './runner.js';
+import type { ModelCall, ModelCallObserver } from './prepared-batch.js';
 
 /** A traced request's spans open on this worker. */
 interface Open {

@@ -8,10 +8,22 @@
 export class Announcements {
   private announced = 0;
   private unannounced = true;
+  private interactive = false;
 
-  /** A notice of `jobs` added. */
-  heard(jobs: number): void {
+  /** A notice of `jobs` added, `interactive` or in the batch class. */
+  heard(jobs: number, interactive: boolean): void {
     this.announced += jobs;
+    if (interactive) this.interactive = true;
+  }
+
+  /**
+   * Whether interactive jobs were announced since the last time this was asked. Only then may
+   * interactive work wait for a worker busy with batch-class work, which asks the queue how much.
+   */
+  interactiveSinceAsked(): boolean {
+    const heard = this.interactive;
+    this.interactive = false;
+    return heard;
   }
 
   /** Whether a fetch now would likely find a job: otherwise the worker waits for a notice. */

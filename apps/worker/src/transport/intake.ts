@@ -88,7 +88,7 @@ export class Intake implements WorkSource {
   noticed(message: string): boolean {
     const notice = readMessage(workNoticeSchema, message);
     if (!notice) return false;
-    this.announcements.heard(notice.jobs);
+    this.announcements.heard(notice.jobs, notice.priority === 'interactive');
     this.wake?.();
     return true;
   }
@@ -115,8 +115,14 @@ export class Intake implements WorkSource {
     return waiting;
   }
 
-  /** Interactive jobs waiting. */
-  interactiveWaiting(): Promise<number> {
+  /**
+   * Interactive jobs waiting: none unless a notice announced some since the last call; then the
+   * queue's own count (a peer may have taken them). So batch-class work that looks before each of its
+   * model calls costs Redis nothing while no interactive work comes. A job whose notice was lost is
+   * found by the next gathering instead, which takes interactive jobs first.
+   */
+  async interactiveWaiting(): Promise<number> {
+    if (!this.announcements.interactiveSinceAsked()) return 0;
     return this.queue.getJobCountByTypes('wait');
   }
 

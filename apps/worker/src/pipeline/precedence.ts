@@ -1,0 +1,60 @@
+/**
+ * How long interactive work counts as present after it last ran (ms). While it is, batch-class
+ * model calls are kept short; past it, a batch-class call is as large as the limits allow, and only
+ * the first interactive request to come back waits for a whole one.
+ */
+export const PRESENT_MS = 10_000;
+
+/** The newest measurement's weight in the running averages of call times. */
+const WEIGHT = 0.2;
+
+const averaged = (average: number | undefined, sample: number) =>
+  average === undefined ? sample : average + WEIGHT * (sample - average);
+
+/** How a batch's model calls make way for more urgent work (the consumer's, for batch-class work). */
+export interface CallPacing {
+  /** The most rows the next call may hold. */
+  rows(): number | undefined;
+  /** Between two calls: runs what must not wait for the rest of the batch. */
+  between(): Promise<void>;
+  /** A call of `rows` live rows took `ms`, decoding included. */
+  ran(rows: number, ms: number): void;
+}
+
+/**
+ * Interactive work's precedence over batch-class work inside a worker. A model call is not
+ * interrupted, so an interactive request that arrives while a batch-class call runs waits for the
+ * rest of it. While interactive work is present, batch-class calls are cut to about as many rows as
+ * take one interactive call's time: the wait stays within an interactive call on any device, and
+ * batch-class work runs at full size when nothing interactive is about.
+ */
+export class Precedence {
+  private interactiveAt = Number.NEGATIVE_INFINITY;
+  private interactiveCallMs?: number;
+  private batchRowMs?: number;
+
+  constructor(
+    /** BATCH_MAX_SIZE: the most rows any call may hold. */
+    private readonly maxRows: number,
+    private readonly now: () => number = () => performance.now(),
+  ) {}
+
+  /** An interactive model call took `ms`. */
+  interactiveRan(ms: number): void {
+    this.interactiveAt = this.now();
+    this.interactiveCallMs = averaged(this.interactiveCallMs, ms);
+  }
+
+  /** A batch-class model call of `rows` rows took `ms`. */
+  batchRan(rows: number, ms: number): void {
+    if (rows > 0) this.batchRowMs = averaged(this.batchRowMs, ms / rows);
+  }
+
+  /** The most rows the next batch-class call may hold. */
+  batchRows(): number {
+    const present = this.now() - this.interactiveAt <= PRESENT_MS;
+    if (!present || this.interactiveCallMs === undefined || this.batchRowMs === undefined) return this.maxRows;
+    const rows = Math.floor(this.interactiveCallMs / Math.max(this.batchRowMs, Number.EPSILON));
+    return Math.min(this.maxRows, Math.max(1, rows));
+  }
+}

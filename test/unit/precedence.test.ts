@@ -1,0 +1,46 @@
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { Precedence, PRESENT_MS } from '../../apps/worker/src/pipeline/precedence.ts';
+
+describe('Precedence', () => {
+  const clocked = () => {
+    let now = 0;
+    return { precedence: new Precedence(32, () => now), advance: (ms: number) => (now += ms) };
+  };
+
+  it('lets batch-class calls run at full size while nothing interactive has run', () => {
+    const { precedence } = clocked();
+    precedence.batchRan(32, 320);
+    assert.equal(precedence.batchRows(), 32);
+  });
+
+  it('cuts batch-class calls to about one interactive call of time while interactive work is present', () => {
+    const { precedence } = clocked();
+    precedence.batchRan(32, 320); // 10 ms a row
+    precedence.interactiveRan(40);
+    assert.equal(precedence.batchRows(), 4);
+    precedence.interactiveRan(5);
+    assert.equal(precedence.batchRows(), 3, 'a running average: one short call moves it a fifth of the way');
+  });
+
+  it('never cuts a call below one row, nor lets it above the batch size', () => {
+    const { precedence } = clocked();
+    precedence.batchRan(1, 100);
+    precedence.interactiveRan(5);
+    assert.equal(precedence.batchRows(), 1);
+    const fast = clocked().precedence;
+    fast.batchRan(10, 1);
+    fast.interactiveRan(50);
+    assert.equal(fast.batchRows(), 32);
+  });
+
+  it('gives batch-class calls their full size again once interactive work has been absent a while', () => {
+    const { precedence, advance } = clocked();
+    precedence.batchRan(32, 320);
+    precedence.interactiveRan(20);
+    advance(PRESENT_MS);
+    assert.equal(precedence.batchRows(), 2);
+    advance(1);
+    assert.equal(precedence.batchRows(), 32);
+  });
+});
