@@ -163,7 +163,15 @@ async function h2loadRun(
   if ((await exited) !== 0) throw new Error(`h2load failed:\n${output}`);
   const after = sampleCpu({ gateway: gatewayPid });
   const elapsedMs = performance.now() - startedAt;
-  const lines = fs.readFileSync(log, 'utf8').trim().split('\n');
+  // h2load counts a request as failed or errored when its stream or connection broke; one still in
+  // flight when the duration ended is neither, and its log line has status 0.
+  const broken = /(\d+) failed, (\d+) errored/.exec(output);
+  if (!broken || Number(broken[1]) + Number(broken[2]) > 0) throw new Error(`${side}: h2load saw failures:\n${output}`);
+  const lines = fs
+    .readFileSync(log, 'utf8')
+    .trim()
+    .split('\n')
+    .filter((line) => line.split('\t')[1] !== '0');
   const ok = lines.filter((line) => line.split('\t')[1] === '200');
   if (ok.length !== lines.length) throw new Error(`${side}: ${lines.length - ok.length} answers were not 200`);
   const latencies = ok.map((line) => Number(line.split('\t')[2]) / 1000);
