@@ -5,6 +5,8 @@ import {
   answerLine,
   endpointAllowed,
   errorLine,
+  expiredLine,
+  lineId,
   parseLine,
   windowSeconds,
 } from '../../apps/gateway/src/offline/batch-lines.ts';
@@ -66,6 +68,14 @@ describe("a batch's lines", () => {
       custom_id: 'b',
       response: null,
       error: { code: 'batch_expired', message: 'late' },
+    });
+    // What Redis joins around each unrun line's index as an expired batch ends is its error line.
+    const { head, tail } = expiredLine('batch-4f2a');
+    assert.deepEqual(JSON.parse(`${head}17${tail}`), {
+      id: lineId('batch-4f2a', 17),
+      custom_id: null,
+      response: null,
+      error: { code: 'batch_expired', message: 'the batch expired before this line ran' },
     });
   });
 

@@ -1,5 +1,5 @@
 import type { FileStore } from './files.js';
-import { lineIdPrefix } from './batch-lines.js';
+import { expiredLine } from './batch-lines.js';
 import type { BatchStore } from './batches.js';
 import { nowS, type BatchObject, type BatchStatus } from './batch-object.js';
 
@@ -37,7 +37,7 @@ export async function finishBatch(
   const counts = batch.request_counts;
   const unanswered = counts.total - counts.completed - counts.failed;
   const total = counts.total;
-  const expired = ending === 'expired' ? { linePrefix: lineIdPrefix(batch.id) } : undefined;
+  const expired = ending === 'expired' ? expiredLine(batch.id) : undefined;
   for (let start = (await batches.finished(batch.id)).upto; start < total; start += LINES_AT_ONCE)
     await batches.move(batch.id, start, Math.min(LINES_AT_ONCE, total - start), ids, expired);
   const { output, errors } = await batches.finished(batch.id);

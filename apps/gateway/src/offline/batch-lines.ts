@@ -83,7 +83,7 @@ export function lineId(batchId: string, index: number): string {
   return `${lineIdPrefix(batchId)}${index}`;
 }
 
-export function lineIdPrefix(batchId: string): string {
+function lineIdPrefix(batchId: string): string {
   return `batch_req_${batchId.replace(/^batch-/, '')}_`;
 }
 
@@ -108,6 +108,17 @@ const ANSWER_END = Buffer.from('},"error":null}');
 /** The answer line of a line no route answered: refused, or left unrun when its batch expired. */
 export function errorLine(id: string, customId: string | null, code: string, message: string): string {
   return JSON.stringify({ id, custom_id: customId, response: null, error: { code, message } });
+}
+
+/**
+ * The error line of a line its batch left unrun as it expired, as the text before and after the
+ * line's index: what Redis joins around each index as it ends the batch (BatchStore.move).
+ */
+export function expiredLine(batchId: string): { head: string; tail: string } {
+  const id = lineIdPrefix(batchId);
+  const line = errorLine(`${id}#`, null, 'batch_expired', 'the batch expired before this line ran');
+  const at = line.indexOf(`${id}#`) + id.length;
+  return { head: line.slice(0, at), tail: line.slice(at + 1) };
 }
 
 /** Whether a route's answer is the line's (2xx: the output file; else the error file) or asks to be sent again. */

@@ -45,12 +45,12 @@ export interface FileSize {
 /**
  * Moves answers into the files' lists (BatchStore.move). KEYS: results, the batch, the output and
  * error lists, the store's byte count; ARGV: the first line, how many, and for an expired batch the
- * prefix of its line ids ('' otherwise). Each file line is counted with its newline; each answer
+ * text of its error line before and after a line's index ('' otherwise). Each file line is counted with its newline; each answer
  * held its line and its one-byte mark, which is what leaves the store's count until the files are
  * recorded.
  */
 const MOVE_ANSWERS = `
-local start, count, prefix = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local start, count, head, tail = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local out, err = {}, {}
 local outBytes, errBytes, held = 0, 0, 0
 for i = start, start + count - 1 do
@@ -66,9 +66,8 @@ for i = start, start + count - 1 do
       errBytes = errBytes + #line + 1
     end
     redis.call('HDEL', KEYS[1], i)
-  elseif prefix ~= '' then
-    local line = '{"id":"' .. prefix .. i .. '","custom_id":null,"response":null,' ..
-      '"error":{"code":"batch_expired","message":"the batch expired before this line ran"}}'
+  elseif head ~= '' then
+    local line = head .. i .. tail
     err[#err + 1] = line
     errBytes = errBytes + #line + 1
   end
@@ -221,7 +220,8 @@ export class BatchStore {
     start: number,
     count: number,
     to: { output: string; errors: string },
-    expired: { linePrefix: string } | undefined,
+    /** An expired batch's error line for a line it left unrun, around the line's index (expiredLine). */
+    expired: { head: string; tail: string } | undefined,
   ): Promise<void> {
     await this.redis.eval(
       MOVE_ANSWERS,
@@ -233,7 +233,8 @@ export class BatchStore {
       this.keys.bytes(),
       start,
       count,
-      expired?.linePrefix ?? '',
+      expired?.head ?? '',
+      expired?.tail ?? '',
     );
   }
 
