@@ -198,11 +198,16 @@ describe('a worker with a small memory budget', () => {
     assert.equal(refused.status, 413, JSON.stringify(refused.body));
     assert.deepEqual(Object.keys(refused.body).sort(), ['error', 'error_type']);
     assert.equal(refused.body.error_type, 'payload_too_large');
-    assert.match(
-      refused.body.error,
-      /^inputs\[1\]: input is 512 tokens long, but this worker's memory budget \(WORKER_MEMORY_MB\) holds model calls of at most \d+ tokens per input/,
-    );
-    const ok = await system.infer(EMBEDDER, ['a short one', textOfTokens(100, 'word')]);
+    const stated =
+      /^inputs\[1\]: input is 512 tokens long, but this worker's memory budget \(WORKER_MEMORY_MB\) holds model calls of at most (\d+) tokens per input/.exec(
+        refused.body.error,
+      );
+    assert.ok(stated, refused.body.error);
+    // The limit depends on what the process holds at rest, which varies from run to run; an input of
+    // exactly that length is answered, so the limit the 413 states is one the worker keeps.
+    const longest = Number(stated[1]);
+    assert.ok(longest > 2 && longest < 512, `limit ${longest}`);
+    const ok = await system.infer(EMBEDDER, ['a short one', textOfTokens(longest, 'word')]);
     assert.equal(ok.status, 200, JSON.stringify(ok.body));
     assert.equal(await system.metric('tserve_worker_memory_budget_bytes', { model: EMBEDDER }), 330 * 2 ** 20);
   });
