@@ -56,7 +56,7 @@ export class Consumer {
   private loop?: Promise<void>;
   /** Interactive batches gathered while batch-class work runs: they run before its next model call. */
   private readonly urgent: Batch[] = [];
-  /** Whether batch-class work runs now, so that interactive work gathered meanwhile goes ahead of its next call. */
+  /** Whether batch-class work runs, or is next once what goes ahead of it has run: interactive work gathered meanwhile goes ahead of its next call. */
   private batchClassRunning = false;
   private readonly precedence: Precedence;
   /** Interactive work's calls: run whole, and timed for Precedence. */
@@ -135,6 +135,10 @@ export class Consumer {
       const ahead = waitedForModel && batchClass && !this.stopping ? await this.interactiveAhead() : undefined;
       this.settling.tellTaken();
       modelBusy = true;
+      // Batch-class work counts as running from now, while what goes ahead of it runs: interactive
+      // work gathered meanwhile joins the urgent list and runs before its first call, instead of
+      // waiting here for all of its calls.
+      if (batchClass) this.batchClassRunning = true;
       running = (async () => {
         if (ahead) await this.execute(ahead);
         if (interactive) await this.execute(interactive);
@@ -171,11 +175,11 @@ export class Consumer {
   }
 
   /**
-   * Batch-class work, its model calls paced by Precedence; what is interactive runs between them,
-   * and what was gathered meanwhile before it ends.
+   * Batch-class work, its model calls paced by Precedence; what is interactive runs before and
+   * between them, and what was gathered meanwhile before it ends.
    */
   private async executeBatchClass(batch: Batch): Promise<void> {
-    this.batchClassRunning = true;
+    await this.runUrgent();
     await this.execute(batch, {
       rows: () => this.precedence.batchRows(),
       between: async () => {

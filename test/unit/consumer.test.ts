@@ -1,0 +1,131 @@
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import pino from 'pino';
+import type { QueuedRequest } from '@tserve/contract';
+import { Consumer, type WorkSource } from '../../apps/worker/src/pipeline/consumer.ts';
+import type { CallPacing } from '../../apps/worker/src/pipeline/precedence.ts';
+import type { PreparedBatch } from '../../apps/worker/src/pipeline/prepared-batch.ts';
+import type { BatchRunner } from '../../apps/worker/src/pipeline/runner.ts';
+import type { Settling } from '../../apps/worker/src/transport/settling.ts';
+import type { Work } from '../../apps/worker/src/transport/work.ts';
+
+/** A job of one request named `id`. */
+function work(id: string, batchClass: boolean): Work {
+  const request = { id, inputs: ['x'], parameters: {}, deadline: Date.now() + 60_000, enqueuedAt: Date.now() };
+  return {
+    id,
+    requests: [request],
+    replyTo: 'gateway',
+    tellTaken: false,
+    batchClass,
+    keepMs: 1000,
+    job: undefined as never,
+  };
+}
+
+/** Jobs the test hands over one by one, as a queue's would come. */
+function intake() {
+  const queue: Work[] = [];
+  let arrived: (() => void) | undefined;
+  const source: WorkSource = {
+    start: () => undefined,
+    next: async () => {
+      while (queue.length === 0) await new Promise<void>((resolve) => (arrived = resolve));
+      return queue.shift();
+    },
+    waiting: async () => queue.length,
+    take: async (count) => queue.splice(0, count),
+    interactiveWaiting: async () => 0,
+    close: async () => undefined,
+  };
+  return {
+    source,
+    add: (...jobs: Work[]) => {
+      queue.push(...jobs);
+      arrived?.();
+    },
+  };
+}
+
+/**
+ * A runner that logs what it runs: a batch-class batch as three model calls (what goes ahead runs
+ * between them), and interactive batches at once, but for the one named `held`, until released.
+ */
+function runner(held: string) {
+  const log: string[] = [];
+  let release!: () => void;
+  const released = new Promise<void>((resolve) => (release = resolve));
+  let logged: (() => void) | undefined;
+  const note = (line: string) => {
+    log.push(line);
+    logged?.();
+  };
+  const nameOf = (batch: PreparedBatch) => (batch.report as unknown as { name: string }).name;
+  const fake = {
+    prepare: async (requests: QueuedRequest[]) =>
+      ({ sequences: [], report: { name: requests.map((r) => r.id).join('+') } }) as unknown as PreparedBatch,
+    execute: async (batch: PreparedBatch, pacing?: CallPacing) => {
+      const name = nameOf(batch);
+      if (name === held) {
+        note(`${name} starts`);
+        await released;
+      }
+      for (let call = 1; call <= (name.startsWith('batch') ? 3 : 1); call++) {
+        if (call > 1) await pacing?.between();
+        note(`${name} call ${call}`);
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      return batch.report;
+    },
+    failUnanswered: () => undefined,
+  };
+  const until = async (line: string) => {
+    while (!log.includes(line)) await new Promise<void>((resolve) => (logged = resolve));
+  };
+  return { runner: fake as unknown as BatchRunner, log, release, until };
+}
+
+const settling = {
+  hold: () => undefined,
+  tellTaken: () => undefined,
+  batchDone: () => undefined,
+  heldJobIds: () => [],
+  drain: async () => undefined,
+} as unknown as Settling;
+
+describe('Consumer', () => {
+  it('runs interactive work gathered while interactive work ahead of batch-class work runs before any of its calls', async () => {
+    const jobs = intake();
+    const model = runner('first');
+    const consumer = new Consumer({
+      intake: jobs.source,
+      runner: model.runner,
+      settling,
+      limits: { maxSize: 32, maxWaitMs: 1000 },
+      peers: { peers: 0 },
+      logger: pino({ level: 'silent' }),
+    });
+    // One gathered batch: an interactive job, which runs first, and batch-class work behind it.
+    jobs.add(work('first', false), work('batch', true));
+    consumer.start();
+    await model.until('first starts');
+    // An interactive job comes while the first one runs, with the batch-class work still to run.
+    jobs.add(work('second', false));
+    await new Promise((resolve) => setImmediate(resolve));
+    model.release();
+    await model.until('batch call 3');
+    await model.until('second call 1');
+    assert.deepEqual(model.log, [
+      'first starts',
+      'first call 1',
+      'second call 1',
+      'batch call 1',
+      'batch call 2',
+      'batch call 3',
+    ]);
+    // The intake's wait for a job ends with one more: the consumer stops after it.
+    const stopped = consumer.stop();
+    jobs.add(work('last', false));
+    await stopped;
+  });
+});
