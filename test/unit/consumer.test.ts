@@ -27,11 +27,14 @@ function work(id: string, batchClass: boolean): Work {
 function intake() {
   const queue: Work[] = [];
   let arrived: (() => void) | undefined;
+  let took: (() => void) | undefined;
   const source: WorkSource = {
     start: () => undefined,
     next: async () => {
       while (queue.length === 0) await new Promise<void>((resolve) => (arrived = resolve));
-      return queue.shift();
+      const job = queue.shift();
+      took?.();
+      return job;
     },
     waiting: async () => queue.length,
     take: async (count) => queue.splice(0, count),
@@ -43,6 +46,10 @@ function intake() {
     add: (...jobs: Work[]) => {
       queue.push(...jobs);
       arrived?.();
+    },
+    /** Resolves once the consumer has taken every job handed over. */
+    taken: async () => {
+      while (queue.length > 0) await new Promise<void>((resolve) => (took = resolve));
     },
   };
 }
@@ -94,38 +101,45 @@ const settling = {
 } as unknown as Settling;
 
 describe('Consumer', () => {
-  it('runs interactive work gathered while interactive work ahead of batch-class work runs before any of its calls', async () => {
-    const jobs = intake();
-    const model = runner('first');
-    const consumer = new Consumer({
-      intake: jobs.source,
-      runner: model.runner,
-      settling,
-      limits: { maxSize: 32, maxWaitMs: 1000 },
-      peers: { peers: 0 },
-      logger: pino({ level: 'silent' }),
-    });
-    // One gathered batch: an interactive job, which runs first, and batch-class work behind it.
-    jobs.add(work('first', false), work('batch', true));
-    consumer.start();
-    await model.until('first starts');
-    // An interactive job comes while the first one runs, with the batch-class work still to run.
-    jobs.add(work('second', false));
-    await new Promise((resolve) => setImmediate(resolve));
-    model.release();
-    await model.until('batch call 3');
-    await model.until('second call 1');
-    assert.deepEqual(model.log, [
-      'first starts',
-      'first call 1',
-      'second call 1',
-      'batch call 1',
-      'batch call 2',
-      'batch call 3',
-    ]);
-    // The intake's wait for a job ends with one more: the consumer stops after it.
-    const stopped = consumer.stop();
-    jobs.add(work('last', false));
-    await stopped;
-  });
+  it(
+    'runs interactive work gathered while interactive work ahead of batch-class work runs before any of its calls',
+    { timeout: 30_000 },
+    async () => {
+      const jobs = intake();
+      const model = runner('first');
+      const consumer = new Consumer({
+        intake: jobs.source,
+        runner: model.runner,
+        settling,
+        limits: { maxSize: 32, maxWaitMs: 1000 },
+        peers: { peers: 0 },
+        logger: pino({ level: 'silent' }),
+      });
+      // One gathered batch: an interactive job, which runs first, and batch-class work behind it.
+      jobs.add(work('first', false), work('batch', true));
+      consumer.start();
+      await model.until('first starts');
+      // An interactive job comes while the first one runs, with the batch-class work still to run.
+      jobs.add(work('second', false));
+      // Once the consumer has taken it, what it does with it takes no more than this turn of the
+      // event loop: it waits for the next job, or for the work in hand to finish.
+      await jobs.taken();
+      await new Promise((resolve) => setImmediate(resolve));
+      model.release();
+      await model.until('batch call 3');
+      await model.until('second call 1');
+      assert.deepEqual(model.log, [
+        'first starts',
+        'first call 1',
+        'second call 1',
+        'batch call 1',
+        'batch call 2',
+        'batch call 3',
+      ]);
+      // The intake's wait for a job ends with one more: the consumer stops after it.
+      const stopped = consumer.stop();
+      jobs.add(work('last', false));
+      await stopped;
+    },
+  );
 });
