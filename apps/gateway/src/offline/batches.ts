@@ -45,9 +45,9 @@ export interface FileSize {
 /**
  * Moves answers into the files' lists (BatchStore.move). KEYS: results, the batch, the output and
  * error lists, the store's byte count; ARGV: the first line, how many, and for an expired batch the
- * text of its error line before and after a line's index ('' otherwise). Each file line is counted with its newline; each answer
- * held its line and its one-byte mark, which is what leaves the store's count until the files are
- * recorded.
+ * text of its error line before and after a line's index ('' otherwise). Each file line is counted
+ * with its newline; each answer held its line and its one-byte mark, which is what leaves the
+ * store's count until the files are recorded.
  */
 const MOVE_ANSWERS = `
 local start, count, head, tail = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]

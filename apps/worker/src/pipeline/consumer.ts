@@ -56,7 +56,10 @@ export class Consumer {
   private loop?: Promise<void>;
   /** Interactive batches gathered while batch-class work runs: they run before its next model call. */
   private readonly urgent: Batch[] = [];
-  /** Whether batch-class work runs, or is next once what goes ahead of it has run: interactive work gathered meanwhile goes ahead of its next call. */
+  /**
+   * Whether batch-class work runs, or is next once what goes ahead of it has run: interactive work
+   * gathered meanwhile goes ahead of its next call.
+   */
   private batchClassRunning = false;
   private readonly precedence: Precedence;
   /** Interactive work's calls: run whole, and timed for Precedence. */
