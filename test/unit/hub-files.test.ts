@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { loadWorkerConfig } from '@tserve/config';
-import { hubFilePlan } from '../../apps/worker/src/model/model.ts';
+import { hubFilePlan } from '../../apps/worker/src/model/hub-files.ts';
 import { MODEL_DIR } from '../helpers/processes.ts';
 
 const bertConfig = JSON.parse(

@@ -20,7 +20,7 @@ import { createApp } from './app.js';
 import { GatewayTracing } from './serving/tracing.js';
 import { kserveGrpc } from './protocols/kserve-grpc.js';
 import { teiGrpc } from './protocols/tei-grpc.js';
-import type { GrpcService } from './grpc/grpc-server.js';
+import type { GrpcService } from './grpc/grpc-calls.js';
 import { notReadyReasons } from './ops/health.js';
 import { FileStore, OfflineKeys } from './offline/files.js';
 import { BatchStore } from './offline/batches.js';
@@ -183,8 +183,11 @@ export interface Gateway {
   stop(): Promise<void>;
 }
 
-/** Builds the gateway's parts, each from those before it. `tracing`: where OpenTelemetry is configured. */
-export function createGateway(config: GatewayConfig, gatewayId: string, logger: Logger, tracing?: Tracing): Gateway {
+/**
+ * The gateway's link to Redis and the workers: its two connections, the served models, the queue
+ * depths the gateways share, the breaker on Redis writes, and the transport over them.
+ */
+function createLink(config: GatewayConfig, gatewayId: string, logger: Logger) {
   const redis = createRedis(config.REDIS_URL, 'gateway', config.REDIS_COMMAND_TIMEOUT_MS);
   const subscriber = createRedis(config.REDIS_URL, 'subscriber');
   const registry = new ModelRegistry({
@@ -210,6 +213,12 @@ export function createGateway(config: GatewayConfig, gatewayId: string, logger: 
     },
     { prefix: config.QUEUE_PREFIX, gatewayId, resultPollMs: config.RESULT_POLL_MS, unrunMs: config.REQUEST_TIMEOUT_MS },
   );
+  return { redis, subscriber, registry, depth, breaker, transport };
+}
+
+/** Builds the gateway's parts, each from those before it. `tracing`: where OpenTelemetry is configured. */
+export function createGateway(config: GatewayConfig, gatewayId: string, logger: Logger, tracing?: Tracing): Gateway {
+  const { redis, subscriber, registry, depth, breaker, transport } = createLink(config, gatewayId, logger);
   const snapshot = createSnapshot(registry, depth, breaker, transport);
   const bodies = new BodyBudget(config.MAX_BODIES_BYTES);
   const unread = unreadAnswers(config, logger);

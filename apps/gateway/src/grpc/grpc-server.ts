@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import { createRequire } from 'node:module';
 import net from 'node:net';
 import path from 'node:path';
@@ -7,71 +6,13 @@ import * as protoLoader from '@grpc/proto-loader';
 import { HealthImplementation, type ServingStatus } from 'grpc-health-check';
 import { ReflectionService } from '@grpc/reflection';
 import type { Logger } from 'pino';
-import { ApiError, type ErrorType } from '@tserve/contract';
+import { gather, stream, unary, type GrpcService, type Route } from './grpc-calls.js';
 
 /**
- * The gateway's gRPC server (GRPC_PORT): the one module on `@grpc/grpc-js`. It loads the services'
- * `.proto` files from the contract package, serves `grpc.health.v1.Health` and server reflection
- * beside them, and gives each protocol's handlers a call in plain terms (`GrpcCall`): metadata,
- * deadline, a signal for the client's going away, and a request id. Handlers throw `ApiError`s;
- * each becomes the gRPC status that says the same (`STATUS_OF`), and anything else an INTERNAL
- * whose details say nothing of the code.
+ * The gateway's gRPC server (GRPC_PORT): with grpc-calls.ts, the one module on `@grpc/grpc-js`. It
+ * loads the services' `.proto` files from the contract package, serves `grpc.health.v1.Health` and
+ * server reflection beside them, and runs each protocol's handlers as grpc-calls.ts makes their calls.
  */
-
-/** What a handler knows of its call besides the request message. */
-export interface GrpcCall {
-  /** A fresh id per call, as an HTTP request's: it names the call's jobs and log line. */
-  readonly requestId: string;
-  /** Aborts when the client cancels, or its deadline passes. */
-  readonly signal: AbortSignal;
-  /** Milliseconds left until the client's deadline; undefined when it set none. */
-  readonly timeoutMs?: number;
-  /** A metadata value (as text), by its lower-case name. */
-  metadata: (name: string) => string | undefined;
-}
-
-/** Messages come as the `.proto` defines them, every field present (proto-loader's defaults). */
-type UnaryHandler = (request: unknown, call: GrpcCall) => Promise<object>;
-/** Answers a stream of requests; `send` writes one response, in any order. */
-type StreamHandler = (
-  requests: AsyncIterable<unknown>,
-  send: (response: object) => void,
-  call: GrpcCall,
-) => Promise<void>;
-
-/** Answers a stream of requests with one response. */
-type GatherHandler = (requests: AsyncIterable<unknown>, call: GrpcCall) => Promise<object>;
-
-/**
- * One service's handlers by method name, for the service `name` (package.Service) in `protoFile`:
- * one request and one answer (`unary`), a stream each way (`streams`), a stream in and one answer
- * (`gathers`).
- */
-export interface GrpcService {
-  protoFile: string;
-  name: string;
-  unary: Record<string, UnaryHandler>;
-  streams?: Record<string, StreamHandler>;
-  gathers?: Record<string, GatherHandler>;
-}
-
-/** Each error type as the gRPC status a client of that protocol expects for it. */
-const STATUS_OF: Record<ErrorType, grpc.status> = {
-  validation: grpc.status.INVALID_ARGUMENT,
-  unauthorized: grpc.status.UNAUTHENTICATED,
-  forbidden: grpc.status.PERMISSION_DENIED,
-  not_found: grpc.status.NOT_FOUND,
-  unsupported_media_type: grpc.status.INVALID_ARGUMENT,
-  payload_too_large: grpc.status.RESOURCE_EXHAUSTED,
-  rate_limited: grpc.status.RESOURCE_EXHAUSTED,
-  inference: grpc.status.INVALID_ARGUMENT,
-  internal: grpc.status.INTERNAL,
-  overloaded: grpc.status.RESOURCE_EXHAUSTED,
-  unavailable: grpc.status.UNAVAILABLE,
-  timeout: grpc.status.DEADLINE_EXCEEDED,
-  insufficient_storage: grpc.status.RESOURCE_EXHAUSTED,
-  cancelled: grpc.status.CANCELLED,
-};
 
 /** Where the contract package keeps the `.proto` files, in the checkout and in the release alike. */
 function protoDir(): string {
@@ -88,55 +29,6 @@ const LOADER_OPTIONS: protoLoader.Options = {
   oneofs: true,
 };
 
-/** An error as the status, message and metadata the client gets. */
-function statusOf(err: unknown, logger: Logger, method: string): Partial<grpc.StatusObject> {
-  if (err instanceof ApiError) {
-    const metadata = new grpc.Metadata();
-    if (err.retryAfterSeconds !== undefined) metadata.set('retry-after', String(err.retryAfterSeconds));
-    metadata.set('error-type', err.type);
-    return { code: STATUS_OF[err.type], details: err.message, metadata };
-  }
-  logger.error(
-    { err: err instanceof Error ? { message: err.message, stack: err.stack } : String(err), method },
-    'gRPC call failed',
-  );
-  return { code: grpc.status.INTERNAL, details: 'internal error' };
-}
-
-/** What every kind of server call has: its metadata, deadline, and the event of its cancelling. */
-type AnyCall = Pick<grpc.ServerUnaryCall<unknown, unknown>, 'metadata' | 'getDeadline'> & {
-  once(event: 'cancelled', listener: () => void): unknown;
-};
-
-/** A failed call's status: CANCELLED once its client went away (whatever that broke), else its error's. */
-function outcomeOf(err: unknown, context: GrpcCall, route: Route): Partial<grpc.StatusObject> {
-  if (context.signal.aborted) return { code: grpc.status.CANCELLED, details: 'the client cancelled the call' };
-  return statusOf(err, route.logger, route.method);
-}
-
-/** A call's context for its handler, and `answered`, to say once its answer is on its way. */
-function callOf(call: AnyCall): { context: GrpcCall; answered: () => void } {
-  const controller = new AbortController();
-  let answered = false;
-  // grpc-js tells 'cancelled' after every call, answered ones too: aborting those cost each call an
-  // AbortError's stack and its listeners' work (bench/HISTORY.md). Only an unanswered call was cancelled.
-  call.once('cancelled', () => {
-    if (!answered) controller.abort();
-  });
-  const deadline = call.getDeadline();
-  const at = deadline instanceof Date ? deadline.getTime() : deadline;
-  const context: GrpcCall = {
-    requestId: randomUUID(),
-    signal: controller.signal,
-    timeoutMs: Number.isFinite(at) ? Math.max(1, Math.floor(at - Date.now())) : undefined,
-    metadata: (name) => {
-      const [value] = call.metadata.get(name);
-      return value === undefined ? undefined : String(value);
-    },
-  };
-  return { context, answered: () => (answered = true) };
-}
-
 export interface GrpcServerOptions {
   port: number;
   host: string;
@@ -150,7 +42,7 @@ export interface GrpcServerOptions {
   /** Runs each call's handler, where tracing is on: in the server span it makes (serving/tracing.ts). */
   traced?: <T>(method: string, metadata: (name: string) => string | undefined, run: () => Promise<T>) => Promise<T>;
   /** Told of each call as it ends: its method, status name and seconds (the metrics). */
-  observed?: (method: string, status: string, seconds: number) => void;
+  observed?: Route['observed'];
   /** A connection must have sent HTTP/2's preface within this (HTTP_HEADERS_TIMEOUT_MS), or is closed. */
   prefaceTimeoutMs: number;
   /** Bounds the listener's connections before they reach grpc-js (MAX_CONNECTIONS and the per-client cap HTTP's port has). */
@@ -160,90 +52,50 @@ export interface GrpcServerOptions {
 /** The bytes of HTTP/2's connection preface, which every gRPC client sends first. */
 const PREFACE_BYTES = 24;
 
-/** Logs one line per call, as the HTTP request log does, and tells the metrics. */
-function finished({ method, logger, observed }: Route, requestId: string, startedAt: number, code: grpc.status): void {
-  const ms = performance.now() - startedAt;
-  const level = code === grpc.status.INTERNAL ? 'error' : code === grpc.status.OK ? 'info' : 'warn';
-  logger[level](
-    { reqId: requestId, method, grpc_status: grpc.status[code], duration_ms: Number(ms.toFixed(3)) },
-    code === grpc.status.OK ? 'request completed' : 'request failed',
-  );
-  observed?.(method, grpc.status[code], ms / 1000);
-}
-
-/** One method as the server runs it: its name, the log, and what runs each call's handler (its span). */
-interface Route {
-  method: string;
-  logger: Logger;
-  within: <T>(context: GrpcCall, run: () => Promise<T>) => Promise<T>;
-  observed?: GrpcServerOptions['observed'];
-}
-
-function unary(handler: UnaryHandler, route: Route): grpc.handleUnaryCall<unknown, unknown> {
-  return (call, callback) => {
-    const made = callOf(call);
-    answer(() => route.within(made.context, () => handler(call.request, made.context)), made, callback, route);
+/**
+ * Serves grpc.health.v1: a probe asks for the server (''), or one service by name, and each is as
+ * ready as the server. Watchers are told of changes only. Returns the timer that refreshes it.
+ */
+function serveHealth(server: grpc.Server, services: GrpcService[], options: GrpcServerOptions): NodeJS.Timeout {
+  const health = new HealthImplementation();
+  const names = ['', ...services.map((s) => s.name)];
+  let told: ServingStatus | undefined;
+  const refreshHealth = () => {
+    const status: ServingStatus = options.ready() ? 'SERVING' : 'NOT_SERVING';
+    if (status === told) return;
+    told = status;
+    for (const name of names) health.setStatus(name, status);
   };
+  refreshHealth();
+  health.addToServer(server);
+  return setInterval(refreshHealth, options.readyRefreshMs).unref();
 }
 
-function gather(handler: GatherHandler, route: Route): grpc.handleClientStreamingCall<unknown, unknown> {
-  return (call, callback) => {
-    const made = callOf(call);
-    // Read without destroying the call once the client half-closes: the answer still has to go out.
-    const requests = call.iterator({ destroyOnReturn: false });
-    answer(() => route.within(made.context, () => handler(requests, made.context)), made, callback, route);
-  };
-}
-
-/** Sends a handler's one answer, or its error as a status, and logs the call. */
-function answer(
-  handle: () => Promise<object>,
-  { context, answered }: ReturnType<typeof callOf>,
-  callback: grpc.sendUnaryData<unknown>,
-  route: Route,
-): void {
-  const startedAt = performance.now();
-  handle().then(
-    (response) => {
-      answered();
-      finished(route, context.requestId, startedAt, grpc.status.OK);
-      callback(null, response);
-    },
-    (err) => {
-      const status = outcomeOf(err, context, route);
-      answered();
-      finished(route, context.requestId, startedAt, status.code!);
-      callback(status);
-    },
-  );
-}
-
-function stream(handler: StreamHandler, route: Route): grpc.handleBidiStreamingCall<unknown, unknown> {
-  return (call) => {
-    const startedAt = performance.now();
-    const { context, answered } = callOf(call);
-    const send = (response: object) => {
-      if (!context.signal.aborted) call.write(response);
-    };
-    // Read without destroying the call once the client half-closes: the answers still have to go out.
-    const requests = call.iterator({ destroyOnReturn: false });
-    route
-      .within(context, () => handler(requests, send, context))
-      .then(
-        () => {
-          answered();
-          finished(route, context.requestId, startedAt, grpc.status.OK);
-          call.end();
-        },
-        (err) => {
-          const status = outcomeOf(err, context, route);
-          const cancelled = context.signal.aborted;
-          answered();
-          finished(route, context.requestId, startedAt, status.code!);
-          if (!cancelled) call.emit('error', status);
-        },
-      );
-  };
+/**
+ * The gateway holds the listening socket and hands grpc-js each connection it keeps: a flood of
+ * idle or silent connections is bounded as HTTP's are (MAX_CONNECTIONS, the per-client cap, the
+ * headers' timeout), which grpc-js's own listener has no setting for.
+ */
+async function listen(server: grpc.Server, options: GrpcServerOptions): Promise<net.Server> {
+  const injector = server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
+  const listener = net.createServer();
+  options.guard(listener);
+  listener.on('connection', (socket) => {
+    if (socket.destroyed) return;
+    const silent = setTimeout(() => {
+      if (socket.bytesRead < PREFACE_BYTES) socket.destroy();
+    }, options.prefaceTimeoutMs).unref();
+    socket.once('close', () => clearTimeout(silent));
+    injector.injectConnection(socket);
+  });
+  await new Promise<void>((resolve, reject) => {
+    listener.once('error', reject);
+    listener.listen(options.port, options.host, () => {
+      listener.off('error', reject);
+      resolve();
+    });
+  });
+  return listener;
 }
 
 export interface GrpcServer {
@@ -283,43 +135,10 @@ export async function startGrpcServer(services: GrpcService[], options: GrpcServ
       implementation[method] = gather(handler, route(`${service.name}/${method}`));
     server.addService(definition, implementation);
   }
-  // A probe asks for the server (''), or one service by name: each is as ready as the server.
-  // Watchers are told of changes only.
-  const health = new HealthImplementation();
-  const names = ['', ...services.map((s) => s.name)];
-  let told: ServingStatus | undefined;
-  const refreshHealth = () => {
-    const status: ServingStatus = options.ready() ? 'SERVING' : 'NOT_SERVING';
-    if (status === told) return;
-    told = status;
-    for (const name of names) health.setStatus(name, status);
-  };
-  refreshHealth();
-  const healthTimer = setInterval(refreshHealth, options.readyRefreshMs).unref();
-  health.addToServer(server);
+  const healthTimer = serveHealth(server, services, options);
   new ReflectionService(definitions).addToServer(server);
 
-  // The gateway holds the listening socket and hands grpc-js each connection it keeps: a flood of
-  // idle or silent connections is bounded as HTTP's are (MAX_CONNECTIONS, the per-client cap, the
-  // headers' timeout), which grpc-js's own listener has no setting for.
-  const injector = server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
-  const listener = net.createServer();
-  options.guard(listener);
-  listener.on('connection', (socket) => {
-    if (socket.destroyed) return;
-    const silent = setTimeout(() => {
-      if (socket.bytesRead < PREFACE_BYTES) socket.destroy();
-    }, options.prefaceTimeoutMs).unref();
-    socket.once('close', () => clearTimeout(silent));
-    injector.injectConnection(socket);
-  });
-  await new Promise<void>((resolve, reject) => {
-    listener.once('error', reject);
-    listener.listen(options.port, options.host, () => {
-      listener.off('error', reject);
-      resolve();
-    });
-  });
+  const listener = await listen(server, options);
   const port = (listener.address() as net.AddressInfo).port;
   return {
     port,

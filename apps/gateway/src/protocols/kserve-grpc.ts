@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { isUtf8 } from 'node:buffer';
 import { ApiError } from '@tserve/contract';
-import type { GrpcCall, GrpcService } from '../grpc/grpc-server.js';
+import type { GrpcCall, GrpcService } from '../grpc/grpc-calls.js';
 import type { Snapshot } from '../serving/snapshot.js';
 import { admitMetadata, type ProtocolParts } from '../serving/route-call.js';
 import { answerInfer, type InferAnswer } from './kserve-infer.js';

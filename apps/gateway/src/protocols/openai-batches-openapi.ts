@@ -38,14 +38,126 @@ const PARAMETERS: Record<string, Json> = {
 };
 const param = (name: string) => ({ $ref: `#/components/parameters/${name}` });
 
+/** One operation of this part: its id, summary, answers and the rest (parameters, body). */
+type Operation = (operationId: string, summary: string, responses: Json, more?: Json) => Json;
+/** The error answers of these statuses, and 401 where keys are on. */
+type Refusals = (statuses: number[]) => Json;
+
+/** The Files API's paths: a batch's input and output files. */
+function filesPaths(operation: Operation, refusals: Refusals): Record<string, Json> {
+  return {
+    '/v1/files': {
+      post: operation(
+        'createFile',
+        "uploads a batch's input: JSONL, one request a line",
+        { 200: ok('the file', fileObjectSchema), ...refusals([400, 413, 507]) },
+        {
+          requestBody: {
+            required: true,
+            content: {
+              'multipart/form-data': {
+                schema: {
+                  type: 'object',
+                  required: ['file', 'purpose'],
+                  properties: {
+                    file: { type: 'string', format: 'binary' },
+                    purpose: { type: 'string', enum: ['batch'] },
+                  },
+                },
+              },
+            },
+          },
+        },
+      ),
+      get: operation(
+        'listFiles',
+        "the caller's files, newest first",
+        { 200: ok('the files', list(fileObjectSchema)), ...refusals([400]) },
+        {
+          parameters: [
+            param('After'),
+            param('Limit'),
+            { name: 'order', in: 'query', schema: { type: 'string', enum: ['asc', 'desc'] } },
+            { name: 'purpose', in: 'query', schema: { type: 'string' } },
+          ],
+        },
+      ),
+    },
+    '/v1/files/{file_id}': {
+      get: operation(
+        'retrieveFile',
+        'a file',
+        { 200: ok('the file', fileObjectSchema), ...refusals([404]) },
+        { parameters: [param('FileId')] },
+      ),
+      delete: operation(
+        'deleteFile',
+        'deletes a file',
+        { 200: ok('deleted', deleted), ...refusals([404]) },
+        { parameters: [param('FileId')] },
+      ),
+    },
+    '/v1/files/{file_id}/content': {
+      get: operation(
+        'retrieveFileContent',
+        "a file's lines",
+        {
+          200: {
+            description: 'the lines, JSONL',
+            content: { 'application/octet-stream': { schema: { type: 'string' } } },
+          },
+          ...refusals([404]),
+        },
+        { parameters: [param('FileId')] },
+      ),
+    },
+  };
+}
+
+/** The Batches API's paths. */
+function batchesPaths(operation: Operation, refusals: Refusals): Record<string, Json> {
+  return {
+    '/v1/batches': {
+      post: operation(
+        'createBatch',
+        "runs a file's lines on the queue, in the batch class",
+        { 200: ok('the batch', batchObjectSchema), ...refusals([400, 404, 507]) },
+        { requestBody: { required: true, content: jsonContent(batchSchemas.batchRequest, 'input') } },
+      ),
+      get: operation(
+        'listBatches',
+        "the caller's batches, newest first",
+        { 200: ok('the batches', list(batchObjectSchema)), ...refusals([400]) },
+        { parameters: [param('After'), param('Limit')] },
+      ),
+    },
+    '/v1/batches/{batch_id}': {
+      get: operation(
+        'retrieveBatch',
+        'a batch, its status and counts',
+        { 200: ok('the batch', batchObjectSchema), ...refusals([404]) },
+        { parameters: [param('BatchId')] },
+      ),
+    },
+    '/v1/batches/{batch_id}/cancel': {
+      post: operation(
+        'cancelBatch',
+        'stops the lines not yet run; the batch ends cancelled, with the answers it has',
+        { 200: ok('the batch, cancelling', batchObjectSchema), ...refusals([404]) },
+        { parameters: [param('BatchId')] },
+      ),
+    },
+  };
+}
+
 /** OpenAI's Files and Batches routes in the OpenAPI document. */
 export function openAiBatchesOpenApi({ keys }: OpenApiOptions): OpenApiPart {
-  const refusals = (statuses: number[]) =>
+  const refusals: Refusals = (statuses) =>
     errors(
       openAiSchemas.error,
       [...statuses, ...(keys ? [401] : [])].sort((a, b) => a - b),
     );
-  const operation = (operationId: string, summary: string, responses: Json, more: Json = {}): Json => ({
+  const operation: Operation = (operationId, summary, responses, more = {}) => ({
     operationId,
     ...tag(TAG),
     summary,
@@ -56,110 +168,6 @@ export function openAiBatchesOpenApi({ keys }: OpenApiOptions): OpenApiPart {
   return {
     tag: TAG,
     parameters: PARAMETERS,
-    paths: {
-      '/v1/files': {
-        post: operation(
-          'createFile',
-          "uploads a batch's input: JSONL, one request a line",
-          { 200: ok('the file', fileObjectSchema), ...refusals([400, 413, 507]) },
-          {
-            requestBody: {
-              required: true,
-              content: {
-                'multipart/form-data': {
-                  schema: {
-                    type: 'object',
-                    required: ['file', 'purpose'],
-                    properties: {
-                      file: { type: 'string', format: 'binary' },
-                      purpose: { type: 'string', enum: ['batch'] },
-                    },
-                  },
-                },
-              },
-            },
-          },
-        ),
-        get: operation(
-          'listFiles',
-          "the caller's files, newest first",
-          { 200: ok('the files', list(fileObjectSchema)), ...refusals([400]) },
-          {
-            parameters: [
-              param('After'),
-              param('Limit'),
-              { name: 'order', in: 'query', schema: { type: 'string', enum: ['asc', 'desc'] } },
-              { name: 'purpose', in: 'query', schema: { type: 'string' } },
-            ],
-          },
-        ),
-      },
-      '/v1/files/{file_id}': {
-        get: operation(
-          'retrieveFile',
-          'a file',
-          { 200: ok('the file', fileObjectSchema), ...refusals([404]) },
-          {
-            parameters: [param('FileId')],
-          },
-        ),
-        delete: operation(
-          'deleteFile',
-          'deletes a file',
-          { 200: ok('deleted', deleted), ...refusals([404]) },
-          {
-            parameters: [param('FileId')],
-          },
-        ),
-      },
-      '/v1/files/{file_id}/content': {
-        get: operation(
-          'retrieveFileContent',
-          "a file's lines",
-          {
-            200: {
-              description: 'the lines, JSONL',
-              content: { 'application/octet-stream': { schema: { type: 'string' } } },
-            },
-            ...refusals([404]),
-          },
-          { parameters: [param('FileId')] },
-        ),
-      },
-      '/v1/batches': {
-        post: operation(
-          'createBatch',
-          "runs a file's lines on the queue, in the batch class",
-          { 200: ok('the batch', batchObjectSchema), ...refusals([400, 404, 507]) },
-          { requestBody: { required: true, content: jsonContent(batchSchemas.batchRequest, 'input') } },
-        ),
-        get: operation(
-          'listBatches',
-          "the caller's batches, newest first",
-          { 200: ok('the batches', list(batchObjectSchema)), ...refusals([400]) },
-          {
-            parameters: [param('After'), param('Limit')],
-          },
-        ),
-      },
-      '/v1/batches/{batch_id}': {
-        get: operation(
-          'retrieveBatch',
-          'a batch, its status and counts',
-          { 200: ok('the batch', batchObjectSchema), ...refusals([404]) },
-          {
-            parameters: [param('BatchId')],
-          },
-        ),
-      },
-      '/v1/batches/{batch_id}/cancel': {
-        post: operation(
-          'cancelBatch',
-          'stops the lines not yet run; the batch ends cancelled, with the answers it has',
-          { 200: ok('the batch, cancelling', batchObjectSchema), ...refusals([404]) },
-          { parameters: [param('BatchId')] },
-        ),
-      },
-    },
+    paths: { ...filesPaths(operation, refusals), ...batchesPaths(operation, refusals) },
   };
 }

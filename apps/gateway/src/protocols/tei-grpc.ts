@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { ApiError } from '@tserve/contract';
-import type { GrpcCall, GrpcService } from '../grpc/grpc-server.js';
+import type { GrpcCall, GrpcService } from '../grpc/grpc-calls.js';
 import { admitMetadata, type ProtocolParts } from '../serving/route-call.js';
 import { ANY, CLASSIFIER, EMBEDDING, RERANKER, SPARSE, type RouteKind } from '../serving/model-choice.js';
 import { Tei, type TeiRequest, type Timing } from './tei.js';
@@ -83,16 +83,22 @@ async function inOrder(
   await Promise.all(running);
 }
 
-export function teiGrpc(parts: ProtocolParts): GrpcService[] {
-  const tei = new Tei(parts);
+/** Each TEI method's answer to one message, from the HTTP routes' code. */
+class TeiMessages {
+  private readonly tei: Tei;
+
+  constructor(private readonly parts: ProtocolParts) {
+    this.tei = new Tei(parts);
+  }
+
   /** Runs one message's request, admitted as an HTTP request is. */
-  const admitted = async <T>(call: GrpcCall, kind: RouteKind, run: (request: TeiRequest) => Promise<T>): Promise<T> => {
+  private async admitted<T>(call: GrpcCall, kind: RouteKind, run: (request: TeiRequest) => Promise<T>): Promise<T> {
     const xModel = call.metadata('x-model');
     const requestId = randomUUID();
     const { caller, release } = await admitMetadata(
-      parts,
+      this.parts,
       call,
-      () => tei.choice.pickBeforeBody(xModel, kind),
+      () => this.tei.choice.pickBeforeBody(xModel, kind),
       requestId,
     );
     try {
@@ -100,9 +106,9 @@ export function teiGrpc(parts: ProtocolParts): GrpcService[] {
     } finally {
       release();
     }
-  };
+  }
 
-  const embed = async (m: Message, call: GrpcCall) => {
+  async embed(m: Message, call: GrpcCall) {
     const startedAt = performance.now();
     const body = parse(embedRequest, {
       inputs: m.inputs,
@@ -111,39 +117,39 @@ export function teiGrpc(parts: ProtocolParts): GrpcService[] {
       ...(m.prompt_name !== undefined ? { prompt_name: m.prompt_name } : {}),
       ...(m.dimensions !== undefined ? { dimensions: m.dimensions } : {}),
     });
-    const [vectors, timing] = await admitted(call, EMBEDDING, (request) => tei.embed(request, body));
+    const [vectors, timing] = await this.admitted(call, EMBEDDING, (request) => this.tei.embed(request, body));
     return { embeddings: vectors[0], metadata: metadataOf(timing, String(m.inputs).length, startedAt) };
-  };
+  }
 
-  const embedSparse = async (m: Message, call: GrpcCall) => {
+  async embedSparse(m: Message, call: GrpcCall) {
     const startedAt = performance.now();
     const body = parse(embedSparseRequest, { inputs: m.inputs, ...truncation(m), prompt_name: m.prompt_name });
-    const [vectors, timing] = await admitted(call, SPARSE, (request) => tei.embedSparse(request, body));
+    const [vectors, timing] = await this.admitted(call, SPARSE, (request) => this.tei.embedSparse(request, body));
     return { sparse_embeddings: vectors[0], metadata: metadataOf(timing, String(m.inputs).length, startedAt) };
-  };
+  }
 
-  const embedAll = async (m: Message, call: GrpcCall) => {
+  async embedAll(m: Message, call: GrpcCall) {
     const startedAt = performance.now();
     const body = parse(embedAllRequest, { inputs: m.inputs, ...truncation(m), prompt_name: m.prompt_name });
-    const [vectors, timing] = await admitted(call, EMBEDDING, (request) => tei.embedAll(request, body));
+    const [vectors, timing] = await this.admitted(call, EMBEDDING, (request) => this.tei.embedAll(request, body));
     return {
       token_embeddings: vectors[0].map((embeddings) => ({ embeddings })),
       metadata: metadataOf(timing, String(m.inputs).length, startedAt),
     };
-  };
+  }
 
-  const predict = async (m: Message, call: GrpcCall, pair: boolean) => {
+  async predict(m: Message, call: GrpcCall, pair: boolean) {
     const startedAt = performance.now();
     const inputs = m.inputs ?? '';
     if (pair && (!Array.isArray(inputs) || inputs.length !== 2))
       throw new ApiError('validation', '`inputs` must be a pair: two strings, a text and its text_pair');
     const body = parse(predictRequest, { inputs, raw_scores: m.raw_scores ?? false, ...truncation(m) });
-    const [scores, timing] = await admitted(call, CLASSIFIER, (request) => tei.predict(request, body));
+    const [scores, timing] = await this.admitted(call, CLASSIFIER, (request) => this.tei.predict(request, body));
     const chars = ([] as string[]).concat(inputs).join('').length;
     return { predictions: scores as object[], metadata: metadataOf(timing, chars, startedAt) };
-  };
+  }
 
-  const rerank = async (m: Message, call: GrpcCall) => {
+  async rerank(m: Message, call: GrpcCall) {
     const startedAt = performance.now();
     const body = parse(rerankRequest, {
       query: m.query,
@@ -152,18 +158,18 @@ export function teiGrpc(parts: ProtocolParts): GrpcService[] {
       return_text: m.return_text ?? false,
       ...truncation(m),
     });
-    const [ranks, timing] = await admitted(call, RERANKER, (request) => tei.rerank(request, body));
+    const [ranks, timing] = await this.admitted(call, RERANKER, (request) => this.tei.rerank(request, body));
     const chars = body.query.length * body.texts.length + body.texts.join('').length;
     return { ranks, metadata: metadataOf(timing, chars, startedAt) };
-  };
+  }
 
-  const tokenize = async (m: Message, call: GrpcCall) => {
+  async tokenize(m: Message, call: GrpcCall) {
     const body = parse(tokenizeRequest, {
       inputs: m.inputs,
       add_special_tokens: m.add_special_tokens ?? true,
       ...(m.prompt_name !== undefined ? { prompt_name: m.prompt_name } : {}),
     });
-    const [tokens] = await admitted(call, ANY, (request) => tei.tokenize(request, body));
+    const [tokens] = await this.admitted(call, ANY, (request) => this.tei.tokenize(request, body));
     return {
       tokens: tokens.map(({ start, stop, ...token }) => ({
         ...token,
@@ -171,8 +177,29 @@ export function teiGrpc(parts: ProtocolParts): GrpcService[] {
         stop: stop ?? undefined,
       })),
     };
-  };
+  }
 
+  info(call: GrpcCall) {
+    const info = this.tei.info(call.metadata('x-model'));
+    const [type] = Object.keys(info.model_type) as Array<keyof typeof MODEL_TYPE>;
+    return {
+      version: info.version,
+      model_id: info.model_id,
+      ...(info.model_sha ? { model_sha: info.model_sha } : {}),
+      model_dtype: info.model_dtype,
+      model_type: MODEL_TYPE[type],
+      max_concurrent_requests: info.max_concurrent_requests,
+      max_input_length: info.max_input_length,
+      max_batch_tokens: Number.isFinite(info.max_batch_tokens) ? info.max_batch_tokens : 0,
+      ...(Number.isFinite(info.max_batch_requests) ? { max_batch_requests: info.max_batch_requests } : {}),
+      max_client_batch_size: info.max_client_batch_size,
+      tokenization_workers: info.tokenization_workers,
+    };
+  }
+}
+
+export function teiGrpc(parts: ProtocolParts): GrpcService[] {
+  const tei = new TeiMessages(parts);
   const service = (name: string, unary: GrpcService['unary'], more: Partial<GrpcService> = {}): GrpcService => ({
     protoFile: 'tei.proto',
     name: `tei.v1.${name}`,
@@ -180,56 +207,38 @@ export function teiGrpc(parts: ProtocolParts): GrpcService[] {
     ...more,
   });
   return [
-    service('Info', {
-      Info: async (_request, call) => {
-        const info = tei.info(call.metadata('x-model'));
-        const [type] = Object.keys(info.model_type) as Array<keyof typeof MODEL_TYPE>;
-        return {
-          version: info.version,
-          model_id: info.model_id,
-          ...(info.model_sha ? { model_sha: info.model_sha } : {}),
-          model_dtype: info.model_dtype,
-          model_type: MODEL_TYPE[type],
-          max_concurrent_requests: info.max_concurrent_requests,
-          max_input_length: info.max_input_length,
-          max_batch_tokens: Number.isFinite(info.max_batch_tokens) ? info.max_batch_tokens : 0,
-          ...(Number.isFinite(info.max_batch_requests) ? { max_batch_requests: info.max_batch_requests } : {}),
-          max_client_batch_size: info.max_client_batch_size,
-          tokenization_workers: info.tokenization_workers,
-        };
-      },
-    }),
+    service('Info', { Info: async (_request, call) => tei.info(call) }),
     service(
       'Embed',
       {
-        Embed: (request, call) => embed(request as Message, call),
-        EmbedSparse: (request, call) => embedSparse(request as Message, call),
-        EmbedAll: (request, call) => embedAll(request as Message, call),
+        Embed: (request, call) => tei.embed(request as Message, call),
+        EmbedSparse: (request, call) => tei.embedSparse(request as Message, call),
+        EmbedAll: (request, call) => tei.embedAll(request as Message, call),
       },
       {
         streams: {
-          EmbedStream: (requests, send, call) => inOrder(requests, send, (m) => embed(m, call)),
-          EmbedSparseStream: (requests, send, call) => inOrder(requests, send, (m) => embedSparse(m, call)),
-          EmbedAllStream: (requests, send, call) => inOrder(requests, send, (m) => embedAll(m, call)),
+          EmbedStream: (requests, send, call) => inOrder(requests, send, (m) => tei.embed(m, call)),
+          EmbedSparseStream: (requests, send, call) => inOrder(requests, send, (m) => tei.embedSparse(m, call)),
+          EmbedAllStream: (requests, send, call) => inOrder(requests, send, (m) => tei.embedAll(m, call)),
         },
       },
     ),
     service(
       'Predict',
       {
-        Predict: (request, call) => predict(request as Message, call, false),
-        PredictPair: (request, call) => predict(request as Message, call, true),
+        Predict: (request, call) => tei.predict(request as Message, call, false),
+        PredictPair: (request, call) => tei.predict(request as Message, call, true),
       },
       {
         streams: {
-          PredictStream: (requests, send, call) => inOrder(requests, send, (m) => predict(m, call, false)),
-          PredictPairStream: (requests, send, call) => inOrder(requests, send, (m) => predict(m, call, true)),
+          PredictStream: (requests, send, call) => inOrder(requests, send, (m) => tei.predict(m, call, false)),
+          PredictPairStream: (requests, send, call) => inOrder(requests, send, (m) => tei.predict(m, call, true)),
         },
       },
     ),
     service(
       'Rerank',
-      { Rerank: (request, call) => rerank(request as Message, call) },
+      { Rerank: (request, call) => tei.rerank(request as Message, call) },
       {
         gathers: {
           // One text a message; the query, raw_scores and return_text are the first message's.
@@ -238,15 +247,15 @@ export function teiGrpc(parts: ProtocolParts): GrpcService[] {
             for await (const request of requests) messages.push(request as Message);
             const [first] = messages;
             if (!first) throw new ApiError('validation', 'the stream sent no texts to rerank');
-            return rerank({ ...first, texts: messages.map((m) => m.text ?? '') }, call);
+            return tei.rerank({ ...first, texts: messages.map((m) => m.text ?? '') }, call);
           },
         },
       },
     ),
     service(
       'Tokenize',
-      { Tokenize: (request, call) => tokenize(request as Message, call) },
-      { streams: { TokenizeStream: (requests, send, call) => inOrder(requests, send, (m) => tokenize(m, call)) } },
+      { Tokenize: (request, call) => tei.tokenize(request as Message, call) },
+      { streams: { TokenizeStream: (requests, send, call) => inOrder(requests, send, (m) => tei.tokenize(m, call)) } },
     ),
   ];
 }
