@@ -4,7 +4,7 @@ import { EventEmitter } from 'node:events';
 import type { Redis } from 'ioredis';
 import pino from 'pino';
 import type { ReadJobOutcome, ResultMessage } from '@tserve/contract';
-import { OutcomeWaiters, type ReadFinished } from '../../apps/gateway/src/transport/waiters.ts';
+import { OutcomeWaiters, type FinishedJobs } from '../../apps/gateway/src/transport/waiters.ts';
 
 const CHANNEL = 'results:gw-1';
 
@@ -19,7 +19,7 @@ class Subscriber extends EventEmitter {
 
 async function harness(
   t: { after: (fn: () => Promise<void>) => void },
-  readFinished: ReadFinished = () => Promise.reject(new Error('not here')),
+  readFinished: FinishedJobs['finished'] = () => Promise.reject(new Error('not here')),
 ) {
   const subscriber = new Subscriber();
   const taken: string[][] = [];
@@ -29,10 +29,9 @@ async function harness(
     subscriber: subscriber as unknown as Redis,
     channel: CHANNEL,
     pollMs: 60_000,
-    readFinished,
+    jobs: { finished: readFinished },
     logger,
-    onUnclaimed: () => {},
-    onTaken: (ids) => taken.push(ids),
+    coalescer: { taken: (ids) => void taken.push(ids) },
   });
   await waiters.start();
   t.after(() => waiters.stop());

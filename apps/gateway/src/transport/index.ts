@@ -1,15 +1,8 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import {
-  ApiError,
-  type CancelNotice,
-  type Priority,
-  type QueuedRequest,
-  type ReadRequestOutcome,
-  type RequestOutcome,
-} from '@tserve/contract';
+import { ApiError, type Priority, type QueuedRequest, type ReadRequestOutcome } from '@tserve/contract';
 import { FAILED_KEPT_MS, keys, outcomesKeptMs } from '@tserve/queue';
-import { EnqueueCoalescer, Withdrawn } from './coalescer.js';
+import { EnqueueCoalescer, JobSender, Withdrawn } from './sending.js';
 import { QueueSet } from './queues.js';
 import { OutcomeWaiters } from './waiters.js';
 import { RetentionSweep } from './retention.js';
@@ -65,32 +58,31 @@ export interface TransportParts {
  */
 export class Transport {
   private readonly queues: QueueSet;
+  private readonly sender: JobSender;
   private readonly waiters: OutcomeWaiters;
   private readonly coalescer: EnqueueCoalescer;
   private readonly retention: RetentionSweep;
   /** How long a completed job is kept; the sweep runs every half of it. */
   private readonly completedMs: number;
-  private readonly redis: Redis;
-  private readonly prefix: string;
-  /** Requests abandoned by their clients, per model and place; outcomes workers skipped, per model. */
+  /** Requests abandoned by their clients, per model and place. */
   readonly abandoned = new Map<string, Record<AbandonedAt, number>>();
-  readonly skipped = new Map<string, number>();
-  /** Jobs enqueued per model: with the requests answered, how many requests a job carries. */
-  readonly enqueued = new Map<string, number>();
 
   constructor(parts: TransportParts, options: TransportOptions) {
-    this.redis = parts.redis;
-    this.prefix = options.prefix;
     this.queues = new QueueSet(parts.redis, options.prefix, options.resultPollMs);
     const channel = keys.results(options.prefix, options.gatewayId);
+    this.completedMs = outcomesKeptMs(options.resultPollMs);
+    this.sender = new JobSender({
+      redis: parts.redis,
+      queues: this.queues,
+      prefix: options.prefix,
+      replyTo: channel,
+      keepMs: this.completedMs,
+      breaker: parts.breaker,
+    });
     this.coalescer = new EnqueueCoalescer({
-      enqueue: async (model, priority, jobs) => {
-        await parts.breaker.guard(() => this.queues.enqueue(model, priority, channel, jobs));
-        this.enqueued.set(model, (this.enqueued.get(model) ?? 0) + jobs.length);
-      },
-      maxSequences: (model) => parts.models.batchSize(model),
-      // Others outstanding beyond those going out now: the worker is asked to say when it takes them.
-      othersOutstanding: (model, sending) => parts.depth.own(model) > sending,
+      sender: this.sender,
+      models: parts.models,
+      depth: parts.depth,
       // A worker's word that it took a job is lost only as a result message is: the same period covers both.
       graceMs: options.resultPollMs,
     });
@@ -98,12 +90,10 @@ export class Transport {
       subscriber: parts.subscriber,
       channel,
       pollMs: options.resultPollMs,
-      readFinished: (model, jobId) => this.queues.finished(model, jobId),
+      jobs: this.queues,
       logger: parts.logger,
-      onUnclaimed: (model, outcome) => this.unclaimed(model, outcome),
-      onTaken: (jobIds) => this.coalescer.taken(jobIds),
+      coalescer: this.coalescer,
     });
-    this.completedMs = outcomesKeptMs(options.resultPollMs);
     this.retention = new RetentionSweep(
       () => [...new Set([...parts.models.served().map((m) => this.queues.get(m.id)), ...this.queues.all()])],
       { completedMs: this.completedMs, failedMs: FAILED_KEPT_MS, unrunMs: options.unrunMs },
@@ -149,6 +139,16 @@ export class Transport {
     return this.coalescer.held();
   }
 
+  /** Jobs enqueued per model: with the requests answered, how many requests a job carries. */
+  get enqueued(): ReadonlyMap<string, number> {
+    return this.sender.enqueued;
+  }
+
+  /** Outcomes of abandoned requests that a worker skipped unrun, per model. */
+  get skipped(): ReadonlyMap<string, number> {
+    return this.waiters.skipped;
+  }
+
   /** Requests waiting for their outcomes. */
   get pending(): number {
     return this.waiters.pending;
@@ -178,14 +178,6 @@ export class Transport {
       return;
     }
     counts.queue++;
-    const notice: CancelNotice = { kind: 'cancel', ids: [request.id], deadline: request.deadline };
-    void sent
-      .then(() => this.redis.publish(keys.cancellations(this.prefix, model), JSON.stringify(notice)))
-      .catch(() => {});
-  }
-
-  private unclaimed(model: string, outcome: RequestOutcome): void {
-    if (!outcome.ok && outcome.error.error_type === 'cancelled')
-      this.skipped.set(model, (this.skipped.get(model) ?? 0) + 1);
+    this.sender.cancel(model, request, sent);
   }
 }

@@ -5,26 +5,14 @@ import {
   decodeRecordedOutcome,
   jobDataSchema,
   jobReturnSchema,
-  PROTOCOL,
-  type JobData,
-  type Priority,
   type ReadJobOutcome,
-  type WorkNotice,
 } from '@tserve/contract';
-import { JOB_NAME, QUEUE_STREAMS, jobOptions, keys, outcomesKeptMs, queueNameFor } from '@tserve/queue';
-import type { CoalescedJob } from './coalescer.js';
-
-/** BullMQ's priority for batch-class jobs; interactive ones carry none (0), which BullMQ serves first. */
-const BATCH_JOB_PRIORITY = 1;
-
-/** A job's name, which the dashboard shows: how many requests it carries. */
-const jobName = (requests: number) => `${JOB_NAME} ×${requests}`;
+import { QUEUE_STREAMS, jobOptions, keys, queueNameFor } from '@tserve/queue';
 
 /** One BullMQ Queue per model, created on first use and sharing the gateway's connection. */
 export class QueueSet {
   private readonly queues = new Map<string, Queue>();
   private readonly jobOptions: ReturnType<typeof jobOptions>;
-  private readonly keepMs: number;
 
   constructor(
     private readonly connection: Redis,
@@ -33,7 +21,6 @@ export class QueueSet {
     resultPollMs: number,
   ) {
     this.jobOptions = jobOptions(resultPollMs);
-    this.keepMs = outcomesKeptMs(resultPollMs);
     // A Queue writes its settings (the events cap) into Redis once, when created; a Redis that
     // restarted empty has lost them, and BullMQ would put back its default of 10,000 events. A
     // Queue made anew writes them again, through BullMQ's own API.
@@ -56,33 +43,6 @@ export class QueueSet {
       this.queues.set(model, queue);
     }
     return queue;
-  }
-
-  /**
-   * Adds jobs to a model's queue; several go in one call, one round trip. Interactive jobs go to the
-   * wait list, batch jobs to BullMQ's prioritized set, which workers take from only when the wait
-   * list is empty: interactive work overtakes queued batch-class work at no extra Redis cost.
-   */
-  async enqueue(model: string, priority: Priority, replyTo: string, jobs: CoalescedJob[]): Promise<void> {
-    const queue = this.get(model);
-    const entries = jobs.map((job) => ({
-      name: jobName(job.requests.length),
-      data: {
-        kind: 'job',
-        protocol: PROTOCOL,
-        requests: job.requests,
-        replyTo,
-        tellTaken: job.tellTaken,
-        keepMs: this.keepMs,
-      } satisfies JobData,
-      opts: priority === 'batch' ? { jobId: job.id, priority: BATCH_JOB_PRIORITY } : { jobId: job.id },
-    }));
-    if (entries.length === 1) await queue.add(entries[0].name, entries[0].data, entries[0].opts);
-    else await queue.addBulk(entries);
-    // Once Redis holds the jobs, not before: a worker woken ahead of them would find nothing, and wait
-    // for its next poll. Not awaited: the request waits for its outcome, not for the notice.
-    const notice: WorkNotice = { kind: 'work', jobs: entries.length, priority };
-    this.connection.publish(keys.work(this.prefix, model), JSON.stringify(notice)).catch(() => {});
   }
 
   /**

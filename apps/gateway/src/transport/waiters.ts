@@ -6,7 +6,6 @@ import {
   resultMessageSchema,
   type ReadJobOutcome,
   type ReadRequestOutcome,
-  type RequestOutcome,
 } from '@tserve/contract';
 
 /** A BullMQ job that carries a waiting request: the fallback read looks there. */
@@ -24,8 +23,11 @@ interface Waiter {
   timer: NodeJS.Timeout;
 }
 
-/** A finished job's outcomes, read where BullMQ or the worker recorded them; undefined while there are none; 'lost' once the job is gone. */
-export type ReadFinished = (model: string, jobId: string) => Promise<ReadJobOutcome | 'lost' | undefined>;
+/** Where finished jobs are read (queues.ts). */
+export interface FinishedJobs {
+  /** A finished job's outcomes, read where BullMQ or the worker recorded them; undefined while there are none; 'lost' once the job is gone. */
+  finished(model: string, jobId: string): Promise<ReadJobOutcome | 'lost' | undefined>;
+}
 
 /** What the waiters work with. */
 export interface WaitersParts {
@@ -34,12 +36,10 @@ export interface WaitersParts {
   channel: string;
   /** How long a request waits before its finished job is read instead (RESULT_POLL_MS). */
   pollMs: number;
-  readFinished: ReadFinished;
+  jobs: FinishedJobs;
   logger: Logger;
-  /** Told of outcomes nobody waits for any more (the client left, or was answered 504). */
-  onUnclaimed: (model: string, outcome: RequestOutcome) => void;
-  /** Told of jobs a worker took, by its word or by their outcomes. */
-  onTaken: (jobIds: string[]) => void;
+  /** Told of jobs a worker took, by its word or by their outcomes (the EnqueueCoalescer). */
+  coalescer: { taken(jobIds: string[]): void };
 }
 
 /** A request whose job Redis no longer holds: nothing will answer it, so it is answered now, not at its deadline. */
@@ -64,22 +64,23 @@ export class OutcomeWaiters {
   private pollTimer?: NodeJS.Timeout;
   private polling = false;
 
+  /** Outcomes of abandoned requests that a worker skipped unrun, per model. */
+  readonly skipped = new Map<string, number>();
+
   readonly channel: string;
   private readonly subscriber: Redis;
   private readonly pollMs: number;
-  private readonly readFinished: ReadFinished;
+  private readonly jobs: FinishedJobs;
   private readonly logger: Logger;
-  private readonly onUnclaimed: WaitersParts['onUnclaimed'];
-  private readonly onTaken: WaitersParts['onTaken'];
+  private readonly coalescer: WaitersParts['coalescer'];
 
   constructor(parts: WaitersParts) {
     this.channel = parts.channel;
     this.subscriber = parts.subscriber;
     this.pollMs = parts.pollMs;
-    this.readFinished = parts.readFinished;
+    this.jobs = parts.jobs;
     this.logger = parts.logger;
-    this.onUnclaimed = parts.onUnclaimed;
-    this.onTaken = parts.onTaken;
+    this.coalescer = parts.coalescer;
   }
 
   async start(): Promise<void> {
@@ -132,7 +133,8 @@ export class OutcomeWaiters {
     const waiter = this.waiters.get(outcome.id);
     if (!waiter) {
       // Answered already (by the fallback read, or a 504), or its client left.
-      this.onUnclaimed(model, outcome);
+      if (!outcome.ok && outcome.error.error_type === 'cancelled')
+        this.skipped.set(model, (this.skipped.get(model) ?? 0) + 1);
       return;
     }
     clearTimeout(waiter.timer);
@@ -148,7 +150,7 @@ export class OutcomeWaiters {
    */
   private deliverJob({ job, model, outcomes }: ReadJobOutcome): void {
     for (const outcome of outcomes) this.deliver(model, outcome);
-    this.onTaken([job]);
+    this.coalescer.taken([job]);
   }
 
   /** Fails every request waiting on `job` with `error`; the coalescer hears of the job as taken, as for a finished one. */
@@ -159,7 +161,7 @@ export class OutcomeWaiters {
       this.waiters.delete(id);
       waiter.reject(error);
     }
-    this.onTaken([job.id]);
+    this.coalescer.taken([job.id]);
   }
 
   private onMessage(text: string): void {
@@ -169,12 +171,12 @@ export class OutcomeWaiters {
       this.logger.warn('unreadable result message');
       return;
     }
-    if (data.kind === 'taken') this.onTaken(data.jobs);
+    if (data.kind === 'taken') this.coalescer.taken(data.jobs);
     else if (data.kind === 'outcome') this.deliverJob(data);
     // Too large to publish: read at once where the worker recorded it, if anyone here still waits.
     else if (data.requests.some((id) => this.waiters.get(id)?.job?.id === data.job))
       void this.read({ model: data.model, id: data.job });
-    else this.onTaken([data.job]);
+    else this.coalescer.taken([data.job]);
   }
 
   /** Reads the jobs of requests that waited longer than a poll period: a result message may have been lost. */
@@ -194,7 +196,7 @@ export class OutcomeWaiters {
 
   private async read(job: JobRef): Promise<void> {
     try {
-      const finished = await this.readFinished(job.model, job.id);
+      const finished = await this.jobs.finished(job.model, job.id);
       if (finished === 'lost') this.failJob(job, jobLost());
       else if (finished) this.deliverJob(finished);
     } catch {

@@ -1,4 +1,16 @@
-import { sequenceCount, textLength, type Priority, type QueuedRequest } from '@tserve/contract';
+import type { Queue } from 'bullmq';
+import type { Redis } from 'ioredis';
+import {
+  PROTOCOL,
+  sequenceCount,
+  textLength,
+  type CancelNotice,
+  type JobData,
+  type Priority,
+  type QueuedRequest,
+  type WorkNotice,
+} from '@tserve/contract';
+import { JOB_NAME, keys } from '@tserve/queue';
 
 /**
  * Most characters of text one enqueue sends (at most three bytes each in UTF-8), whatever waits: a
@@ -14,9 +26,6 @@ export interface CoalescedJob {
   /** The worker that takes it is asked to say so: requests that arrive meanwhile are held back behind it. */
   tellTaken: boolean;
 }
-
-/** Sends jobs for a model and class to Redis; several at once go in one round trip. */
-export type Enqueue = (model: string, priority: Priority, jobs: CoalescedJob[]) => Promise<void>;
 
 /** A request taken back before it was sent (deadline or client gone): its `submit` rejects with this. */
 export class Withdrawn extends Error {}
@@ -41,11 +50,12 @@ interface Lane {
 
 /** What a coalescer works with. */
 export interface CoalescerParts {
-  enqueue: Enqueue;
-  /** Most sequences in one job: a worker's batch size, so one job never spans two batches. */
-  maxSequences: (model: string) => number;
-  /** Whether this gateway has requests for the model accepted and not yet answered beyond the `sending` going out now. */
-  othersOutstanding: (model: string, sending: number) => boolean;
+  /** Where the jobs go: the JobSender. */
+  sender: Pick<JobSender, 'enqueue'>;
+  /** Most sequences in one job: a worker's batch size (`batchSize`), so one job never spans two batches. */
+  models: { batchSize(model: string): number };
+  /** This gateway's requests for a model accepted and not yet answered (the queue depth). */
+  depth: { own(model: string): number };
   /** How long waiting requests stay held behind a job whose taking no worker has told of. */
   graceMs: number;
 }
@@ -74,28 +84,12 @@ export class EnqueueCoalescer {
   /** The lane of each job not yet taken. */
   private readonly laneOfJob = new Map<string, string>();
 
-  private readonly enqueue: Enqueue;
-  private readonly maxSequences: CoalescerParts['maxSequences'];
-  private readonly othersOutstanding: CoalescerParts['othersOutstanding'];
-  private readonly graceMs: number;
-
-  constructor(parts: CoalescerParts) {
-    this.enqueue = parts.enqueue;
-    this.maxSequences = parts.maxSequences;
-    this.othersOutstanding = parts.othersOutstanding;
-    this.graceMs = parts.graceMs;
-  }
+  constructor(private readonly parts: CoalescerParts) {}
 
   /** Resolves with the id of the job that carries the request, once it is in Redis. */
   submit(model: string, request: QueuedRequest, priority: Priority = 'interactive'): Promise<string> {
     const key = laneKey(model, priority);
-    const lane: Lane = this.lanes.get(key) ?? {
-      model,
-      priority,
-      waiting: [],
-      sending: false,
-      untaken: new Set<string>(),
-    };
+    const lane: Lane = this.lanes.get(key) ?? { model, priority, waiting: [], sending: false, untaken: new Set() };
     this.lanes.set(key, lane);
     const sent = new Promise<string>((resolve, reject) => lane.waiting.push({ request, resolve, reject }));
     this.pump(key, lane);
@@ -151,7 +145,7 @@ export class EnqueueCoalescer {
         lane.graceTimer = undefined;
         this.forgetUntaken(lane);
         this.pump(key, lane);
-      }, this.graceMs);
+      }, this.parts.graceMs);
     }
     if (lane.waiting.length === 0 && lane.untaken.size === 0) this.lanes.delete(key);
   }
@@ -166,11 +160,12 @@ export class EnqueueCoalescer {
     clearTimeout(lane.graceTimer);
     lane.graceTimer = undefined;
     const entries = lane.waiting.splice(0, oneEnqueue(lane.waiting, MOST_CHARS_PER_ENQUEUE));
-    const jobs = splitIntoJobs(entries, this.maxSequences(lane.model)).map((job) => ({
+    const jobs = splitIntoJobs(entries, this.parts.models.batchSize(lane.model)).map((job) => ({
       id: job[0].request.id,
       entries: job,
     }));
-    const tellTaken = this.othersOutstanding(lane.model, entries.length);
+    // Others outstanding beyond those going out now: the worker is asked to say when it takes them.
+    const tellTaken = this.parts.depth.own(lane.model) > entries.length;
     // Marked untaken before they are sent: a worker's word that it took one may overtake the enqueue's reply.
     if (tellTaken) {
       for (const { id } of jobs) {
@@ -179,7 +174,7 @@ export class EnqueueCoalescer {
       }
     }
     try {
-      await this.enqueue(
+      await this.parts.sender.enqueue(
         lane.model,
         lane.priority,
         jobs.map((job) => ({ id: job.id, requests: job.entries.map((e) => e.request), tellTaken })),
@@ -194,6 +189,73 @@ export class EnqueueCoalescer {
     }
     lane.sending = false;
     this.pump(key, lane);
+  }
+}
+
+/** BullMQ's priority for batch-class jobs; interactive ones carry none (0), which BullMQ serves first. */
+const BATCH_JOB_PRIORITY = 1;
+
+/** A job's name, which the dashboard shows: how many requests it carries. */
+const jobName = (requests: number) => `${JOB_NAME} ×${requests}`;
+
+export interface SenderParts {
+  /** The gateway's fail-fast command connection, which also publishes the notices. */
+  redis: Redis;
+  /** Each model's BullMQ queue (queues.ts). */
+  queues: { get(model: string): Queue };
+  prefix: string;
+  /** This gateway's result channel, where workers publish the jobs' outcomes. */
+  replyTo: string;
+  /** How long a finished job's outcomes are kept (outcomesKeptMs), which the worker records them for. */
+  keepMs: number;
+  /** Every Redis write of a request goes through the breaker, which fails fast while Redis is down. */
+  breaker: { guard<T>(call: () => Promise<T>): Promise<T> };
+}
+
+/** What goes from this gateway to a model's workers through Redis: jobs, and the names of requests to skip. */
+export class JobSender {
+  /** Jobs enqueued per model: with the requests answered, how many requests a job carries. */
+  readonly enqueued = new Map<string, number>();
+
+  constructor(private readonly parts: SenderParts) {}
+
+  /**
+   * Adds jobs to a model's queue; several go in one call, one round trip. Interactive jobs go to the
+   * wait list, batch jobs to BullMQ's prioritized set, which workers take from only when the wait
+   * list is empty: interactive work overtakes queued batch-class work at no extra Redis cost.
+   */
+  async enqueue(model: string, priority: Priority, jobs: CoalescedJob[]): Promise<void> {
+    const { redis, queues, prefix, replyTo, keepMs, breaker } = this.parts;
+    const queue = queues.get(model);
+    const entries = jobs.map((job) => ({
+      name: jobName(job.requests.length),
+      data: {
+        kind: 'job',
+        protocol: PROTOCOL,
+        requests: job.requests,
+        replyTo,
+        tellTaken: job.tellTaken,
+        keepMs,
+      } satisfies JobData,
+      opts: priority === 'batch' ? { jobId: job.id, priority: BATCH_JOB_PRIORITY } : { jobId: job.id },
+    }));
+    await breaker.guard(async () => {
+      if (entries.length === 1) await queue.add(entries[0].name, entries[0].data, entries[0].opts);
+      else await queue.addBulk(entries);
+    });
+    this.enqueued.set(model, (this.enqueued.get(model) ?? 0) + jobs.length);
+    // Once Redis holds the jobs, not before: a worker woken ahead of them would find nothing, and wait
+    // for its next poll. Not awaited: the request waits for its outcome, not for the notice.
+    const notice: WorkNotice = { kind: 'work', jobs: entries.length, priority };
+    redis.publish(keys.work(prefix, model), JSON.stringify(notice)).catch(() => {});
+  }
+
+  /** Names a queued request to the model's workers, once its job is in Redis: they skip it if not yet run. */
+  cancel(model: string, request: QueuedRequest, sent: Promise<string>): void {
+    const notice: CancelNotice = { kind: 'cancel', ids: [request.id], deadline: request.deadline };
+    void sent
+      .then(() => this.parts.redis.publish(keys.cancellations(this.parts.prefix, model), JSON.stringify(notice)))
+      .catch(() => {});
   }
 }
 

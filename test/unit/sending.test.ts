@@ -9,8 +9,9 @@ import {
   oneEnqueue,
   splitIntoJobs,
   type CoalescedJob,
-  type Enqueue,
-} from '../../apps/gateway/src/transport/coalescer.ts';
+} from '../../apps/gateway/src/transport/sending.ts';
+
+type Enqueue = (model: string, priority: Priority, jobs: CoalescedJob[]) => Promise<void>;
 
 const request = (id: string, inputs = 1): QueuedRequest => ({
   id,
@@ -38,14 +39,15 @@ function coalescerOver(
   enqueue: Enqueue,
   options: {
     maxSequences?: (model: string) => number;
-    othersOutstanding?: (model: string, sending: number) => boolean;
+    /** This gateway's requests for the model accepted and not yet answered. */
+    depth?: (model: string) => number;
     graceMs?: number;
   } = {},
 ) {
   return new EnqueueCoalescer({
-    enqueue,
-    maxSequences: options.maxSequences ?? (() => 32),
-    othersOutstanding: options.othersOutstanding ?? (() => true),
+    sender: { enqueue },
+    models: { batchSize: options.maxSequences ?? (() => 32) },
+    depth: { own: options.depth ?? (() => Number.POSITIVE_INFINITY) },
     graceMs: options.graceMs ?? 60_000,
   });
 }
@@ -82,7 +84,7 @@ describe('oneEnqueue', () => {
 describe('EnqueueCoalescer', () => {
   it('splits what waits into enqueues of at most MOST_CHARS_PER_ENQUEUE characters, sent one after another', async () => {
     const { calls, enqueue } = heldEnqueue();
-    const coalescer = coalescerOver(enqueue, { othersOutstanding: () => false });
+    const coalescer = coalescerOver(enqueue, { depth: () => 0 });
     const big = (id: string): QueuedRequest => ({ ...request(id), inputs: ['x'.repeat(MOST_CHARS_PER_ENQUEUE / 2)] });
     const sent = [
       coalescer.submit('m', request('r0')),
@@ -209,7 +211,7 @@ describe('EnqueueCoalescer', () => {
     const { calls, enqueue } = heldEnqueue();
     // As the gateway counts: each submitted request is outstanding until answered (none is here).
     let outstanding = 0;
-    const coalescer = coalescerOver(enqueue, { othersOutstanding: (_model, sending) => outstanding > sending });
+    const coalescer = coalescerOver(enqueue, { depth: () => outstanding });
     const submit = (id: string) => {
       outstanding++;
       return coalescer.submit('m', request(id));
