@@ -126,6 +126,13 @@ describe('bad input', () => {
       'not_found',
       new RegExp(`replica/nope is not served.*${CLASSIFIER}`),
     ));
+  it('POST / with several models served and no DEFAULT_MODEL → 400 naming them', () =>
+    expectError(
+      system.post('/', { inputs: 'x' }),
+      400,
+      'validation',
+      new RegExp(`several models are served \\(.*${CLASSIFIER}.*\\); use POST /models/<model id> or set DEFAULT_MODEL`),
+    ));
   it('unknown route → 404', async () => {
     const r = await fetch(`${system.url}/nothing-here`);
     assert.equal(r.status, 404);

@@ -71,7 +71,7 @@ export function createApp(parts: AppParts): Express {
   openApiRoutes(app, parts.config);
   app.use(DASHBOARD_PATH, dashboard(parts));
   const answerErrors = errorHandler(parts.logger);
-  inferenceRoutes(app, parts.config, parts.service, admission, answerErrors);
+  inferenceRoutes(app, parts, answerErrors);
   // The same queue and workers, in the protocols users already have clients for. Cohere's go
   // first: OpenAI's answer the rest of /v1.
   cohereRoutes(app, parts);

@@ -1,9 +1,8 @@
 import type { ErrorRequestHandler, IRouter, NextFunction, Request, Response } from 'express';
 import { ApiError, describeIssues, inferenceRequestSchema, TASKS, type Task } from '@tserve/contract';
-import type { GatewayConfig } from '@tserve/config';
-import type { InferenceResult, InferenceService } from '../serving/inference.js';
-import type { Admission } from '../admission/admission.js';
-import { isJson, jsonBody, runRouteCall, textBody, wildcardPath } from '../serving/route-call.js';
+import type { InferenceResult } from '../serving/inference.js';
+import { ModelChoice } from '../serving/model-choice.js';
+import { isJson, jsonBody, runRouteCall, textBody, wildcardPath, type ProtocolParts } from '../serving/route-call.js';
 
 /**
  * The body of an answer: one output for a single input, else the list. The Inference API answers a
@@ -58,13 +57,9 @@ function modelAndTask(req: Request): { model: string; task?: Task } {
  * path, on its way to the app's last handler. Under overload every 503 of shedding made that walk;
  * answered here, a refusal costs the gateway less CPU (bench/HISTORY.md, figures moved from code).
  */
-export function inferenceRoutes(
-  router: IRouter,
-  config: GatewayConfig,
-  service: InferenceService,
-  admission: Admission,
-  answerErrors: ErrorRequestHandler,
-): void {
+export function inferenceRoutes(router: IRouter, parts: ProtocolParts, answerErrors: ErrorRequestHandler): void {
+  const { config, service, admission } = parts;
+  const choice = new ModelChoice(parts.registry, config.DEFAULT_MODEL);
   /** Runs a parsed request with what its headers and admission add, and answers it. */
   const answer = async (
     req: Request,
@@ -98,7 +93,7 @@ export function inferenceRoutes(
   // With no default model yet, admission has no model to shed for: the handler says why, after reading the body.
   router.post(
     '/',
-    admit(() => service.defaultModel()),
+    admit(() => choice.defaultModel()),
     (req: Request, res: Response, next: NextFunction) => (isJson(req) ? json : rawText)(req, res, next),
     async (req: Request, res: Response) => {
       const call = isJson(req)
@@ -115,7 +110,7 @@ export function inferenceRoutes(
           'validation',
           'send the text to run as the request body, e.g. curl -X POST -d "some text" localhost:8000/',
         );
-      await answer(req, res, service.requireDefaultModel(), call, 'pipeline');
+      await answer(req, res, choice.requireDefaultModel(), call, 'pipeline');
     },
     answerErrors,
   );

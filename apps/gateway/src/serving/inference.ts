@@ -1,6 +1,11 @@
 import {
   ApiError,
+  describeIssues,
+  normalizeInput,
+  parameterSchemas,
   sequencesOf,
+  taskInputSchemas,
+  taskOfInputs,
   type RequestTiming,
   type Operation,
   type Priority,
@@ -10,9 +15,8 @@ import {
   type TaskParameters,
 } from '@tserve/contract';
 import type { GatewayConfig } from '@tserve/config';
-import { checkInputs, checkParameters, taskFor } from './call-checks.js';
 import type { ModelRegistry } from './model-registry.js';
-import type { ModelStatus, ModelWeights, ServedModel } from './served-models.js';
+import { refusal, type ModelStatus, type ModelWeights, type ServedModel } from './served-models.js';
 import type { Admission } from '../admission/admission.js';
 import { SendFailed, type Transport } from '../transport/index.js';
 import type { ResponseCache } from './response-cache.js';
@@ -113,13 +117,6 @@ export class InferenceService {
     this.tracing = parts.tracing;
   }
 
-  /** The model `POST /` serves, if there is one yet: DEFAULT_MODEL, or the only one served or configured. */
-  defaultModel(): string | undefined {
-    if (this.config.DEFAULT_MODEL) return this.config.DEFAULT_MODEL;
-    const ids = new Set([...this.registry.served().map((m) => m.id), ...this.registry.configured()]);
-    return ids.size === 1 ? [...ids][0] : undefined;
-  }
-
   /**
    * The model once a worker serves it. One whose first worker is still to come (loading, or
    * configured with none: scaled to zero) is waited for with `waitForModel`, until the deadline,
@@ -130,7 +127,7 @@ export class InferenceService {
    */
   async whenServed(model: string, wait: ModelWait, status = this.registry.status(model)): Promise<ServedModel> {
     if (status.kind === 'served') return status.model;
-    if (status.kind !== 'starting') throw this.refusal(model, status);
+    if (status.kind !== 'starting') throw refusal(model, status, this.registry.served());
     const leave = this.admission.enter(model);
     if (!wait.waitForModel) {
       void this.registry.whenServed(model, wait.deadline).then(leave);
@@ -148,18 +145,6 @@ export class InferenceService {
       leave();
     }
     return this.whenServed(model, wait);
-  }
-
-  /** The model `POST /` serves, or a 503/400 that says why there is none. */
-  requireDefaultModel(): string {
-    const model = this.defaultModel();
-    if (model !== undefined) return model;
-    const served = this.registry.served();
-    if (served.length === 0) throw this.noWorkers();
-    throw new ApiError(
-      'validation',
-      `several models are served (${served.map((m) => m.id).join(', ')}); use POST /models/<model id> or set DEFAULT_MODEL`,
-    );
   }
 
   /** A request's deadline (epoch ms): its client's timeout, at most REQUEST_TIMEOUT_MS, from now. */
@@ -251,38 +236,51 @@ export class InferenceService {
       leave();
     }
   }
-
-  private noWorkers(): ApiError {
-    if (!this.registry.healthy)
-      return new ApiError('unavailable', 'cannot reach Redis to find the served models; retry shortly', 2);
-    return new ApiError('unavailable', 'no worker is serving any model yet; retry shortly', 2);
-  }
-
-  /** Why a model no worker serves, and none is to come (whenServed waits for those), is refused. */
-  private refusal(model: string, status: Exclude<ModelStatus, { kind: 'served' | 'starting' }>): ApiError {
-    switch (status.kind) {
-      case 'mismatched':
-        return new ApiError('unavailable', status.mismatch.reason, 5);
-      case 'failed':
-        return new ApiError(
-          'unavailable',
-          `model ${model} is not served: its worker could not load it (${status.failure.reason})`,
-          5,
-        );
-      case 'lost':
-        return new ApiError('unavailable', `no live worker serves model ${model} right now; retry shortly`, 2);
-      case 'unreachable':
-        return new ApiError('unavailable', 'cannot reach Redis to find the served models; retry shortly', 2);
-      case 'unknown': {
-        const served = this.registry.served().map((m) => m.id);
-        return new ApiError(
-          'not_found',
-          `model ${model} is not served; served models: ${served.length ? served.join(', ') : '(none)'}`,
-        );
-      }
-    }
-  }
 }
 
 /** The model as its workers last announced it, where none serves it now. */
 const lastServed = (status: ModelStatus): ServedModel | undefined => ('last' in status ? status.last : undefined);
+
+// A call checked against its model, once the model is known: its task, its inputs, its parameters.
+
+/** The task asked for, or told by the inputs' shape, or the model's own; 400 if the model cannot serve it. */
+function taskFor(
+  served: ServedModel,
+  call: { task?: Operation; inputs: unknown; parameters: Record<string, unknown> },
+): Operation {
+  // Every model's tokenizer can tokenize; a model with SPLADE pooling also gives sparse vectors.
+  if (call.task === 'tokenize' || (call.task === 'embed-sparse' && served.sparse)) return call.task;
+  let task = call.task ?? taskOfInputs(call.inputs);
+  // An NLI model classifies one text zero-shot when given candidate labels.
+  if (!task && 'candidate_labels' in call.parameters && served.tasks.includes('zero-shot-classification'))
+    task = 'zero-shot-classification';
+  task ??= served.task;
+  const serves: readonly Operation[] = served.tasks;
+  if (!serves.includes(task)) {
+    throw new ApiError('validation', `model ${served.id} cannot serve ${task}; it serves ${served.tasks.join(', ')}`);
+  }
+  return task;
+}
+
+function checkInputs(task: Operation, raw: unknown): { inputs: TaskInput[]; single: boolean } {
+  const parsed = taskInputSchemas[task].safeParse(raw);
+  if (!parsed.success)
+    throw new ApiError('validation', `invalid inputs for ${task}: ${describeIssues(parsed.error, 'inputs')}`);
+  const value = parsed.data as Parameters<typeof normalizeInput>[0] | Array<Parameters<typeof normalizeInput>[0]>;
+  return Array.isArray(value)
+    ? { inputs: value.map(normalizeInput), single: false }
+    : { inputs: [normalizeInput(value)], single: true };
+}
+
+function checkParameters(
+  task: Operation,
+  parameters: Record<string, unknown>,
+  api: 'inference-api' | 'pipeline',
+): TaskParameters {
+  // The Inference API groups entities unless told otherwise; a pipeline called on a text does not.
+  const defaults = api === 'inference-api' && task === 'token-classification' ? { aggregation_strategy: 'simple' } : {};
+  const parsed = parameterSchemas[task].safeParse({ ...defaults, ...parameters });
+  if (!parsed.success)
+    throw new ApiError('validation', `invalid parameters for ${task}: ${describeIssues(parsed.error, 'parameters')}`);
+  return parsed.data;
+}

@@ -31,7 +31,34 @@ export const ANY: RouteKind = { what: 'a model', fits: () => true };
 
 /** Chooses a route's model among the served ones. */
 export class ModelChoice {
-  constructor(private readonly registry: ModelRegistry) {}
+  constructor(
+    private readonly registry: ModelRegistry,
+    /** DEFAULT_MODEL: the model `POST /` serves, where set. */
+    private readonly defaultId?: string,
+  ) {}
+
+  /** The model `POST /` serves, if there is one yet: DEFAULT_MODEL, or the only one served or configured. */
+  defaultModel(): string | undefined {
+    if (this.defaultId) return this.defaultId;
+    const ids = new Set([...this.registry.served().map((m) => m.id), ...this.registry.configured()]);
+    return ids.size === 1 ? [...ids][0] : undefined;
+  }
+
+  /** The model `POST /` serves, or a 503/400 that says why there is none. */
+  requireDefaultModel(): string {
+    const model = this.defaultModel();
+    if (model !== undefined) return model;
+    const served = this.registry.served();
+    if (served.length === 0) {
+      if (!this.registry.healthy)
+        throw new ApiError('unavailable', 'cannot reach Redis to find the served models; retry shortly', 2);
+      throw new ApiError('unavailable', 'no worker is serving any model yet; retry shortly', 2);
+    }
+    throw new ApiError(
+      'validation',
+      `several models are served (${served.map((m) => m.id).join(', ')}); use POST /models/<model id> or set DEFAULT_MODEL`,
+    );
+  }
 
   /**
    * The model a request names (body `model`, `x-model`), or the only served one of its kind, or,

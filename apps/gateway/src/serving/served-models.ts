@@ -1,4 +1,11 @@
-import { PROTOCOL, type DefaultScoreFunction, type ModelDownload, type Task, type WorkerInfo } from '@tserve/contract';
+import {
+  ApiError,
+  PROTOCOL,
+  type DefaultScoreFunction,
+  type ModelDownload,
+  type Task,
+  type WorkerInfo,
+} from '@tserve/contract';
 import type { LoadFailure } from '@tserve/queue';
 
 /**
@@ -78,6 +85,35 @@ export type ModelStatus =
   /** Not known, and Redis cannot be read to know better. */
   | { kind: 'unreachable'; last?: ServedModel }
   | { kind: 'unknown'; last?: ServedModel };
+
+/** Why a model no worker serves, and none is to come (a starting one is waited for), is refused; `served`: those served now. */
+export function refusal(
+  model: string,
+  status: Exclude<ModelStatus, { kind: 'served' | 'starting' }>,
+  served: ServedModel[],
+): ApiError {
+  switch (status.kind) {
+    case 'mismatched':
+      return new ApiError('unavailable', status.mismatch.reason, 5);
+    case 'failed':
+      return new ApiError(
+        'unavailable',
+        `model ${model} is not served: its worker could not load it (${status.failure.reason})`,
+        5,
+      );
+    case 'lost':
+      return new ApiError('unavailable', `no live worker serves model ${model} right now; retry shortly`, 2);
+    case 'unreachable':
+      return new ApiError('unavailable', 'cannot reach Redis to find the served models; retry shortly', 2);
+    case 'unknown': {
+      const ids = served.map((m) => m.id);
+      return new ApiError(
+        'not_found',
+        `model ${model} is not served; served models: ${ids.length ? ids.join(', ') : '(none)'}`,
+      );
+    }
+  }
+}
 
 /** A loading model's estimate when no load of it has been measured yet, in seconds. */
 export const UNKNOWN_LOAD_SECONDS = 20;
