@@ -5,7 +5,8 @@ import { AutoTokenizer } from '@huggingface/transformers';
 import { splitsAtWhitespace, tokenBoundaries, tokensForCut } from '../../apps/worker/src/model/truncation.ts';
 import { Engine } from '../../apps/worker/src/model/engine.ts';
 import type { LoadedModel } from '../../apps/worker/src/model/model.ts';
-import type { ModelThread } from '../../apps/worker/src/model/model-thread.ts';
+import { EventEmitter } from 'node:events';
+import type { Worker } from 'node:worker_threads';
 import { MODEL_DIR } from '../helpers/processes.ts';
 import { CLASSIFIER } from '../helpers/replicas.ts';
 
@@ -174,12 +175,12 @@ describe('Engine: cut texts and pairs read in part give the sequences of texts r
     const wholeTokenizer = Object.create(tokenizer, { _tokenizer: { value: wholeInner } }) as typeof tokenizer;
     const loaded = (t: typeof tokenizer) => ({ tokenizer: t, maxLength: 512 }) as unknown as LoadedModel;
     let pieces = 0;
-    const parts = new Engine(loaded(tokenizer), undefined as unknown as ModelThread);
+    const parts = new Engine(loaded(tokenizer), new EventEmitter() as unknown as Worker);
     const counted = parts.pieces.bind(parts);
     parts.pieces = (text) => ((pieces += text.length), counted(text));
     return {
       parts,
-      whole: new Engine(loaded(wholeTokenizer), undefined as unknown as ModelThread),
+      whole: new Engine(loaded(wholeTokenizer), new EventEmitter() as unknown as Worker),
       charsRead: () => pieces,
     };
   }

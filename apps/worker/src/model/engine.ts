@@ -1,9 +1,16 @@
+import type { Worker } from 'node:worker_threads';
 import type { LoadedModel } from './model.js';
-import type { BatchOutput, ModelThread } from './model-thread.js';
+import type { ForwardRequest, ThreadMessage } from './model-thread-protocol.js';
 import { pairLengths, tokenBoundaries, tokensForCut, type PairTruncation, type TokenBoundary } from './truncation.js';
 
-export type { BatchOutput } from './model-thread.js';
 export type { PairTruncation } from './truncation.js';
+
+/** A model call's main output; question answering's second output (`endLogits`) is shaped like `data`, the start logits. */
+export interface BatchOutput {
+  data: Float32Array;
+  dims: number[];
+  endLogits?: Float32Array;
+}
 
 /** One model sequence after tokenization: what the batch planner and the task heads work from. */
 export interface Encoded {
@@ -45,9 +52,9 @@ interface InnerTokenizer {
 /**
  * Tokenizes texts and text pairs one sequence at a time (their lengths drive batching), cutting
  * them to the model's length as the Hugging Face tokenizers do (the special tokens stay), and runs
- * padded batches on the model thread. Tensors are built here rather than by the tokenizer so a
- * batch pads only to its own longest sequence. The model's main output comes back as
- * [batch, classes] or [batch, length, width].
+ * padded batches on the model thread (model-thread.ts starts it), one call at a time, answered in
+ * order. Tensors are built here rather than by the tokenizer so a batch pads only to its own
+ * longest sequence. The model's main output comes back as [batch, classes] or [batch, length, width].
  */
 export class Engine {
   /** Milliseconds spent in model calls (`forward`), warm-up included. */
@@ -66,15 +73,19 @@ export class Engine {
     cut?: { keep: number; direction: 'right' | 'left' };
     read: { tokens: string[]; whole: boolean };
   };
+  private nextCall = 0;
+  /** Model calls sent to the thread and not yet answered, by id. */
+  private readonly calls = new Map<number, { resolve: (o: BatchOutput) => void; reject: (e: Error) => void }>();
 
   constructor(
     readonly loaded: LoadedModel,
-    private readonly thread: ModelThread,
+    private readonly thread: Worker,
   ) {
     this.padId = loaded.tokenizer.pad_token_id ?? 0;
     this.inner = (loaded.tokenizer as unknown as { _tokenizer: InnerTokenizer })._tokenizer;
     this.specials = { single: this.build([]).ids.length, pair: this.build([], []).ids.length };
     this.cutBoundary = tokenBoundaries(this.inner.tokenizer);
+    thread.on('message', (message: ThreadMessage) => this.answered(message));
   }
 
   /** Tokens of a text without special tokens. */
@@ -234,11 +245,25 @@ export class Engine {
     });
     this.largestCallTokens = Math.max(this.largestCallTokens, rows * width);
     const started = performance.now();
+    const id = this.nextCall++;
+    const request: ForwardRequest = { id, rows, width, inputIds, attention, tokenTypes: types };
     try {
-      return await this.thread.forward(rows, width, inputIds, attention, types);
+      return await new Promise<BatchOutput>((resolve, reject) => {
+        this.calls.set(id, { resolve, reject });
+        this.thread.postMessage(request, [inputIds.buffer, attention.buffer, types.buffer] as ArrayBuffer[]);
+      });
     } finally {
       this.busyMs += performance.now() - started;
     }
+  }
+
+  private answered(message: ThreadMessage): void {
+    if (message.kind !== 'output' && message.kind !== 'failed') return;
+    const call = this.calls.get(message.id);
+    this.calls.delete(message.id);
+    if (message.kind === 'output')
+      call?.resolve({ data: message.data, dims: message.dims, endLogits: message.endLogits });
+    else call?.reject(new Error(message.message));
   }
 }
 

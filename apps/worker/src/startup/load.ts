@@ -1,5 +1,6 @@
 import os from 'node:os';
 import path from 'node:path';
+import type { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import type { WorkerConfig } from '@tserve/config';
 import type { WorkerInfo } from '@tserve/contract';
@@ -8,7 +9,7 @@ import { chooseRuntime, describeModel, ModelLoadError, type LoadedModel } from '
 import { residentMemory, type BudgetInput, type MemoryLimits } from '../model/memory.js';
 import { isGpu } from '../model/device.js';
 import { sha256File } from '../model/download.js';
-import { ModelThread } from '../model/model-thread.js';
+import { startModelThread } from '../model/model-thread.js';
 import { Engine, type Encoded } from '../model/engine.js';
 import { InferenceStatistics } from '../pipeline/stats.js';
 import type { BatchRunnerParts } from '../pipeline/runner.js';
@@ -32,7 +33,7 @@ export interface LoadParts {
 export interface LoadedWorker {
   loaded: LoadedModel;
   source: ModelSource;
-  thread: ModelThread;
+  thread: Worker;
   engine: Engine;
   stats: InferenceStatistics;
   batchLimits: BatchRunnerParts['limits'];
@@ -70,7 +71,7 @@ export async function loadModel({
   const weights = prepared.describe;
   // Which weights answer, named by their hash: computed once, while the model thread loads them.
   const [thread, weightsSha256] = await Promise.all([
-    ModelThread.start(resolved, loaded.task, prepared.dir, prepared.file, (reason) => {
+    startModelThread(resolved, loaded.task, prepared.dir, prepared.file, (reason) => {
       // Its jobs stay locked until the lock expires; then another worker's stalled check runs them.
       logger.fatal({ reason }, 'model thread died; exiting');
       process.exit(1);

@@ -4,6 +4,7 @@ import type { WorkerConfig } from '@tserve/config';
 import { defaultScoreFunction, type WorkerInfo } from '@tserve/contract';
 import { clearLoadFailure, createRedis, keys, queueNameFor, recordLoadTime } from '@tserve/queue';
 import type { LoadedModel } from '../model/model.js';
+import { stopModelThread } from '../model/model-thread.js';
 import { headsFor } from '../tasks/index.js';
 import { BatchRunner } from '../pipeline/runner.js';
 import { Consumer } from '../pipeline/consumer.js';
@@ -58,7 +59,7 @@ export async function serve(parts: ServeParts): Promise<() => Promise<void>> {
     await heartbeat.drain();
     await consumer.stop();
     await heartbeat.stop();
-    await worker.thread.stop();
+    await stopModelThread(worker.thread);
     await Promise.allSettled([connection.quit(), channels.quit()]);
   };
 }
