@@ -3,7 +3,8 @@ import { z } from 'zod';
 import { ApiError, describeIssues } from '@tserve/contract';
 import { errorHandler, type ErrorFormat } from '../http/http-errors.js';
 import { requestIdOf } from '../http/request-id.js';
-import { httpCaller, jsonBody, type ProtocolParts } from '../serving/route-call.js';
+import { httpCaller, type ProtocolParts } from '../serving/route-call.js';
+import { jsonBody } from '../http/request-body.js';
 import { ModelChoice, RERANKER } from '../serving/model-choice.js';
 import { rankTexts } from '../serving/ranking.js';
 

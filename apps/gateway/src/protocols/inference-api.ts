@@ -2,7 +2,8 @@ import type { ErrorRequestHandler, IRouter, NextFunction, Request, Response } fr
 import { ApiError, describeIssues, inferenceRequestSchema, TASKS, type Task } from '@tserve/contract';
 import type { InferenceResult } from '../serving/inference.js';
 import { ModelChoice } from '../serving/model-choice.js';
-import { isJson, jsonBody, runRouteCall, textBody, wildcardPath, type ProtocolParts } from '../serving/route-call.js';
+import { runRouteCall, wildcardPath, type ProtocolParts } from '../serving/route-call.js';
+import { isJson, jsonBody, textBody } from '../http/request-body.js';
 
 /**
  * The body of an answer: one output for a single input, else the list. The Inference API answers a

@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import type { GatewayConfig } from '@tserve/config';
 import { ApiError, describeIssues } from '@tserve/contract';
 import { errorHandler } from '../http/http-errors.js';
-import { jsonBody } from '../serving/route-call.js';
+import { jsonBody } from '../http/request-body.js';
 import type { Admission } from '../admission/admission.js';
 import type { FileStore } from '../offline/files.js';
 import type { BatchStore } from '../offline/batches.js';

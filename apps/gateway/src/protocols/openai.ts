@@ -3,7 +3,8 @@ import { z } from 'zod';
 import { ApiError, describeIssues, type ErrorType } from '@tserve/contract';
 import type { ServedModel } from '../serving/served-models.js';
 import { errorHandler, type ErrorFormat } from '../http/http-errors.js';
-import { jsonBody, runRouteCall, wildcardPath, type ProtocolParts } from '../serving/route-call.js';
+import { runRouteCall, wildcardPath, type ProtocolParts } from '../serving/route-call.js';
+import { jsonBody } from '../http/request-body.js';
 import { shorten } from '../serving/embedding-dimensions.js';
 
 /**

@@ -1,5 +1,4 @@
-import express, { type Request, type RequestHandler, type Response } from 'express';
-import { isUtf8 } from 'node:buffer';
+import type { Request, Response } from 'express';
 import { ApiError, type Operation, type Priority } from '@tserve/contract';
 import type { GatewayConfig } from '@tserve/config';
 import type { Logger } from 'pino';
@@ -9,11 +8,10 @@ import type { ModelRegistry } from './model-registry.js';
 import type { ServedModel } from './served-models.js';
 import { requestIdOf } from '../http/request-id.js';
 import { effectivePriority } from '../admission/api-keys.js';
-import { bodyRefusal } from '../http/http-server.js';
 
 /**
- * What every route that runs a model shares, whatever protocol it speaks: the JSON body parser,
- * the request's id, deadline, priority and client-gone signal, and the timing headers.
+ * What every route that runs a model shares, whatever protocol it speaks: the request's id,
+ * deadline, priority and client-gone signal, and the timing headers (the bodies: http/request-body.ts).
  */
 
 /** What a protocol's routes use of the gateway (the app's parts). */
@@ -23,34 +21,6 @@ export interface ProtocolParts {
   registry: ModelRegistry;
   admission: Admission;
   logger: Logger;
-}
-
-/** A body dropped part way for want of room (http-server.ts) is never parsed as if it were whole. */
-const rejectRefused = (req: unknown) => {
-  const refusal = bodyRefusal(req);
-  if (refusal) throw refusal;
-};
-
-const rejectInvalidUtf8 = (req: unknown, _res: unknown, buf: Buffer) => {
-  rejectRefused(req);
-  if (!isUtf8(buf)) throw Object.assign(new Error('invalid UTF-8'), { type: 'invalid.utf8', status: 400 });
-};
-
-export function jsonBody(config: GatewayConfig): RequestHandler {
-  return express.json({ limit: config.MAX_BODY_BYTES, strict: false, verify: rejectInvalidUtf8 });
-}
-
-/** The body as bytes, whatever its content type: for a protocol that reads it itself. */
-export function rawBody(config: GatewayConfig): RequestHandler {
-  return express.raw({ limit: config.MAX_BODY_BYTES, type: () => true, verify: rejectRefused });
-}
-
-export function textBody(config: GatewayConfig): RequestHandler {
-  return express.text({ limit: config.MAX_BODY_BYTES, type: () => true, verify: rejectInvalidUtf8 });
-}
-
-export function isJson(req: Request): boolean {
-  return req.is('application/json') === 'application/json' || Boolean(req.is('+json'));
 }
 
 /** A boolean header of the Hugging Face clients; anything but true/false is refused, never ignored. */
