@@ -1,7 +1,7 @@
 import { ApiError } from '@tserve/contract';
 import type { ModelRegistry } from './model-registry.js';
 import type { Caller } from './route-call.js';
-import type { ServedModel } from './served-models.js';
+import { registryUnreachable, type ServedModel } from './served-models.js';
 
 /**
  * Which model a route's request runs on, when the route needs a kind of model (an embedding model,
@@ -50,8 +50,7 @@ export class ModelChoice {
     if (model !== undefined) return model;
     const served = this.registry.served();
     if (served.length === 0) {
-      if (!this.registry.healthy)
-        throw new ApiError('unavailable', 'cannot reach Redis to find the served models; retry shortly', 2);
+      if (!this.registry.healthy) throw registryUnreachable();
       throw new ApiError('unavailable', 'no worker is serving any model yet; retry shortly', 2);
     }
     throw new ApiError(

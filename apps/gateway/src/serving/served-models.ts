@@ -86,6 +86,10 @@ export type ModelStatus =
   | { kind: 'unreachable'; last?: ServedModel }
   | { kind: 'unknown'; last?: ServedModel };
 
+/** Why nothing can be said of the served models: the registry cannot read Redis. */
+export const registryUnreachable = () =>
+  new ApiError('unavailable', 'cannot reach Redis to find the served models; retry shortly', 2);
+
 /** Why a model no worker serves, and none is to come (a starting one is waited for), is refused; `served`: those served now. */
 export function refusal(
   model: string,
@@ -104,7 +108,7 @@ export function refusal(
     case 'lost':
       return new ApiError('unavailable', `no live worker serves model ${model} right now; retry shortly`, 2);
     case 'unreachable':
-      return new ApiError('unavailable', 'cannot reach Redis to find the served models; retry shortly', 2);
+      return registryUnreachable();
     case 'unknown': {
       const ids = served.map((m) => m.id);
       return new ApiError(
