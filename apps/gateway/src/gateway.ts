@@ -240,7 +240,7 @@ export function createGateway(config: GatewayConfig, gatewayId: string, logger: 
     config,
     registry,
     admission,
-    transport,
+    trips: transport.trips,
     observer: metrics,
     cache,
     tracing: traces,

@@ -18,7 +18,7 @@ import type { GatewayConfig } from '@tserve/config';
 import type { ModelRegistry } from './model-registry.js';
 import { refusal, type ModelStatus, type ModelWeights, type ServedModel } from './served-models.js';
 import type { Admission } from '../admission/admission.js';
-import { SendFailed, type Transport } from '../transport/index.js';
+import { SendFailed, type Trips } from '../transport/trips.js';
 import type { ResponseCache } from './response-cache.js';
 import type { GatewayTracing } from './tracing.js';
 
@@ -85,7 +85,8 @@ export interface InferenceParts {
   config: GatewayConfig;
   registry: ModelRegistry;
   admission: Admission;
-  transport: Transport;
+  /** Each request's trip to its model's workers and back (the transport's). */
+  trips: Pick<Trips, 'send'>;
   /** Told of each request's end (the metrics). */
   observer: InferenceObserver;
   /** Absent unless RESPONSE_CACHE_TTL_S is set. */
@@ -102,7 +103,7 @@ export class InferenceService {
   private readonly config: GatewayConfig;
   private readonly registry: ModelRegistry;
   private readonly admission: Admission;
-  private readonly transport: Transport;
+  private readonly trips: Pick<Trips, 'send'>;
   private readonly observer: InferenceObserver;
   private readonly cache?: ResponseCache;
   private readonly tracing?: GatewayTracing;
@@ -111,7 +112,7 @@ export class InferenceService {
     this.config = parts.config;
     this.registry = parts.registry;
     this.admission = parts.admission;
-    this.transport = parts.transport;
+    this.trips = parts.trips;
     this.observer = parts.observer;
     this.cache = parts.cache;
     this.tracing = parts.tracing;
@@ -223,7 +224,7 @@ export class InferenceService {
     const leave = this.admission.enter(call.model);
     const trip = this.tracing?.trip(call.model, request);
     try {
-      const outcome = await this.transport
+      const outcome = await this.trips
         .send({ model: call.model, request, priority: call.priority, signal: call.signal })
         .catch((err: unknown) => {
           trip?.end(undefined, err);

@@ -1,26 +1,10 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { ApiError, type Priority, type QueuedRequest, type ReadRequestOutcome } from '@tserve/contract';
 import { FAILED_KEPT_MS, keys, outcomesKeptMs } from '@tserve/queue';
-import { EnqueueCoalescer, JobSender, Withdrawn } from './sending.js';
+import { EnqueueCoalescer, JobSender } from './sending.js';
 import { QueueSet } from './queues.js';
-import { OutcomeWaiters } from './waiters.js';
+import { Trips, type AbandonedAt } from './trips.js';
 import { RetentionSweep } from './retention.js';
-
-/** Where a request whose client left was dropped: before it reached Redis, or queued (the worker skips it). */
-export type AbandonedAt = 'gateway' | 'queue';
-
-/** One request's trip: to a model's workers and back. */
-export interface Trip {
-  model: string;
-  request: QueuedRequest;
-  priority: Priority;
-  /** Aborted when the client goes away: a request not yet run is then dropped. */
-  signal?: AbortSignal;
-}
-
-/** The request could not be put in Redis (Redis down, or the breaker open). */
-export class SendFailed extends Error {}
 
 export interface TransportOptions {
   prefix: string;
@@ -51,21 +35,20 @@ export interface TransportParts {
 }
 
 /**
- * The gateway's whole side of the link to the workers, through BullMQ: coalescing requests into
- * jobs, enqueueing them, waiting for each request's outcome (published, or read from the finished
- * job), and withdrawing or cancelling a request whose client left. `send` is the one call for a trip.
- * docs/protocol.md describes the messages and keys.
+ * The gateway's whole side of the link to the workers, through BullMQ, put together: the request
+ * path gets `trips` (trips.ts: `send` is the one call for a trip), which hands requests to the
+ * coalescer and sender (sending.ts) and waits for their outcomes; the retention sweep removes
+ * finished jobs. The rest is what operations read. docs/protocol.md describes the messages and keys.
  */
 export class Transport {
+  /** Each request's trip to its model's workers and back: what the request path uses. */
+  readonly trips: Trips;
   private readonly queues: QueueSet;
   private readonly sender: JobSender;
-  private readonly waiters: OutcomeWaiters;
   private readonly coalescer: EnqueueCoalescer;
   private readonly retention: RetentionSweep;
   /** How long a completed job is kept; the sweep runs every half of it. */
   private readonly completedMs: number;
-  /** Requests abandoned by their clients, per model and place. */
-  readonly abandoned = new Map<string, Record<AbandonedAt, number>>();
 
   constructor(parts: TransportParts, options: TransportOptions) {
     this.queues = new QueueSet(parts.redis, options.prefix, options.resultPollMs);
@@ -86,52 +69,26 @@ export class Transport {
       // A worker's word that it took a job is lost only as a result message is: the same period covers both.
       graceMs: options.resultPollMs,
     });
-    this.waiters = new OutcomeWaiters({
+    this.trips = new Trips({
+      coalescer: this.coalescer,
+      sender: this.sender,
       subscriber: parts.subscriber,
       channel,
       pollMs: options.resultPollMs,
       jobs: this.queues,
       logger: parts.logger,
-      coalescer: this.coalescer,
     });
     this.retention = new RetentionSweep(
-      () => [...new Set([...parts.models.served().map((m) => this.queues.get(m.id)), ...this.queues.all()])],
+      { queues: this.queues, models: parts.models },
       { completedMs: this.completedMs, failedMs: FAILED_KEPT_MS, unrunMs: options.unrunMs },
       parts.logger,
     );
   }
 
   async start(): Promise<void> {
-    await this.waiters.start();
+    await this.trips.start();
     // Every half keep period: a finished job is gone within one and a half of them (docs/protocol.md).
     this.retention.start(this.completedMs / 2);
-  }
-
-  /**
-   * Sends a request to its model's workers and resolves with its outcome. Rejects with a 504
-   * ApiError at its deadline, a 499 one when its client leaves, or SendFailed.
-   */
-  async send({ model, request, priority, signal }: Trip): Promise<ReadRequestOutcome> {
-    // Registered before the request is sent, so even an instant answer finds its waiter. The deadline
-    // may pass while the enqueue is still in flight: that rejection is awaited below.
-    const answer = this.waiters.wait(request.id, request.deadline);
-    answer.catch(() => this.coalescer.withdraw(model, request.id, priority));
-    const sent = this.coalescer.submit(model, request, priority);
-    const abandon = () => this.abandon(model, request, priority, sent);
-    signal?.addEventListener('abort', abandon, { once: true });
-    try {
-      try {
-        this.waiters.bind(request.id, { model, id: await sent });
-      } catch (err) {
-        if (!(err instanceof Withdrawn)) {
-          this.waiters.cancel(request.id);
-          throw new SendFailed(String(err));
-        }
-      }
-      return await answer;
-    } finally {
-      signal?.removeEventListener('abort', abandon);
-    }
   }
 
   /** Requests held here, not yet sent, per model. */
@@ -146,12 +103,17 @@ export class Transport {
 
   /** Outcomes of abandoned requests that a worker skipped unrun, per model. */
   get skipped(): ReadonlyMap<string, number> {
-    return this.waiters.skipped;
+    return this.trips.skipped;
+  }
+
+  /** Requests abandoned by their clients, per model and place. */
+  get abandoned(): ReadonlyMap<string, Readonly<Record<AbandonedAt, number>>> {
+    return this.trips.abandoned;
   }
 
   /** Requests waiting for their outcomes. */
   get pending(): number {
-    return this.waiters.pending;
+    return this.trips.pending;
   }
 
   /** The model's BullMQ queue, for the dashboard. */
@@ -161,23 +123,7 @@ export class Transport {
 
   async stop(): Promise<void> {
     this.retention.stop();
-    await this.waiters.stop();
+    await this.trips.stop();
     await this.queues.close();
-  }
-
-  /**
-   * The client left: a request not yet sent is withdrawn; a queued one is named to the model's
-   * workers, which skip it if they have not run it yet. Either way nobody waits for it any more.
-   */
-  private abandon(model: string, request: QueuedRequest, priority: Priority, sent: Promise<string>): void {
-    this.waiters.cancel(request.id, new ApiError('cancelled', 'the client closed the connection'));
-    const counts = this.abandoned.get(model) ?? { gateway: 0, queue: 0 };
-    this.abandoned.set(model, counts);
-    if (this.coalescer.withdraw(model, request.id, priority)) {
-      counts.gateway++;
-      return;
-    }
-    counts.queue++;
-    this.sender.cancel(model, request, sent);
   }
 }

@@ -31,8 +31,9 @@ export class QueueSet {
     });
   }
 
-  /** Every model's queue this gateway has used. */
-  all(): Queue[] {
+  /** Every model's queue this gateway has used, and those of `models`. */
+  all(models: string[]): Queue[] {
+    for (const model of models) this.get(model);
     return [...this.queues.values()];
   }
 

@@ -1,4 +1,5 @@
 import type { Queue } from 'bullmq';
+import type { QueueSet } from './queues.js';
 import type { Logger } from 'pino';
 
 export interface Retention {
@@ -26,7 +27,11 @@ export class RetentionSweep {
   private loggedAt = 0;
 
   constructor(
-    private readonly queues: () => Queue[],
+    /**
+     * The queues this gateway used, and the models served now, whose queues are swept too where
+     * this gateway has sent nothing yet (started after traffic stopped).
+     */
+    private readonly swept: { queues: Pick<QueueSet, 'all'>; models: { served(): Array<{ id: string }> } },
     private readonly retention: Retention,
     private readonly logger: Logger,
   ) {}
@@ -44,7 +49,8 @@ export class RetentionSweep {
     if (this.sweeping) return;
     this.sweeping = true;
     try {
-      for (const queue of this.queues()) {
+      const { queues, models } = this.swept;
+      for (const queue of queues.all(models.served().map((m) => m.id))) {
         await this.removeOlder(queue, 'completed', this.retention.completedMs);
         await this.removeOlder(queue, 'failed', this.retention.failedMs);
         await this.removeOlder(queue, 'wait', this.retention.unrunMs);

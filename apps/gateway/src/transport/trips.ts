@@ -4,9 +4,27 @@ import {
   ApiError,
   readMessage,
   resultMessageSchema,
+  type Priority,
+  type QueuedRequest,
   type ReadJobOutcome,
   type ReadRequestOutcome,
 } from '@tserve/contract';
+import { Withdrawn, type EnqueueCoalescer, type JobSender } from './sending.js';
+
+/** One request's trip: to a model's workers and back. */
+export interface Trip {
+  model: string;
+  request: QueuedRequest;
+  priority: Priority;
+  /** Aborted when the client goes away: a request not yet run is then dropped. */
+  signal?: AbortSignal;
+}
+
+/** The request could not be put in Redis (Redis down, or the breaker open). */
+export class SendFailed extends Error {}
+
+/** Where a request whose client left was dropped: before it reached Redis, or queued (the worker skips it). */
+export type AbandonedAt = 'gateway' | 'queue';
 
 /** A BullMQ job that carries a waiting request: the fallback read looks there. */
 interface JobRef {
@@ -29,8 +47,12 @@ export interface FinishedJobs {
   finished(model: string, jobId: string): Promise<ReadJobOutcome | 'lost' | undefined>;
 }
 
-/** What the waiters work with. */
-export interface WaitersParts {
+/** What the trips work with. */
+export interface TripsParts {
+  /** Holds and sends requests as jobs (sending.ts): told of jobs a worker took, by its word or by their outcomes. */
+  coalescer: Pick<EnqueueCoalescer, 'submit' | 'withdraw' | 'taken'>;
+  /** Names a request to skip to its model's workers (sending.ts). */
+  sender: Pick<JobSender, 'cancel'>;
   /** A connection of its own, subscribed to `channel`: this gateway's result channel. */
   subscriber: Redis;
   channel: string;
@@ -38,8 +60,6 @@ export interface WaitersParts {
   pollMs: number;
   jobs: FinishedJobs;
   logger: Logger;
-  /** Told of jobs a worker took, by its word or by their outcomes (the EnqueueCoalescer). */
-  coalescer: { taken(jobIds: string[]): void };
 }
 
 /** A request whose job Redis no longer holds: nothing will answer it, so it is answered now, not at its deadline. */
@@ -51,7 +71,8 @@ const jobLost = () =>
   );
 
 /**
- * Delivers each request's outcome to the request waiting for it, by request id.
+ * Each request's trip: sent to its model's workers (the coalescer), and its outcome delivered back
+ * to it by request id; withdrawn or cancelled where its client leaves. `send` is the one call.
  *
  * Workers publish one message per job on this gateway's own channel, holding the outcome of every
  * request in the job; on the same channel they say which of its jobs they took (for the coalescer),
@@ -59,28 +80,32 @@ const jobLost = () =>
  * is fire-and-forget, so a message sent while the subscriber was reconnecting would be lost:
  * requests that wait longer than one poll period read their finished job instead (the fallback read).
  */
-export class OutcomeWaiters {
+export class Trips {
   private readonly waiters = new Map<string, Waiter>();
   private pollTimer?: NodeJS.Timeout;
   private polling = false;
 
   /** Outcomes of abandoned requests that a worker skipped unrun, per model. */
   readonly skipped = new Map<string, number>();
+  /** Requests abandoned by their clients, per model and place. */
+  readonly abandoned = new Map<string, Record<AbandonedAt, number>>();
 
   readonly channel: string;
   private readonly subscriber: Redis;
   private readonly pollMs: number;
   private readonly jobs: FinishedJobs;
   private readonly logger: Logger;
-  private readonly coalescer: WaitersParts['coalescer'];
+  private readonly coalescer: TripsParts['coalescer'];
+  private readonly sender: TripsParts['sender'];
 
-  constructor(parts: WaitersParts) {
+  constructor(parts: TripsParts) {
     this.channel = parts.channel;
     this.subscriber = parts.subscriber;
     this.pollMs = parts.pollMs;
     this.jobs = parts.jobs;
     this.logger = parts.logger;
     this.coalescer = parts.coalescer;
+    this.sender = parts.sender;
   }
 
   async start(): Promise<void> {
@@ -90,8 +115,36 @@ export class OutcomeWaiters {
     this.pollTimer.unref();
   }
 
+  /** Requests waiting for their outcomes. */
   get pending(): number {
     return this.waiters.size;
+  }
+
+  /**
+   * Sends a request to its model's workers and resolves with its outcome. Rejects with a 504
+   * ApiError at its deadline, a 499 one when its client leaves, or SendFailed.
+   */
+  async send({ model, request, priority, signal }: Trip): Promise<ReadRequestOutcome> {
+    // Registered before the request is sent, so even an instant answer finds its waiter. The deadline
+    // may pass while the enqueue is still in flight: that rejection is awaited below.
+    const answer = this.wait(request.id, request.deadline);
+    answer.catch(() => this.coalescer.withdraw(model, request.id, priority));
+    const sent = this.coalescer.submit(model, request, priority);
+    const abandon = () => this.abandon(model, request, priority, sent);
+    signal?.addEventListener('abort', abandon, { once: true });
+    try {
+      try {
+        this.bind(request.id, { model, id: await sent });
+      } catch (err) {
+        if (!(err instanceof Withdrawn)) {
+          this.cancel(request.id);
+          throw new SendFailed(String(err));
+        }
+      }
+      return await answer;
+    } finally {
+      signal?.removeEventListener('abort', abandon);
+    }
   }
 
   /** Resolves with the request's outcome, or rejects with a 504 when `deadline` (epoch ms) passes first. */
@@ -127,6 +180,22 @@ export class OutcomeWaiters {
   async stop(): Promise<void> {
     clearInterval(this.pollTimer);
     await this.subscriber.unsubscribe(this.channel).catch(() => {});
+  }
+
+  /**
+   * The client left: a request not yet sent is withdrawn; a queued one is named to the model's
+   * workers, which skip it if they have not run it yet. Either way nobody waits for it any more.
+   */
+  private abandon(model: string, request: QueuedRequest, priority: Priority, sent: Promise<string>): void {
+    this.cancel(request.id, new ApiError('cancelled', 'the client closed the connection'));
+    const counts = this.abandoned.get(model) ?? { gateway: 0, queue: 0 };
+    this.abandoned.set(model, counts);
+    if (this.coalescer.withdraw(model, request.id, priority)) {
+      counts.gateway++;
+      return;
+    }
+    counts.queue++;
+    this.sender.cancel(model, request, sent);
   }
 
   private deliver(model: string, outcome: ReadRequestOutcome): void {

@@ -4,11 +4,11 @@ import { EventEmitter } from 'node:events';
 import type { Redis } from 'ioredis';
 import pino from 'pino';
 import type { ReadJobOutcome, ResultMessage } from '@tserve/contract';
-import { OutcomeWaiters, type FinishedJobs } from '../../apps/gateway/src/transport/waiters.ts';
+import { Trips, type FinishedJobs } from '../../apps/gateway/src/transport/trips.ts';
 
 const CHANNEL = 'results:gw-1';
 
-/** The subscriber as OutcomeWaiters uses it: it subscribes once, then hears messages. */
+/** The subscriber as Trips uses it: it subscribes once, then hears messages. */
 class Subscriber extends EventEmitter {
   async subscribe(): Promise<void> {}
   async unsubscribe(): Promise<void> {}
@@ -25,13 +25,18 @@ async function harness(
   const taken: string[][] = [];
   const warned: string[] = [];
   const logger = pino({ level: 'warn' }, { write: (line: string) => warned.push(JSON.parse(line).msg) });
-  const waiters = new OutcomeWaiters({
+  const waiters = new Trips({
+    coalescer: {
+      taken: (ids) => void taken.push(ids),
+      submit: () => Promise.reject(new Error('not sent here')),
+      withdraw: () => false,
+    },
+    sender: { cancel: () => {} },
     subscriber: subscriber as unknown as Redis,
     channel: CHANNEL,
     pollMs: 60_000,
     jobs: { finished: readFinished },
     logger,
-    coalescer: { taken: (ids) => void taken.push(ids) },
   });
   await waiters.start();
   t.after(() => waiters.stop());
