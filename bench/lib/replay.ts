@@ -10,7 +10,7 @@
 import { AutoModel, AutoTokenizer, Tensor, env } from '@huggingface/transformers';
 import { loadWorkerConfig } from '@tserve/config';
 import { sessionOptions } from '../../apps/worker/src/model/model.ts';
-import { planBatches } from '../../apps/worker/src/pipeline/sequences.ts';
+import { planBatches } from '../../apps/worker/src/pipeline/runner.ts';
 import { processMemory } from '../../test/helpers/processes.ts';
 import { variedTexts } from '../../test/helpers/texts.ts';
 

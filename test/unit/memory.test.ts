@@ -16,7 +16,7 @@ import {
   RUNTIME_BYTES,
   type ModelShape,
 } from '../../apps/worker/src/model/memory.ts';
-import { planBatches } from '../../apps/worker/src/pipeline/sequences.ts';
+import { planBatches } from '../../apps/worker/src/pipeline/runner.ts';
 
 const MiB = 2 ** 20;
 

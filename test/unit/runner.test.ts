@@ -1,8 +1,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { ApiError, type QueuedRequest, type RequestOutcome } from '@tserve/contract';
-import { BatchRunner } from '../../apps/worker/src/pipeline/runner.ts';
-import { planBatches } from '../../apps/worker/src/pipeline/sequences.ts';
+import { BatchRunner, planBatches } from '../../apps/worker/src/pipeline/runner.ts';
 import type { Encoded, Engine } from '../../apps/worker/src/model/engine.ts';
 import type { TaskHead } from '../../apps/worker/src/tasks/index.ts';
 

@@ -2,18 +2,16 @@ import { ApiError, type QueuedRequest } from '@tserve/contract';
 import type { Engine, Encoded, BatchOutput } from '../model/engine.js';
 import type { TaskHeads } from '../tasks/index.js';
 import { LoopTurns } from './loop-turns.js';
-import { InputEncoder, namingInput, planBatches, type PlanLimits } from './sequences.js';
+import { firstLine, InputEncoder, RequestOutcomes, type OutcomeSink } from './requests.js';
 import {
   pendingRequest,
   type BatchReport,
   type ModelCallObserver,
   type Owner,
-  type Pending,
   type PreparedBatch,
   type Sequence,
 } from './prepared-batch.js';
 import type { CallPacing } from './precedence.js';
-import { RequestOutcomes, type OutcomeSink } from './request-outcomes.js';
 import { InferenceStatistics } from './stats.js';
 
 /** Where a model call's time went, over the calls that isolating a culprit may split it into. */
@@ -23,12 +21,6 @@ interface CallTiming {
 }
 
 type Result = { ok: true; value: unknown } | { ok: false; error: ApiError };
-
-const firstLine = (message: string) =>
-  message
-    .split('\n')[0]
-    .replace(/\/\S*onnxruntime_src\S*/g, '')
-    .slice(0, 240);
 
 /** What a BatchRunner runs with; the optional parts have defaults for tests. */
 export interface BatchRunnerParts {
@@ -90,8 +82,13 @@ export class BatchRunner {
       if (this.outcomes.dropIfDead(request, batch.report)) continue;
       try {
         const pending = pendingRequest(request, this.heads(request.task));
-        if (pending.head.answer) await this.answerAtOnce(pending, turns);
-        else await this.addSequences(pending, batch, turns);
+        if (pending.head.answer) {
+          this.outcomes.answered(request, await this.encoder.answer(pending, turns), pending.inputMs);
+          continue;
+        }
+        batch.sequences.push(...(await this.encoder.sequences(pending, turns)));
+        // Nothing for the model to run (tokenization alone): answered now.
+        if (pending.remaining === 0) await this.outcomes.finish(pending, turns);
       } catch (err) {
         this.outcomes.fail(request, err instanceof ApiError ? err : new ApiError('validation', String(err)));
       }
@@ -166,45 +163,6 @@ export class BatchRunner {
     }
   }
 
-  /** For work that needs no model call (tokenization): each input's answer now, with turns between inputs. */
-  private async answerAtOnce(pending: Pending, turns: LoopTurns): Promise<void> {
-    const { request, head } = pending;
-    const outputs: unknown[] = [];
-    for (const [i, input] of request.inputs.entries()) {
-      if (i > 0) await turns.take();
-      const started = performance.now();
-      try {
-        outputs.push(head.answer!(input, request.parameters, this.engine));
-      } catch (err) {
-        throw namingInput(err, i, request.inputs.length);
-      }
-      pending.inputMs += performance.now() - started;
-    }
-    this.outcomes.answered(request, outputs, pending.inputMs);
-  }
-
-  /** Encodes a request's inputs, with turns between them, and adds their sequences to the batch. */
-  private async addSequences(pending: Pending, batch: PreparedBatch, turns: LoopTurns): Promise<void> {
-    const { request } = pending;
-    const encoded: Encoded[][] = [];
-    for (const [i, input] of request.inputs.entries()) {
-      if (i > 0) await turns.take();
-      const started = performance.now();
-      encoded.push(this.encoder.encode(input, i, request.inputs.length, pending));
-      pending.inputMs += performance.now() - started;
-    }
-    this.encoder.checkAnswerSize(pending, encoded);
-    pending.parts = encoded.map((sequences) => new Array<unknown>(sequences.length));
-    pending.remaining = encoded.reduce((n, sequences) => n + sequences.length, 0);
-    pending.sequenceCount = pending.remaining;
-    pending.tokens = encoded.map((sequences) => sequences.reduce((m, e) => m + e.ids.length, 0));
-    encoded.forEach((sequences, input) =>
-      sequences.forEach((e, part) => batch.sequences.push({ owner: { pending, input, part }, encoded: e })),
-    );
-    // Nothing for the model to run (tokenization alone): answered now.
-    if (pending.remaining === 0) await this.finishRequest(pending, turns);
-  }
-
   /** Runs a call; if it fails, halves it until each failure is pinned on the input that caused it. */
   private async runIsolated(chunk: Sequence<Owner>[], report: BatchReport, timing: CallTiming): Promise<Result[]> {
     let output: BatchOutput;
@@ -272,27 +230,46 @@ export class BatchRunner {
     if (!result.ok) return failWith(result.error);
     pending.parts[input][part] = result.value;
     if (--pending.remaining > 0) return;
-    await this.finishRequest(pending, turns);
+    await this.outcomes.finish(pending, turns);
   }
+}
 
-  /** Every sequence of the request is decoded: each input's answer from its parts, with turns between inputs (LoopTurns). */
-  private async finishRequest(pending: Pending, turns: LoopTurns): Promise<void> {
-    const { head, request, parameters } = pending;
-    const outputs: unknown[] = [];
-    try {
-      for (const [i, parts] of pending.parts.entries()) {
-        if (i > 0) await turns.take();
-        const started = performance.now();
-        outputs.push(head.combine ? head.combine(parts, request.inputs[i], parameters) : parts[0]);
-        pending.outputMs += performance.now() - started;
-      }
-    } catch (err) {
-      const error =
-        err instanceof ApiError ? err : new ApiError('internal', `post-processing failed: ${firstLine(String(err))}`);
-      pending.failed = true;
-      this.outcomes.fail(request, error);
-      return;
+export interface PlanLimits {
+  maxSize: number;
+  /** Padded tokens (longest × count) one model call may hold. */
+  maxPaddedTokens: number;
+  /** The most rows of `length` tokens one call may hold within the worker's memory budget (memory.ts). */
+  maxRows?: (length: number) => number;
+}
+
+/**
+ * Splits gathered sequences into model calls. Sequences are sorted by length so each call pads
+ * to a near neighbour, and a call closes when it would exceed the size cap, the padded-token
+ * cap, the rows its length may have under the memory budget, or pad more than half of its tokens
+ * (one long input must not pad many short ones).
+ * Shortest calls come first: they finish first, so short requests are answered first.
+ */
+export function planBatches<T>(sequences: Sequence<T>[], limits: PlanLimits): Sequence<T>[][] {
+  const sorted = [...sequences].sort((a, b) => a.encoded.ids.length - b.encoded.ids.length);
+  const chunks: Sequence<T>[][] = [];
+  let current: Sequence<T>[] = [];
+  let realTokens = 0;
+  for (const seq of sorted) {
+    const length = seq.encoded.ids.length;
+    const padded = (current.length + 1) * length;
+    const fits =
+      current.length < limits.maxSize &&
+      padded <= limits.maxPaddedTokens &&
+      current.length < (limits.maxRows?.(length) ?? Number.POSITIVE_INFINITY) &&
+      padded <= 2 * (realTokens + length);
+    if (current.length > 0 && !fits) {
+      chunks.push(current);
+      current = [];
+      realTokens = 0;
     }
-    this.outcomes.succeeded(pending, outputs);
+    current.push(seq);
+    realTokens += length;
   }
+  if (current.length) chunks.push(current);
+  return chunks;
 }

@@ -1,6 +1,6 @@
 import type { QueuedRequest, RequestOutcome } from '@tserve/contract';
 import type { TraceContext, TraceSpan, Tracing } from '@tserve/telemetry';
-import type { OutcomeSink } from './request-outcomes.js';
+import type { OutcomeSink } from './requests.js';
 import type { ModelCall, ModelCallObserver } from './prepared-batch.js';
 
 /** A traced request's spans open on this worker. */

@@ -12,7 +12,7 @@ import {
 import { keys } from '@tserve/queue';
 import type { Cancellations } from '../pipeline/cancellations.js';
 import type { BatchReport } from '../pipeline/prepared-batch.js';
-import type { OutcomeSink } from '../pipeline/request-outcomes.js';
+import type { OutcomeSink } from '../pipeline/requests.js';
 import type { Work } from './work.js';
 
 /** A job this worker holds: its lock is renewed until every one of its requests has an outcome. */
