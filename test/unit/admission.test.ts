@@ -31,9 +31,11 @@ function fakeBreaker(
 /** A depth whose exchange answers with the given peers' counts and records what it was told. */
 function depthWithPeers(peers: Record<string, number> = {}) {
   const told: Array<Map<string, number>> = [];
-  const depth = new QueueDepth(async (mine) => {
-    told.push(new Map(mine));
-    return new Map(Object.entries(peers));
+  const depth = new QueueDepth({
+    exchange: async (mine) => {
+      told.push(new Map(mine));
+      return new Map(Object.entries(peers));
+    },
   });
   return { depth, told };
 }

@@ -3,7 +3,7 @@ import type { Logger } from 'pino';
 import type { Redis } from 'ioredis';
 import type { GatewayConfig } from '@tserve/config';
 import type { Tracing } from '@tserve/telemetry';
-import { createRedis, exchangeDepths, keys, whenReady } from '@tserve/queue';
+import { createRedis, DepthExchange, keys, whenReady } from '@tserve/queue';
 import { ModelRegistry } from './serving/model-registry.js';
 import { QueueDepth, BodyBudget } from './admission/overload.js';
 import { createRedisBreaker } from './admission/breaker.js';
@@ -150,11 +150,7 @@ async function start(
   // start-up is reported by /ready, and the gateway starts anyway.
   await whenReady(redis, config.REDIS_COMMAND_TIMEOUT_MS);
   await registry.start();
-  // A configured model is shared with no worker too: its backlog is what wakes one.
-  await depth.start(
-    () => [...new Set([...registry.served().map((m) => m.id), ...registry.configured()])],
-    config.REGISTRY_REFRESH_MS,
-  );
+  await depth.start(registry, config.REGISTRY_REFRESH_MS);
 }
 
 export interface Gateway {
@@ -200,7 +196,7 @@ function createLink(config: GatewayConfig, gatewayId: string, logger: Logger) {
   });
   // A gateway's report older than a few refreshes is from one that stopped, and is ignored.
   const depthStaleMs = Math.max(3 * config.REGISTRY_REFRESH_MS, 2000);
-  const depth = new QueueDepth((mine) => exchangeDepths(redis, config.QUEUE_PREFIX, gatewayId, mine, depthStaleMs));
+  const depth = new QueueDepth(new DepthExchange(redis, config.QUEUE_PREFIX, gatewayId, depthStaleMs));
   const breaker = createRedisBreaker(config, logger);
   const transport = new Transport(
     {

@@ -55,3 +55,19 @@ export async function exchangeDepths(
   )) as number[];
   return new Map(models.map((model, i) => [model, Number(sums[i] ?? 0)]));
 }
+
+/** This gateway's side of the depth exchange: `exchangeDepths` with its connection, prefix, id and staleness bound. */
+export class DepthExchange {
+  constructor(
+    private readonly redis: Redis,
+    private readonly prefix: string,
+    private readonly gatewayId: string,
+    /** A report older than this (on Redis's clock) is from a gateway that stopped. */
+    private readonly staleMs: number,
+  ) {}
+
+  /** Reports this gateway's counts per model and answers with the other gateways' sum per model. */
+  exchange(mine: Map<string, number>): Promise<Map<string, number>> {
+    return exchangeDepths(this.redis, this.prefix, this.gatewayId, mine, this.staleMs);
+  }
+}

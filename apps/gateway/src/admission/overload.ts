@@ -1,4 +1,5 @@
 import { ApiError, type Priority } from '@tserve/contract';
+import type { DepthExchange } from '@tserve/queue';
 
 /**
  * The overload half of admission: how many requests a model may have waiting, and how large one
@@ -106,8 +107,11 @@ export class BodyBudget {
   }
 }
 
-/** Reports this gateway's counts per model and answers with the other gateways' sum per model. */
-export type ExchangeDepths = (mine: Map<string, number>) => Promise<Map<string, number>>;
+/** The models whose depth is shared: those served, and those configured (MODELS) with no worker yet, whose backlog is what wakes one. */
+export interface SharedModels {
+  served(): Array<{ id: string }>;
+  configured(): readonly string[];
+}
 
 /**
  * Requests accepted and not yet answered, per model: this gateway's own, counted exactly, plus
@@ -121,7 +125,7 @@ export class QueueDepth {
   private peers = new Map<string, number>();
   private timer?: NodeJS.Timeout;
 
-  constructor(private readonly exchange: ExchangeDepths) {}
+  constructor(private readonly exchange: Pick<DepthExchange, 'exchange'>) {}
 
   /** The model's depth over all gateways. */
   of(model: string): number {
@@ -155,13 +159,14 @@ export class QueueDepth {
     const mine = new Map(
       [...new Set([...models, ...this.outstanding.keys()])].map((id) => [id, this.outstanding.get(id) ?? 0]),
     );
-    this.peers = await this.exchange(mine);
+    this.peers = await this.exchange.exchange(mine);
   }
 
-  /** Shares every `periodMs` the counts of the models `served` names, and of those it holds requests for. */
-  async start(served: () => string[], periodMs: number): Promise<void> {
+  /** Shares every `periodMs` the counts of `models`, and of those it holds requests for. */
+  async start(models: SharedModels, periodMs: number): Promise<void> {
     // A failed exchange keeps the peers' last counts; the model registry reports Redis being down.
-    const share = () => this.share(served()).catch(() => {});
+    const share = () =>
+      this.share([...new Set([...models.served().map((m) => m.id), ...models.configured()])]).catch(() => {});
     await share();
     this.timer = setInterval(() => void share(), periodMs);
     this.timer.unref();
