@@ -4,7 +4,9 @@ import { EventEmitter } from 'node:events';
 import type { Redis } from 'ioredis';
 import pino from 'pino';
 import type { ReadJobOutcome, ResultMessage } from '@tserve/contract';
-import { Trips, type FinishedJobs } from '../../apps/gateway/src/transport/trips.ts';
+import type { QueuedRequest } from '@tserve/contract';
+import { SendFailed, Trips, type FinishedJobs } from '../../apps/gateway/src/transport/trips.ts';
+import { Withdrawn } from '../../apps/gateway/src/transport/sending.ts';
 
 const CHANNEL = 'results:gw-1';
 
@@ -129,5 +131,101 @@ describe('outcome waiters', () => {
     assert.equal(waiters.pending, 1);
     waiters.cancel('r1');
     void pending.catch(() => {});
+  });
+});
+
+/** A coalescer that holds each request until told to send it or take it back, as EnqueueCoalescer does. */
+class HeldRequests {
+  private readonly held = new Map<string, { resolve: (job: string) => void; reject: (err: unknown) => void }>();
+
+  submit = (_model: string, request: QueuedRequest) =>
+    new Promise<string>((resolve, reject) => this.held.set(request.id, { resolve, reject }));
+  withdraw = (_model: string, requestId: string) => {
+    const entry = this.held.get(requestId);
+    this.held.delete(requestId);
+    entry?.reject(new Withdrawn());
+    return entry !== undefined;
+  };
+  /** A worker's word that it took jobs: the requests held behind them could go (not modelled here). */
+  taken = () => {};
+  /** The request's job is in Redis, or its enqueue failed. */
+  sent(requestId: string, outcome: { job: string } | { error: Error }): void {
+    const entry = this.held.get(requestId);
+    this.held.delete(requestId);
+    if ('job' in outcome) entry?.resolve(outcome.job);
+    else entry?.reject(outcome.error);
+  }
+}
+
+async function tripHarness(t: { after: (fn: () => Promise<void>) => void }) {
+  const subscriber = new Subscriber();
+  const coalescer = new HeldRequests();
+  const cancelled: string[] = [];
+  const trips = new Trips({
+    coalescer: { submit: coalescer.submit, withdraw: coalescer.withdraw, taken: coalescer.taken },
+    sender: { cancel: (model, request) => void cancelled.push(`${model} ${request.id}`) },
+    subscriber: subscriber as unknown as Redis,
+    channel: CHANNEL,
+    pollMs: 60_000,
+    jobs: { finished: () => Promise.reject(new Error('not here')) },
+    logger: pino({ level: 'silent' }),
+  });
+  await trips.start();
+  t.after(() => trips.stop());
+  return { subscriber, coalescer, cancelled, trips };
+}
+
+const request = (id: string): QueuedRequest => ({
+  id,
+  inputs: ['text'],
+  parameters: {},
+  deadline: Date.now() + 60_000,
+  enqueuedAt: Date.now(),
+});
+
+describe('a trip', () => {
+  it('resolves with the outcome its job brings', async (t) => {
+    const { subscriber, coalescer, trips } = await tripHarness(t);
+    const trip = trips.send({ model: 'm', request: request('r1'), priority: 'interactive' });
+    coalescer.sent('r1', { job: 'r1' });
+    await new Promise((resolve) => setImmediate(resolve));
+    subscriber.say({ kind: 'outcome', job: 'r1', model: 'm', outcomes: [answer('r1')] });
+    const outcome = await trip;
+    assert.ok(outcome.ok);
+    assert.deepEqual(outcome.outputs, ['r1']);
+    assert.equal(trips.pending, 0);
+  });
+
+  it('takes back a request whose client leaves before it is sent, and counts it at the gateway', async (t) => {
+    const { coalescer, cancelled, trips } = await tripHarness(t);
+    const client = new AbortController();
+    const trip = trips.send({ model: 'm', request: request('r1'), priority: 'interactive', signal: client.signal });
+    client.abort();
+    await assert.rejects(trip, { status: 499 });
+    assert.deepEqual(trips.abandoned.get('m'), { gateway: 1, queue: 0 });
+    assert.deepEqual(cancelled, [], 'nothing reached the workers, so they are told nothing');
+    assert.equal(trips.pending, 0);
+    assert.equal(coalescer.withdraw('m', 'r1'), false, 'no longer held');
+  });
+
+  it('names a queued request to the workers when its client leaves, and counts it in the queue', async (t) => {
+    const { coalescer, cancelled, trips } = await tripHarness(t);
+    const client = new AbortController();
+    const trip = trips.send({ model: 'm', request: request('r1'), priority: 'interactive', signal: client.signal });
+    coalescer.sent('r1', { job: 'r1' });
+    await new Promise((resolve) => setImmediate(resolve));
+    client.abort();
+    await assert.rejects(trip, { status: 499 });
+    assert.deepEqual(trips.abandoned.get('m'), { gateway: 0, queue: 1 });
+    assert.deepEqual(cancelled, ['m r1']);
+    assert.equal(trips.pending, 0);
+  });
+
+  it('fails with SendFailed, and stops waiting, when its job cannot be added', async (t) => {
+    const { coalescer, trips } = await tripHarness(t);
+    const trip = trips.send({ model: 'm', request: request('r1'), priority: 'interactive' });
+    coalescer.sent('r1', { error: new Error('Redis is down') });
+    await assert.rejects(trip, (err: unknown) => err instanceof SendFailed && /Redis is down/.test(err.message));
+    assert.equal(trips.pending, 0);
   });
 });
