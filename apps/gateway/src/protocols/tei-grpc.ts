@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { ApiError } from '@tserve/contract';
 import type { GrpcCall, GrpcService } from '../grpc/grpc-calls.js';
-import { admitMetadata, type ProtocolParts } from '../serving/route-call.js';
+import { admitMetadata } from '../serving/metadata-call.js';
+import type { ProtocolParts } from '../serving/route-call.js';
 import { ANY, CLASSIFIER, EMBEDDING, RERANKER, SPARSE, type RouteKind } from '../serving/model-choice.js';
 import { Tei, type TeiRequest, type Timing } from './tei.js';
 import {

@@ -3,7 +3,7 @@ import { ApiError, type Operation, type Priority } from '@tserve/contract';
 import type { GatewayConfig } from '@tserve/config';
 import type { Logger } from 'pino';
 import type { InferenceCall, InferenceResult, InferenceService } from './inference.js';
-import { admittedOf, keyPresented, type Admission } from '../admission/admission.js';
+import { admittedOf, type Admission } from '../admission/admission.js';
 import type { ModelRegistry } from './model-registry.js';
 import type { ServedModel } from './served-models.js';
 import { requestIdOf } from '../http/request-id.js';
@@ -29,7 +29,7 @@ function booleanHeader(req: Request, name: string): boolean | undefined {
 }
 
 /** A boolean header's or gRPC metadata's value: true/false (or 1/0), else refused. */
-function booleanNamed(name: string, raw: string | undefined): boolean | undefined {
+export function booleanNamed(name: string, raw: string | undefined): boolean | undefined {
   if (raw === undefined) return undefined;
   const value = raw.trim().toLowerCase();
   if (['true', '1'].includes(value)) return true;
@@ -87,9 +87,10 @@ export function wildcardPath(req: Request, name: string): string {
 
 /**
  * What a call brings from its protocol's request besides its body, whatever the protocol: an HTTP
- * request's headers and connection (`httpCaller`), or a gRPC call's metadata and deadline (`admitMetadata`).
+ * request's headers and connection (`httpCaller`), or a gRPC call's metadata and deadline
+ * (`admitMetadata`, metadata-call.ts).
  */
-interface CallContext {
+export interface CallContext {
   requestId: string;
   /** Aborts when the client goes away before its answer. */
   signal: AbortSignal;
@@ -114,7 +115,7 @@ export interface Caller {
 }
 
 /** The caller of a request that brought `context`, whatever its protocol. */
-function callerOf(service: InferenceService, context: CallContext): Caller {
+export function callerOf(service: InferenceService, context: CallContext): Caller {
   return {
     run: (call) =>
       service.infer({
@@ -151,44 +152,6 @@ export function httpCaller(service: InferenceService, req: Request, res: Respons
   };
   const caller = callerOf(service, context);
   return { run: (call) => timed(res, () => caller.run(call)), whenServed: caller.whenServed };
-}
-
-/** A request that says what HTTP's headers say in metadata instead (gRPC's): the names are the headers'. */
-export interface MetadataEnvelope {
-  metadata: (name: string) => string | undefined;
-  /** Aborts when the client goes away. */
-  signal: AbortSignal;
-  /** The deadline the envelope sets (ms). */
-  timeoutMs?: number;
-}
-
-/**
- * Admits a request that carries metadata, as `Admission.beforeBody` admits an HTTP request (key,
- * model permission, priority, shedding, quota), and gives its caller, and the release of its
- * quota's slot to call once it is answered.
- */
-export async function admitMetadata(
-  { admission, service }: Pick<ProtocolParts, 'admission' | 'service'>,
-  envelope: MetadataEnvelope,
-  model: () => string | undefined,
-  requestId: string,
-): Promise<{ caller: Caller; release: () => void }> {
-  const admitted = admission.caller({
-    key: keyPresented(envelope.metadata('authorization'), envelope.metadata('x-api-key')),
-    model,
-    priority: envelope.metadata('x-priority'),
-  });
-  // Read before the quota's slot is taken: a refusal here holds none.
-  const caller = callerOf(service, {
-    requestId,
-    signal: envelope.signal,
-    priority: admitted.priority,
-    timeoutMs: envelope.timeoutMs,
-    waitForModel: booleanNamed('x-wait-for-model', envelope.metadata('x-wait-for-model')),
-    useCache: booleanNamed('x-use-cache', envelope.metadata('x-use-cache')),
-  });
-  const release = await admission.quota(admitted, requestId, () => undefined);
-  return { caller, release: release ?? (() => undefined) };
 }
 
 /** Runs a call for an HTTP request, and sets the timing headers on its response. */
