@@ -37,7 +37,7 @@ export class InputEncoder {
 
   /**
    * A request's sequences, each input's encoded and checked with turns between inputs; the request
-   * records how many there are and their tokens. None for work the model has no part in.
+   * records how many there are and their tokens. Empty where the model has nothing to run.
    */
   async sequences(pending: Pending, turns: LoopTurns): Promise<Sequence<Owner>[]> {
     const { request } = pending;

@@ -86,7 +86,7 @@ export class BatchRunner {
           this.outcomes.answered(request, await this.encoder.answer(pending, turns), pending.inputMs);
           continue;
         }
-        batch.sequences.push(...(await this.encoder.sequences(pending, turns)));
+        for (const sequence of await this.encoder.sequences(pending, turns)) batch.sequences.push(sequence);
         // Nothing for the model to run (tokenization alone): answered now.
         if (pending.remaining === 0) await this.outcomes.finish(pending, turns);
       } catch (err) {
