@@ -109,8 +109,7 @@ export class BodyBudget {
 
 /** The models whose depth is shared: those served, and those configured (MODELS) with no worker yet, whose backlog is what wakes one. */
 export interface SharedModels {
-  served(): Array<{ id: string }>;
-  configured(): readonly string[];
+  servedOrConfigured(): string[];
 }
 
 /**
@@ -165,8 +164,7 @@ export class QueueDepth {
   /** Shares every `periodMs` the counts of `models`, and of those it holds requests for. */
   async start(models: SharedModels, periodMs: number): Promise<void> {
     // A failed exchange keeps the peers' last counts; the model registry reports Redis being down.
-    const share = () =>
-      this.share([...new Set([...models.served().map((m) => m.id), ...models.configured()])]).catch(() => {});
+    const share = () => this.share(models.servedOrConfigured()).catch(() => {});
     await share();
     this.timer = setInterval(() => void share(), periodMs);
     this.timer.unref();

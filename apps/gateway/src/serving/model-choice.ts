@@ -40,8 +40,8 @@ export class ModelChoice {
   /** The model `POST /` serves, if there is one yet: DEFAULT_MODEL, or the only one served or configured. */
   defaultModel(): string | undefined {
     if (this.defaultId) return this.defaultId;
-    const ids = new Set([...this.registry.served().map((m) => m.id), ...this.registry.configured()]);
-    return ids.size === 1 ? [...ids][0] : undefined;
+    const ids = this.registry.servedOrConfigured();
+    return ids.length === 1 ? ids[0] : undefined;
   }
 
   /** The model `POST /` serves, or a 503/400 that says why there is none. */

@@ -119,6 +119,11 @@ export class ModelRegistry {
     return [...this.models.values()];
   }
 
+  /** The ids of every model `isServed` names: those a worker serves now, then those configured (MODELS). */
+  servedOrConfigured(): string[] {
+    return [...new Set([...this.models.keys(), ...this.configuredIds])];
+  }
+
   /** Models that were served earlier and have no live worker now (a configured one is idle, not lost). */
   lost(): string[] {
     return [...this.known.keys()].filter(

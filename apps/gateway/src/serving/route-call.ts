@@ -90,7 +90,7 @@ export function wildcardPath(req: Request, name: string): string {
  * request's headers and connection (`httpCaller`), or a gRPC call's metadata and deadline
  * (`admitMetadata`, metadata-call.ts).
  */
-export interface CallContext {
+interface CallContext {
   requestId: string;
   /** Aborts when the client goes away before its answer. */
   signal: AbortSignal;
