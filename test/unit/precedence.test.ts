@@ -38,9 +38,36 @@ describe('Precedence', () => {
     const { precedence, advance } = clocked();
     precedence.batchRan(32, 320);
     precedence.interactiveRan(20);
-    advance(PRESENT_MS);
+    advance(PRESENT_MS.most);
     assert.equal(precedence.batchRows(), 2);
     advance(1);
+    assert.equal(precedence.batchRows(), 32);
+  });
+
+  it('counts steady interactive traffic as gone soon after it stops', () => {
+    const { precedence, advance } = clocked();
+    precedence.batchRan(32, 320);
+    for (let i = 0; i < 50; i++) {
+      precedence.interactiveRan(20);
+      advance(25);
+    }
+    assert.equal(precedence.batchRows(), 2, 'present between its calls');
+    advance(PRESENT_MS.least - 25);
+    assert.equal(precedence.batchRows(), 2);
+    advance(1);
+    assert.equal(precedence.batchRows(), 32, 'a burst that ended leaves the batch its full calls');
+  });
+
+  it('counts sparse interactive traffic as present between its requests', () => {
+    const { precedence, advance } = clocked();
+    precedence.batchRan(32, 320);
+    for (let i = 0; i < 5; i++) {
+      precedence.interactiveRan(20);
+      advance(2_000);
+    }
+    advance(5_000);
+    assert.equal(precedence.batchRows(), 2, 'seven seconds after a request that comes every two');
+    advance(PRESENT_MS.most);
     assert.equal(precedence.batchRows(), 32);
   });
 });

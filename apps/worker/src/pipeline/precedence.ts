@@ -1,11 +1,17 @@
 /**
- * How long interactive work counts as present after it last ran (ms). While it is, batch-class
- * model calls are kept short; past it, a batch-class call is as large as the limits allow, and only
- * the first interactive request to come back waits for a whole one.
+ * How long interactive work counts as present after it last ran (ms): a few of its usual gaps
+ * between calls, within these bounds. While it is present, batch-class model calls are kept short;
+ * past it, a batch-class call is as large as the limits allow, and only the first interactive
+ * request to come back waits for a whole one. A fixed ten seconds kept a batch that followed a burst
+ * of interactive traffic in the short calls sized for that burst's last trickle long after it ended
+ * (bench/HISTORY.md); sparse interactive traffic still keeps the calls short between its requests.
  */
-export const PRESENT_MS = 10_000;
+export const PRESENT_MS = { least: 500, most: 10_000 };
 
-/** The newest measurement's weight in the running averages of call times. */
+/** Interactive work counts as present for this many of its usual gaps after it last ran. */
+const GAPS_PRESENT = 4;
+
+/** The newest measurement's weight in the running averages of call times and gaps. */
 const WEIGHT = 0.2;
 
 const averaged = (average: number | undefined, sample: number) =>
@@ -31,6 +37,8 @@ export interface CallPacing {
 export class Precedence {
   private interactiveAt = Number.NEGATIVE_INFINITY;
   private interactiveCallMs?: number;
+  /** The usual time from one interactive call's end to the next's. */
+  private interactiveGapMs?: number;
   private batchRowMs?: number;
 
   constructor(
@@ -41,7 +49,10 @@ export class Precedence {
 
   /** An interactive model call took `ms`. */
   interactiveRan(ms: number): void {
-    this.interactiveAt = this.now();
+    const now = this.now();
+    if (this.interactiveAt !== Number.NEGATIVE_INFINITY)
+      this.interactiveGapMs = averaged(this.interactiveGapMs, now - this.interactiveAt);
+    this.interactiveAt = now;
     this.interactiveCallMs = averaged(this.interactiveCallMs, ms);
   }
 
@@ -52,9 +63,16 @@ export class Precedence {
 
   /** The most rows the next batch-class call may hold. */
   batchRows(): number {
-    const present = this.now() - this.interactiveAt <= PRESENT_MS;
-    if (!present || this.interactiveCallMs === undefined || this.batchRowMs === undefined) return this.maxRows;
+    if (!this.present() || this.interactiveCallMs === undefined || this.batchRowMs === undefined) return this.maxRows;
     const rows = Math.floor(this.interactiveCallMs / Math.max(this.batchRowMs, Number.EPSILON));
     return Math.min(this.maxRows, Math.max(1, rows));
+  }
+
+  private present(): boolean {
+    const window =
+      this.interactiveGapMs === undefined
+        ? PRESENT_MS.most
+        : Math.min(PRESENT_MS.most, Math.max(PRESENT_MS.least, GAPS_PRESENT * this.interactiveGapMs));
+    return this.now() - this.interactiveAt <= window;
   }
 }
