@@ -1,9 +1,12 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import type { Priority, QueuedRequest } from '@tserve/contract';
-import { textLength } from '@tserve/contract';
+import type { Queue } from 'bullmq';
+import type { Redis } from 'ioredis';
+import type { Priority, QueuedRequest, WorkNotice } from '@tserve/contract';
+import { PROTOCOL, textLength } from '@tserve/contract';
 import {
   EnqueueCoalescer,
+  JobSender,
   MOST_CHARS_PER_ENQUEUE,
   Withdrawn,
   oneEnqueue,
@@ -78,6 +81,52 @@ describe('oneEnqueue', () => {
       textLength({ inputs: [{ text: 'abc', text_pair: 'de' }, { question: 'q', context: 'ctx' }, 'zz'] }),
       11,
     );
+  });
+});
+
+describe('JobSender', () => {
+  it('copies one small interactive job into its work notice, and no other', async () => {
+    const notices: WorkNotice[] = [];
+    const added: string[] = [];
+    const sender = new JobSender({
+      redis: {
+        publish: async (_channel: string, message: string) => notices.push(JSON.parse(message) as WorkNotice),
+      } as unknown as Redis,
+      queues: {
+        get: () =>
+          ({
+            add: async (_name: string, _data: unknown, opts: { jobId: string }) => added.push(opts.jobId),
+            addBulk: async (jobs: Array<{ opts: { jobId: string } }>) => added.push(...jobs.map((j) => j.opts.jobId)),
+          }) as unknown as Queue,
+      },
+      prefix: 'p',
+      replyTo: 'reply',
+      keepMs: 1000,
+      breaker: { guard: (call) => call() },
+    });
+    const job = (id: string, text = 'x'): CoalescedJob => ({
+      id,
+      requests: [{ ...request(id), inputs: [text] }],
+      tellTaken: true,
+    });
+    const lone = job('lone');
+    await sender.enqueue('m', 'interactive', [lone]);
+    await sender.enqueue('m', 'batch', [job('batch')]);
+    await sender.enqueue('m', 'interactive', [job('a'), job('b')]);
+    await sender.enqueue('m', 'interactive', [job('long', 'x'.repeat(2049))]);
+    assert.deepEqual(added, ['lone', 'batch', 'a', 'b', 'long'], 'every job is added to the queue');
+    assert.deepEqual(
+      notices.map((notice) => notice.job?.id),
+      ['lone', undefined, undefined, undefined],
+    );
+    assert.deepEqual(notices[0].job?.data, {
+      kind: 'job',
+      protocol: PROTOCOL,
+      requests: lone.requests,
+      replyTo: 'reply',
+      tellTaken: true,
+      keepMs: 1000,
+    });
   });
 });
 

@@ -58,12 +58,12 @@ function harness() {
     tellTaken: id !== 'j4',
     batchClass: false,
     keepMs: 15_000,
-    job: {
+    job: Promise.resolve({
       moveToCompleted: async (result: JobOutcome | JobRecorded, token: string) => {
         steps.push(`complete ${id} ${result.kind === 'recorded' ? 'as recorded' : 'with the outcome'}`);
         completed.push({ job: id, token });
       },
-    } as unknown as Job<JobData>,
+    } as unknown as Job<JobData>),
   });
   const silent = { debug() {}, warn() {} } as unknown as Logger;
   const cancellations = new Cancellations();
@@ -95,6 +95,28 @@ describe('Settling', () => {
     ]);
     assert.deepEqual(completed, [{ job: 'j1', token: 'worker-1' }]);
     assert.deepEqual(sink.heldJobIds(), ['j2'], 'j2 keeps its lock');
+  });
+
+  it('answers work started ahead of its fetch once the fetch brings its job, and drops it where the fetch did not', async () => {
+    const { sink, job, published, completed } = harness();
+    const started = job('j1', ['a']);
+    let bring!: (brought: boolean) => void;
+    const fetch = new Promise<boolean>((resolve) => (bring = resolve));
+    sink.hold([
+      { ...started, job: fetch.then((brought) => (brought ? started.job : undefined)) },
+      { ...job('j2', ['b']), job: Promise.resolve(undefined) },
+    ]);
+    sink.record(request('a'), answer('a'));
+    sink.record(request('b'), answer('b'));
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.equal(published.length, 0, 'j1 waits for its fetch; j2 was not fetched');
+    bring(true);
+    await sink.drain();
+    assert.deepEqual(
+      published.map((p) => p.outcome.job),
+      ['j1'],
+    );
+    assert.deepEqual(completed, [{ job: 'j1', token: 'worker-1' }], 'j2 is left to the queue, to run when fetched');
   });
 
   it('tells each gateway that asks, once per batch started, which of its jobs were taken', () => {

@@ -193,6 +193,12 @@ export const workNoticeSchema = z.object({
    * call. Optional (a gateway always sends it): a worker that does not know it is no worse off.
    */
   priority: z.enum(PRIORITIES).optional(),
+  /**
+   * The job itself, where the notice announces one small interactive job: a worker that waits alone
+   * on the model starts it at once from this copy, while it fetches it, and answers only once the
+   * fetch has brought it. Read as a job is (jobDataSchema) by the worker that uses it.
+   */
+  job: z.object({ id: z.string(), data: z.unknown() }).optional(),
 });
 export type WorkNotice = z.infer<typeof workNoticeSchema>;
 

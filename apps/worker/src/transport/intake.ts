@@ -56,6 +56,10 @@ export class Intake implements WorkSource {
   /** Ends the idle wait early: a notice came, or the intake is closing. */
   private wake?: () => void;
   private closing = false;
+  /** A notice's copy of its job, heard while this worker waited alone on the model: started ahead of its fetch. */
+  private ahead?: { id: string; data: unknown };
+  /** Jobs that a fetch for work started ahead brought instead of that work's own: handed out first. */
+  private readonly fetchedInstead: Work[] = [];
 
   constructor(
     connection: Redis,
@@ -89,14 +93,20 @@ export class Intake implements WorkSource {
     const notice = readMessage(workNoticeSchema, message);
     if (!notice) return false;
     this.announcements.heard(notice.jobs, notice.priority === 'interactive');
+    if (notice.job && this.wake && !this.ahead && this.options.peers.peers === 0) this.ahead = notice.job;
     this.wake?.();
     return true;
   }
 
   /** Waits for the next job (undefined when the wait ended with none). */
   async next(): Promise<Work | undefined> {
-    if (!this.announcements.expecting) await this.idle();
+    if (!this.announcements.expecting && this.fetchedInstead.length === 0) await this.idle();
+    // Fetched already, so run even while closing: its lock is this worker's.
+    const instead = this.fetchedInstead.shift();
+    if (instead) return instead;
     if (this.closing) return undefined;
+    const ahead = this.startAhead();
+    if (ahead) return ahead;
     const [work] = await this.fetch(1, !this.announcements.expecting);
     return work;
   }
@@ -127,8 +137,9 @@ export class Intake implements WorkSource {
   }
 
   /** Up to `count` waiting jobs, interactive before batch class (BullMQ's order), fetched together. */
-  take(count: number): Promise<Work[]> {
-    return this.fetch(count);
+  async take(count: number): Promise<Work[]> {
+    const instead = this.fetchedInstead.splice(0, count);
+    return instead.length < count ? [...instead, ...(await this.fetch(count - instead.length))] : instead;
   }
 
   /** Stops fetching and renewing; a wait in progress ends at once. Call once what is held is settled. */
@@ -150,7 +161,8 @@ export class Intake implements WorkSource {
         : undefined;
     if (data.success && problem === undefined) {
       const { requests, replyTo, tellTaken, keepMs } = data.data;
-      return { id: job.id!, requests, replyTo, tellTaken, batchClass: (job.opts.priority ?? 0) > 0, keepMs, job };
+      const batchClass = (job.opts.priority ?? 0) > 0;
+      return { id: job.id!, requests, replyTo, tellTaken, batchClass, keepMs, job: Promise.resolve(job) };
     }
     this.logger.warn({ jobId: job.id, problem }, 'job failed unread');
     await job
@@ -160,6 +172,46 @@ export class Intake implements WorkSource {
         false,
       )
       .catch(() => {});
+    return undefined;
+  }
+
+  /**
+   * Work from the copy of its job that a notice carried (WorkNotice's `job`), started while the job
+   * is fetched: a lone request does not wait for the fetch's round trip before its model call. None
+   * where no copy was heard while idle, or it cannot be read (then the job is fetched and read as any).
+   */
+  private startAhead(): Work | undefined {
+    const ahead = this.ahead;
+    this.ahead = undefined;
+    if (!ahead) return undefined;
+    const data = jobDataSchema.safeParse(ahead.data);
+    if (!data.success || data.data.protocol !== PROTOCOL) return undefined;
+    // Counted as fetched from now: the consumer's look for more work must not fetch it too.
+    this.announcements.fetched(1, 1);
+    const { requests, replyTo, tellTaken, keepMs } = data.data;
+    return { id: ahead.id, requests, replyTo, tellTaken, batchClass: false, keepMs, job: this.fetchAhead(ahead.id) };
+  }
+
+  /**
+   * The job of work started ahead, fetched. The fetch may bring an older job that nobody announced
+   * instead, or none (the job is gone): then the work's outcomes are dropped, the job fetched is
+   * handed out next, and the job started ahead, still waiting, is fetched and run as any other.
+   */
+  private async fetchAhead(id: string): Promise<Job<JobData> | undefined> {
+    try {
+      const job = await this.worker.getNextJob(this.options.workerId, { block: false });
+      if (job?.id === id) return job;
+      if (!job) {
+        this.announcements.fetched(1, 0);
+        return undefined;
+      }
+      const work = await this.read(job);
+      if (work) this.fetchedInstead.push(work);
+    } catch (err) {
+      this.logger.warn({ jobId: id, err: String(err) }, 'fetching a job started ahead failed; it waits in the queue');
+    }
+    this.announcements.heard(1, true);
+    this.wake?.();
     return undefined;
   }
 

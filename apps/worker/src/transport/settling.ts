@@ -175,8 +175,8 @@ export class Settling implements OutcomeSink {
   }
 
   /** Completes the job with `returned`, where the gateway's fallback read finds it. */
-  private store(work: Work, returned: JobOutcome | JobRecorded): Promise<unknown> {
-    return work.job.moveToCompleted(returned, this.options.token, false);
+  private async store(work: Work, returned: JobOutcome | JobRecorded): Promise<unknown> {
+    return (await work.job)?.moveToCompleted(returned, this.options.token, false);
   }
 
   private settle(held: HeldJob): void {
@@ -190,6 +190,10 @@ export class Settling implements OutcomeSink {
     };
     const message = messageOf(result);
     const settling = (async () => {
+      if (!(await work.job)) {
+        this.logger.debug({ jobId: work.id }, 'job started ahead of its fetch and not fetched: left to the queue');
+        return;
+      }
       const settled =
         message !== undefined
           ? await this.publishAndRecord(work, result, message)

@@ -14,6 +14,10 @@ export interface Work {
   batchClass: boolean;
   /** How long an outcome recorded apart from the job is kept for the gateway's fallback read (ms). */
   keepMs: number;
-  /** The BullMQ job, whose lock is renewed and which is completed with the outcomes. */
-  job: Job<JobData>;
+  /**
+   * The BullMQ job, whose lock is renewed and which is completed with the outcomes, once this
+   * worker holds it. Work started from a notice's copy ahead of its fetch (Intake) may find that
+   * the fetch did not bring it: undefined, and its outcomes are dropped (the job runs when fetched).
+   */
+  job: Promise<Job<JobData> | undefined>;
 }
