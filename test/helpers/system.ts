@@ -4,6 +4,7 @@
  * Importing it starts nothing; the Redis is ensured by test/setup.ts, which `npm test` preloads.
  */
 import fs from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
@@ -80,18 +81,36 @@ export class TestSystem {
 
   /** `nodeArgs`: Node's own flags, before the program (a preload, for one). */
   async startGateway(env: Env = {}, nodeArgs?: string[]): Promise<Proc> {
-    this.port = this.port || (await freePort());
-    this.grpcPort = this.grpcPort || (await freePort());
-    const gateway = startProgram(
-      'gateway',
-      'apps/gateway/dist/main.js',
-      this.env({ PORT: this.port, GRPC_PORT: this.grpcPort, HOST: '127.0.0.1', REGISTRY_REFRESH_MS: 100, ...env }),
-      nodeArgs,
-    );
-    this.gateway = gateway;
-    this.procs.push(gateway);
-    await waitFor('gateway /health', async () => (await fetch(`${this.url}/health`)).ok, 20_000);
-    return gateway;
+    // A port freePort found free may be taken before the gateway binds it, as the local port of
+    // some outgoing connection: the gateway then exits at once, and a first start tries new ports.
+    // A restart keeps its ports, which its test's clients hold.
+    const fresh = !this.port;
+    for (let attempt = 1; ; attempt++) {
+      this.port = this.port || (await freePort());
+      this.grpcPort = this.grpcPort || (await freePort());
+      const gateway = startProgram(
+        'gateway',
+        'apps/gateway/dist/main.js',
+        this.env({ PORT: this.port, GRPC_PORT: this.grpcPort, HOST: '127.0.0.1', REGISTRY_REFRESH_MS: 100, ...env }),
+        nodeArgs,
+      );
+      this.gateway = gateway;
+      this.procs.push(gateway);
+      // Up once both ports answer: the gRPC port is opened after the HTTP one.
+      const grpcPort = Number(env.GRPC_PORT ?? this.grpcPort);
+      const up = async () =>
+        (await fetch(`${this.url}/health`)).ok && (grpcPort === 0 || (await accepts(grpcPort))) && 'up';
+      const state = await waitFor('gateway /health', async () => (gateway.running ? up() : 'exited'), 20_000).catch(
+        (err: unknown) => {
+          throw new Error(`${String(err)}\n${gateway.output}`);
+        },
+      );
+      if (state === 'up') return gateway;
+      if (!fresh || attempt === 3 || !/EADDRINUSE|already in use/.test(gateway.output))
+        throw new Error(`the gateway did not come up:\n${gateway.output}`);
+      this.port = 0;
+      this.grpcPort = 0;
+    }
   }
 
   startWorker(options: WorkerOptions): Proc {
@@ -188,4 +207,16 @@ export class TestSystem {
     await Promise.all(this.procs.map((p) => p.stop(process.env.NODE_V8_COVERAGE ? 'SIGTERM' : 'SIGKILL')));
     await cleanPrefix(this.redisUrl, this.prefix);
   }
+}
+
+/** Whether something accepts a connection on the port, on 127.0.0.1. */
+function accepts(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = net.connect(port, '127.0.0.1');
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once('error', () => resolve(false));
+  });
 }
