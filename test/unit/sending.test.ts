@@ -85,7 +85,7 @@ describe('oneEnqueue', () => {
 });
 
 describe('JobSender', () => {
-  it('copies one small interactive job into its work notice, and no other', async () => {
+  it("copies a lone small interactive request's job into its work notice, and no other", async () => {
     const notices: WorkNotice[] = [];
     const added: string[] = [];
     const sender = new JobSender({
@@ -113,11 +113,14 @@ describe('JobSender', () => {
     await sender.enqueue('m', 'interactive', [lone]);
     await sender.enqueue('m', 'batch', [job('batch')]);
     await sender.enqueue('m', 'interactive', [job('a'), job('b')]);
+    await sender.enqueue('m', 'interactive', [
+      { id: 'pair', requests: [request('p1'), request('p2')], tellTaken: true },
+    ]);
     await sender.enqueue('m', 'interactive', [job('long', 'x'.repeat(2049))]);
-    assert.deepEqual(added, ['lone', 'batch', 'a', 'b', 'long'], 'every job is added to the queue');
+    assert.deepEqual(added, ['lone', 'batch', 'a', 'b', 'pair', 'long'], 'every job is added to the queue');
     assert.deepEqual(
       notices.map((notice) => notice.job?.id),
-      ['lone', undefined, undefined, undefined],
+      ['lone', undefined, undefined, undefined, undefined],
     );
     assert.deepEqual(notices[0].job?.data, {
       kind: 'job',

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { PRIORITIES, type Operation, type TaskInput, type TaskParameters } from './schemas.js';
+import { PRIORITIES, type Operation, type Priority, type TaskInput, type TaskParameters } from './schemas.js';
 import { ERROR_STATUS, type ErrorBody, type ErrorType } from './errors.js';
 
 /**
@@ -201,6 +201,19 @@ export const workNoticeSchema = z.object({
   job: z.object({ id: z.string(), data: z.unknown() }).optional(),
 });
 export type WorkNotice = z.infer<typeof workNoticeSchema>;
+
+/**
+ * The copy of its job that a work notice carries, where the job is one small interactive request
+ * sent alone, as to an idle model. Requests sent together go to a busy worker, which would only
+ * drop the copy; and past a lone request's size, a copy costs every worker's subscriber more than
+ * the fetch it saves.
+ */
+export function noticeCopy(priority: Priority, jobs: Array<{ id: string; data: JobData }>): Pick<WorkNotice, 'job'> {
+  const [job, ...more] = jobs;
+  const [request, ...others] = job.data.requests;
+  const lone = priority === 'interactive' && more.length === 0 && others.length === 0;
+  return lone && textLength(request) <= 2048 ? { job } : {};
+}
 
 /**
  * A job that failed as a whole keeps the reason as text in BullMQ (its failedReason); these write

@@ -1,6 +1,7 @@
 import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import {
+  noticeCopy,
   PROTOCOL,
   sequenceCount,
   textLength,
@@ -246,7 +247,8 @@ export class JobSender {
     this.enqueued.set(model, (this.enqueued.get(model) ?? 0) + jobs.length);
     // Once Redis holds the jobs, not before: a worker woken ahead of them would find nothing, and wait
     // for its next poll. Not awaited: the request waits for its outcome, not for the notice.
-    const notice: WorkNotice = { kind: 'work', jobs: entries.length, priority, ...noticeCopy(priority, entries) };
+    const added = entries.map((e) => ({ id: e.opts.jobId, data: e.data }));
+    const notice: WorkNotice = { kind: 'work', jobs: entries.length, priority, ...noticeCopy(priority, added) };
     redis.publish(keys.work(prefix, model), JSON.stringify(notice)).catch(() => {});
   }
 
@@ -257,14 +259,6 @@ export class JobSender {
       .then(() => this.parts.redis.publish(keys.cancellations(this.parts.prefix, model), JSON.stringify(notice)))
       .catch(() => {});
   }
-}
-
-/** The copy of its job that a work notice carries, where it is one small interactive job (WorkNotice's `job`). */
-function noticeCopy(priority: Priority, [entry, ...more]: Array<{ data: JobData; opts: { jobId: string } }>) {
-  const chars = entry.data.requests.reduce((n, request) => n + textLength(request), 0);
-  // Past a lone request's size, a copy costs every worker's subscriber more than the fetch it saves.
-  const small = priority === 'interactive' && more.length === 0 && chars <= 2048;
-  return small ? { job: { id: entry.opts.jobId, data: entry.data } } : {};
 }
 
 /** How many of the entries, from the first, one enqueue sends: those within `maxChars` of text, and always the first. */
