@@ -153,21 +153,16 @@ export class Intake implements WorkSource {
 
   /** The job as work; one this worker cannot read (another protocol, a malformed job) fails at once, with the reason. */
   private async read(job: Job<JobData>): Promise<Work | undefined> {
-    const data = jobDataSchema.safeParse(job.data);
-    const problem = !data.success
-      ? `unreadable job: ${describeIssues(data.error, 'data')}`
-      : data.data.protocol !== PROTOCOL
-        ? `the job is of wire protocol ${data.data.protocol}; this worker speaks ${PROTOCOL}`
-        : undefined;
-    if (data.success && problem === undefined) {
-      const { requests, replyTo, tellTaken, keepMs } = data.data;
+    const read = readJobData(job.data);
+    if (!('problem' in read)) {
       const batchClass = (job.opts.priority ?? 0) > 0;
-      return { id: job.id!, requests, replyTo, tellTaken, batchClass, keepMs, job: Promise.resolve(job) };
+      return { ...read, id: job.id!, batchClass, job: Promise.resolve(job) };
     }
+    const { problem } = read;
     this.logger.warn({ jobId: job.id, problem }, 'job failed unread');
     await job
       .moveToFailed(
-        new Error(encodeJobFailure({ error: problem!, error_type: 'internal' })),
+        new Error(encodeJobFailure({ error: problem, error_type: 'internal' })),
         this.options.workerId,
         false,
       )
@@ -184,12 +179,11 @@ export class Intake implements WorkSource {
     const ahead = this.ahead;
     this.ahead = undefined;
     if (!ahead) return undefined;
-    const data = jobDataSchema.safeParse(ahead.data);
-    if (!data.success || data.data.protocol !== PROTOCOL) return undefined;
+    const read = readJobData(ahead.data);
+    if ('problem' in read) return undefined;
     // Counted as fetched from now: the consumer's look for more work must not fetch it too.
     this.announcements.fetched(1, 1);
-    const { requests, replyTo, tellTaken, keepMs } = data.data;
-    return { id: ahead.id, requests, replyTo, tellTaken, batchClass: false, keepMs, job: this.fetchAhead(ahead.id) };
+    return { ...read, id: ahead.id, batchClass: false, job: this.fetchAhead(ahead.id) };
   }
 
   /**
@@ -249,4 +243,17 @@ export class Intake implements WorkSource {
       this.logger.warn({ jobs: ids.length, err: String(err) }, 'lock renewal failed');
     }
   }
+}
+
+/**
+ * What work takes from a job's data, or why this worker cannot read it (a malformed job, another
+ * protocol): the same for a fetched job and for a notice's copy of one.
+ */
+function readJobData(raw: unknown): Pick<Work, 'requests' | 'replyTo' | 'tellTaken' | 'keepMs'> | { problem: string } {
+  const data = jobDataSchema.safeParse(raw);
+  if (!data.success) return { problem: `unreadable job: ${describeIssues(data.error, 'data')}` };
+  const { protocol, requests, replyTo, tellTaken, keepMs } = data.data;
+  if (protocol !== PROTOCOL)
+    return { problem: `the job is of wire protocol ${protocol}; this worker speaks ${PROTOCOL}` };
+  return { requests, replyTo, tellTaken, keepMs };
 }
