@@ -41,6 +41,8 @@ describe('intake', () => {
   let queue: Queue<JobData>;
   let intake: Intake;
   const peers = { peers: 0 };
+  /** The jobs the worker holds, as its settling names them. */
+  let held: string[] = [];
 
   before(async () => {
     redis = new PrivateRedis(await freePort());
@@ -53,7 +55,7 @@ describe('intake', () => {
       { prefix, model: MODEL, workerId: 'worker-1', lockMs: 30_000, stalledIntervalMs: 30_000, peers },
       pino({ level: 'silent' }),
     );
-    intake.start(() => []);
+    intake.start(() => held);
     // A new intake looks in the queue first; finding it empty, it waits for notices.
     assert.equal(await intake.next(), undefined);
   });
@@ -105,6 +107,24 @@ describe('intake', () => {
       const job = await work?.job;
       assert.equal(await job?.getState(), 'active');
       await job?.moveToCompleted({ done: true }, 'worker-1', false);
+    }
+  });
+
+  it('fetches a job whose notice comes while the worker holds jobs, and starts no copy of it', async () => {
+    // As a worker whose model runs a batch, which fetched this job on a poll before its notice came.
+    held = ['running'];
+    try {
+      const notice = await add('busy');
+      const next = intake.next();
+      intake.noticed(notice);
+      const work = await next;
+      assert.equal(work?.id, 'busy');
+      assert.equal(await state(work?.job), 'settled', 'handed out once fetched, not from the copy');
+      const job = await work?.job;
+      assert.equal(await job?.getState(), 'active');
+      await job?.moveToCompleted({ done: true }, 'worker-1', false);
+    } finally {
+      held = [];
     }
   });
 

@@ -60,6 +60,8 @@ export class Intake implements WorkSource {
   private ahead?: { id: string; data: unknown };
   /** Jobs that a fetch for work started ahead brought instead of that work's own: handed out first. */
   private readonly fetchedInstead: Work[] = [];
+  /** The jobs this worker holds (the settling's), named at start. */
+  private held: () => string[] = () => [];
 
   constructor(
     connection: Redis,
@@ -84,16 +86,23 @@ export class Intake implements WorkSource {
 
   /** Starts looking for dead workers' jobs, and renewing the locks of the jobs `held` names, in one call for all. */
   start(held: () => string[]): void {
+    this.held = held;
     void this.worker.startStalledCheckTimer();
     this.renewTimer = setInterval(() => void this.renewLocks(held()), Math.max(100, this.options.lockMs / 2));
   }
 
-  /** A message heard on the model's work channel; false if it is not a work notice. */
+  /**
+   * A message heard on the model's work channel; false if it is not a work notice. A notice's copy
+   * of its job is started ahead only by a worker that waits alone on its model and holds no job: one
+   * that holds jobs has its model busy, and may have fetched this very job already, on a poll that
+   * overtook the notice; a second copy of it would take the first's place in the settling.
+   */
   noticed(message: string): boolean {
     const notice = readMessage(workNoticeSchema, message);
     if (!notice) return false;
     this.announcements.heard(notice.jobs, notice.priority === 'interactive');
-    if (notice.job && this.wake && !this.ahead && this.options.peers.peers === 0) this.ahead = notice.job;
+    const alone = this.options.peers.peers === 0 && this.held().length === 0;
+    if (notice.job && this.wake && !this.ahead && alone) this.ahead = notice.job;
     this.wake?.();
     return true;
   }
