@@ -3,7 +3,8 @@
  *   1. throughput: N embedding lines as one batch (from `batches.create` to `completed`), and the
  *      same N request bodies sent by --concurrency closed-loop HTTP clients, in interleaved rounds;
  *   2. an interactive client's latency alone, and while a batch runs (the batch class at work).
- * Usage: npm run bench:batches [-- --lines 10000 --concurrency 64 --rounds 2 --seconds 10 --model <id>]
+ * Usage: npm run bench:batches [-- --lines 10000 --concurrency 64 --rounds 2 --seconds 10 --model <id>
+ *        --workers 1 --threads <k>]: N workers of the model, each with INTRA_OP_THREADS=k where given
  */
 import fs from 'node:fs';
 import http from 'node:http';
@@ -26,6 +27,8 @@ const { values } = parseArgs({
     seconds: { type: 'string', default: '10' },
     tokens: { type: 'string', default: '16' },
     model: { type: 'string', default: 'replica/all-MiniLM-L6-v2' },
+    workers: { type: 'string', default: '1' },
+    threads: { type: 'string' },
   },
 });
 const lines = Number(values.lines);
@@ -108,7 +111,10 @@ async function interactiveClient(ms: number, stop = () => false): Promise<Summar
 try {
   await system.startRedis();
   await system.startGateway({ API_KEYS_FILE: keysFile, FILES_STORE_MAX_MB: '4096' });
-  await system.startWorker(model);
+  // Several workers share the cores as bench:scale's do: k threads each, not spinning against each other.
+  const workerEnv = values.threads ? { INTRA_OP_THREADS: values.threads, INTRA_OP_SPINNING: 'false' } : {};
+  await system.startWorker(model, workerEnv);
+  for (let n = 2; n <= Number(values.workers); n++) await system.addWorker(model, workerEnv);
   const tokenizer = await loadTokenizer(model, MODEL_DIR);
   const texts = Array.from({ length: 50 }, (_, i) => craftText(tokenizer, Number(values.tokens), i * 7));
   const bodies = Array.from({ length: lines }, (_, i) => JSON.stringify({ model, input: texts[i % texts.length] }));
@@ -126,6 +132,7 @@ try {
     worker: system.workers.get(model)?.child.pid,
     clients: process.pid,
     redis: system.redis?.proc?.child.pid,
+    ...Object.fromEntries(system.moreWorkers.map((w, i) => [`worker ${i + 2}`, w.proc.child.pid])),
   };
   /** CPU ms of each process between two samples, and of all of them. */
   const cpuMs = (a: ReturnType<typeof sampleCpu>, b: ReturnType<typeof sampleCpu>) => {

@@ -216,6 +216,46 @@ describe('the Batch API', () => {
   });
 });
 
+describe('the Batch API on a worker of large model calls', () => {
+  const system = new TestSystem(uniquePrefix('batches-wide'));
+
+  before(async () => {
+    await system.startGateway();
+    // A GPU worker's call size (BATCH_MAX_SIZE's default there), on the CPU.
+    system.startWorker({ model: EMBEDDER, env: { BATCH_MAX_SIZE: '128' } });
+    await system.waitForWorkers(EMBEDDER);
+  });
+  after(() => system.stop());
+
+  it("keeps enough lines on their way to fill the worker's model calls", async () => {
+    const client = new OpenAI({ baseURL: `${system.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+    const total = 1000;
+    // Long inputs: the model, not the gateway sending the lines, is what the lines wait for.
+    const long = (i: number) => Array.from({ length: 6 }, (_, k) => TEXTS[(i + k) % TEXTS.length]).join(' ');
+    const lines = Array.from({ length: total }, (_, i) =>
+      JSON.stringify({
+        custom_id: `w${i}`,
+        method: 'POST',
+        url: '/v1/embeddings',
+        body: { model: EMBEDDER, input: long(i) },
+      }),
+    );
+    const file = await client.files.create({ file: await jsonl(lines), purpose: 'batch' });
+    const created = await client.batches.create({
+      input_file_id: file.id,
+      endpoint: '/v1/embeddings',
+      completion_window: '24h',
+    });
+    const batch = await until(client, created.id, ended);
+    assert.deepEqual(batch.request_counts, { total, completed: total, failed: 0 });
+    // Each line is one sequence: a call of more than 64 held more lines than a window of 64 lets out.
+    const answered = await system.metric('tserve_batch_size_count', { model: EMBEDDER });
+    const inSmallCalls = await system.metric('tserve_batch_size_bucket', { model: EMBEDDER, le: '64' });
+    assert.equal(answered, total);
+    assert.ok(inSmallCalls < total, `every line ran in a model call of at most 64 sequences`);
+  });
+});
+
 describe('the Batch API through faults', () => {
   const system = new TestSystem(uniquePrefix('batches-faults'));
   let client: OpenAI;

@@ -5,7 +5,7 @@ import type { GatewayConfig } from '@tserve/config';
 import type { Tracing } from '@tserve/telemetry';
 import { createRedis, DepthExchange, keys, whenReady } from '@tserve/queue';
 import { ModelRegistry } from './serving/model-registry.js';
-import { QueueDepth, BodyBudget } from './admission/overload.js';
+import { QueueDepth, BodyBudget, depthLimit } from './admission/overload.js';
 import { createRedisBreaker } from './admission/breaker.js';
 import { Transport } from './transport/index.js';
 import { createSnapshot } from './serving/snapshot.js';
@@ -111,8 +111,9 @@ function createAdmission(
 /** OpenAI's Batch API: its files and batches in Redis, and the runner of this gateway's share of them. */
 function createOffline(
   config: GatewayConfig,
-  { redis, gatewayId, logger, lines }: { redis: Redis; gatewayId: string; logger: Logger; lines?: LineCallers },
+  parts: { redis: Redis; gatewayId: string; logger: Logger; lines?: LineCallers; registry: ModelRegistry },
 ) {
+  const { redis, gatewayId, logger, lines } = parts;
   const keys = new OfflineKeys(config.QUEUE_PREFIX);
   const files = new FileStore(redis, keys, {
     maxBytes: config.FILES_MAX_MB * 1e6,
@@ -128,6 +129,11 @@ function createOffline(
     gatewayId,
     // A gateway that died leaves its batches to the others (or to itself, restarted) after this.
     leaseMs: Math.max(10 * config.REGISTRY_REFRESH_MS, 5000),
+    models: parts.registry,
+    batchDepth: depthLimit(
+      { maxQueueDepth: config.MAX_QUEUE_DEPTH, batchQueueShare: config.BATCH_QUEUE_SHARE },
+      'batch',
+    ),
     headersFor: (owner): Record<string, string> => (lines ? { authorization: `Bearer ${lines.tokenFor(owner)}` } : {}),
     logger,
   });
@@ -230,7 +236,7 @@ export function createGateway(config: GatewayConfig, gatewayId: string, logger: 
     registry,
     metrics,
   });
-  const offline = createOffline(config, { redis, gatewayId, logger, lines });
+  const offline = createOffline(config, { redis, gatewayId, logger, lines, registry });
   const traces = tracing && new GatewayTracing(tracing);
   const service = new InferenceService({
     config,

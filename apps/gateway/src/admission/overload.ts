@@ -17,7 +17,10 @@ export interface OverloadLimits {
 }
 
 /** The depth at which a class is refused: batch work first, so that interactive callers still get in under overload. */
-export function depthLimit(limits: OverloadLimits, priority: Priority): number {
+export function depthLimit(
+  limits: Pick<OverloadLimits, 'maxQueueDepth' | 'batchQueueShare'>,
+  priority: Priority,
+): number {
   return priority === 'batch' ? Math.floor(limits.maxQueueDepth * limits.batchQueueShare) : limits.maxQueueDepth;
 }
 

@@ -2,7 +2,7 @@ import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import type { FileStore } from './files.js';
 import type { BatchStore, LineAnswer } from './batches.js';
-import { AnswerBuffer, Slots } from './in-flight.js';
+import { AnswerBuffer, LEAST_LINES_IN_FLIGHT, linesInFlight, Slots } from './in-flight.js';
 import { ENDED, nowS, type BatchObject } from './batch-object.js';
 import { finishBatch, type Ending } from './batch-finish.js';
 import { answerKind, answerLine, errorLine, isRefusal, lineId, parseLine } from './batch-lines.js';
@@ -13,12 +13,10 @@ import { LineClient } from './line-client.js';
  * batch by a lease in Redis that it renews while it runs it, so a batch has one runner at a time,
  * and one whose gateway died is taken up by another (or by the same, restarted) once its lease
  * lapses. A runner sends the lines that have no answer stored yet, a window at a time, to this
- * gateway's own routes in the batch class, and stores each answer once; lines shed, over quota or
- * timed out go again, behind interactive traffic, until the batch expires.
+ * gateway's own routes in the batch class, as many at once as fill the model's workers
+ * (`linesInFlight`), and stores each answer once; lines shed, over quota or timed out go again,
+ * behind interactive traffic, until the batch expires.
  */
-
-/** Lines one batch has on their way at once: enough to fill the model batches of a few workers. */
-const LINES_IN_FLIGHT = 64;
 /** Batches one gateway runs at once; the others wait their turn, or another gateway's. */
 const BATCHES_AT_ONCE = 2;
 /** Lines read from the input file, and their stored answers, at a time. */
@@ -33,6 +31,10 @@ export interface RunnerParts {
   gatewayId: string;
   /** A runner that has not renewed its lease for this long is taken to be gone. */
   leaseMs: number;
+  /** The model registry: how many sequences the model calls of a model's workers hold. */
+  models: { callSequences(model: string): number };
+  /** The most batch-class requests a model's queue takes (BATCH_QUEUE_SHARE of MAX_QUEUE_DEPTH). */
+  batchDepth: number;
   /** The headers that send a line as the key that owns its batch. */
   headersFor: (owner: string) => Record<string, string>;
   logger: Logger;
@@ -82,7 +84,9 @@ export class BatchRunner {
 
   /** Starts claiming batches; lines go to this gateway's routes at `origin`. */
   start(origin: { host: string; port: number }): void {
-    this.client = new LineClient(origin, LINES_IN_FLIGHT * BATCHES_AT_ONCE);
+    // A socket for each line the batches may have on their way at once, at their largest.
+    const most = Math.max(LEAST_LINES_IN_FLIGHT, Math.floor(this.parts.batchDepth / 2));
+    this.client = new LineClient(origin, most * BATCHES_AT_ONCE);
     this.timer = setInterval(() => this.kick(), Math.max(100, this.parts.leaseMs / 2));
     this.kick();
   }
@@ -193,7 +197,8 @@ export class BatchRunner {
         .then((yes) => yes && halt.abort())
         .catch(() => undefined);
     }, STOP_CHECK_MS);
-    const slots = new Slots(LINES_IN_FLIGHT);
+    const { models, batchDepth } = this.parts;
+    const slots = new Slots(() => linesInFlight(batch.model ? models.callSequences(batch.model) : 0, batchDepth));
     const answers = new AnswerBuffer(
       (held) => batches.answer(batch, held),
       (err) =>

@@ -2,28 +2,49 @@ import type { LineAnswer } from './batches.js';
 
 /** A running batch's lines on their way to the routes, and their answers on their way to Redis. */
 
-/** Lines on their way: `take` waits for a free slot, `drained` for every slot back. */
+/** Lines one batch keeps on their way when its model has no worker yet, or workers of small calls. */
+export const LEAST_LINES_IN_FLIGHT = 64;
+
+/**
+ * Lines one batch keeps on their way: two model calls' worth for each worker of its model (one call
+ * running, the next one's lines waiting behind it), so that a batch keeps every worker busy and
+ * speeds up as workers are added; at least LEAST_LINES_IN_FLIGHT. At most half of what the batch
+ * class may hold in the model's queue, shared with other batches and gateways: a line past that
+ * would only be shed and sent again.
+ * @param callSequences the sequences one model call of each of the model's workers holds, together
+ * @param batchDepth the most batch-class requests the model's queue takes (BATCH_QUEUE_SHARE of MAX_QUEUE_DEPTH)
+ */
+export function linesInFlight(callSequences: number, batchDepth: number): number {
+  return Math.max(1, Math.min(Math.max(LEAST_LINES_IN_FLIGHT, 2 * callSequences), Math.floor(batchDepth / 2)));
+}
+
+/**
+ * Lines on their way: `take` waits for a free slot, `drained` for every slot back. Their number is
+ * asked at each slot given back, and may change as the batch runs (workers come and go).
+ */
 export class Slots {
   private used = 0;
   private readonly waiting: Array<() => void> = [];
   private readonly drains: Array<() => void> = [];
 
-  constructor(private readonly size: number) {}
+  constructor(private readonly size: () => number) {}
 
   /** Undefined when a slot was free (no wait); else a promise of the next one given back. */
   take(): Promise<void> | undefined {
-    if (this.used < this.size) {
+    if (this.used < this.size()) {
       this.used++;
       return undefined;
     }
     return new Promise((resolve) => this.waiting.push(resolve));
   }
 
-  /** A slot given back goes to the next waiting, if any. */
+  /** A slot given back goes to the next waiting, if there is room for it. */
   give(): void {
-    const next = this.waiting.shift();
-    if (next) return next();
     this.used--;
+    if (this.waiting.length > 0 && this.used < this.size()) {
+      this.used++;
+      this.waiting.shift()!();
+    }
     if (this.used === 0) for (const done of this.drains.splice(0)) done();
   }
 

@@ -195,6 +195,11 @@ export class ModelRegistry {
     return workers.length ? Math.min(...workers.map((w) => w.batchMaxSize)) : DEFAULT_JOB_SEQUENCES;
   }
 
+  /** Sequences one model call of each live worker of the model holds, together (0 with none). */
+  callSequences(model: string): number {
+    return (this.models.get(model)?.workers ?? []).reduce((sum, w) => sum + w.batchMaxSize, 0);
+  }
+
   mismatchedAll(): MismatchedModel[] {
     return [...this.mismatched.values()];
   }
