@@ -2,7 +2,7 @@ import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import type { FileStore } from './files.js';
 import type { BatchStore, LineAnswer } from './batches.js';
-import { AnswerBuffer, LEAST_LINES_IN_FLIGHT, linesInFlight, Slots } from './in-flight.js';
+import { AnswerBuffer, linesInFlight, Slots } from './in-flight.js';
 import { ENDED, nowS, type BatchObject } from './batch-object.js';
 import { finishBatch, type Ending } from './batch-finish.js';
 import { answerKind, answerLine, errorLine, isRefusal, lineId, parseLine } from './batch-lines.js';
@@ -85,7 +85,7 @@ export class BatchRunner {
   /** Starts claiming batches; lines go to this gateway's routes at `origin`. */
   start(origin: { host: string; port: number }): void {
     // A socket for each line the batches may have on their way at once, at their largest.
-    const most = Math.max(LEAST_LINES_IN_FLIGHT, Math.floor(this.parts.batchDepth / 2));
+    const most = linesInFlight(Number.POSITIVE_INFINITY, this.parts.batchDepth);
     this.client = new LineClient(origin, most * BATCHES_AT_ONCE);
     this.timer = setInterval(() => this.kick(), Math.max(100, this.parts.leaseMs / 2));
     this.kick();

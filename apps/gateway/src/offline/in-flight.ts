@@ -3,7 +3,7 @@ import type { LineAnswer } from './batches.js';
 /** A running batch's lines on their way to the routes, and their answers on their way to Redis. */
 
 /** Lines one batch keeps on their way when its model has no worker yet, or workers of small calls. */
-export const LEAST_LINES_IN_FLIGHT = 64;
+const LEAST_LINES_IN_FLIGHT = 64;
 
 /**
  * Lines one batch keeps on their way: two model calls' worth for each worker of its model (one call

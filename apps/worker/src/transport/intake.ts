@@ -101,8 +101,8 @@ export class Intake implements WorkSource {
     const notice = readMessage(workNoticeSchema, message);
     if (!notice) return false;
     this.announcements.heard(notice.jobs, notice.priority === 'interactive');
-    const alone = this.options.peers.peers === 0 && this.held().length === 0;
-    if (notice.job && this.wake && !this.ahead && alone) this.ahead = notice.job;
+    const alone = () => this.options.peers.peers === 0 && this.held().length === 0;
+    if (notice.job && this.wake && !this.ahead && alone()) this.ahead = notice.job;
     this.wake?.();
     return true;
   }
