@@ -7,7 +7,9 @@
  * floor of the c=1 figure. It prints each figure's median over the rounds, and B/A.
  * `--traces`: B's gateway and workers export their spans (OTEL_EXPORTER_OTLP_ENDPOINT) to a
  * receiver here that reads and drops them, to measure tracing on against a checkout without it.
- * Usage: npm run bench:ab -- --against <built checkout> [--models a,b] [--rounds 4] [--seconds 5] [--traces]
+ * `--as <built checkout>`: B runs that checkout instead of this one, to bisect between two others.
+ * `--set KEY=VALUE,...`: settings for B's gateway and workers only, to measure a setting's effect.
+ * Usage: npm run bench:ab -- --against <built checkout> [--as <built checkout>] [--set K=V,...] [--models a,b] [--rounds 4] [--seconds 5] [--warmup 15] [--traces]
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -25,12 +27,15 @@ import { MODEL_DIR } from '../test/helpers/processes.ts';
 const { values } = parseArgs({
   options: {
     against: { type: 'string' },
+    as: { type: 'string' },
+    set: { type: 'string', default: '' },
     models: {
       type: 'string',
       default: 'replica/MiniLM-L6-H384-uncased-sst2,replica/distilbert-base-uncased-finetuned-sst-2-english',
     },
     rounds: { type: 'string', default: '4' },
     seconds: { type: 'string', default: '5' },
+    warmup: { type: 'string', default: '15' },
     traces: { type: 'boolean', default: false },
   },
 });
@@ -54,12 +59,18 @@ const receiver = values.traces
     })
   : undefined;
 if (receiver) await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
-const tracesEnv = receiver
-  ? { OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${(receiver.address() as AddressInfo).port}` }
-  : {};
+const bEnv = {
+  ...Object.fromEntries(
+    values.set
+      .split(',')
+      .filter(Boolean)
+      .map((kv) => kv.split('=', 2)),
+  ),
+  ...(receiver ? { OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${(receiver.address() as AddressInfo).port}` } : {}),
+};
 const sides = {
   A: new BenchSystem({ modelDir: MODEL_DIR, logLevel: 'error', root: path.resolve(values.against) }),
-  B: new BenchSystem({ modelDir: MODEL_DIR, logLevel: 'error' }),
+  B: new BenchSystem({ modelDir: MODEL_DIR, logLevel: 'error', root: values.as ? path.resolve(values.as) : undefined }),
 };
 type Side = keyof typeof sides;
 
@@ -73,15 +84,22 @@ interface Point {
   redisUs: number;
   /** CPU of every process of the side (gateway, worker, Redis) per answered request (ms). */
   cpuMs: number;
+  /** The same, each role's part: the gateway's, the workers' and Redis's. */
+  gatewayMs: number;
+  workerMs: number;
+  redisMs: number;
 }
 
-/** User + system CPU of a side's processes (ms), from /proc: the bench's own process excluded. */
-function sideCpuMs(system: BenchSystem): number {
+type Role = 'gateway' | 'worker' | 'redis';
+
+/** User + system CPU of a side's processes (ms) by role, from /proc: the bench's own process excluded. */
+function sideCpuMs(system: BenchSystem): Record<Role, number> {
   const { procs } = sampleCpu({ ...system.pids(), bench: undefined });
+  const byRole: Record<Role, number> = { gateway: 0, worker: 0, redis: 0 };
   // A process that has left (the previous model's worker) reads as NaN.
-  return Object.values(procs)
-    .filter(Number.isFinite)
-    .reduce((sum, ticks) => sum + ticks * 10, 0);
+  for (const [name, ticks] of Object.entries(procs))
+    if (Number.isFinite(ticks)) byRole[name.split(/[:#]/)[0] as Role] += ticks * 10;
+  return byRole;
 }
 
 /** One closed-loop point against a side, with what it cost that side's Redis per answered request. */
@@ -93,8 +111,9 @@ async function point(side: Side, model: string, text: string, connections: numbe
   const cpu = await readRedisCpu(system.redisUrl);
   const cpuBefore = sideCpuMs(system);
   const load = await runLoad({ ...spec, warmupSeconds: 0, durationSeconds: seconds });
-  const cpuMs = sideCpuMs(system) - cpuBefore;
+  const cpuAfter = sideCpuMs(system);
   const answered = Math.round(load.rps * load.seconds);
+  const perRequest = (role: Role) => (cpuAfter[role] - cpuBefore[role]) / Math.max(1, answered);
   const cost = costPerRequest(await readRedisStats(system.redisUrl), cpu, answered);
   if (load.errors) throw new Error(`${side} ${model} c=${connections}: ${load.errors} errors`);
   const scripts = (cost.byCommand.evalsha ?? 0) + (cost.byCommand.eval ?? 0);
@@ -104,21 +123,44 @@ async function point(side: Side, model: string, text: string, connections: numbe
     commands: cost.commandsPerRequest,
     scripts,
     redisUs: cost.processUsecPerRequest,
-    cpuMs: cpuMs / Math.max(1, answered),
+    cpuMs: perRequest('gateway') + perRequest('worker') + perRequest('redis'),
+    gatewayMs: perRequest('gateway'),
+    workerMs: perRequest('worker'),
+    redisMs: perRequest('redis'),
   };
+}
+
+/**
+ * Each side answers at c=1 and at c=64 for `--warmup` seconds before the rounds: V8 goes on
+ * optimizing a lone request's functions for tens of seconds at c=1, on a thread of its own, and
+ * that compiling cost 0.35 ms a request in each of the gateway and the worker over a 6-second
+ * point just after start (bench/HISTORY.md): a start-up cost, not one a served request pays.
+ */
+async function warmUp(text: string, model: string): Promise<void> {
+  for (const system of Object.values(sides))
+    for (const connections of [1, 64])
+      await runLoad({
+        url: system.url,
+        path: `/models/${model}`,
+        body: JSON.stringify({ inputs: text }),
+        connections,
+        warmupSeconds: 0,
+        durationSeconds: Number(values.warmup),
+      });
 }
 
 try {
   for (const [name, side] of Object.entries(sides)) {
     await side.startRedis();
-    await side.startGateway(name === 'B' ? tracesEnv : {});
+    await side.startGateway(name === 'B' ? bEnv : {});
   }
   for (const model of models) {
-    for (const [name, side] of Object.entries(sides)) await side.startWorker(model, name === 'B' ? tracesEnv : {});
+    for (const [name, side] of Object.entries(sides)) await side.startWorker(model, name === 'B' ? bEnv : {});
     const text = craftText(await loadTokenizer(model, MODEL_DIR), 16);
     const inProcess = await loadInProcess(model, MODEL_DIR);
     const results: Record<Side, { c1: Point[]; c64: Point[] }> = { A: { c1: [], c64: [] }, B: { c1: [], c64: [] } };
     const floor: number[] = [];
+    await warmUp(text, model);
     for (let r = 0; r < rounds; r++) {
       floor.push((await measureSingles(inProcess, text, 200)).p50);
       const order: Side[] = r % 2 ? ['B', 'A'] : ['A', 'B'];
@@ -153,6 +195,12 @@ try {
     console.log(row('c=64 Redis CPU µs/request', 'c64', 'redisUs', 0));
     console.log(row('c=1 CPU ms/request, all', 'c1', 'cpuMs', 2));
     console.log(row('c=64 CPU ms/request, all', 'c64', 'cpuMs', 2));
+    for (const [at, label] of [
+      ['c1', 'c=1'],
+      ['c64', 'c=64'],
+    ] as const)
+      for (const role of ['gateway', 'worker', 'redis'] as const)
+        console.log(row(`${label} CPU ms/request, ${role}`, at, `${role}Ms`, 3));
     for (const side of Object.values(sides)) await side.workers.get(model)?.stop('SIGTERM', 3000);
     for (const side of Object.values(sides)) await side.waitForWorkers(model, 0);
   }
