@@ -64,7 +64,12 @@ const bEnv = {
     values.set
       .split(',')
       .filter(Boolean)
-      .map((kv) => kv.split('=', 2)),
+      .map((kv) => {
+        // At the first '=' only: a value may hold one (NODE_OPTIONS=--flag=value).
+        const at = kv.indexOf('=');
+        if (at < 1) throw new Error(`--set takes KEY=VALUE pairs, not "${kv}"`);
+        return [kv.slice(0, at), kv.slice(at + 1)];
+      }),
   ),
   ...(receiver ? { OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${(receiver.address() as AddressInfo).port}` } : {}),
 };
@@ -102,10 +107,15 @@ function sideCpuMs(system: BenchSystem): Record<Role, number> {
   return byRole;
 }
 
+/** Closed-loop requests of `text` to a side's `model` from `connections` clients. */
+function loadOf(system: BenchSystem, model: string, text: string, connections: number) {
+  return { url: system.url, path: `/models/${model}`, body: JSON.stringify({ inputs: text }), connections };
+}
+
 /** One closed-loop point against a side, with what it cost that side's Redis per answered request. */
 async function point(side: Side, model: string, text: string, connections: number): Promise<Point> {
   const system = sides[side];
-  const spec = { url: system.url, path: `/models/${model}`, body: JSON.stringify({ inputs: text }), connections };
+  const spec = loadOf(system, model, text, connections);
   await runLoad({ ...spec, warmupSeconds: 0, durationSeconds: 1 });
   await resetRedisStats(system.redisUrl);
   const cpu = await readRedisCpu(system.redisUrl);
@@ -140,10 +150,7 @@ async function warmUp(text: string, model: string): Promise<void> {
   for (const system of Object.values(sides))
     for (const connections of [1, 64])
       await runLoad({
-        url: system.url,
-        path: `/models/${model}`,
-        body: JSON.stringify({ inputs: text }),
-        connections,
+        ...loadOf(system, model, text, connections),
         warmupSeconds: 0,
         durationSeconds: Number(values.warmup),
       });
