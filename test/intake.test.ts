@@ -110,6 +110,28 @@ describe('intake', () => {
     }
   });
 
+  it('drops the copy where its notice overtook the add, and runs the job once it is added', async () => {
+    // A gateway publishes a notice that carries its job without waiting for the add's reply.
+    const notice = JSON.stringify({
+      kind: 'work',
+      jobs: 1,
+      priority: 'interactive',
+      job: { id: 'early', data: data('early') },
+    } satisfies WorkNotice);
+    const next = intake.next();
+    intake.noticed(notice);
+    const started = await next;
+    assert.equal(started?.id, 'early');
+    assert.equal(await started?.job, undefined, 'the fetch found no job: the copy is not answered');
+    assert.equal(await intake.waiting(), 1, 'the job is still expected: fetched again, not at the next poll');
+    await queue.add('request', data('early'), { jobId: 'early' });
+    const again = await intake.next();
+    assert.equal(again?.id, 'early', 'the job, once added, is fetched and run as any other');
+    const job = await again?.job;
+    assert.equal(await job?.getState(), 'active');
+    await job?.moveToCompleted({ done: true }, 'worker-1', false);
+  });
+
   it('fetches a job whose notice comes while the worker holds jobs, and starts no copy of it', async () => {
     // As a worker whose model runs a batch, which fetched this job on a poll before its notice came.
     held = ['running'];

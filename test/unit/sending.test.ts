@@ -84,39 +84,63 @@ describe('oneEnqueue', () => {
   });
 });
 
+/** The next turn of the event loop: what a sender schedules for after its current one has run by then. */
+const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+/** A JobSender over fakes: adds that succeed at once unless `held`, notices recorded as published. */
+function fakeSender(options: { held?: boolean; refuse?: boolean } = {}) {
+  const notices: WorkNotice[] = [];
+  const added: string[] = [];
+  const replies: Array<() => void> = [];
+  const heard: Array<() => void> = [];
+  /** Resolves when the next notice is published. */
+  const nextNotice = () => new Promise<void>((resolve) => heard.push(resolve));
+  const add = (ids: string[]) => {
+    added.push(...ids);
+    return options.held ? new Promise<void>((resolve) => replies.push(resolve)) : Promise.resolve();
+  };
+  const sender = new JobSender({
+    redis: {
+      publish: async (_channel: string, message: string) => {
+        notices.push(JSON.parse(message) as WorkNotice);
+        heard.shift()?.();
+      },
+    } as unknown as Redis,
+    queues: {
+      get: () =>
+        ({
+          waitUntilReady: async () => {},
+          add: (_name: string, _data: unknown, opts: { jobId: string }) => add([opts.jobId]),
+          addBulk: (jobs: Array<{ opts: { jobId: string } }>) => add(jobs.map((j) => j.opts.jobId)),
+        }) as unknown as Queue,
+    },
+    prefix: 'p',
+    replyTo: 'reply',
+    keepMs: 1000,
+    breaker: { guard: (call) => (options.refuse ? Promise.reject(new Error('breaker open')) : call()) },
+  });
+  return { sender, notices, added, replies, nextNotice };
+}
+
+const job = (id: string, text = 'x'): CoalescedJob => ({
+  id,
+  requests: [{ ...request(id), inputs: [text] }],
+  tellTaken: true,
+});
+
 describe('JobSender', () => {
   it("copies a lone small interactive request's job into its work notice, and no other", async () => {
-    const notices: WorkNotice[] = [];
-    const added: string[] = [];
-    const sender = new JobSender({
-      redis: {
-        publish: async (_channel: string, message: string) => notices.push(JSON.parse(message) as WorkNotice),
-      } as unknown as Redis,
-      queues: {
-        get: () =>
-          ({
-            add: async (_name: string, _data: unknown, opts: { jobId: string }) => added.push(opts.jobId),
-            addBulk: async (jobs: Array<{ opts: { jobId: string } }>) => added.push(...jobs.map((j) => j.opts.jobId)),
-          }) as unknown as Queue,
-      },
-      prefix: 'p',
-      replyTo: 'reply',
-      keepMs: 1000,
-      breaker: { guard: (call) => call() },
-    });
-    const job = (id: string, text = 'x'): CoalescedJob => ({
-      id,
-      requests: [{ ...request(id), inputs: [text] }],
-      tellTaken: true,
-    });
+    const { sender, notices, added } = fakeSender();
+    const send = async (priority: Priority, jobs: CoalescedJob[]) => {
+      await sender.enqueue('m', priority, jobs);
+      await nextTurn();
+    };
     const lone = job('lone');
-    await sender.enqueue('m', 'interactive', [lone]);
-    await sender.enqueue('m', 'batch', [job('batch')]);
-    await sender.enqueue('m', 'interactive', [job('a'), job('b')]);
-    await sender.enqueue('m', 'interactive', [
-      { id: 'pair', requests: [request('p1'), request('p2')], tellTaken: true },
-    ]);
-    await sender.enqueue('m', 'interactive', [job('long', 'x'.repeat(2049))]);
+    await send('interactive', [lone]);
+    await send('batch', [job('batch')]);
+    await send('interactive', [job('a'), job('b')]);
+    await send('interactive', [{ id: 'pair', requests: [request('p1'), request('p2')], tellTaken: true }]);
+    await send('interactive', [job('long', 'x'.repeat(2049))]);
     assert.deepEqual(added, ['lone', 'batch', 'a', 'b', 'pair', 'long'], 'every job is added to the queue');
     assert.deepEqual(
       notices.map((notice) => notice.job?.id),
@@ -130,6 +154,38 @@ describe('JobSender', () => {
       tellTaken: true,
       keepMs: 1000,
     });
+  });
+
+  it('publishes a notice that carries its job once the add has gone out, not once Redis has answered it', async () => {
+    const { sender, notices, added, replies, nextNotice } = fakeSender({ held: true });
+    const published = nextNotice();
+    const sent = sender.enqueue('m', 'interactive', [job('lone')]);
+    await published;
+    assert.deepEqual(added, ['lone']);
+    assert.equal(replies.length, 1, 'the add is still unanswered: the worker starts the copy meanwhile');
+    assert.deepEqual(
+      notices.map((notice) => notice.job?.id),
+      ['lone'],
+    );
+    replies.shift()!();
+    await sent;
+
+    const both = sender.enqueue('m', 'interactive', [job('a'), job('b')]);
+    // Turns enough for the add to go out and for a notice scheduled after it to be published.
+    for (let turn = 0; turn < 3; turn++) await nextTurn();
+    assert.deepEqual(added, ['lone', 'a', 'b']);
+    assert.equal(notices.length, 1, 'a notice without a copy waits until Redis holds its jobs');
+    replies.shift()!();
+    await both;
+    assert.equal(notices.length, 2);
+  });
+
+  it('publishes no notice for a job the breaker kept out of Redis', async () => {
+    const { sender, notices, added } = fakeSender({ refuse: true });
+    await assert.rejects(sender.enqueue('m', 'interactive', [job('lone')]), /breaker open/);
+    await nextTurn();
+    assert.deepEqual(added, []);
+    assert.deepEqual(notices, []);
   });
 });
 

@@ -200,9 +200,8 @@ const BATCH_JOB_PRIORITY = 1;
 const jobName = (requests: number) => `${JOB_NAME} ×${requests}`;
 
 export interface SenderParts {
-  /** The gateway's fail-fast command connection, which also publishes the notices. */
+  /** The gateway's fail-fast command connection, which publishes the notices: its queues' too (queues.ts). */
   redis: Redis;
-  /** Each model's BullMQ queue (queues.ts). */
   queues: { get(model: string): Queue };
   prefix: string;
   /** This gateway's result channel, where workers publish the jobs' outcomes. */
@@ -240,16 +239,23 @@ export class JobSender {
       } satisfies JobData,
       opts: priority === 'batch' ? { jobId: job.id, priority: BATCH_JOB_PRIORITY } : { jobId: job.id },
     }));
-    await breaker.guard(async () => {
-      if (entries.length === 1) await queue.add(entries[0].name, entries[0].data, entries[0].opts);
-      else await queue.addBulk(entries);
-    });
-    this.enqueued.set(model, (this.enqueued.get(model) ?? 0) + jobs.length);
-    // Once Redis holds the jobs, not before: a worker woken ahead of them would find nothing, and wait
-    // for its next poll. Not awaited: the request waits for its outcome, not for the notice.
     const added = entries.map((e) => ({ id: e.opts.jobId, data: e.data }));
     const notice: WorkNotice = { kind: 'work', jobs: entries.length, priority, ...noticeCopy(priority, added) };
-    redis.publish(keys.work(prefix, model), JSON.stringify(notice)).catch(() => {});
+    const announce = () => void redis.publish(keys.work(prefix, model), JSON.stringify(notice)).catch(() => {});
+    await breaker.guard(async () => {
+      await queue.waitUntilReady(); // a queue's first use asks Redis its version before its add
+      const adding =
+        entries.length === 1 ? queue.add(entries[0].name, entries[0].data, entries[0].opts) : queue.addBulk(entries);
+      // A notice with a copy of its job need not wait for the add's reply (its worker starts the copy
+      // and fetches the job meanwhile): it goes a turn after BullMQ writes the add, on the same
+      // connection, whose commands Redis runs in order. An add late or failed all the same: protocol.md.
+      if (notice.job) setImmediate(announce);
+      await adding;
+    });
+    this.enqueued.set(model, (this.enqueued.get(model) ?? 0) + jobs.length);
+    // Other notices once Redis holds the jobs: a worker woken ahead of them would find nothing, and
+    // wait for its next poll. Not awaited: the request waits for its outcome, not for the notice.
+    if (!notice.job) announce();
   }
 
   /** Names a queued request to the model's workers, once its job is in Redis: they skip it if not yet run. */

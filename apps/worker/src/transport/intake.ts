@@ -197,19 +197,18 @@ export class Intake implements WorkSource {
 
   /**
    * The job of work started ahead, fetched. The fetch may bring an older job that nobody announced
-   * instead, or none (the job is gone): then the work's outcomes are dropped, the job fetched is
-   * handed out next, and the job started ahead, still waiting, is fetched and run as any other.
+   * instead, or none (the job is gone, or its add, which the notice need not wait for, has not run
+   * yet): then the work's outcomes are dropped, a job fetched is handed out next, and the worker
+   * fetches again: the job started ahead, if it waits, is fetched and run as any other.
    */
   private async fetchAhead(id: string): Promise<Job<JobData> | undefined> {
     try {
       const job = await this.worker.getNextJob(this.options.workerId, { block: false });
       if (job?.id === id) return job;
-      if (!job) {
-        this.announcements.fetched(1, 0);
-        return undefined;
-      }
-      const work = await this.read(job);
-      if (work) this.fetchedInstead.push(work);
+      if (job) {
+        const work = await this.read(job);
+        if (work) this.fetchedInstead.push(work);
+      } else this.announcements.fetched(1, 0);
     } catch (err) {
       this.logger.warn({ jobId: id, err: String(err) }, 'fetching a job started ahead failed; it waits in the queue');
     }
