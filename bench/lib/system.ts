@@ -102,15 +102,18 @@ export class BenchSystem {
     for (const model of this.workers.keys()) await this.waitForWorkers(model, 1);
   }
 
-  /** Starts one more gateway on the same Redis and prefix; resolves with its URL once it routes to every worker. */
-  async addGateway(extra: Env = {}): Promise<string> {
+  /**
+   * Starts one more gateway on the same Redis and prefix; resolves with its URL once it routes to
+   * every worker. `root`: another built checkout to run it from (an A/B of gateways before one worker).
+   */
+  async addGateway(extra: Env = {}, root = this.options.root): Promise<string> {
     const port = await freePort();
     const url = `http://127.0.0.1:${port}`;
     const proc = startProgram(
       `gateway ${this.moreGateways.length + 2}`,
       'gateway',
       this.env({ PORT: port, GRPC_PORT: await freePort(), HOST: '127.0.0.1', ...extra }),
-      this.options.root,
+      root,
     );
     this.moreGateways.push({ proc, url });
     for (const model of this.workers.keys()) await this.waitForWorkers(model, 1, undefined, url);
