@@ -31,7 +31,7 @@ export class QueueClient {
     this.queue = new Queue(queueNameFor(model), {
       connection: this.redis,
       prefix,
-      defaultJobOptions: jobOptions(1000),
+      defaultJobOptions: jobOptions(),
       streams: QUEUE_STREAMS,
     });
     this.channel = keys.results(prefix, `test-${randomUUID()}`);

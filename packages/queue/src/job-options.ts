@@ -24,13 +24,18 @@ export function outcomesKeptMs(resultPollMs: number): number {
 /** How long a failed job (its requests' inputs among its data) is kept, for the dashboard. */
 export const FAILED_KEPT_MS = 600_000;
 
-/** Options of the jobs a gateway adds; `resultPollMs` is its fallback poll period. */
-export function jobOptions(resultPollMs: number) {
+/**
+ * Options of the jobs a gateway adds. A completed job's age (outcomesKeptMs) is bounded by the
+ * gateway's retention sweep (transport/retention.ts), which must run anyway for when traffic stops,
+ * and not here as well: BullMQ checking an age besides the count at every completion makes that
+ * completion cost Redis measurably more (bench/HISTORY.md).
+ */
+export function jobOptions() {
   return {
     // A job holds requests that are not retried after they failed (their clients got the error
     // already); a job whose worker died is recovered by the stalled-job checker instead.
     attempts: 1,
-    removeOnComplete: { age: outcomesKeptMs(resultPollMs) / 1000, count: COMPLETED_KEPT },
+    removeOnComplete: { count: COMPLETED_KEPT },
     // Failures stay longer, for the dashboard; they are few and hold no outcomes.
     removeOnFail: { age: FAILED_KEPT_MS / 1000, count: 10000 },
   };

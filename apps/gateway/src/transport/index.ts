@@ -51,7 +51,7 @@ export class Transport {
   private readonly completedMs: number;
 
   constructor(parts: TransportParts, options: TransportOptions) {
-    this.queues = new QueueSet(parts.redis, options.prefix, options.resultPollMs);
+    this.queues = new QueueSet(parts.redis, options.prefix);
     const channel = keys.results(options.prefix, options.gatewayId);
     this.completedMs = outcomesKeptMs(options.resultPollMs);
     this.sender = new JobSender({

@@ -17,10 +17,8 @@ export class QueueSet {
   constructor(
     private readonly connection: Redis,
     private readonly prefix: string,
-    /** The gateway's fallback poll period, which sets how long completed jobs are kept. */
-    resultPollMs: number,
   ) {
-    this.jobOptions = jobOptions(resultPollMs);
+    this.jobOptions = jobOptions();
     // A Queue writes its settings (the events cap) into Redis once, when created; a Redis that
     // restarted empty has lost them, and BullMQ would put back its default of 10,000 events. A
     // Queue made anew writes them again, through BullMQ's own API.

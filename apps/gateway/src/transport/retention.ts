@@ -16,10 +16,11 @@ export interface Retention {
 
 /**
  * Removes finished jobs once they are older than they are kept, and the queues' event streams (which
- * copy each job's return value), every `periodMs`, through BullMQ's public API. BullMQ's own
- * `removeOnComplete: { age }` removes old jobs only when another job finishes: when traffic stops,
- * the last ones, users' texts and outputs, would stay in Redis with no expiry. Every gateway sweeps
- * the queues it used; the sweeps are idempotent.
+ * copy each job's return value), every `periodMs`, through BullMQ's public API. This is the one bound
+ * on a completed job's age (the job's own options bound only how many are kept, job-options.ts):
+ * BullMQ removes by age only when another job finishes, so when traffic stops the last ones, users'
+ * texts and outputs, would stay in Redis with no expiry. Every gateway sweeps the queues it used;
+ * the sweeps are idempotent.
  */
 export class RetentionSweep {
   private timer?: NodeJS.Timeout;
