@@ -13,7 +13,7 @@ import {
   type TaskParameters,
   type WorkNotice,
 } from '@tserve/contract';
-import { JOB_NAME, QUEUE_STREAMS, jobOptions, keys, queueNameFor } from '@tserve/queue';
+import { JOB_NAME, JOB_OPTIONS, QUEUE_STREAMS, keys, queueNameFor } from '@tserve/queue';
 
 export class QueueClient {
   private readonly redis: Redis;
@@ -31,7 +31,7 @@ export class QueueClient {
     this.queue = new Queue(queueNameFor(model), {
       connection: this.redis,
       prefix,
-      defaultJobOptions: jobOptions(),
+      defaultJobOptions: JOB_OPTIONS,
       streams: QUEUE_STREAMS,
     });
     this.channel = keys.results(prefix, `test-${randomUUID()}`);

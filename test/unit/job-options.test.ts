@@ -1,6 +1,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { jobOptions, outcomesKeptMs } from '@tserve/queue';
+import { JOB_OPTIONS, outcomesKeptMs } from '@tserve/queue';
 
 describe('job options', () => {
   it("keep a completed job for five of the gateway's poll periods, and at least ten seconds", () => {
@@ -11,6 +11,6 @@ describe('job options', () => {
   });
 
   it('keep a bounded number of completed jobs whatever their age, since each holds all its outcomes', () => {
-    assert.equal(jobOptions().removeOnComplete.count, 1000);
+    assert.equal(JOB_OPTIONS.removeOnComplete.count, 1000);
   });
 });

@@ -30,13 +30,11 @@ export const FAILED_KEPT_MS = 600_000;
  * and not here as well: BullMQ checking an age besides the count at every completion makes that
  * completion cost Redis measurably more (bench/HISTORY.md).
  */
-export function jobOptions() {
-  return {
-    // A job holds requests that are not retried after they failed (their clients got the error
-    // already); a job whose worker died is recovered by the stalled-job checker instead.
-    attempts: 1,
-    removeOnComplete: { count: COMPLETED_KEPT },
-    // Failures stay longer, for the dashboard; they are few and hold no outcomes.
-    removeOnFail: { age: FAILED_KEPT_MS / 1000, count: 10000 },
-  };
-}
+export const JOB_OPTIONS = {
+  // A job holds requests that are not retried after they failed (their clients got the error
+  // already); a job whose worker died is recovered by the stalled-job checker instead.
+  attempts: 1,
+  removeOnComplete: { count: COMPLETED_KEPT },
+  // Failures stay longer, for the dashboard; they are few and hold no outcomes.
+  removeOnFail: { age: FAILED_KEPT_MS / 1000, count: 10000 },
+};

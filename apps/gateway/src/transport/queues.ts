@@ -7,18 +7,16 @@ import {
   jobReturnSchema,
   type ReadJobOutcome,
 } from '@tserve/contract';
-import { QUEUE_STREAMS, jobOptions, keys, queueNameFor } from '@tserve/queue';
+import { JOB_OPTIONS, QUEUE_STREAMS, keys, queueNameFor } from '@tserve/queue';
 
 /** One BullMQ Queue per model, created on first use and sharing the gateway's connection. */
 export class QueueSet {
   private readonly queues = new Map<string, Queue>();
-  private readonly jobOptions: ReturnType<typeof jobOptions>;
 
   constructor(
     private readonly connection: Redis,
     private readonly prefix: string,
   ) {
-    this.jobOptions = jobOptions();
     // A Queue writes its settings (the events cap) into Redis once, when created; a Redis that
     // restarted empty has lost them, and BullMQ would put back its default of 10,000 events. A
     // Queue made anew writes them again, through BullMQ's own API.
@@ -78,7 +76,7 @@ export class QueueSet {
     const queue = new Queue(queueNameFor(model), {
       connection: this.connection,
       prefix: this.prefix,
-      defaultJobOptions: this.jobOptions,
+      defaultJobOptions: JOB_OPTIONS,
       streams: QUEUE_STREAMS,
     });
     // Connection errors reach the breaker through the calls that fail; the event would only be noise.
