@@ -13,7 +13,7 @@
 # Vulkan loader (docs/operations.md, "GPU workers").
 set -euo pipefail
 cd "$(dirname "$0")/.."
-: "${TSERVE:?TSERVE must name bin/tserve in an unpacked release archive}"
+export TSERVE="${TSERVE:?TSERVE must name bin/tserve in an unpacked release archive}"
 OUT_DIR="${1:-/tmp/tserve-host}"
 SRC="${SHARED_MODELS:-../shared/models}"
 GEN="${GEN_MODEL:-../shared/gpu/gen_model.py}"
