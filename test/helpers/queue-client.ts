@@ -7,13 +7,17 @@ import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import {
   PROTOCOL,
-  resultMessageSchema,
+  readResultMessage,
   type JobData,
+  type ReadRequestOutcome,
   type RequestOutcome,
   type TaskParameters,
   type WorkNotice,
 } from '@tserve/contract';
 import { JOB_NAME, JOB_OPTIONS, QUEUE_STREAMS, keys, queueNameFor } from '@tserve/queue';
+
+/** An outcome as the worker had it: spread, its outputs are parsed (readResultMessage), and their JSON left out. */
+const withOutputs = ({ outputsJson: _json, ...outcome }: ReadRequestOutcome): RequestOutcome => outcome;
 
 export class QueueClient {
   private readonly redis: Redis;
@@ -36,10 +40,11 @@ export class QueueClient {
     });
     this.channel = keys.results(prefix, `test-${randomUUID()}`);
     this.workChannel = keys.work(prefix, model);
-    this.subscriber.on('message', (_c: string, message: string) => {
-      const parsed = resultMessageSchema.parse(JSON.parse(message));
+    this.subscriber.on('messageBuffer', (_c: Buffer, message: Buffer) => {
+      const parsed = readResultMessage(message);
+      if (!parsed) throw new Error(`unreadable result message: ${message.toString('utf8', 0, 200)}`);
       if (parsed.kind !== 'outcome') return;
-      for (const outcome of parsed.outcomes) {
+      for (const outcome of parsed.outcomes.map(withOutputs)) {
         this.outcomes.set(outcome.id, outcome);
         for (const notify of this.waiters.get(outcome.id) ?? []) notify(outcome);
         this.waiters.delete(outcome.id);

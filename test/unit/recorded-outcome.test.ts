@@ -1,6 +1,13 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { decodeRecordedOutcome, encodeRecordedOutcome, type JobOutcome } from '@tserve/contract';
+import {
+  decodeRecordedOutcome,
+  encodeRecordedOutcome,
+  encodeResultMessage,
+  readResultMessage,
+  type JobOutcome,
+  type JobsTaken,
+} from '@tserve/contract';
 
 const timing = { queue_ms: 1, inference_ms: 2, batch_size: 3 };
 const outcome: JobOutcome = {
@@ -52,5 +59,31 @@ describe('recorded outcomes', () => {
     const head = bytes.toString('utf8', 0, bytes.indexOf(10));
     assert.doesNotMatch(head, /日本|0\.1/);
     assert.ok(head.length < 600);
+  });
+});
+
+describe('result messages', () => {
+  it('read a published outcome as its record is read, the outputs as the worker wrote them', () => {
+    const read = readResultMessage(encodeResultMessage(outcome));
+    assert.ok(read?.kind === 'outcome');
+    assert.deepEqual(read, decodeRecordedOutcome(encodeRecordedOutcome(outcome)));
+    assert.deepEqual(
+      read.outcomes[0].outputsJson?.map((part) => part.toString('utf8')),
+      ['[[0.1,-2.5e-7],[3,4]]', '[[5,6]]'],
+    );
+  });
+
+  it('read the messages of other kinds as their JSON', () => {
+    const taken: JobsTaken = { kind: 'taken', jobs: ['j1', 'j2'] };
+    assert.deepEqual(readResultMessage(encodeResultMessage(taken)), taken);
+  });
+
+  it('are refused where the outputs do not add up to what follows the head, or the head is no message', () => {
+    const bytes = encodeResultMessage(outcome);
+    assert.equal(readResultMessage(bytes.subarray(0, bytes.length - 1)), undefined, 'cut short');
+    assert.equal(readResultMessage(Buffer.concat([bytes, Buffer.from(' ')])), undefined, 'a byte too many');
+    assert.equal(readResultMessage(bytes.subarray(0, bytes.indexOf(10))), undefined, 'the head alone');
+    assert.equal(readResultMessage(Buffer.from('{"kind":"outcome","job":"j1"}\n')), undefined, 'not of the shape');
+    assert.equal(readResultMessage(Buffer.from('not json')), undefined);
   });
 });

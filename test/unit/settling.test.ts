@@ -5,6 +5,7 @@ import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import {
   decodeRecordedOutcome,
+  readResultMessage,
   type CancelNotice,
   OUTCOME_MESSAGE_MAX_BYTES,
   type JobData,
@@ -12,9 +13,10 @@ import {
   type JobRecorded,
   type JobsTaken,
   type QueuedRequest,
+  type ReadResultMessage,
   type RequestOutcome,
 } from '@tserve/contract';
-import { Settling, leastJsonBytes } from '../../apps/worker/src/transport/settling.ts';
+import { Settling } from '../../apps/worker/src/transport/settling.ts';
 import type { Work } from '../../apps/worker/src/transport/work.ts';
 import { Cancellations } from '../../apps/worker/src/pipeline/cancellations.ts';
 
@@ -29,6 +31,13 @@ const answer = (id: string): RequestOutcome => ({
   timing: { queue_ms: 0, inference_ms: 0, batch_size: 1 },
 });
 
+/** A message as its gateway reads it, its outputs parsed and their JSON left out: what was published. */
+function plain(message: ReadResultMessage | undefined): JobOutcome | JobsTaken | JobRecorded {
+  assert.ok(message, 'a readable result message');
+  if (message.kind !== 'outcome') return message;
+  return { ...message, outcomes: message.outcomes.map(({ outputsJson: _json, ...rest }) => ({ ...rest })) };
+}
+
 /** A Settling over a publisher and jobs that record what they are asked to do. */
 function harness() {
   const published: Array<{ channel: string; outcome: JobOutcome }> = [];
@@ -42,8 +51,8 @@ function harness() {
       steps.push(`set ${key}`);
       stored.push({ key, outcome: decodeRecordedOutcome(Buffer.from(value)), px, ms });
     },
-    publish: async (channel: string, message: string) => {
-      const parsed = JSON.parse(message) as JobOutcome | JobsTaken | JobRecorded;
+    publish: async (channel: string, message: Buffer) => {
+      const parsed = plain(readResultMessage(message));
       steps.push(`publish ${parsed.kind} to ${channel}`);
       if (parsed.kind === 'taken') taken.push({ channel, message: parsed });
       else if (parsed.kind === 'outcome') published.push({ channel, outcome: parsed });
@@ -208,33 +217,5 @@ describe('Cancellations', () => {
       [false, false],
       'no notice is kept past ten minutes',
     );
-  });
-});
-
-describe('leastJsonBytes', () => {
-  it('never counts more bytes than the JSON takes, so an outcome it calls too large is', () => {
-    const values: unknown[] = [
-      0,
-      -1.5e-7,
-      null,
-      true,
-      '',
-      '日本語 😀',
-      [],
-      {},
-      [[0.25, 1], [2]],
-      { label: 'POSITIVE', score: 0.99 },
-      [{ a: [1, 'x'] }, null],
-      { skipped: undefined },
-    ];
-    for (const value of values) {
-      assert.ok(leastJsonBytes(value, Infinity) <= Buffer.byteLength(JSON.stringify(value)), JSON.stringify(value));
-    }
-  });
-
-  it('stops counting once past the limit', () => {
-    const vectors = Array.from({ length: 512 }, () => new Array<number>(384).fill(0.123));
-    const counted = leastJsonBytes(vectors, 10_000);
-    assert.ok(counted > 10_000 && counted < 20_000, String(counted));
   });
 });

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { EventEmitter } from 'node:events';
 import type { Redis } from 'ioredis';
 import pino from 'pino';
-import type { ReadJobOutcome, ResultMessage } from '@tserve/contract';
+import { encodeResultMessage, type ReadJobOutcome, type ResultMessage } from '@tserve/contract';
 import type { QueuedRequest } from '@tserve/contract';
 import { SendFailed, Trips, type FinishedJobs } from '../../apps/gateway/src/transport/trips.ts';
 import { Withdrawn } from '../../apps/gateway/src/transport/sending.ts';
@@ -14,8 +14,13 @@ const CHANNEL = 'results:gw-1';
 class Subscriber extends EventEmitter {
   async subscribe(): Promise<void> {}
   async unsubscribe(): Promise<void> {}
-  say(message: ResultMessage | Record<string, unknown>): void {
-    this.emit('message', CHANNEL, JSON.stringify(message));
+  /** A message as a worker publishes it. */
+  say(message: ResultMessage): void {
+    this.emit('messageBuffer', Buffer.from(CHANNEL), encodeResultMessage(message));
+  }
+  /** JSON that no worker writes. */
+  sayOther(message: unknown): void {
+    this.emit('messageBuffer', Buffer.from(CHANNEL), Buffer.from(JSON.stringify(message)));
   }
 }
 
@@ -123,9 +128,9 @@ describe('outcome waiters', () => {
   it('skips a message of no known kind, or of a known kind in the wrong shape, and says so', async (t) => {
     const { subscriber, waiters, taken, warned } = await harness(t);
     const pending = waiters.wait('r1', Date.now() + 60_000);
-    subscriber.say({ taken: ['r1'] });
-    subscriber.say({ kind: 'outcome', job: 'r1', model: 'm', outcomes: [{ id: 'r1', ok: true }] });
-    subscriber.emit('message', CHANNEL, 'not json');
+    subscriber.sayOther({ taken: ['r1'] });
+    subscriber.sayOther({ kind: 'outcome', job: 'r1', model: 'm', outcomes: [{ id: 'r1', ok: true }] });
+    subscriber.emit('messageBuffer', Buffer.from(CHANNEL), Buffer.from('not json'));
     assert.deepEqual(taken, []);
     assert.deepEqual(warned, ['unreadable result message', 'unreadable result message', 'unreadable result message']);
     assert.equal(waiters.pending, 1);

@@ -1,41 +1,44 @@
-import type { JobOutcome, RequestOutcome } from './wire.js';
+import {
+  resultHeadSchema,
+  type JobOutcome,
+  type OutcomeHead,
+  type RequestOutcome,
+  type ResultMessage,
+} from './wire.js';
 
 /**
- * How a worker records a JobOutcome too large to publish (OUTCOME_MESSAGE_MAX_BYTES), and how a
- * gateway reads it back. Recorded as one JSON text, a gateway would parse every number of an answer
- * and write each one again for its client, on its event loop, which for a large answer (a vector
- * per token of many long inputs) holds every other request it serves (bench/HISTORY.md). Recorded
- * instead as the outcome's JSON with its outputs taken out, a newline, then each output's own JSON
- * one after another, a gateway slices each output's bytes out of what it read and, where its
- * client is answered the outputs as they are (the Hugging Face routes), writes those bytes
- * unparsed.
+ * How a worker writes a JobOutcome, published or recorded (when too large to publish:
+ * OUTCOME_MESSAGE_MAX_BYTES), and how a gateway reads it. Written as one JSON text, a gateway would
+ * parse every number of an answer and write each one again for its client, on its event loop: for a
+ * large answer (a vector per token of many long inputs) that held every other request it serves,
+ * and for an embedding it was much of the gateway's own work (bench/HISTORY.md). Written instead as
+ * the outcome's JSON with its outputs taken out (the head), a newline, then each output's own JSON
+ * one after another, a gateway slices each output's bytes out of what it read and, where its client
+ * is answered the outputs as they are (the Hugging Face routes, OpenAI's embeddings), writes those
+ * bytes unparsed.
  *
  * JSON.stringify writes a newline inside a string as `\n`, never as the byte, so the first newline
- * byte of a record ends its outcome.
+ * byte of a record ends its head.
  */
 
-/** An ok outcome's place in a record: the byte length of each output's JSON, in order, where its `outputs` were. */
-type RecordedOk = Omit<Extract<RequestOutcome, { ok: true }>, 'outputs'> & { outputBytes: number[] };
-
-interface RecordedHead extends Omit<JobOutcome, 'outcomes'> {
-  outcomes: Array<RecordedOk | Extract<RequestOutcome, { ok: false }>>;
-}
-
-/** An outcome as a gateway reads it from a record: each output's JSON is at hand as the worker wrote it. */
+/** An outcome as a gateway reads it: each output's JSON is at hand as the worker wrote it. */
 export type ReadRequestOutcome = RequestOutcome & { outputsJson?: Buffer[] };
 
 export interface ReadJobOutcome extends Omit<JobOutcome, 'outcomes'> {
   outcomes: ReadRequestOutcome[];
 }
 
+/** A result message as a gateway reads it: an outcome's outputs as their worker wrote them. */
+export type ReadResultMessage = Exclude<ResultMessage, JobOutcome> | ReadJobOutcome;
+
 /**
- * The record of `outcome`, for a worker to store. Each output's JSON becomes bytes as soon as it is
- * written, outside the JS heap, so that the worker's heap holds one output's text at a time, not
- * the whole record beside the outputs themselves.
+ * The record of `outcome`, for a worker to publish or store. Each output's JSON becomes bytes as
+ * soon as it is written, outside the JS heap, so that the worker's heap holds one output's text at a
+ * time, not the whole record beside the outputs themselves.
  */
 export function encodeRecordedOutcome(outcome: JobOutcome): Buffer {
   const parts: Buffer[] = [];
-  const head: RecordedHead = {
+  const head: OutcomeHead = {
     ...outcome,
     outcomes: outcome.outcomes.map((o) => {
       if (!o.ok) return o;
@@ -48,16 +51,45 @@ export function encodeRecordedOutcome(outcome: JobOutcome): Buffer {
   return Buffer.concat([Buffer.from(`${JSON.stringify(head)}\n`), ...parts]);
 }
 
-/**
- * A record read back. Each ok outcome's `outputsJson` are slices of `record`, not copies; its
- * `outputs` are parsed from them only when something reads them.
- */
+/** A result message as a worker publishes it: an outcome as its record, the others as JSON. */
+export function encodeResultMessage(message: ResultMessage): Buffer {
+  return message.kind === 'outcome' ? encodeRecordedOutcome(message) : Buffer.from(JSON.stringify(message));
+}
+
+/** A record this gateway's workers stored, read back: trusted as Redis holds it. */
 export function decodeRecordedOutcome(record: Buffer): ReadJobOutcome {
   const end = record.indexOf(10);
-  const head = JSON.parse(record.toString('utf8', 0, end)) as RecordedHead;
-  let offset = end + 1;
+  return withOutputs(JSON.parse(record.toString('utf8', 0, end)) as OutcomeHead, record, end + 1);
+}
+
+/**
+ * A message heard on a gateway's result channel, read against its schema: undefined where it is
+ * not one, or its outputs' lengths do not add up to what follows its head.
+ */
+export function readResultMessage(message: Buffer): ReadResultMessage | undefined {
+  const newline = message.indexOf(10);
+  const end = newline === -1 ? message.length : newline;
+  let raw: unknown;
+  try {
+    raw = JSON.parse(message.toString('utf8', 0, end));
+  } catch {
+    return undefined;
+  }
+  const head = resultHeadSchema.safeParse(raw);
+  if (!head.success) return undefined;
+  if (head.data.kind !== 'outcome') return head.data;
+  let bytes = 0;
+  for (const o of head.data.outcomes) if (o.ok) for (const n of o.outputBytes) bytes += n;
+  return newline !== -1 && bytes === message.length - end - 1 ? withOutputs(head.data, message, end + 1) : undefined;
+}
+
+/**
+ * The outcome of `head`, each ok outcome's `outputsJson` sliced from `record` from `offset` on (not
+ * copied); its `outputs` are parsed from them only when something reads them.
+ */
+function withOutputs(head: OutcomeHead, record: Buffer, offset: number): ReadJobOutcome {
   const outcomes = head.outcomes.map((o): ReadRequestOutcome => {
-    if (!('outputBytes' in o)) return o;
+    if (!o.ok) return o;
     const { outputBytes, ...rest } = o;
     const outputsJson = outputBytes.map((bytes) => record.subarray(offset, (offset += bytes)));
     let outputs: unknown[] | undefined;

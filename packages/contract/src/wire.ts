@@ -9,7 +9,7 @@ import { ERROR_STATUS, type ErrorBody, type ErrorType } from './errors.js';
  * (`queueNameFor`), and a gateway routes only to workers of its own number. Change it whenever
  * a message changes shape; there is no other compatibility code.
  */
-export const PROTOCOL = 4;
+export const PROTOCOL = 5;
 
 /** One client request inside a job: already validated by the gateway, so the worker trusts its inputs. */
 export interface QueuedRequest {
@@ -95,21 +95,20 @@ const errorBodySchema = z.object({
   estimated_time: z.number().optional(),
 }) satisfies z.ZodType<ErrorBody>;
 
-const requestOutcomeSchema = z.discriminatedUnion('ok', [
-  z.object({
-    id: z.string(),
-    ok: z.literal(true),
-    outputs: z.array(z.unknown()),
-    warnings: z.array(z.string()),
-    timing: z.object({ queue_ms: z.number(), inference_ms: z.number(), batch_size: z.number() }),
-    /**
-     * Tokens the model read for each input, special tokens included (OpenAI's usage): per input, so
-     * that an answer kept in the response cache keeps its own count.
-     */
-    tokens: z.array(z.number()).optional(),
-  }),
-  z.object({ id: z.string(), ok: z.literal(false), error: errorBodySchema }),
-]);
+const answeredSchema = z.object({
+  id: z.string(),
+  ok: z.literal(true),
+  outputs: z.array(z.unknown()),
+  warnings: z.array(z.string()),
+  timing: z.object({ queue_ms: z.number(), inference_ms: z.number(), batch_size: z.number() }),
+  /**
+   * Tokens the model read for each input, special tokens included (OpenAI's usage): per input, so
+   * that an answer kept in the response cache keeps its own count.
+   */
+  tokens: z.array(z.number()).optional(),
+});
+const refusedSchema = z.object({ id: z.string(), ok: z.literal(false), error: errorBodySchema });
+const requestOutcomeSchema = z.discriminatedUnion('ok', [answeredSchema, refusedSchema]);
 export type RequestOutcome = z.infer<typeof requestOutcomeSchema>;
 
 /** What a worker publishes once per job, and stores as the job's return value: one outcome per request, in the job's order. */
@@ -148,9 +147,23 @@ export type JobRecorded = z.infer<typeof jobRecordedSchema>;
 const jobsTakenSchema = z.object({ kind: z.literal('taken'), jobs: z.array(z.string()) });
 export type JobsTaken = z.infer<typeof jobsTakenSchema>;
 
-/** Everything a gateway hears on its result channel. */
-export const resultMessageSchema = z.discriminatedUnion('kind', [jobOutcomeSchema, jobRecordedSchema, jobsTakenSchema]);
-export type ResultMessage = z.infer<typeof resultMessageSchema>;
+/** Everything a worker tells a gateway on its result channel. */
+export type ResultMessage = JobOutcome | JobRecorded | JobsTaken;
+
+/**
+ * A result message's head as a gateway reads it (recorded-outcome.ts): a JobOutcome's with each
+ * answered request's outputs taken out and the byte length of each output's JSON in their place.
+ */
+const outcomeHeadSchema = jobOutcomeSchema.extend({
+  outcomes: z.array(
+    z.discriminatedUnion('ok', [
+      answeredSchema.omit({ outputs: true }).extend({ outputBytes: z.array(z.number().int().nonnegative()) }),
+      refusedSchema,
+    ]),
+  ),
+});
+export type OutcomeHead = z.infer<typeof outcomeHeadSchema>;
+export const resultHeadSchema = z.discriminatedUnion('kind', [outcomeHeadSchema, jobRecordedSchema, jobsTakenSchema]);
 
 /** A completed job's return value: its outcome, or where it is recorded. */
 export const jobReturnSchema = z.discriminatedUnion('kind', [jobOutcomeSchema, jobRecordedSchema]);

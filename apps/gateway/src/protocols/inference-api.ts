@@ -4,6 +4,7 @@ import type { InferenceResult } from '../serving/inference.js';
 import { ModelChoice } from '../serving/model-choice.js';
 import { runRouteCall, wildcardPath, type ProtocolParts } from '../serving/route-call.js';
 import { isJson, jsonBody, textBody } from '../http/request-body.js';
+import { jsonList, sendJson } from '../http/json-bytes.js';
 
 /**
  * The body of an answer: one output for a single input, else the list. The Inference API answers a
@@ -17,16 +18,10 @@ function respond(res: Response, result: InferenceResult, api: 'inference-api' | 
     res.json(single ? result.outputs[0] : result.outputs);
     return;
   }
-  // A large answer, written as its worker serialized it: parsing it here only to write it again held the event loop.
-  res.setHeader('Content-Type', 'application/json; charset=utf-8');
-  res.send(
-    single
-      ? json[0]
-      : Buffer.concat([Buffer.from('['), ...json.flatMap((part, i) => (i ? [COMMA, part] : [part])), Buffer.from(']')]),
-  );
+  // Written as its worker wrote it: parsing it here only to write it again was much of the gateway's
+  // work for an embedding, and held the event loop for a large answer.
+  sendJson(res, single ? json[0] : jsonList(json));
 }
-
-const COMMA = Buffer.from(',');
 
 type ParsedBody = ReturnType<typeof parseInferenceBody>;
 

@@ -68,7 +68,7 @@ export interface InferenceResult {
   /** The client sent one input, not a list: it gets one answer, not a list. */
   single: boolean;
   outputs: unknown[];
-  /** Each output's JSON as its worker wrote it, where the outcome was recorded rather than published (ReadRequestOutcome). */
+  /** Each output's JSON as its worker wrote it (ReadRequestOutcome); absent where the outcome came from the fallback read. */
   outputsJson?: Buffer[];
   warnings: string[];
   timing: RequestTiming;

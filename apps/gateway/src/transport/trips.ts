@@ -2,8 +2,7 @@ import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import {
   ApiError,
-  readMessage,
-  resultMessageSchema,
+  readResultMessage,
   type Priority,
   type QueuedRequest,
   type ReadJobOutcome,
@@ -109,7 +108,8 @@ export class Trips {
   }
 
   async start(): Promise<void> {
-    this.subscriber.on('message', (_channel: string, message: string) => this.onMessage(message));
+    // As bytes: an outcome's outputs are sliced from them, never decoded here (readResultMessage).
+    this.subscriber.on('messageBuffer', (_channel: Buffer, message: Buffer) => this.onMessage(message));
     await this.subscriber.subscribe(this.channel);
     this.pollTimer = setInterval(() => void this.poll(), this.pollMs);
     this.pollTimer.unref();
@@ -233,9 +233,9 @@ export class Trips {
     this.coalescer.taken([job.id]);
   }
 
-  private onMessage(text: string): void {
+  private onMessage(message: Buffer): void {
     // Skipped, not thrown inside the subscriber's event handler.
-    const data = readMessage(resultMessageSchema, text);
+    const data = readResultMessage(message);
     if (!data) {
       this.logger.warn('unreadable result message');
       return;

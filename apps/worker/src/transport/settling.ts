@@ -2,6 +2,7 @@ import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import {
   encodeRecordedOutcome,
+  encodeResultMessage,
   OUTCOME_MESSAGE_MAX_BYTES,
   type JobOutcome,
   type JobRecorded,
@@ -27,30 +28,6 @@ export interface SettlingOptions {
   model: string;
   /** The worker's lock token: a job is recorded as completed under it. */
   token: string;
-}
-
-/**
- * A job's outcome as one message, or undefined if it is too large for one. An outcome surely too
- * large is not written whole only to be dropped: its outputs are written once, into the record.
- */
-function messageOf(result: JobOutcome): string | undefined {
-  if (leastJsonBytes(result.outcomes, OUTCOME_MESSAGE_MAX_BYTES) > OUTCOME_MESSAGE_MAX_BYTES) return undefined;
-  const message = JSON.stringify(result);
-  return Buffer.byteLength(message) <= OUTCOME_MESSAGE_MAX_BYTES ? message : undefined;
-}
-
-/** The fewest bytes `value` takes as JSON (a byte per number, string or field, a comma between), counted until past `limit`. */
-export function leastJsonBytes(value: unknown, limit: number, counted = 0): number {
-  if (counted > limit || value === undefined) return counted;
-  if (typeof value === 'string') return counted + 2 + value.length;
-  if (value === null || typeof value !== 'object') return counted + 1;
-  const items = Array.isArray(value) ? (value as unknown[]) : Object.values(value);
-  let total = counted + 2 + Math.max(0, items.length - 1);
-  for (const item of items) {
-    total = leastJsonBytes(item, limit, total);
-    if (total > limit) break;
-  }
-  return total;
 }
 
 /**
@@ -107,7 +84,7 @@ export class Settling implements OutcomeSink {
     for (const [channel, ids] of this.untold) {
       const message: JobsTaken = { kind: 'taken', jobs: ids };
       this.publisher
-        .publish(channel, JSON.stringify(message))
+        .publish(channel, encodeResultMessage(message))
         .catch((err: unknown) => this.logger.debug({ err: String(err) }, 'telling a gateway of taken jobs failed'));
     }
     this.untold.clear();
@@ -148,26 +125,25 @@ export class Settling implements OutcomeSink {
   private async publishAndRecord(
     work: Work,
     result: JobOutcome,
-    message: string,
+    record: Buffer,
   ): Promise<Array<PromiseSettledResult<unknown>>> {
-    const [published] = await Promise.allSettled([this.publisher.publish(work.replyTo, message)]);
+    const [published] = await Promise.allSettled([this.publisher.publish(work.replyTo, record)]);
     const [stored] = await Promise.allSettled([this.store(work, result)]);
     return [published, stored];
   }
 
   /**
-   * Records an outcome too large to publish (encodeRecordedOutcome: its outputs' JSON apart, for the
-   * gateway to write as they are), then tells the gateway to read it (JobRecorded), step by step so
-   * that what it is told of is there: the record in a key of its own, then the job completed as
-   * recorded, then the message.
+   * Stores the record of an outcome too large to publish, then tells the gateway to read it
+   * (JobRecorded), step by step so that what it is told of is there: the record in a key of its own,
+   * then the job completed as recorded, then the message.
    */
-  private async recordThenTell(work: Work, result: JobOutcome): Promise<Array<PromiseSettledResult<unknown>>> {
+  private async recordThenTell(work: Work, record: Buffer): Promise<Array<PromiseSettledResult<unknown>>> {
     const { prefix, model } = this.options;
     const recorded: JobRecorded = { kind: 'recorded', job: work.id, model, requests: work.requests.map((r) => r.id) };
     const steps: Array<() => Promise<unknown>> = [
-      () => this.publisher.set(keys.jobOutcome(prefix, work.id), encodeRecordedOutcome(result), 'PX', work.keepMs),
+      () => this.publisher.set(keys.jobOutcome(prefix, work.id), record, 'PX', work.keepMs),
       () => this.store(work, recorded),
-      () => this.publisher.publish(work.replyTo, JSON.stringify(recorded)),
+      () => this.publisher.publish(work.replyTo, encodeResultMessage(recorded)),
     ];
     const settled: Array<PromiseSettledResult<unknown>> = [];
     for (const step of steps) settled.push(...(await Promise.allSettled([step()])));
@@ -188,16 +164,17 @@ export class Settling implements OutcomeSink {
       model: this.options.model,
       outcomes: held.outcomes as RequestOutcome[],
     };
-    const message = messageOf(result);
+    // Written once, as the record a gateway reads: published where it fits in a message, else stored.
+    const record = encodeRecordedOutcome(result);
+    const publishable = record.length <= OUTCOME_MESSAGE_MAX_BYTES;
     const settling = (async () => {
       if (!(await work.job)) {
         this.logger.debug({ jobId: work.id }, 'job started ahead of its fetch and not fetched: left to the queue');
         return;
       }
-      const settled =
-        message !== undefined
-          ? await this.publishAndRecord(work, result, message)
-          : await this.recordThenTell(work, result);
+      const settled = publishable
+        ? await this.publishAndRecord(work, result, record)
+        : await this.recordThenTell(work, record);
       for (const r of settled) {
         if (r.status === 'rejected') this.logger.warn({ jobId: work.id, err: String(r.reason) }, 'settling job failed');
       }
