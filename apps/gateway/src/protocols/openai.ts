@@ -5,6 +5,7 @@ import type { ServedModel } from '../serving/served-models.js';
 import { errorHandler, type ErrorFormat } from '../http/http-errors.js';
 import { runRouteCall, wildcardPath, type ProtocolParts } from '../serving/route-call.js';
 import { jsonBody } from '../http/request-body.js';
+import { sendJson } from '../http/json-bytes.js';
 import { shorten } from '../serving/embedding-dimensions.js';
 
 /**
@@ -92,6 +93,22 @@ const modelList = z.strictObject({ object: z.literal('list'), data: z.array(mode
 /** The shapes of this protocol's bodies, for the OpenAPI document. */
 export const openAiSchemas = { embeddingsRequest, embeddingsResponse, model: modelSchema, modelList, error: errorBody };
 
+/**
+ * The answer of float embeddings, written around each one's JSON as its worker wrote it: the bytes
+ * `res.json` writes for the same answer, without parsing each number here to write it again.
+ */
+export function floatAnswer(embeddings: Buffer[], model: string, tokens: number): Buffer {
+  const parts: Buffer[] = [Buffer.from('{"object":"list","data":[')];
+  embeddings.forEach((embedding, index) =>
+    parts.push(Buffer.from(`${index ? ',' : ''}{"object":"embedding","index":${index},"embedding":`), embedding, CLOSE),
+  );
+  const usage = `{"prompt_tokens":${tokens},"total_tokens":${tokens}}`;
+  parts.push(Buffer.from(`],"model":${JSON.stringify(model)},"usage":${usage}}`));
+  return Buffer.concat(parts);
+}
+
+const CLOSE = Buffer.from('}');
+
 /** Little-endian float32 bytes, base64: what OpenAI sends for `encoding_format: "base64"`. */
 function toBase64(vector: number[]): string {
   return Buffer.from(Float32Array.from(vector).buffer).toString('base64');
@@ -139,6 +156,10 @@ export function openAiRoutes(router: IRouter, { config, service, registry, admis
         inputs: input,
         ...(prompt_name !== undefined ? { parameters: { prompt_name } } : {}),
       });
+      if (result.outputsJson && format === 'float' && dimensions === undefined) {
+        sendJson(res, floatAnswer(result.outputsJson, model, result.tokens));
+        return;
+      }
       const vectors = (result.single ? [result.outputs[0]] : result.outputs) as number[][];
       if (dimensions !== undefined && dimensions > vectors[0].length) {
         throw new ApiError('validation', `dimensions must be at most ${vectors[0].length} for model ${model}`);

@@ -118,8 +118,8 @@ class TeiMessages {
       ...(m.prompt_name !== undefined ? { prompt_name: m.prompt_name } : {}),
       ...(m.dimensions !== undefined ? { dimensions: m.dimensions } : {}),
     });
-    const [vectors, timing] = await this.admitted(call, EMBEDDING, (request) => this.tei.embed(request, body));
-    return { embeddings: vectors[0], metadata: metadataOf(timing, String(m.inputs).length, startedAt) };
+    const [embeddings, timing] = await this.admitted(call, EMBEDDING, (request) => this.tei.embed(request, body));
+    return { embeddings: embeddings.vectors()[0], metadata: metadataOf(timing, String(m.inputs).length, startedAt) };
   }
 
   async embedSparse(m: Message, call: GrpcCall) {

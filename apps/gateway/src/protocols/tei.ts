@@ -5,6 +5,7 @@ import type { ServedModel } from '../serving/served-models.js';
 import { BodyTooLarge, errorHandler, type ErrorFormat } from '../http/http-errors.js';
 import { httpCaller, type Caller, type ProtocolParts } from '../serving/route-call.js';
 import { jsonBody } from '../http/request-body.js';
+import { jsonList, sendJson } from '../http/json-bytes.js';
 import type { InferenceResult } from '../serving/inference.js';
 import { shorten } from '../serving/embedding-dimensions.js';
 import { ANY, CLASSIFIER, EMBEDDING, ModelChoice, RERANKER, SPARSE, type RouteKind } from '../serving/model-choice.js';
@@ -90,6 +91,13 @@ export interface TeiRequest {
   xModel?: string;
 }
 
+/** An embedding route's vectors: each one's JSON as its worker wrote it, where nothing reshaped them (`json`). */
+export interface Embeddings {
+  /** The vectors themselves, parsed when asked for. */
+  vectors: () => number[][];
+  json?: Buffer[];
+}
+
 /** The timing of a request's model call, as TEI's gRPC answers carry it in `metadata`. */
 export type Timing = InferenceResult['timing'];
 
@@ -127,13 +135,16 @@ export class Tei {
     });
   }
 
-  async embed(request: TeiRequest, body: z.output<typeof embedRequest>): Promise<[number[][], Timing]> {
+  async embed(request: TeiRequest, body: z.output<typeof embedRequest>): Promise<[Embeddings, Timing]> {
     const result = await this.runTexts(request, EMBEDDING, 'feature-extraction', body, { normalize: body.normalize });
-    const vectors = result.outputs as number[][];
     const dimensions = body.dimensions ?? undefined;
-    if (dimensions !== undefined && dimensions > vectors[0].length)
+    if (dimensions === undefined)
+      return [{ vectors: () => result.outputs as number[][], json: result.outputsJson }, result.timing];
+    const vectors = result.outputs as number[][];
+    if (dimensions > vectors[0].length)
       throw new ApiError('validation', `dimensions must be at most ${vectors[0].length}`);
-    return [vectors.map((v) => shorten(v, dimensions, body.normalize)), result.timing];
+    const shortened = vectors.map((v) => shorten(v, dimensions, body.normalize));
+    return [{ vectors: () => shortened }, result.timing];
   }
 
   /** Each input's token vectors, unpooled and unnormalised: what /embed pools. */
@@ -243,7 +254,9 @@ export function teiRoutes(router: IRouter, parts: ProtocolParts): void {
     xModel: req.get('x-model'),
   });
   router.post('/embed', admit(EMBEDDING), json, async (req, res) => {
-    res.json((await tei.embed(request(req, res), parse(embedRequest, req.body)))[0]);
+    const [embeddings] = await tei.embed(request(req, res), parse(embedRequest, req.body));
+    if (embeddings.json) sendJson(res, jsonList(embeddings.json));
+    else res.json(embeddings.vectors());
   });
   router.post('/embed_sparse', admit(SPARSE), json, async (req, res) => {
     res.json((await tei.embedSparse(request(req, res), parse(embedSparseRequest, req.body)))[0]);
