@@ -11,6 +11,7 @@
  * `--set KEY=VALUE,...`: settings for B's gateway and workers only, to measure a setting's effect.
  * Usage: npm run bench:ab -- --against <built checkout> [--as <built checkout>] [--set K=V,...] [--models a,b] [--rounds 4] [--seconds 5] [--warmup 15] [--traces]
  */
+import fs from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { parseArgs } from 'node:util';
@@ -23,6 +24,7 @@ import { craftText, loadTokenizer } from './lib/texts.ts';
 import { median, round } from './lib/stats.ts';
 import { sampleCpu } from './lib/cpu.ts';
 import { MODEL_DIR } from '../test/helpers/processes.ts';
+import { taskFromConfig, type TaskConfig } from '../apps/worker/src/model/detect.ts';
 
 const { values } = parseArgs({
   options: {
@@ -164,7 +166,10 @@ try {
   for (const model of models) {
     for (const [name, side] of Object.entries(sides)) await side.startWorker(model, name === 'B' ? bEnv : {});
     const text = craftText(await loadTokenizer(model, MODEL_DIR), 16);
-    const inProcess = await loadInProcess(model, MODEL_DIR);
+    // The floor runs the model's own task: an embedding model's pipeline has no logits to classify.
+    const config = JSON.parse(fs.readFileSync(path.join(MODEL_DIR, model, 'config.json'), 'utf8')) as TaskConfig;
+    const task = taskFromConfig(config) === 'feature-extraction' ? 'feature-extraction' : 'text-classification';
+    const inProcess = await loadInProcess(model, MODEL_DIR, undefined, { task });
     const results: Record<Side, { c1: Point[]; c64: Point[] }> = { A: { c1: [], c64: [] }, B: { c1: [], c64: [] } };
     const floor: number[] = [];
     await warmUp(text, model);
