@@ -114,9 +114,11 @@ function callOf(call: AnyCall): { context: GrpcCall; answered: () => void } {
   return { context, answered: () => (answered = true) };
 }
 
-/** Logs one line per call, as the HTTP request log does, and tells the metrics. */
-function finished({ method, logger, observed }: Route, requestId: string, startedAt: number, code: grpc.status): void {
-  const ms = performance.now() - startedAt;
+/**
+ * Logs one line per call, as the HTTP request log does, and tells the metrics: called once the
+ * answer is handed to grpc-js, as HTTP's is on the response's close, so that no client waits for it.
+ */
+function finished({ method, logger, observed }: Route, requestId: string, ms: number, code: grpc.status): void {
   const level = code === grpc.status.INTERNAL ? 'error' : code === grpc.status.OK ? 'info' : 'warn';
   logger[level](
     { reqId: requestId, method, grpc_status: grpc.status[code], duration_ms: Number(ms.toFixed(3)) },
@@ -161,14 +163,16 @@ function answer(
   handle().then(
     (response) => {
       answered();
-      finished(route, context.requestId, startedAt, grpc.status.OK);
+      const ms = performance.now() - startedAt;
       callback(null, response);
+      finished(route, context.requestId, ms, grpc.status.OK);
     },
     (err) => {
       const status = outcomeOf(err, context, route);
       answered();
-      finished(route, context.requestId, startedAt, status.code!);
+      const ms = performance.now() - startedAt;
       callback(status);
+      finished(route, context.requestId, ms, status.code!);
     },
   );
 }
@@ -187,15 +191,17 @@ export function stream(handler: StreamHandler, route: Route): grpc.handleBidiStr
       .then(
         () => {
           answered();
-          finished(route, context.requestId, startedAt, grpc.status.OK);
+          const ms = performance.now() - startedAt;
           call.end();
+          finished(route, context.requestId, ms, grpc.status.OK);
         },
         (err) => {
           const status = outcomeOf(err, context, route);
           const cancelled = context.signal.aborted;
           answered();
-          finished(route, context.requestId, startedAt, status.code!);
+          const ms = performance.now() - startedAt;
           if (!cancelled) call.emit('error', status);
+          finished(route, context.requestId, ms, status.code!);
         },
       );
   };
