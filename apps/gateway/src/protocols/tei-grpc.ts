@@ -119,14 +119,14 @@ class TeiMessages {
       ...(m.dimensions !== undefined ? { dimensions: m.dimensions } : {}),
     });
     const [embeddings, timing] = await this.admitted(call, EMBEDDING, (request) => this.tei.embed(request, body));
-    return { embeddings: embeddings.vectors()[0], metadata: metadataOf(timing, String(m.inputs).length, startedAt) };
+    return { embeddings: embeddings.values()[0], metadata: metadataOf(timing, String(m.inputs).length, startedAt) };
   }
 
   async embedSparse(m: Message, call: GrpcCall) {
     const startedAt = performance.now();
     const body = parse(embedSparseRequest, { inputs: m.inputs, ...truncation(m), prompt_name: m.prompt_name });
     const [vectors, timing] = await this.admitted(call, SPARSE, (request) => this.tei.embedSparse(request, body));
-    return { sparse_embeddings: vectors[0], metadata: metadataOf(timing, String(m.inputs).length, startedAt) };
+    return { sparse_embeddings: vectors.values()[0], metadata: metadataOf(timing, String(m.inputs).length, startedAt) };
   }
 
   async embedAll(m: Message, call: GrpcCall) {
@@ -134,7 +134,7 @@ class TeiMessages {
     const body = parse(embedAllRequest, { inputs: m.inputs, ...truncation(m), prompt_name: m.prompt_name });
     const [vectors, timing] = await this.admitted(call, EMBEDDING, (request) => this.tei.embedAll(request, body));
     return {
-      token_embeddings: vectors[0].map((embeddings) => ({ embeddings })),
+      token_embeddings: vectors.values()[0].map((embeddings) => ({ embeddings })),
       metadata: metadataOf(timing, String(m.inputs).length, startedAt),
     };
   }

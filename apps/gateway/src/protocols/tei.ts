@@ -91,11 +91,26 @@ export interface TeiRequest {
   xModel?: string;
 }
 
-/** An embedding route's vectors: each one's JSON as its worker wrote it, where nothing reshaped them (`json`). */
-export interface Embeddings {
-  /** The vectors themselves, parsed when asked for. */
-  vectors: () => number[][];
+/**
+ * An embedding route's answer, one vector per input: each one's JSON as its worker wrote it, where
+ * nothing here reshaped them (`json`, written to an HTTP client unparsed), and the vectors
+ * themselves, parsed when asked for (gRPC's messages).
+ */
+export interface Vectors<T> {
+  values: () => T[];
   json?: Buffer[];
+}
+
+/** A model call's outputs as a route's vectors, unchanged. */
+const vectorsOf = <T>(result: InferenceResult): Vectors<T> => ({
+  values: () => result.outputs as T[],
+  json: result.outputsJson,
+});
+
+/** A route's vectors in an HTTP answer. */
+function sendVectors<T>(res: Response, vectors: Vectors<T>): void {
+  if (vectors.json) sendJson(res, jsonList(vectors.json));
+  else res.json(vectors.values());
 }
 
 /** The timing of a request's model call, as TEI's gRPC answers carry it in `metadata`. */
@@ -135,34 +150,33 @@ export class Tei {
     });
   }
 
-  async embed(request: TeiRequest, body: z.output<typeof embedRequest>): Promise<[Embeddings, Timing]> {
+  async embed(request: TeiRequest, body: z.output<typeof embedRequest>): Promise<[Vectors<number[]>, Timing]> {
     const result = await this.runTexts(request, EMBEDDING, 'feature-extraction', body, { normalize: body.normalize });
     const dimensions = body.dimensions ?? undefined;
-    if (dimensions === undefined)
-      return [{ vectors: () => result.outputs as number[][], json: result.outputsJson }, result.timing];
+    if (dimensions === undefined) return [vectorsOf(result), result.timing];
     const vectors = result.outputs as number[][];
     if (dimensions > vectors[0].length)
       throw new ApiError('validation', `dimensions must be at most ${vectors[0].length}`);
     const shortened = vectors.map((v) => shorten(v, dimensions, body.normalize));
-    return [{ vectors: () => shortened }, result.timing];
+    return [{ values: () => shortened }, result.timing];
   }
 
   /** Each input's token vectors, unpooled and unnormalised: what /embed pools. */
-  async embedAll(request: TeiRequest, body: z.output<typeof embedAllRequest>): Promise<[number[][][], Timing]> {
+  async embedAll(request: TeiRequest, body: z.output<typeof embedAllRequest>): Promise<[Vectors<number[][]>, Timing]> {
     const result = await this.runTexts(request, EMBEDDING, 'feature-extraction', body, {
       pooling: 'none',
       normalize: false,
     });
-    return [result.outputs as number[][][], result.timing];
+    return [vectorsOf(result), result.timing];
   }
 
   /** Each input's sparse vector: its non-zero vocabulary entries. */
   async embedSparse(
     request: TeiRequest,
     body: z.output<typeof embedSparseRequest>,
-  ): Promise<[Array<Array<{ index: number; value: number }>>, Timing]> {
+  ): Promise<[Vectors<Array<{ index: number; value: number }>>, Timing]> {
     const result = await this.runTexts(request, SPARSE, 'embed-sparse', body);
-    return [result.outputs as Array<Array<{ index: number; value: number }>>, result.timing];
+    return [vectorsOf(result), result.timing];
   }
 
   /** One input's scores, or a list's (a string or a two-string list is one input; any other list is a batch). */
@@ -254,15 +268,13 @@ export function teiRoutes(router: IRouter, parts: ProtocolParts): void {
     xModel: req.get('x-model'),
   });
   router.post('/embed', admit(EMBEDDING), json, async (req, res) => {
-    const [embeddings] = await tei.embed(request(req, res), parse(embedRequest, req.body));
-    if (embeddings.json) sendJson(res, jsonList(embeddings.json));
-    else res.json(embeddings.vectors());
+    sendVectors(res, (await tei.embed(request(req, res), parse(embedRequest, req.body)))[0]);
   });
   router.post('/embed_sparse', admit(SPARSE), json, async (req, res) => {
-    res.json((await tei.embedSparse(request(req, res), parse(embedSparseRequest, req.body)))[0]);
+    sendVectors(res, (await tei.embedSparse(request(req, res), parse(embedSparseRequest, req.body)))[0]);
   });
   router.post('/embed_all', admit(EMBEDDING), json, async (req, res) => {
-    res.json((await tei.embedAll(request(req, res), parse(embedAllRequest, req.body)))[0]);
+    sendVectors(res, (await tei.embedAll(request(req, res), parse(embedAllRequest, req.body)))[0]);
   });
   router.post('/predict', admit(CLASSIFIER), json, async (req, res) => {
     res.json((await tei.predict(request(req, res), parse(predictRequest, req.body)))[0]);
