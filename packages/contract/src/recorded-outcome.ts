@@ -91,12 +91,25 @@ function withOutputs(head: OutcomeHead, record: Buffer, offset: number): ReadJob
   const outcomes = head.outcomes.map((o): ReadRequestOutcome => {
     if (!o.ok) return o;
     const { outputBytes, ...rest } = o;
-    const outputsJson = outputBytes.map((bytes) => record.subarray(offset, (offset += bytes)));
-    let outputs: unknown[] | undefined;
-    return Object.defineProperty({ ...rest, outputsJson } as ReadRequestOutcome, 'outputs', {
-      get: () => (outputs ??= outputsJson.map((json) => JSON.parse(json.toString('utf8')) as unknown)),
-      enumerable: true,
-    });
+    return answeredFromJson(
+      outputBytes.map((bytes) => record.subarray(offset, (offset += bytes))),
+      rest,
+    );
   });
   return { ...head, outcomes };
+}
+
+/** An answered outcome as a gateway reads it: its outputs at hand as their JSON, parsed only when read. */
+export type AnsweredFromJson = Extract<ReadRequestOutcome, { ok: true }>;
+
+/** The answered outcome of `rest` whose outputs are `outputsJson`, parsed the first time something reads them. */
+export function answeredFromJson(
+  outputsJson: Buffer[],
+  rest: Omit<AnsweredFromJson, 'outputs' | 'outputsJson'>,
+): AnsweredFromJson {
+  let outputs: unknown[] | undefined;
+  return Object.defineProperty({ ...rest, outputsJson } as AnsweredFromJson, 'outputs', {
+    get: () => (outputs ??= outputsJson.map((json) => JSON.parse(json.toString('utf8')) as unknown)),
+    enumerable: true,
+  });
 }

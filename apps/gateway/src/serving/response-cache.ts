@@ -1,9 +1,13 @@
 import { createHash } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import type { Operation, ReadRequestOutcome, RequestTiming, TaskInput, TaskParameters } from '@tserve/contract';
-
-/** An ok outcome, as the transport reads it: `outputs` may be parsed from `outputsJson` only when read. */
-type AnsweredOutcome = Extract<ReadRequestOutcome, { ok: true }>;
+import {
+  answeredFromJson,
+  type Operation,
+  type ReadRequestOutcome,
+  type RequestTiming,
+  type TaskInput,
+  type TaskParameters,
+} from '@tserve/contract';
 
 /** What one request's inputs are cached under, besides each input: who computes them, and how. */
 export interface CacheScope {
@@ -126,15 +130,6 @@ function renameInputs(message: string, places: number[], count: number): string 
     : `inputs[${places[0]}]: ${message}`;
 }
 
-/** An outcome whose outputs are parsed from their JSON only when read, as the transport's recorded ones are. */
-function lazyOutcome(outputsJson: Buffer[], rest: Omit<AnsweredOutcome, 'outputs' | 'outputsJson'>): AnsweredOutcome {
-  let outputs: unknown[] | undefined;
-  return Object.defineProperty({ ...rest, outputsJson } as AnsweredOutcome, 'outputs', {
-    get: () => (outputs ??= outputsJson.map((json) => JSON.parse(json.toString('utf8')) as unknown)),
-    enumerable: true,
-  });
-}
-
 /** The store script, as ioredis defines it on the connection: sent once, then run by its sha1. */
 interface StoreCommand {
   tserveResponseCacheStore(numberOfKeys: number, ...args: Array<string | Buffer | number>): Promise<number>;
@@ -209,7 +204,7 @@ export class ResponseCache {
     const { keys, held, missing } = looked;
     if (!computed) {
       const hits = held as Array<{ json: Buffer; tokens: number }>;
-      const outcome = lazyOutcome(
+      const outcome = answeredFromJson(
         hits.map((e) => e.json),
         { id: '', ok: true, warnings: [], timing: NO_TIME, tokens: hits.map((e) => e.tokens) },
       );
@@ -235,7 +230,7 @@ export class ResponseCache {
     if (whole) return { outcome: computed.outputsJson ? computed : { ...computed, outputsJson: json }, hits: 0 };
     const merged = held.map((e) => e ?? { json: Buffer.alloc(0), tokens: 0 });
     missing.forEach((place, j) => (merged[place] = { json: json[j], tokens: tokens[j] ?? 0 }));
-    const outcome = lazyOutcome(
+    const outcome = answeredFromJson(
       merged.map((e) => e.json),
       {
         id: computed.id,
