@@ -4,7 +4,6 @@ import type { Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import {
-  decodeRecordedOutcome,
   readResultMessage,
   type CancelNotice,
   OUTCOME_MESSAGE_MAX_BYTES,
@@ -49,7 +48,7 @@ function harness() {
   const publisher = {
     set: async (key: string, value: string | Buffer, px: string, ms: number) => {
       steps.push(`set ${key}`);
-      stored.push({ key, outcome: decodeRecordedOutcome(Buffer.from(value)), px, ms });
+      stored.push({ key, outcome: plain(readResultMessage(Buffer.from(value))) as JobOutcome, px, ms });
     },
     publish: async (channel: string, message: Buffer) => {
       const parsed = plain(readResultMessage(message));

@@ -56,15 +56,10 @@ export function encodeResultMessage(message: ResultMessage): Buffer {
   return message.kind === 'outcome' ? encodeRecordedOutcome(message) : Buffer.from(JSON.stringify(message));
 }
 
-/** A record this gateway's workers stored, read back: trusted as Redis holds it. */
-export function decodeRecordedOutcome(record: Buffer): ReadJobOutcome {
-  const end = record.indexOf(10);
-  return withOutputs(JSON.parse(record.toString('utf8', 0, end)) as OutcomeHead, record, end + 1);
-}
-
 /**
- * A message heard on a gateway's result channel, read against its schema: undefined where it is
- * not one, or its outputs' lengths do not add up to what follows its head.
+ * A message heard on a gateway's result channel, or a record read back from where a worker stored
+ * it, read against its schema: undefined where it is not one, or its outputs' lengths do not add up
+ * to what follows its head.
  */
 export function readResultMessage(message: Buffer): ReadResultMessage | undefined {
   const newline = message.indexOf(10);

@@ -186,7 +186,7 @@ export class InferenceService {
     this.tracing?.answering();
     if (!outcome.ok) throw ApiError.fromBody(outcome.error);
     const { warnings, timing, tokens, outputsJson } = outcome;
-    // Read only by a route that needs the values: a recorded outcome's are parsed then (decodeRecordedOutcome).
+    // Read only by a route that needs the values: an outcome's are parsed then (readResultMessage).
     return {
       task,
       single,

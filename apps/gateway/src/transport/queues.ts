@@ -2,7 +2,7 @@ import { Job, Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import {
   decodeJobFailure,
-  decodeRecordedOutcome,
+  readResultMessage,
   jobDataSchema,
   jobReturnSchema,
   type ReadJobOutcome,
@@ -55,7 +55,8 @@ export class QueueSet {
     if (value.success && value.data.kind === 'outcome') return value.data;
     if (value.success) {
       const record = await this.connection.getBuffer(keys.jobOutcome(this.prefix, jobId));
-      return record === null ? undefined : decodeRecordedOutcome(record);
+      const read = record === null ? undefined : readResultMessage(record);
+      return read?.kind === 'outcome' ? read : undefined;
     }
     const error = decodeJobFailure(job.failedReason ?? 'no outcome recorded');
     const data = jobDataSchema.safeParse(job.data);
