@@ -23,6 +23,7 @@ import { loadInProcess, measureSingles } from './lib/inprocess.ts';
 import { craftText, loadTokenizer } from './lib/texts.ts';
 import { median, round } from './lib/stats.ts';
 import { sampleCpu } from './lib/cpu.ts';
+import { parseSettings } from './lib/settings.ts';
 import { MODEL_DIR } from '../test/helpers/processes.ts';
 import { taskFromConfig, type TaskConfig } from '../apps/worker/src/model/detect.ts';
 
@@ -62,17 +63,7 @@ const receiver = values.traces
   : undefined;
 if (receiver) await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
 const bEnv = {
-  ...Object.fromEntries(
-    values.set
-      .split(',')
-      .filter(Boolean)
-      .map((kv) => {
-        // At the first '=' only: a value may hold one (NODE_OPTIONS=--flag=value).
-        const at = kv.indexOf('=');
-        if (at < 1) throw new Error(`--set takes KEY=VALUE pairs, not "${kv}"`);
-        return [kv.slice(0, at), kv.slice(at + 1)];
-      }),
-  ),
+  ...parseSettings(values.set),
   ...(receiver ? { OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${(receiver.address() as AddressInfo).port}` } : {}),
 };
 const sides = {

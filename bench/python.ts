@@ -1,0 +1,152 @@
+/**
+ * tserve against the server our users would otherwise write (bench/python-server.py: the Hugging
+ * Face guide's Starlette server written well, onnxruntime on the model's q8 file, a 1 ms batching
+ * deadline), side by side on one machine with one load tool, in interleaved rounds: both servers
+ * run at once, and each round measures them one after the other, the order swapped every round.
+ * Both get the same request, `POST /` with a 16-token text as its whole body, from autocannon at
+ * c=1 and c=64. Per point: requests/s, p50 and p99, and the CPU per answered request of all of a
+ * side's processes (tserve: gateway, worker and Redis). It prints each figure's median over the
+ * rounds and tserve/Python.
+ * Needs python3 with starlette, uvicorn, uvloop, httptools, onnxruntime, tokenizers and numpy.
+ * Usage: npm run bench:python [-- --models a,b --rounds 4 --seconds 5 --warmup 10 --set KEY=VALUE,...]
+ *   --set: settings for tserve's gateway and worker (DTYPE=q8 runs the Python server's own file).
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { BenchSystem } from './lib/system.ts';
+import { runLoad } from './lib/load.ts';
+import { sampleCpu } from './lib/cpu.ts';
+import { craftText, loadTokenizer } from './lib/texts.ts';
+import { median, round } from './lib/stats.ts';
+import { parseSettings } from './lib/settings.ts';
+import { freePort, MODEL_DIR, waitFor } from '../test/helpers/processes.ts';
+
+const { values } = parseArgs({
+  options: {
+    models: {
+      type: 'string',
+      default: 'replica/MiniLM-L6-H384-uncased-sst2,replica/distilbert-base-uncased-finetuned-sst-2-english',
+    },
+    rounds: { type: 'string', default: '4' },
+    seconds: { type: 'string', default: '5' },
+    warmup: { type: 'string', default: '10' },
+    set: { type: 'string', default: '' },
+  },
+});
+const rounds = Number(values.rounds);
+const seconds = Number(values.seconds);
+const settings = parseSettings(values.set);
+
+type Side = 'tserve' | 'python';
+interface Point {
+  rps: number;
+  p50: number;
+  p99: number;
+  /** User and system CPU of every process of the side, per answered request (ms). */
+  cpuMs: number;
+}
+
+/** The Python server for `model`, answering once its model is loaded. */
+async function startPython(model: string): Promise<{ url: string; child: ChildProcess }> {
+  const port = await freePort();
+  const script = path.join(import.meta.dirname, 'python-server.py');
+  const child = spawn('python3', [script, path.join(MODEL_DIR, model), String(port)], {
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  const url = `http://127.0.0.1:${port}`;
+  // Without its packages it exits at once, having said which one it lacks.
+  const exited = new Promise<never>((_, reject) =>
+    child.once('exit', (code) => reject(new Error(`the Python server exited (${code}): see bench/python-server.py`))),
+  );
+  await Promise.race([
+    exited,
+    waitFor(
+      'the Python server',
+      async () => (await fetch(`${url}/`, { method: 'POST', body: 'ready?' }).catch(() => undefined))?.ok === true,
+      60_000,
+    ),
+  ]);
+  exited.catch(() => undefined);
+  return { url, child };
+}
+
+/** CPU ticks of the side's processes so far, in ms. */
+function cpuMs(pids: Record<string, number | undefined>): number {
+  const { procs } = sampleCpu(pids);
+  return Object.values(procs).reduce((sum, ticks) => sum + (Number.isFinite(ticks) ? ticks * 10 : 0), 0);
+}
+
+async function point(url: string, pids: Record<string, number | undefined>, text: string, connections: number) {
+  const spec = { url, path: '/', body: text, connections, headers: { 'content-type': 'text/plain' } };
+  await runLoad({ ...spec, warmupSeconds: 0, durationSeconds: 1 });
+  const before = cpuMs(pids);
+  const load = await runLoad({ ...spec, warmupSeconds: 0, durationSeconds: seconds });
+  const answered = Math.max(1, Math.round(load.rps * load.seconds));
+  if (load.errors || Object.keys(load.status).some((s) => s !== '200'))
+    throw new Error(`${url} c=${connections}: ${JSON.stringify(load.status)}, ${load.errors} errors`);
+  return { rps: load.rps, p50: load.latency.p50, p99: load.latency.p99, cpuMs: (cpuMs(pids) - before) / answered };
+}
+
+for (const model of values.models.split(',')) {
+  const system = new BenchSystem({ modelDir: MODEL_DIR, logLevel: 'error' });
+  let python: Awaited<ReturnType<typeof startPython>> | undefined;
+  try {
+    await system.startRedis();
+    await system.startGateway({ DEFAULT_MODEL: model, ...settings });
+    await system.startWorker(model, settings);
+    python = await startPython(model);
+    const text = craftText(await loadTokenizer(model, MODEL_DIR), 16);
+    const sides: Record<Side, { url: string; pids: Record<string, number | undefined> }> = {
+      tserve: { url: system.url, pids: { ...system.pids(), bench: undefined } },
+      python: { url: python.url, pids: { python: python.child.pid } },
+    };
+    const points: Record<Side, Record<'c1' | 'c64', Point[]>> = {
+      tserve: { c1: [], c64: [] },
+      python: { c1: [], c64: [] },
+    };
+    for (const side of Object.values(sides))
+      for (const connections of [1, 64])
+        await runLoad({
+          url: side.url,
+          path: '/',
+          body: text,
+          connections,
+          headers: { 'content-type': 'text/plain' },
+          warmupSeconds: 0,
+          durationSeconds: Number(values.warmup),
+        });
+    for (let r = 0; r < rounds; r++) {
+      const order: Side[] = r % 2 ? ['python', 'tserve'] : ['tserve', 'python'];
+      for (const side of order) {
+        points[side].c1.push(await point(sides[side].url, sides[side].pids, text, 1));
+        points[side].c64.push(await point(sides[side].url, sides[side].pids, text, 64));
+      }
+      process.stderr.write(`${model}: round ${r + 1} of ${rounds} done\n`);
+    }
+    const med = (side: Side, at: 'c1' | 'c64', figure: keyof Point) => median(points[side][at].map((p) => p[figure]));
+    const row = (name: string, at: 'c1' | 'c64', figure: keyof Point, digits: number) => {
+      const [t, p] = [med('tserve', at, figure), med('python', at, figure)];
+      const each = (side: Side) => points[side][at].map((x) => round(x[figure], digits)).join(' ');
+      return `  ${name.padEnd(22)} tserve ${String(round(t, digits)).padStart(8)}  Python ${String(round(p, digits)).padStart(8)}  tserve/Python ${round(t / p, 3)}   (tserve: ${each('tserve')}; Python: ${each('python')})`;
+    };
+    console.log(
+      `${model}, POST / of a 16-token text, ${rounds} interleaved rounds of ${seconds} s per point; medians${values.set ? `; tserve with ${values.set}` : ''}`,
+    );
+    // The same model on both sides: the same label, and scores apart only by the int8 kernels' rounding.
+    const answers = await Promise.all(
+      Object.values(sides).map(async (side) => (await fetch(`${side.url}/`, { method: 'POST', body: text })).text()),
+    );
+    console.log(`  the answer: tserve ${answers[0]}, Python ${answers[1]}`);
+    console.log(row('c=1 p50 (ms)', 'c1', 'p50', 2));
+    console.log(row('c=1 p99 (ms)', 'c1', 'p99', 2));
+    console.log(row('c=1 CPU ms/request', 'c1', 'cpuMs', 2));
+    console.log(row('c=64 req/s', 'c64', 'rps', 0));
+    console.log(row('c=64 p50 (ms)', 'c64', 'p50', 1));
+    console.log(row('c=64 p99 (ms)', 'c64', 'p99', 1));
+    console.log(row('c=64 CPU ms/request', 'c64', 'cpuMs', 2));
+  } finally {
+    python?.child.kill('SIGTERM');
+    await system.stop();
+  }
+}
