@@ -13,8 +13,8 @@ import os
 import sys
 import time
 
-import numpy as np
 import onnxruntime as ort
+from onnx_feed import feed_of
 from tokenizers import Tokenizer
 
 model_dir, threads = sys.argv[1], int(sys.argv[2])
@@ -26,7 +26,7 @@ options.inter_op_num_threads = 1
 session = ort.InferenceSession(
     os.path.join(model_dir, "onnx", "model_quantized.onnx"), options, providers=["CPUExecutionProvider"]
 )
-inputs = [i.name for i in session.get_inputs()]
+inputs = {i.name for i in session.get_inputs()}
 words = "the quick brown fox jumps over the lazy dog and keeps running far away".split()
 
 for tokens in (16, 128):
@@ -35,14 +35,7 @@ for tokens in (16, 128):
     texts = [" ".join(words[(i + j) % len(words)] for j in range(tokens)) for i in range(32)]
 
     def batch() -> None:
-        encodings = tokenizer.encode_batch(texts)
-        feed = {
-            "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
-            "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
-        }
-        if "token_type_ids" in inputs:
-            feed["token_type_ids"] = np.array([e.type_ids for e in encodings], dtype=np.int64)
-        session.run(None, feed)
+        session.run(None, feed_of(tokenizer, texts, inputs))
 
     for _ in range(3):
         batch()

@@ -24,6 +24,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from onnx_feed import feed_of
 from tokenizers import Tokenizer
 
 model_dir, port = sys.argv[1], int(sys.argv[2])
@@ -41,18 +42,11 @@ options.intra_op_num_threads = threads
 session = ort.InferenceSession(
     os.path.join(model_dir, "onnx", "model_quantized.onnx"), options, providers=["CPUExecutionProvider"]
 )
-feeds = {i.name for i in session.get_inputs()}
+inputs = {i.name for i in session.get_inputs()}
 
 
 def classify(texts: list[str]) -> list[list[dict]]:
-    encodings = tokenizer.encode_batch(texts)
-    feed = {
-        "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
-        "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
-    }
-    if "token_type_ids" in feeds:
-        feed["token_type_ids"] = np.array([e.type_ids for e in encodings], dtype=np.int64)
-    (logits,) = session.run(["logits"], feed)
+    (logits,) = session.run(["logits"], feed_of(tokenizer, texts, inputs))
     if logits.shape[1] == 1:
         scores = 1 / (1 + np.exp(-logits))
     else:
