@@ -17,6 +17,7 @@ import type { AddressInfo } from 'node:net';
 import { parseArgs } from 'node:util';
 import path from 'node:path';
 import { BenchSystem } from './lib/system.ts';
+import { DEFAULT_MODELS } from './lib/options.ts';
 import { runLoad } from './lib/load.ts';
 import { costPerRequest, readRedisCpu, readRedisStats, resetRedisStats } from './lib/redis-cost.ts';
 import { loadInProcess, measureSingles } from './lib/inprocess.ts';
@@ -32,10 +33,7 @@ const { values } = parseArgs({
     against: { type: 'string' },
     as: { type: 'string' },
     set: { type: 'string', default: '' },
-    models: {
-      type: 'string',
-      default: 'replica/MiniLM-L6-H384-uncased-sst2,replica/distilbert-base-uncased-finetuned-sst-2-english',
-    },
+    models: { type: 'string', default: DEFAULT_MODELS.join(',') },
     rounds: { type: 'string', default: '4' },
     seconds: { type: 'string', default: '5' },
     warmup: { type: 'string', default: '15' },

@@ -8,6 +8,7 @@
  */
 import { parseArgs } from 'node:util';
 import { BenchSystem } from './lib/system.ts';
+import { DEFAULT_MODELS } from './lib/options.ts';
 import { runLoad } from './lib/load.ts';
 import { craftText, loadTokenizer } from './lib/texts.ts';
 import { median, round } from './lib/stats.ts';
@@ -18,10 +19,7 @@ const { values } = parseArgs({
     rounds: { type: 'string', default: '3' },
     seconds: { type: 'string', default: '4' },
     connections: { type: 'string', default: '64' },
-    models: {
-      type: 'string',
-      default: 'replica/MiniLM-L6-H384-uncased-sst2,replica/distilbert-base-uncased-finetuned-sst-2-english',
-    },
+    models: { type: 'string', default: DEFAULT_MODELS.join(',') },
     dtypes: { type: 'string', default: 'fp32,int8-row,q8' },
     tokens: { type: 'string', default: '16,128' },
     'model-dir': { type: 'string', default: MODEL_DIR },

@@ -15,6 +15,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { BenchSystem } from './lib/system.ts';
+import { DEFAULT_MODELS } from './lib/options.ts';
 import { runLoad } from './lib/load.ts';
 import { sampleCpu } from './lib/cpu.ts';
 import { craftText, loadTokenizer } from './lib/texts.ts';
@@ -24,10 +25,7 @@ import { freePort, MODEL_DIR, waitFor } from '../test/helpers/processes.ts';
 
 const { values } = parseArgs({
   options: {
-    models: {
-      type: 'string',
-      default: 'replica/MiniLM-L6-H384-uncased-sst2,replica/distilbert-base-uncased-finetuned-sst-2-english',
-    },
+    models: { type: 'string', default: DEFAULT_MODELS.join(',') },
     rounds: { type: 'string', default: '4' },
     seconds: { type: 'string', default: '5' },
     warmup: { type: 'string', default: '10' },
@@ -77,8 +75,17 @@ function cpuMs(pids: Record<string, number | undefined>): number {
   return Object.values(procs).reduce((sum, ticks) => sum + (Number.isFinite(ticks) ? ticks * 10 : 0), 0);
 }
 
+/** Closed-loop `POST /` of `text` as the whole body, from `connections` clients, as both servers take it. */
+const loadOf = (url: string, text: string, connections: number) => ({
+  url,
+  path: '/',
+  body: text,
+  connections,
+  headers: { 'content-type': 'text/plain' },
+});
+
 async function point(url: string, pids: Record<string, number | undefined>, text: string, connections: number) {
-  const spec = { url, path: '/', body: text, connections, headers: { 'content-type': 'text/plain' } };
+  const spec = loadOf(url, text, connections);
   await runLoad({ ...spec, warmupSeconds: 0, durationSeconds: 1 });
   const before = cpuMs(pids);
   const load = await runLoad({ ...spec, warmupSeconds: 0, durationSeconds: seconds });
@@ -108,11 +115,7 @@ for (const model of values.models.split(',')) {
     for (const side of Object.values(sides))
       for (const connections of [1, 64])
         await runLoad({
-          url: side.url,
-          path: '/',
-          body: text,
-          connections,
-          headers: { 'content-type': 'text/plain' },
+          ...loadOf(side.url, text, connections),
           warmupSeconds: 0,
           durationSeconds: Number(values.warmup),
         });

@@ -39,7 +39,8 @@ export interface BenchOptions {
 const PHASES = ['sweep', 'batch1', 'pairs', 'mixed', 'varied', 'soak'] as const;
 type Phase = (typeof PHASES)[number];
 
-const DEFAULT_MODELS = [
+/** The two models the bench and its A/B comparisons measure unless told others. */
+export const DEFAULT_MODELS = [
   'replica/MiniLM-L6-H384-uncased-sst2',
   'replica/distilbert-base-uncased-finetuned-sst-2-english',
 ];
