@@ -64,7 +64,7 @@ describe('gRPC: KServe v2 / Triton, health and reflection', () => {
       stream.end();
     });
 
-  it("TEI's tei.v1 services answer as its HTTP routes do: Info, Embed, EmbedAll, Predict, PredictPair, Rerank, Tokenize", async () => {
+  it("TEI's tei.v1 services answer as its HTTP routes do: Info, Embed, EmbedAll, Predict, PredictPair, Rerank, Tokenize, Decode", async () => {
     const model = { 'x-model': EMBEDDER };
     const info = await unary(tei.Info, 'Info', {}, { metadata: model });
     const httpInfo = (await (await fetch(`${system.url}/info`, { headers: model })).json()) as any;
@@ -147,6 +147,29 @@ describe('gRPC: KServe v2 / Triton, health and reflection', () => {
         }));
       assert.deepEqual(plain(tokens.tokens), plain((http.body as any[][])[0]));
     }
+
+    // Decode's flag is proto3's bool too: special tokens kept unless asked to skip them, as in TEI.
+    const ids = ((await system.post('/tokenize', { inputs: 'héllo world' }, classifier)).body as any[][])[0].map(
+      (t) => t.id,
+    );
+    for (const skip of [false, true]) {
+      const decoded = await unary(tei.Tokenize, 'Decode', { ids, skip_special_tokens: skip }, { metadata: classifier });
+      const http = await system.post('/decode', { ids, skip_special_tokens: skip }, classifier);
+      assert.deepEqual([decoded.text], http.body);
+    }
+    const decodeMetadata = new grpc.Metadata();
+    decodeMetadata.set('x-model', CLASSIFIER);
+    const streamedTexts = await streamed(tei.Tokenize.DecodeStream(decodeMetadata), [
+      { ids: ids.slice(0, 2) },
+      { ids, skip_special_tokens: true },
+    ]);
+    const [first] = (await system.post('/decode', { ids: ids.slice(0, 2), skip_special_tokens: false }, classifier))
+      .body;
+    const [second] = (await system.post('/decode', { ids }, classifier)).body;
+    assert.deepEqual(
+      streamedTexts.map((a) => a.text),
+      [first, second],
+    );
   });
 
   it("TEI's streams answer in order; a bad request and a method not served get their statuses", async () => {
@@ -182,7 +205,7 @@ describe('gRPC: KServe v2 / Triton, health and reflection', () => {
     const unimplemented = await refusal(
       new Promise((resolve, reject) =>
         tei.Embed.makeUnaryRequest(
-          '/tei.v1.Tokenize/Decode',
+          '/tei.v1.Tokenize/Detokenize',
           () => Buffer.alloc(0),
           (b: Buffer) => b,
           {},

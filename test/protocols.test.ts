@@ -6,6 +6,8 @@
  */
 import { after, before, describe, it, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import path from 'node:path';
 import OpenAI from 'openai';
 import { CohereClient, CohereClientV2 } from 'cohere-ai';
 import { AutoModelForSequenceClassification, AutoTokenizer, env } from '@huggingface/transformers';
@@ -14,6 +16,21 @@ import { CLASSIFIER, EMBEDDER, RERANKER } from './helpers/replicas.ts';
 import { binaryRequest, bytesTensor } from './helpers/triton.ts';
 
 const REF = reference() as Record<string, any>;
+
+/** What the Hugging Face tokenizers library, which TEI decodes with, makes of each sequence of ids. */
+function decodedByTokenizers(model: string, sequences: number[][], skipSpecialTokens: boolean): string[] {
+  const script = [
+    'import json, sys',
+    'from tokenizers import Tokenizer',
+    'tokenizer = Tokenizer.from_file(sys.argv[1])',
+    'print(json.dumps([tokenizer.decode(ids, skip_special_tokens=sys.argv[3] == "1") for ids in json.loads(sys.argv[2])]))',
+  ].join('\n');
+  const file = path.join(MODEL_DIR, model, 'tokenizer.json');
+  const out = execFileSync('python3', ['-c', script, file, JSON.stringify(sequences), skipSpecialTokens ? '1' : '0'], {
+    encoding: 'utf8',
+  });
+  return JSON.parse(out) as string[];
+}
 const TOL = 1e-4;
 
 env.allowRemoteModels = false;
@@ -321,6 +338,26 @@ describe('protocols', () => {
       assert.ok(info.body.max_batch_requests > 0 && info.body.max_client_batch_size > 0);
     });
 
+    it("/decode gives each sequence's text as Hugging Face tokenizers decode its ids", async () => {
+      const text = 'Zoë lives in Zürich';
+      const ids: number[] = (await system.post('/tokenize', { inputs: text, model: CLASSIFIER })).body[0].map(
+        (t: any) => t.id,
+      );
+      // An id past the vocabulary, which the tokenizers library leaves out.
+      const withUnknown = [...ids.slice(0, 2), 999_999, ...ids.slice(2)];
+      const sequences = [ids, withUnknown, ids.slice(1, 3), []];
+      const expected = (skip: boolean) => decodedByTokenizers(CLASSIFIER, sequences, skip);
+      for (const skip of [true, false]) {
+        const res = await system.post('/decode', { ids: sequences, skip_special_tokens: skip, model: CLASSIFIER });
+        assert.equal(res.status, 200, JSON.stringify(res.body));
+        assert.deepEqual(res.body, expected(skip));
+      }
+      assert.equal(expected(true)[0], 'zoe lives in zurich', 'the reference decodes the uncased text');
+      // One sequence is a list of one; special tokens are left out unless asked for, as TEI does.
+      assert.deepEqual((await system.post('/decode', { ids, model: CLASSIFIER })).body, [expected(true)[0]]);
+      assert.deepEqual((await system.post('/decode', { ids: [], model: CLASSIFIER })).body, ['']);
+    });
+
     it("bad input gets a 4xx in TEI's shape {error, error_type}", async () => {
       const cases: Array<[string, unknown, number, RegExp]> = [
         ['/embed', {}, 422, /inputs is required/],
@@ -351,6 +388,12 @@ describe('protocols', () => {
           422,
           /^input is at least \d+ tokens long but this model accepts at most 512/,
         ],
+        ['/decode', { model: CLASSIFIER }, 422, /ids is required/],
+        ['/decode', { ids: [101, -1], model: CLASSIFIER }, 422, /ids must not be negative/],
+        ['/decode', { ids: 'hello', model: CLASSIFIER }, 422, /ids must be a list of token ids/],
+        ['/decode', { ids: [101], skip_special_tokens: 'yes', model: CLASSIFIER }, 422, /skip_special_tokens/],
+        // As a text to tokenize, ids to decode are bounded by the model's length: 250 per token (512 here).
+        ['/decode', { ids: Array(128_001).fill(7), model: CLASSIFIER }, 422, /must hold at most 128000 ids/],
         // Over the payload limit TEI's HTTP layer answers 413; here MAX_BODY_BYTES (1 MB by default).
         ['/embed', { inputs: 'x'.repeat(1_000_001) }, 413, /larger than 1000000 bytes \(MAX_BODY_BYTES\)/],
       ];

@@ -70,3 +70,45 @@ export class ApiError extends Error {
     return new ApiError(body.error_type in ERROR_STATUS ? body.error_type : 'internal', body.error);
   }
 }
+
+/** Turns zod issues into one sentence a client can act on; paths are prefixed with `prefix` (e.g. "parameters"). */
+export function describeIssues(error: z.ZodError, prefix?: string): string {
+  const sentences = flatten(error.issues).map((issue) => {
+    const path = clip([...(prefix ? [prefix] : []), ...issue.path.map(String)].join('.')) || 'body';
+    if (issue.code === 'unrecognized_keys')
+      return `${path}: unknown field(s) ${firstFew(issue.keys.map((k) => `"${clip(k)}"`))}`;
+    return `${path}: ${issue.message}`;
+  });
+  return firstFew(sentences, '; ');
+}
+
+/**
+ * How many offenders an error names: a request with 50,000 unknown keys is told of the first few
+ * and how many more, not echoed back whole (each named one clipped too).
+ */
+const NAMED_AT_MOST = 5;
+const NAME_CHARS_AT_MOST = 64;
+
+/** `items` joined, the first few of them, and how many were left out. */
+function firstFew(items: string[], separator = ', '): string {
+  const named = items.slice(0, NAMED_AT_MOST).join(separator);
+  return items.length > NAMED_AT_MOST ? `${named}${separator}and ${items.length - NAMED_AT_MOST} more` : named;
+}
+
+/** A client's text as an error names it: at most NAME_CHARS_AT_MOST characters. */
+export function clip(text: string): string {
+  return text.length > NAME_CHARS_AT_MOST ? `${text.slice(0, NAME_CHARS_AT_MOST)}…` : text;
+}
+
+/**
+ * A union's failure says only that no branch fitted. When a branch got further (a list whose
+ * item is wrong), its own issues say what to fix, so those are reported instead.
+ */
+function flatten(issues: z.core.$ZodIssue[]): z.core.$ZodIssue[] {
+  return issues.flatMap((issue) => {
+    if (issue.code !== 'invalid_union') return [issue];
+    const deeper = issue.errors.flat().filter((inner) => inner.path.length > 0);
+    if (deeper.length === 0) return [issue];
+    return flatten(deeper).map((inner) => ({ ...inner, path: [...issue.path, ...inner.path] }));
+  });
+}

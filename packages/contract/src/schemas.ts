@@ -15,15 +15,22 @@ export const TASKS = [
 export type Task = (typeof TASKS)[number];
 
 /**
- * What a worker can be asked to do: a task; only tokenize (TEI's /tokenize), which runs no model;
- * or a sparse vector (TEI's /embed_sparse) from a masked-LM model that serves them.
+ * What a worker can be asked to do: a task; only tokenize or decode (TEI's /tokenize and
+ * /decode), which run no model; or a sparse vector (TEI's /embed_sparse) from a masked-LM model
+ * that serves them.
  */
-export type Operation = Task | 'tokenize' | 'embed-sparse';
+export type Operation = Task | 'tokenize' | 'decode' | 'embed-sparse';
 
 /** Parameters of tokenization alone. */
 export interface TokenizeParameters {
   add_special_tokens?: boolean;
   prompt_name?: string;
+}
+
+/** Parameters of decoding token ids into text. */
+export interface DecodeParameters {
+  /** Leave out special tokens ([CLS], [SEP], padding): TEI's default. */
+  skip_special_tokens?: boolean;
 }
 
 /** A text and the text it is read with, run as one sequence ([CLS] text [SEP] text_pair [SEP]). */
@@ -39,8 +46,12 @@ export interface SentenceSimilarityInput {
   source_sentence: string;
   sentences: string[];
 }
+/** Token ids of one sequence, to decode into its text. */
+export interface TokenIds {
+  ids: number[];
+}
 /** One input of a request, as its task reads it. */
-export type TaskInput = string | TextPair | QuestionAnsweringInput | SentenceSimilarityInput;
+export type TaskInput = string | TextPair | QuestionAnsweringInput | SentenceSimilarityInput | TokenIds;
 
 const nonEmptyText = z.string({ error: 'each input must be a string' }).min(1, 'inputs must not be empty strings');
 
@@ -69,6 +80,13 @@ const sentenceSimilaritySchema = z
       .min(1, 'sentences must not be empty'),
   })
   .strict();
+/** A token id, as Hugging Face tokenizers hold one (32 bits, unsigned). */
+export const tokenIdSchema = z
+  .number({ error: 'each id must be a number' })
+  .int('ids must be whole numbers')
+  .min(0, 'ids must not be negative')
+  .max(2 ** 32 - 1, 'ids must fit in 32 bits');
+const tokenIdsSchema = z.object({ ids: z.array(tokenIdSchema, { error: 'ids must be a list of token ids' }) }).strict();
 
 /**
  * What `inputs` may be for each task, as the Inference API defines it. A text-classification input
@@ -86,12 +104,13 @@ export const taskInputSchemas = {
   'question-answering': oneOrMany(questionAnsweringSchema, '{"question", "context"}'),
   'sentence-similarity': sentenceSimilaritySchema,
   tokenize: inputsSchema,
+  decode: oneOrMany(tokenIdsSchema, '{"ids"}'),
   'embed-sparse': inputsSchema,
 } satisfies Record<Operation, z.ZodType>;
 
 /** Reads one input of any task: an object with text_pair stays a pair, a pair without it is its text. */
 export function normalizeInput(
-  input: string | { text: string; text_pair?: string } | QuestionAnsweringInput | SentenceSimilarityInput,
+  input: string | { text: string; text_pair?: string } | QuestionAnsweringInput | SentenceSimilarityInput | TokenIds,
 ): TaskInput {
   if (typeof input === 'object' && 'text' in input)
     return input.text_pair === undefined ? input.text : { text: input.text, text_pair: input.text_pair };
@@ -196,6 +215,7 @@ export const parameterSchemas = {
     .strict(),
   'sentence-similarity': z.object({ ...common }).strict(),
   tokenize: z.object({ add_special_tokens: z.boolean().optional(), prompt_name: promptName }).strict(),
+  decode: z.object({ skip_special_tokens: z.boolean().optional() }).strict(),
   'embed-sparse': z.object({ ...common, truncation_direction: truncationDirection, prompt_name: promptName }).strict(),
 } satisfies Record<Operation, z.ZodType>;
 
@@ -216,7 +236,8 @@ export type TaskParameters =
   | ZeroShotParameters
   | SentenceSimilarityParameters
   | SparseParameters
-  | TokenizeParameters;
+  | TokenizeParameters
+  | DecodeParameters;
 
 /**
  * Sequences the model runs for one input: what a request costs, counted against
@@ -256,45 +277,3 @@ export const inferenceRequestSchema = z
     options: optionsSchema.optional(),
   })
   .strict();
-
-/** Turns zod issues into one sentence a client can act on; paths are prefixed with `prefix` (e.g. "parameters"). */
-export function describeIssues(error: z.ZodError, prefix?: string): string {
-  const sentences = flatten(error.issues).map((issue) => {
-    const path = clip([...(prefix ? [prefix] : []), ...issue.path.map(String)].join('.')) || 'body';
-    if (issue.code === 'unrecognized_keys')
-      return `${path}: unknown field(s) ${firstFew(issue.keys.map((k) => `"${clip(k)}"`))}`;
-    return `${path}: ${issue.message}`;
-  });
-  return firstFew(sentences, '; ');
-}
-
-/**
- * How many offenders an error names: a request with 50,000 unknown keys is told of the first few
- * and how many more, not echoed back whole (each named one clipped too).
- */
-const NAMED_AT_MOST = 5;
-const NAME_CHARS_AT_MOST = 64;
-
-/** `items` joined, the first few of them, and how many were left out. */
-function firstFew(items: string[], separator = ', '): string {
-  const named = items.slice(0, NAMED_AT_MOST).join(separator);
-  return items.length > NAMED_AT_MOST ? `${named}${separator}and ${items.length - NAMED_AT_MOST} more` : named;
-}
-
-/** A client's text as an error names it: at most NAME_CHARS_AT_MOST characters. */
-export function clip(text: string): string {
-  return text.length > NAME_CHARS_AT_MOST ? `${text.slice(0, NAME_CHARS_AT_MOST)}…` : text;
-}
-
-/**
- * A union's failure says only that no branch fitted. When a branch got further (a list whose
- * item is wrong), its own issues say what to fix, so those are reported instead.
- */
-function flatten(issues: z.core.$ZodIssue[]): z.core.$ZodIssue[] {
-  return issues.flatMap((issue) => {
-    if (issue.code !== 'invalid_union') return [issue];
-    const deeper = issue.errors.flat().filter((inner) => inner.path.length > 0);
-    if (deeper.length === 0) return [issue];
-    return flatten(deeper).map((inner) => ({ ...inner, path: [...issue.path, ...inner.path] }));
-  });
-}

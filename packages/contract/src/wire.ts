@@ -37,13 +37,15 @@ export function sequenceCount(request: Pick<QueuedRequest, 'inputs' | 'sequences
   return request.sequences ?? request.inputs.length;
 }
 
-/** Characters of text a queued request carries (every string in its inputs): what it weighs in a Redis command. */
+/** Characters of text a queued request carries (every string and token id in its inputs): what it weighs in a Redis command. */
 export function textLength(request: Pick<QueuedRequest, 'inputs'>): number {
   return charsIn(request.inputs);
 }
 
 function charsIn(value: unknown): number {
   if (typeof value === 'string') return value.length;
+  // A token id (decode's inputs), with the comma that follows it.
+  if (typeof value === 'number') return String(value).length + 1;
   if (typeof value !== 'object' || value === null) return 0;
   let n = 0;
   for (const v of Array.isArray(value) ? value : Object.values(value)) n += charsIn(v);

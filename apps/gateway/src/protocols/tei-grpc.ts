@@ -6,6 +6,7 @@ import type { ProtocolParts } from '../serving/route-call.js';
 import { ANY, CLASSIFIER, EMBEDDING, RERANKER, SPARSE, type RouteKind } from '../serving/model-choice.js';
 import { Tei, type TeiRequest, type Timing } from './tei.js';
 import {
+  decodeRequest,
   embedAllRequest,
   embedRequest,
   embedSparseRequest,
@@ -40,6 +41,8 @@ interface Message {
   text?: string;
   return_text?: boolean;
   add_special_tokens?: boolean;
+  ids?: number[];
+  skip_special_tokens?: boolean;
 }
 
 /** A message's truncation, as the HTTP body says it. */
@@ -180,6 +183,12 @@ class TeiMessages {
     };
   }
 
+  async decode(m: Message, call: GrpcCall) {
+    const body = parse(decodeRequest, { ids: m.ids ?? [], skip_special_tokens: m.skip_special_tokens ?? false });
+    const [text] = await this.admitted(call, ANY, (request) => this.tei.decode(request, body));
+    return { text };
+  }
+
   info(call: GrpcCall) {
     const info = this.tei.info(call.metadata('x-model'));
     const [type] = Object.keys(info.model_type) as Array<keyof typeof MODEL_TYPE>;
@@ -255,8 +264,16 @@ export function teiGrpc(parts: ProtocolParts): GrpcService[] {
     ),
     service(
       'Tokenize',
-      { Tokenize: (request, call) => tei.tokenize(request as Message, call) },
-      { streams: { TokenizeStream: (requests, send, call) => inOrder(requests, send, (m) => tei.tokenize(m, call)) } },
+      {
+        Tokenize: (request, call) => tei.tokenize(request as Message, call),
+        Decode: (request, call) => tei.decode(request as Message, call),
+      },
+      {
+        streams: {
+          TokenizeStream: (requests, send, call) => inOrder(requests, send, (m) => tei.tokenize(m, call)),
+          DecodeStream: (requests, send, call) => inOrder(requests, send, (m) => tei.decode(m, call)),
+        },
+      },
     ),
   ];
 }

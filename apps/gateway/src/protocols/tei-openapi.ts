@@ -62,6 +62,12 @@ export function teiOpenApi(options: OpenApiOptions): OpenApiPart {
         teiSchemas.tokenizeRequest,
         teiSchemas.tokenizeResponse,
       ),
+      '/decode': call(
+        'teiDecode',
+        "token ids back into text with a model's tokenizer",
+        teiSchemas.decodeRequest,
+        teiSchemas.decodeResponse,
+      ),
       '/info': getOperation(
         TAG,
         'teiInfo',

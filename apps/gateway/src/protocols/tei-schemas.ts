@@ -1,5 +1,6 @@
 import { z } from 'zod';
-import { ApiError, describeIssues, TASKS } from '@tserve/contract';
+import { ApiError, describeIssues, TASKS, tokenIdSchema, type ErrorType } from '@tserve/contract';
+import { BodyTooLarge, type ErrorFormat } from '../http/http-errors.js';
 
 /** The shapes of TEI's bodies: what its routes parse (`parse`), and what the OpenAPI document describes. */
 
@@ -7,7 +8,7 @@ const errorBody = z.strictObject({
   error: z.string(),
   error_type: z.string().meta({ description: 'Validation, Empty, Overloaded, Unhealthy, Backend, …' }),
 });
-export type ErrorBody = z.infer<typeof errorBody>;
+type ErrorBody = z.infer<typeof errorBody>;
 
 const text = z.string({ error: 'each input must be a string' }).min(1, 'inputs must not contain empty strings');
 const texts = z.union([text, z.array(text).min(1, 'inputs must not be an empty list')], {
@@ -88,6 +89,18 @@ export const tokenizeRequest = z
   })
   .strict();
 
+/** TEI's `ids`: one sequence's token ids, or a list of sequences (an empty list is one empty sequence). */
+export const decodeRequest = z
+  .object({
+    ids: z.union([z.array(tokenIdSchema), z.array(z.array(tokenIdSchema)).min(1)], {
+      error: (issue) =>
+        issue.input === undefined ? 'ids is required' : 'ids must be a list of token ids, or a list of such lists',
+    }),
+    skip_special_tokens: z.boolean().default(true),
+    model,
+  })
+  .strict();
+
 const labelScores = z.array(z.strictObject({ label: z.string(), score: z.number() }));
 const offset = z
   .number()
@@ -153,16 +166,48 @@ export const teiSchemas = {
   rerankResponse: z.array(rankedText).meta({ description: 'the texts by score, highest first' }),
   tokenizeRequest,
   tokenizeResponse: z.array(z.array(tokenInfo)),
+  decodeRequest,
+  decodeResponse: z.array(z.string()).meta({ description: 'the text of each sequence of ids' }),
   info,
   error: errorBody,
 };
 
 /** Empty inputs: TEI's own error type, answered 400. */
-export class EmptyInput extends ApiError {
+class EmptyInput extends ApiError {
   constructor(message: string) {
     super('validation', message);
   }
 }
+
+const TEI_TYPES: Partial<Record<ErrorType, string>> = {
+  validation: 'Validation',
+  payload_too_large: 'Validation',
+  overloaded: 'Overloaded',
+  rate_limited: 'Overloaded',
+  unavailable: 'Unhealthy',
+  inference: 'Backend',
+  timeout: 'Backend',
+  internal: 'Backend',
+};
+/**
+ * TEI (1.9+) answers input errors, too-large batches included, with 422, and overload with 429. A
+ * body over its payload limit is refused by its HTTP layer (axum) with 413: so is one over MAX_BODY_BYTES.
+ */
+const TEI_STATUS: Partial<Record<ErrorType, number>> = {
+  validation: 422,
+  payload_too_large: 422,
+  overloaded: 429,
+  inference: 424,
+};
+
+/** TEI's error body: `{"error", "error_type"}`, with TEI's type names and statuses. */
+export const teiErrors: ErrorFormat = (error) =>
+  error instanceof EmptyInput
+    ? { status: 400, body: { error: error.message, error_type: 'Empty' } satisfies ErrorBody }
+    : {
+        status: error instanceof BodyTooLarge ? 413 : (TEI_STATUS[error.type] ?? error.status),
+        body: { error: error.message, error_type: TEI_TYPES[error.type] ?? error.type } satisfies ErrorBody,
+      };
 
 /** TEI refuses an empty input or list as `Empty` before anything else. */
 function refuseEmpty(body: unknown, fields: string[]): void {

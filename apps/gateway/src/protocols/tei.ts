@@ -1,8 +1,8 @@
 import type { IRouter, Request, Response } from 'express';
 import { z } from 'zod';
-import { ApiError, batchWarning, type ErrorType, type Operation } from '@tserve/contract';
+import { ApiError, batchWarning, type Operation } from '@tserve/contract';
 import type { ServedModel } from '../serving/served-models.js';
-import { BodyTooLarge, errorHandler, type ErrorFormat } from '../http/http-errors.js';
+import { errorHandler } from '../http/http-errors.js';
 import { httpCaller, type Caller, type ProtocolParts } from '../serving/route-call.js';
 import { jsonBody } from '../http/request-body.js';
 import { jsonList, sendJson } from '../http/json-bytes.js';
@@ -11,55 +11,25 @@ import { shorten } from '../serving/embedding-dimensions.js';
 import { ANY, CLASSIFIER, EMBEDDING, ModelChoice, RERANKER, SPARSE, type RouteKind } from '../serving/model-choice.js';
 import { rankTexts } from '../serving/ranking.js';
 import {
-  EmptyInput,
   parse,
+  decodeRequest,
   embedRequest,
   embedAllRequest,
   embedSparseRequest,
   info,
   predictRequest,
   rerankRequest,
+  teiErrors,
   tokenizeRequest,
-  type ErrorBody,
   type rankedText,
 } from './tei-schemas.js';
 
 /**
  * Hugging Face text-embeddings-inference's API: `/embed`, `/embed_all`, `/embed_sparse`, `/predict`,
- * `/rerank`, `/tokenize`, `/info`. TEI serves one model; here each route picks the served model for its kind (an embedding
+ * `/rerank`, `/tokenize`, `/decode`, `/info`. TEI serves one model; here each route picks the served model for its kind (an embedding
  * model, a classifier, a reranker: a one-label classifier), or the one named by a `model` field
  * or an `x-model` header when several fit.
  */
-
-const TEI_TYPES: Partial<Record<ErrorType, string>> = {
-  validation: 'Validation',
-  payload_too_large: 'Validation',
-  overloaded: 'Overloaded',
-  rate_limited: 'Overloaded',
-  unavailable: 'Unhealthy',
-  inference: 'Backend',
-  timeout: 'Backend',
-  internal: 'Backend',
-};
-/**
- * TEI (1.9+) answers input errors, too-large batches included, with 422, and overload with 429. A
- * body over its payload limit is refused by its HTTP layer (axum) with 413: so is one over MAX_BODY_BYTES.
- */
-const TEI_STATUS: Partial<Record<ErrorType, number>> = {
-  validation: 422,
-  payload_too_large: 422,
-  overloaded: 429,
-  inference: 424,
-};
-
-/** TEI's error body: `{"error", "error_type"}`, with TEI's type names and statuses. */
-const teiErrors: ErrorFormat = (error) =>
-  error instanceof EmptyInput
-    ? { status: 400, body: { error: error.message, error_type: 'Empty' } satisfies ErrorBody }
-    : {
-        status: error instanceof BodyTooLarge ? 413 : (TEI_STATUS[error.type] ?? error.status),
-        body: { error: error.message, error_type: TEI_TYPES[error.type] ?? error.type } satisfies ErrorBody,
-      };
 
 interface TokenOffsets {
   start: number | null;
@@ -228,6 +198,20 @@ export class Tei {
     return (result.outputs as TokenOffsets[][]).map((tokens, i) => toByteOffsets(texts[i], tokens));
   }
 
+  /** The text of each sequence of ids: one sequence's ids, or a list of sequences. */
+  async decode({ caller, xModel }: TeiRequest, body: z.output<typeof decodeRequest>): Promise<string[]> {
+    const id = this.choice.pick(xModel, ANY, body.model);
+    const single = body.ids.every((x) => typeof x === 'number');
+    const sequences = (single ? [body.ids] : body.ids) as number[][];
+    const result = await caller.run({
+      model: id,
+      task: 'decode',
+      inputs: sequences.map((ids) => ({ ids })),
+      parameters: { skip_special_tokens: body.skip_special_tokens },
+    });
+    return result.outputs as string[];
+  }
+
   info(xModel: string | undefined, named?: string): z.infer<typeof info> {
     const { config, registry } = this.parts;
     const id = this.choice.pick(xModel, ANY, named);
@@ -285,9 +269,12 @@ export function teiRoutes(router: IRouter, parts: ProtocolParts): void {
   router.post('/tokenize', admit(ANY), json, async (req, res) => {
     res.json(await tei.tokenize(request(req, res), parse(tokenizeRequest, req.body)));
   });
+  router.post('/decode', admit(ANY), json, async (req, res) => {
+    res.json(await tei.decode(request(req, res), parse(decodeRequest, req.body)));
+  });
   router.get('/info', (req, res) => {
     res.json(tei.info(req.get('x-model'), typeof req.query.model === 'string' ? req.query.model : undefined));
   });
-  for (const path of ['/embed', '/embed_all', '/embed_sparse', '/predict', '/rerank', '/tokenize', '/info'])
+  for (const path of ['/embed', '/embed_all', '/embed_sparse', '/predict', '/rerank', '/tokenize', '/decode', '/info'])
     router.use(path, errorHandler(parts.logger, teiErrors));
 }

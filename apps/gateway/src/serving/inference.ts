@@ -249,8 +249,9 @@ function taskFor(
   served: ServedModel,
   call: { task?: Operation; inputs: unknown; parameters: Record<string, unknown> },
 ): Operation {
-  // Every model's tokenizer can tokenize; a model with SPLADE pooling also gives sparse vectors.
-  if (call.task === 'tokenize' || (call.task === 'embed-sparse' && served.sparse)) return call.task;
+  // Every model's tokenizer can tokenize and decode; a model with SPLADE pooling also gives sparse vectors.
+  if (call.task === 'tokenize' || call.task === 'decode' || (call.task === 'embed-sparse' && served.sparse))
+    return call.task;
   let task = call.task ?? taskOfInputs(call.inputs);
   // An NLI model classifies one text zero-shot when given candidate labels.
   if (!task && 'candidate_labels' in call.parameters && served.tasks.includes('zero-shot-classification'))

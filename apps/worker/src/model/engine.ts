@@ -122,6 +122,13 @@ export class Engine {
     return this.inner.model.vocab?.[id] ?? this.loaded.tokenizer.decode([id]);
   }
 
+  /** The text of token ids, as Hugging Face tokenizers decode them: ids neither the vocabulary nor the added tokens hold are left out. */
+  text(ids: number[], skipSpecialTokens: boolean): string {
+    const added = new Set([...this.inner.added_tokens_map.values()].map((token) => token.id));
+    const known = ids.filter((id) => this.inner.model.vocab?.[id] !== undefined || added.has(id));
+    return known.length ? this.loaded.tokenizer.decode(known, { skip_special_tokens: skipSpecialTokens }) : '';
+  }
+
   /** How many special tokens surround one text (`pair` false) or a pair. */
   specialTokens(pair: boolean): number {
     return pair ? this.specials.pair : this.specials.single;

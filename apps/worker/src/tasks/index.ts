@@ -9,6 +9,7 @@ import { questionAnsweringHead } from './question-answering.js';
 import { zeroShotClassificationHead } from './zero-shot-classification.js';
 import { sentenceSimilarityHead } from './sentence-similarity.js';
 import { tokenizeHead } from './tokenize.js';
+import { decodeHead } from './decode.js';
 import { sparseHead } from './sparse.js';
 
 export type { TaskHead } from './head.js';
@@ -26,10 +27,11 @@ const HEADS: Record<Task, (loaded: LoadedModel) => TaskHead> = {
   'sentence-similarity': sentenceSimilarityHead,
 };
 
-/** One head per task the model serves, tokenization, and sparse vectors where it serves them, built once. */
+/** One head per task the model serves, tokenization and decoding, and sparse vectors where it serves them, built once. */
 export function headsFor(loaded: LoadedModel): TaskHeads {
   const heads = new Map<Operation, TaskHead>(loaded.tasks.map((task) => [task, HEADS[task](loaded)]));
   heads.set('tokenize', tokenizeHead(loaded));
+  heads.set('decode', decodeHead(loaded));
   if (loaded.splade) heads.set('embed-sparse', sparseHead(loaded, loaded.splade));
   return (task = loaded.task) => {
     const head = heads.get(task);
