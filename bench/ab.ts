@@ -23,6 +23,7 @@ import { costPerRequest, readRedisCpu, readRedisStats, resetRedisStats } from '.
 import { loadInProcess, measureSingles } from './lib/inprocess.ts';
 import { craftText, loadTokenizer } from './lib/texts.ts';
 import { median, round } from './lib/stats.ts';
+import { sideRows, type SidePoints } from './lib/side-rows.ts';
 import { sampleCpu } from './lib/cpu.ts';
 import { parseSettings } from './lib/settings.ts';
 import { MODEL_DIR } from '../test/helpers/processes.ts';
@@ -159,7 +160,7 @@ try {
     const config = JSON.parse(fs.readFileSync(path.join(MODEL_DIR, model, 'config.json'), 'utf8')) as TaskConfig;
     const task = taskFromConfig(config) === 'feature-extraction' ? 'feature-extraction' : 'text-classification';
     const inProcess = await loadInProcess(model, MODEL_DIR, undefined, { task });
-    const results: Record<Side, { c1: Point[]; c64: Point[] }> = { A: { c1: [], c64: [] }, B: { c1: [], c64: [] } };
+    const results: Record<Side, SidePoints<Point>> = { A: { c1: [], c64: [] }, B: { c1: [], c64: [] } };
     const floor: number[] = [];
     await warmUp(text, model);
     for (let r = 0; r < rounds; r++) {
@@ -172,12 +173,12 @@ try {
       process.stderr.write(`${model}: round ${r + 1} of ${rounds} done\n`);
     }
     await inProcess.dispose();
-    const med = (side: Side, at: 'c1' | 'c64', figure: keyof Point) => median(results[side][at].map((p) => p[figure]));
-    const row = (name: string, at: 'c1' | 'c64', figure: keyof Point, digits: number) => {
-      const [a, b] = [med('A', at, figure), med('B', at, figure)];
-      const each = (side: Side) => results[side][at].map((p) => round(p[figure], digits)).join(' ');
-      return `  ${name.padEnd(26)} A ${String(round(a, digits)).padStart(8)}  B ${String(round(b, digits)).padStart(8)}  B/A ${round(b / a, 3)}   (A: ${each('A')}; B: ${each('B')})`;
-    };
+    const { med, row } = sideRows(results, {
+      first: { side: 'A', label: 'A' },
+      second: { side: 'B', label: 'B' },
+      over: 'B',
+      width: 26,
+    });
     console.log(
       `${model}, 16 tokens, ${rounds} interleaved rounds of ${seconds} s per point; medians${receiver ? `; B traces on (${spansReceived} exports received so far)` : ''}`,
     );

@@ -19,7 +19,7 @@ import { DEFAULT_MODELS } from './lib/options.ts';
 import { runLoad } from './lib/load.ts';
 import { sampleCpu } from './lib/cpu.ts';
 import { craftText, loadTokenizer } from './lib/texts.ts';
-import { median, round } from './lib/stats.ts';
+import { sideRows, type SidePoints } from './lib/side-rows.ts';
 import { parseSettings } from './lib/settings.ts';
 import { freePort, MODEL_DIR, waitFor } from '../test/helpers/processes.ts';
 
@@ -108,7 +108,7 @@ for (const model of values.models.split(',')) {
       tserve: { url: system.url, pids: { ...system.pids(), bench: undefined } },
       python: { url: python.url, pids: { python: python.child.pid } },
     };
-    const points: Record<Side, Record<'c1' | 'c64', Point[]>> = {
+    const points: Record<Side, SidePoints<Point>> = {
       tserve: { c1: [], c64: [] },
       python: { c1: [], c64: [] },
     };
@@ -127,12 +127,12 @@ for (const model of values.models.split(',')) {
       }
       process.stderr.write(`${model}: round ${r + 1} of ${rounds} done\n`);
     }
-    const med = (side: Side, at: 'c1' | 'c64', figure: keyof Point) => median(points[side][at].map((p) => p[figure]));
-    const row = (name: string, at: 'c1' | 'c64', figure: keyof Point, digits: number) => {
-      const [t, p] = [med('tserve', at, figure), med('python', at, figure)];
-      const each = (side: Side) => points[side][at].map((x) => round(x[figure], digits)).join(' ');
-      return `  ${name.padEnd(22)} tserve ${String(round(t, digits)).padStart(8)}  Python ${String(round(p, digits)).padStart(8)}  tserve/Python ${round(t / p, 3)}   (tserve: ${each('tserve')}; Python: ${each('python')})`;
-    };
+    const { row } = sideRows(points, {
+      first: { side: 'tserve', label: 'tserve' },
+      second: { side: 'python', label: 'Python' },
+      over: 'tserve',
+      width: 22,
+    });
     console.log(
       `${model}, POST / of a 16-token text, ${rounds} interleaved rounds of ${seconds} s per point; medians${values.set ? `; tserve with ${values.set}` : ''}`,
     );
