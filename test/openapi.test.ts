@@ -221,6 +221,8 @@ const REQUESTS: Array<[string, string, ReturnType<typeof json>?]> = [
   ['POST', '/v1/rerank', json({ model: RERANKER, query: 'q', documents: [{ text: 'a' }], return_documents: true })],
   ['POST', '/v2/rerank', json({ model: RERANKER, query: 'q', documents: ['a'], top_n: 0 })],
   ['POST', '/tokenize', json({ inputs: 5, model: EMBEDDER })],
+  ['POST', '/similarity', json({ inputs: { source_sentence: 'q', sentences: ['a', 'b'] }, model: EMBEDDER })],
+  ['POST', '/similarity', json({ inputs: { source_sentence: 'q', sentences: [] }, model: EMBEDDER })],
   ['POST', '/decode', json({ ids: [[101, 7592, 102], []], model: EMBEDDER })],
   ['POST', '/decode', json({ ids: [1.5], model: EMBEDDER })],
   ['GET', `/info?model=${MISSING}`, undefined],

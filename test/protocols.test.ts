@@ -358,6 +358,38 @@ describe('protocols', () => {
       assert.deepEqual((await system.post('/decode', { ids: [], model: CLASSIFIER })).body, ['']);
     });
 
+    it("/similarity gives each sentence's cosine similarity to the source: from /embed's vectors, as sentence-similarity's", async () => {
+      const source = 'What is Deep Learning?';
+      const sentences = ['What is Machine Learning?', 'The cat sat on the mat', 'Deep learning is machine learning'];
+      const res = await system.post('/similarity', { inputs: { source_sentence: source, sentences } });
+      assert.equal(res.status, 200, JSON.stringify(res.body));
+      assert.equal(res.body.length, sentences.length);
+      // TEI embeds all of them, unnormalised, and takes the cosine of each with the source.
+      const vectors = (await system.post('/embed', { inputs: [source, ...sentences], normalize: false })).body;
+      const dot = (a: number[], b: number[]) => a.reduce((n, x, i) => n + x * b[i], 0);
+      const cosine = (a: number[], b: number[]) => dot(a, b) / Math.sqrt(dot(a, a) * dot(b, b));
+      res.body.forEach((score: number, i: number) =>
+        assert.ok(Math.abs(score - cosine(vectors[0], vectors[i + 1])) < 1e-5),
+      );
+      // The Inference API's sentence-similarity on the same model gives the same scores.
+      const hf = await system.infer(EMBEDDER, { source_sentence: source, sentences });
+      assert.equal(hf.status, 200, JSON.stringify(hf.body));
+      hf.body.forEach((score: number, i: number) => assert.ok(Math.abs(score - res.body[i]) < 1e-4));
+      // Long sentences are refused unless the parameters ask for them to be cut, from either end.
+      const long = { source_sentence: source, sentences: [`${'word '.repeat(600)}learning`] };
+      const refused = await system.post('/similarity', { inputs: long });
+      assert.equal(refused.status, 422, JSON.stringify(refused.body));
+      assert.match(refused.body.error, /accepts at most 512/);
+      const right = await system.post('/similarity', { inputs: long, parameters: { truncate: true } });
+      const left = await system.post('/similarity', {
+        inputs: long,
+        parameters: { truncate: true, truncation_direction: 'Left', prompt_name: null },
+      });
+      assert.equal(right.status, 200, JSON.stringify(right.body));
+      assert.equal(left.status, 200, JSON.stringify(left.body));
+      assert.notEqual(right.body[0], left.body[0], 'the kept tokens differ, so do the scores');
+    });
+
     it("bad input gets a 4xx in TEI's shape {error, error_type}", async () => {
       const cases: Array<[string, unknown, number, RegExp]> = [
         ['/embed', {}, 422, /inputs is required/],
@@ -387,6 +419,20 @@ describe('protocols', () => {
           { inputs: ['b', 'word '.repeat(150_000)], model: CLASSIFIER },
           422,
           /^input is at least \d+ tokens long but this model accepts at most 512/,
+        ],
+        ['/similarity', { inputs: { source_sentence: 'q', sentences: [] } }, 400, /`inputs.sentences` cannot be empty/],
+        ['/similarity', { inputs: 'q' }, 422, /inputs must be \{"source_sentence"/],
+        [
+          '/similarity',
+          { inputs: { source_sentence: 'q', sentences: ['a'] }, parameters: { truncation_direction: 'Up' } },
+          422,
+          /truncation_direction/,
+        ],
+        [
+          '/similarity',
+          { inputs: { source_sentence: 'q', sentences: ['a'] }, model: CLASSIFIER },
+          422,
+          /is not an embedding model/,
         ],
         ['/decode', { model: CLASSIFIER }, 422, /ids is required/],
         ['/decode', { ids: [101, -1], model: CLASSIFIER }, 422, /ids must not be negative/],

@@ -46,7 +46,7 @@ export interface AppParts {
 }
 
 /** What the gateway answers, for `--help` and for a request to any other route. */
-export const ROUTES = `POST /, POST /models/<model id>, POST /v1/embeddings, GET /v1/models, POST /embed, /embed_all, /embed_sparse, /predict, /rerank, /tokenize, /decode, GET /info, POST /v1/rerank, /v2/rerank, /v1/files, /v1/batches, GET /v2/health/ready, /v2/models/<name>, POST /v2/models/<name>/infer, GET /health, GET /ready, GET /backlog?model=<model id>, GET /metrics, GET /openapi.json, /docs, ${DASHBOARD_PATH}`;
+export const ROUTES = `POST /, POST /models/<model id>, POST /v1/embeddings, GET /v1/models, POST /embed, /embed_all, /embed_sparse, /predict, /rerank, /similarity, /tokenize, /decode, GET /info, POST /v1/rerank, /v2/rerank, /v1/files, /v1/batches, GET /v2/health/ready, /v2/models/<name>, POST /v2/models/<name>/infer, GET /health, GET /ready, GET /backlog?model=<model id>, GET /metrics, GET /openapi.json, /docs, ${DASHBOARD_PATH}`;
 
 export function createApp(parts: AppParts): Express {
   const app = express();

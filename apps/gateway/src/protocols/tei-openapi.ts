@@ -56,6 +56,12 @@ export function teiOpenApi(options: OpenApiOptions): OpenApiPart {
         predictResponse,
       ),
       '/rerank': call('teiRerank', 'rank texts against a query (a reranker)', rerankRequest, rerankResponse),
+      '/similarity': call(
+        'teiSimilarity',
+        "each sentence's cosine similarity to a source sentence (an embedding model)",
+        teiSchemas.similarityRequest,
+        teiSchemas.similarityResponse,
+      ),
       '/tokenize': call(
         'teiTokenize',
         "tokenize texts with a model's tokenizer",

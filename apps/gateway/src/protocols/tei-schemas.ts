@@ -101,6 +101,38 @@ export const decodeRequest = z
   })
   .strict();
 
+/** TEI's `/similarity`: a source sentence and the sentences to compare with it, embedded as `/embed` does. */
+export const similarityRequest = z
+  .object({
+    inputs: z.strictObject(
+      {
+        source_sentence: text,
+        sentences: z.array(text, { error: 'inputs.sentences must be a list of strings' }),
+      },
+      {
+        error: (issue) =>
+          issue.input === undefined
+            ? 'inputs is required'
+            : 'inputs must be {"source_sentence": text, "sentences": [text, ...]}',
+      },
+    ),
+    parameters: z
+      .object({
+        truncate: z
+          .boolean()
+          .nullable()
+          .optional()
+          .transform((v) => v ?? false),
+        truncation_direction: direction.optional(),
+        prompt_name,
+      })
+      .strict()
+      .nullable()
+      .optional(),
+    model,
+  })
+  .strict();
+
 const labelScores = z.array(z.strictObject({ label: z.string(), score: z.number() }));
 const offset = z
   .number()
@@ -168,6 +200,10 @@ export const teiSchemas = {
   tokenizeResponse: z.array(z.array(tokenInfo)),
   decodeRequest,
   decodeResponse: z.array(z.string()).meta({ description: 'the text of each sequence of ids' }),
+  similarityRequest,
+  similarityResponse: z
+    .array(z.number())
+    .meta({ description: "each sentence's cosine similarity to the source sentence, in order" }),
   info,
   error: errorBody,
 };
@@ -209,11 +245,19 @@ export const teiErrors: ErrorFormat = (error) =>
         body: { error: error.message, error_type: TEI_TYPES[error.type] ?? error.type } satisfies ErrorBody,
       };
 
+/** A field of a body by its dotted path (`inputs.sentences`); undefined where the body lacks it. */
+const fieldOf = (body: unknown, path: string) =>
+  path
+    .split('.')
+    .reduce<unknown>(
+      (v, key) => (typeof v === 'object' && v !== null ? (v as Record<string, unknown>)[key] : undefined),
+      body,
+    );
+
 /** TEI refuses an empty input or list as `Empty` before anything else. */
 function refuseEmpty(body: unknown, fields: string[]): void {
-  if (typeof body !== 'object' || body === null) return;
   for (const field of fields) {
-    const value = (body as Record<string, unknown>)[field];
+    const value = fieldOf(body, field);
     if (value === '' || (Array.isArray(value) && (value.length === 0 || value.includes(''))))
       throw new EmptyInput(`\`${field}\` cannot be empty`);
   }
@@ -221,7 +265,7 @@ function refuseEmpty(body: unknown, fields: string[]): void {
 
 export function parse<T extends z.ZodType>(schema: T, body: unknown): z.output<T> {
   if (body === undefined) throw new ApiError('validation', 'send a JSON body with Content-Type: application/json');
-  refuseEmpty(body, ['inputs', 'texts', 'query']);
+  refuseEmpty(body, ['inputs', 'texts', 'query', 'inputs.source_sentence', 'inputs.sentences']);
   const parsed = schema.safeParse(body);
   if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
   return parsed.data;

@@ -1,7 +1,6 @@
 import type { IRouter, Request, Response } from 'express';
 import { z } from 'zod';
-import { ApiError, batchWarning, type Operation } from '@tserve/contract';
-import type { ServedModel } from '../serving/served-models.js';
+import { ApiError, type Operation } from '@tserve/contract';
 import { errorHandler } from '../http/http-errors.js';
 import { httpCaller, type Caller, type ProtocolParts } from '../serving/route-call.js';
 import { jsonBody } from '../http/request-body.js';
@@ -9,6 +8,7 @@ import { jsonList, sendJson } from '../http/json-bytes.js';
 import type { InferenceResult } from '../serving/inference.js';
 import { shorten } from '../serving/embedding-dimensions.js';
 import { ANY, CLASSIFIER, EMBEDDING, ModelChoice, RERANKER, SPARSE, type RouteKind } from '../serving/model-choice.js';
+import { teiInfo } from './tei-info.js';
 import { rankTexts } from '../serving/ranking.js';
 import {
   parse,
@@ -19,17 +19,29 @@ import {
   info,
   predictRequest,
   rerankRequest,
+  similarityRequest,
   teiErrors,
   tokenizeRequest,
   type rankedText,
 } from './tei-schemas.js';
 
 /**
- * Hugging Face text-embeddings-inference's API: `/embed`, `/embed_all`, `/embed_sparse`, `/predict`,
- * `/rerank`, `/tokenize`, `/decode`, `/info`. TEI serves one model; here each route picks the served model for its kind (an embedding
- * model, a classifier, a reranker: a one-label classifier), or the one named by a `model` field
- * or an `x-model` header when several fit.
+ * Hugging Face text-embeddings-inference's API (TEI_PATHS). TEI serves one model; here each route
+ * picks the served model for its kind (an embedding model, a classifier, a reranker: a one-label
+ * classifier), or the one named by a `model` field or an `x-model` header when several fit.
  */
+
+const TEI_PATHS = [
+  '/embed',
+  '/embed_all',
+  '/embed_sparse',
+  '/predict',
+  '/rerank',
+  '/similarity',
+  '/tokenize',
+  '/decode',
+  '/info',
+];
 
 interface TokenOffsets {
   start: number | null;
@@ -44,15 +56,6 @@ function toByteOffsets<T extends TokenOffsets>(text: string, tokens: T[]): T[] {
   return tokens.map((t) =>
     t.start === null || t.stop === null ? t : { ...t, start: bytesBefore[t.start], stop: bytesBefore[t.stop] },
   );
-}
-
-/** TEI's `model_type` for /info. */
-function modelType(m: ServedModel): z.infer<typeof info>['model_type'] {
-  const id2label = Object.fromEntries((m.labels ?? []).map((label, i) => [String(i), label]));
-  const label2id = Object.fromEntries((m.labels ?? []).map((label, i) => [label, i]));
-  if (RERANKER.fits(m)) return { reranker: { id2label, label2id } };
-  if (CLASSIFIER.fits(m)) return { classifier: { id2label, label2id } };
-  return { embedding: { pooling: m.sparse ? 'splade' : 'mean' } };
 }
 
 /** A TEI request's envelope: how it runs its calls, and the model its `x-model` header (or metadata) names. */
@@ -81,6 +84,19 @@ const vectorsOf = <T>(result: InferenceResult): Vectors<T> => ({
 function sendVectors<T>(res: Response, vectors: Vectors<T>): void {
   if (vectors.json) sendJson(res, jsonList(vectors.json));
   else res.json(vectors.values());
+}
+
+/** The cosine of two vectors as the model gave them: TEI's `/similarity` compares them unnormalised. */
+function cosine(a: number[], b: number[]): number {
+  let dot = 0;
+  let aa = 0;
+  let bb = 0;
+  for (let i = 0; i < a.length; i++) {
+    dot += a[i] * b[i];
+    aa += a[i] * a[i];
+    bb += b[i] * b[i];
+  }
+  return dot / Math.sqrt(aa * bb);
 }
 
 /** The timing of a request's model call, as TEI's gRPC answers carry it in `metadata`. */
@@ -149,6 +165,16 @@ export class Tei {
     return [vectorsOf(result), result.timing];
   }
 
+  /** Each sentence's cosine similarity to the source sentence, of their embeddings unnormalised, as TEI computes it. */
+  async similarity(request: TeiRequest, body: z.output<typeof similarityRequest>): Promise<[number[], Timing]> {
+    const { source_sentence, sentences } = body.inputs;
+    const parameters = body.parameters ?? { truncate: false, prompt_name: undefined };
+    const texts = { ...parameters, inputs: [source_sentence, ...sentences], model: body.model };
+    const result = await this.runTexts(request, EMBEDDING, 'feature-extraction', texts, { normalize: false });
+    const [source, ...others] = result.outputs as number[][];
+    return [others.map((v) => cosine(source, v)), result.timing];
+  }
+
   /** One input's scores, or a list's (a string or a two-string list is one input; any other list is a batch). */
   async predict({ caller, xModel }: TeiRequest, body: z.output<typeof predictRequest>): Promise<[unknown, Timing]> {
     const id = this.choice.pick(xModel, CLASSIFIER, body.model);
@@ -212,33 +238,9 @@ export class Tei {
     return result.outputs as string[];
   }
 
+  /** The served model a request names (or the only one), as TEI describes itself. */
   info(xModel: string | undefined, named?: string): z.infer<typeof info> {
-    const { config, registry } = this.parts;
-    const id = this.choice.pick(xModel, ANY, named);
-    const m = registry.get(id);
-    if (!m) throw new ApiError('not_found', `model ${id} is not served`);
-    const smallest = (values: Array<number | undefined>) =>
-      Math.min(...values.filter((v): v is number => v !== undefined));
-    return {
-      model_id: m.id,
-      // TEI's model_sha is the hub revision (commit) served; null for a local folder, or while workers disagree.
-      model_sha: m.weights.revision ?? null,
-      model_weights_sha256: m.weights.sha256 ?? null,
-      served_model_name: m.id,
-      model_dtype: [...new Set(m.workers.map((w) => w.dtype))].join(','),
-      ...batchWarning(m.workers),
-      model_type: modelType(m),
-      task: m.task,
-      tasks: m.tasks,
-      max_concurrent_requests: config.MAX_QUEUE_DEPTH,
-      max_input_length: m.maxLength,
-      max_batch_tokens: smallest(m.workers.map((w) => w.batchMaxTokens)),
-      max_batch_requests: smallest(m.workers.map((w) => w.batchMaxSize)),
-      max_client_batch_size: config.MAX_INPUTS_PER_REQUEST,
-      auto_truncate: false,
-      tokenization_workers: m.workers.length,
-      version: '0.1.0',
-    };
+    return teiInfo(this.parts, this.choice.pick(xModel, ANY, named));
   }
 }
 
@@ -266,6 +268,9 @@ export function teiRoutes(router: IRouter, parts: ProtocolParts): void {
   router.post('/rerank', admit(RERANKER), json, async (req, res) => {
     res.json((await tei.rerank(request(req, res), parse(rerankRequest, req.body)))[0]);
   });
+  router.post('/similarity', admit(EMBEDDING), json, async (req, res) => {
+    res.json((await tei.similarity(request(req, res), parse(similarityRequest, req.body)))[0]);
+  });
   router.post('/tokenize', admit(ANY), json, async (req, res) => {
     res.json(await tei.tokenize(request(req, res), parse(tokenizeRequest, req.body)));
   });
@@ -275,6 +280,5 @@ export function teiRoutes(router: IRouter, parts: ProtocolParts): void {
   router.get('/info', (req, res) => {
     res.json(tei.info(req.get('x-model'), typeof req.query.model === 'string' ? req.query.model : undefined));
   });
-  for (const path of ['/embed', '/embed_all', '/embed_sparse', '/predict', '/rerank', '/tokenize', '/decode', '/info'])
-    router.use(path, errorHandler(parts.logger, teiErrors));
+  for (const path of TEI_PATHS) router.use(path, errorHandler(parts.logger, teiErrors));
 }

@@ -1,0 +1,46 @@
+import type { z } from 'zod';
+import { ApiError, batchWarning } from '@tserve/contract';
+import type { ProtocolParts } from '../serving/route-call.js';
+import type { ServedModel } from '../serving/served-models.js';
+import { CLASSIFIER, RERANKER } from '../serving/model-choice.js';
+import type { info } from './tei-schemas.js';
+
+/** TEI's `model_type` for /info. */
+function modelType(m: ServedModel): z.infer<typeof info>['model_type'] {
+  const id2label = Object.fromEntries((m.labels ?? []).map((label, i) => [String(i), label]));
+  const label2id = Object.fromEntries((m.labels ?? []).map((label, i) => [label, i]));
+  if (RERANKER.fits(m)) return { reranker: { id2label, label2id } };
+  if (CLASSIFIER.fits(m)) return { classifier: { id2label, label2id } };
+  return { embedding: { pooling: m.sparse ? 'splade' : 'mean' } };
+}
+
+/** A served model as TEI's `/info` (and gRPC `Info`) describes it; 404 where no worker serves it. */
+export function teiInfo(
+  { config, registry }: Pick<ProtocolParts, 'config' | 'registry'>,
+  id: string,
+): z.infer<typeof info> {
+  const m = registry.get(id);
+  if (!m) throw new ApiError('not_found', `model ${id} is not served`);
+  const smallest = (values: Array<number | undefined>) =>
+    Math.min(...values.filter((v): v is number => v !== undefined));
+  return {
+    model_id: m.id,
+    // TEI's model_sha is the hub revision (commit) served; null for a local folder, or while workers disagree.
+    model_sha: m.weights.revision ?? null,
+    model_weights_sha256: m.weights.sha256 ?? null,
+    served_model_name: m.id,
+    model_dtype: [...new Set(m.workers.map((w) => w.dtype))].join(','),
+    ...batchWarning(m.workers),
+    model_type: modelType(m),
+    task: m.task,
+    tasks: m.tasks,
+    max_concurrent_requests: config.MAX_QUEUE_DEPTH,
+    max_input_length: m.maxLength,
+    max_batch_tokens: smallest(m.workers.map((w) => w.batchMaxTokens)),
+    max_batch_requests: smallest(m.workers.map((w) => w.batchMaxSize)),
+    max_client_batch_size: config.MAX_INPUTS_PER_REQUEST,
+    auto_truncate: false,
+    tokenization_workers: m.workers.length,
+    version: '0.1.0',
+  };
+}
