@@ -263,9 +263,14 @@ function refuseEmpty(body: unknown, fields: string[]): void {
   }
 }
 
-export function parse<T extends z.ZodType>(schema: T, body: unknown): z.output<T> {
+/** The fields TEI refuses as `Empty` on its routes; `/similarity` names its own (SIMILARITY_TEXTS). */
+const TEXTS = ['inputs', 'texts', 'query'];
+export const SIMILARITY_TEXTS = ['inputs', 'inputs.source_sentence', 'inputs.sentences'];
+
+/** A body parsed against its route's schema, its `empty` fields (dotted paths) first refused as TEI does. */
+export function parse<T extends z.ZodType>(schema: T, body: unknown, empty = TEXTS): z.output<T> {
   if (body === undefined) throw new ApiError('validation', 'send a JSON body with Content-Type: application/json');
-  refuseEmpty(body, ['inputs', 'texts', 'query', 'inputs.source_sentence', 'inputs.sentences']);
+  refuseEmpty(body, empty);
   const parsed = schema.safeParse(body);
   if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
   return parsed.data;

@@ -20,6 +20,7 @@ import {
   predictRequest,
   rerankRequest,
   similarityRequest,
+  SIMILARITY_TEXTS,
   teiErrors,
   tokenizeRequest,
   type rankedText,
@@ -269,7 +270,7 @@ export function teiRoutes(router: IRouter, parts: ProtocolParts): void {
     res.json((await tei.rerank(request(req, res), parse(rerankRequest, req.body)))[0]);
   });
   router.post('/similarity', admit(EMBEDDING), json, async (req, res) => {
-    res.json((await tei.similarity(request(req, res), parse(similarityRequest, req.body)))[0]);
+    res.json((await tei.similarity(request(req, res), parse(similarityRequest, req.body, SIMILARITY_TEXTS)))[0]);
   });
   router.post('/tokenize', admit(ANY), json, async (req, res) => {
     res.json(await tei.tokenize(request(req, res), parse(tokenizeRequest, req.body)));
