@@ -35,6 +35,14 @@ module.exports = {
       to: { path: 'node_modules/(@grpc/|grpc-health-check/)' },
     },
     {
+      name: 'tiktoken-outside-openai-tokens',
+      comment:
+        "js-tiktoken is imported outside the gateway's protocols/openai-tokens.ts, the one module on it: OpenAI's token ids are read into text there.",
+      severity: 'error',
+      from: { path: '^(apps|packages)/[^/]+/src/', pathNot: '^apps/gateway/src/protocols/openai-tokens\\.ts$' },
+      to: { path: 'node_modules/js-tiktoken/' },
+    },
+    {
       name: 'logger-built-outside-logs',
       comment:
         'pino (but for its types) and pino-pretty are imported outside packages/telemetry/src/logs.ts; loggers are built there alone, so that every process logs alike: use createLogger.',

@@ -48,15 +48,6 @@ export default tseslint.config(
     },
   },
   {
-    // A source file a newcomer reads whole, and a function read at one sitting (docs/architecture.md):
-    // a file that grows past this splits along a seam of its own, not into a "part two".
-    files: ['apps/*/src/**/*.ts', 'packages/*/src/**/*.ts'],
-    rules: {
-      'max-lines': ['error', { max: 300, skipBlankLines: false, skipComments: false }],
-      'max-lines-per-function': ['error', { max: 80, skipBlankLines: false, skipComments: false, IIFEs: true }],
-    },
-  },
-  {
     // Tests and the benchmark read JSON answers (typed any) and assert on them: the assertion is
     // the type check, so spelling each answer's type out first would add lines and catch nothing.
     files: ['test/**/*.ts', 'bench/**/*.ts'],

@@ -198,6 +198,20 @@ describe('admission after the body', () => {
     );
   });
 
+  it('admits a request sent as parts only where the queue has room for each part', () => {
+    const { admission: a, depth } = admission();
+    for (let i = 0; i < 5; i++) depth.enter('m');
+    // limits.maxQueueDepth is 10: five waiting leave room for five more requests, or parts.
+    assert.equal(
+      refusedWith(() => a.afterBody('m', 'interactive', { inputs: 5, sequences: 5, parts: 5 })),
+      'admitted',
+    );
+    assert.equal(
+      refusedWith(() => a.afterBody('m', 'interactive', { inputs: 6, sequences: 6, parts: 6 })),
+      'overloaded',
+    );
+  });
+
   it('does not call a model overloaded that no worker serves (routing says why instead)', () => {
     const { admission: a, depth } = admission(fakeBreaker(), () => false);
     for (let i = 0; i < 10; i++) depth.enter('gone');

@@ -20,6 +20,7 @@ import { openAiRoutes } from './protocols/openai.js';
 import { teiRoutes } from './protocols/tei.js';
 import { cohereRoutes } from './protocols/cohere.js';
 import { kserveRoutes } from './protocols/kserve.js';
+import { infinityRoutes } from './protocols/infinity.js';
 import { openApiRoutes } from './ops/openapi.js';
 import { openAiFileRoutes } from './protocols/openai-files.js';
 import { openAiBatchRoutes } from './protocols/openai-batches.js';
@@ -46,7 +47,7 @@ export interface AppParts {
 }
 
 /** What the gateway answers, for `--help` and for a request to any other route. */
-export const ROUTES = `POST /, POST /models/<model id>, POST /v1/embeddings, GET /v1/models, POST /embed, /embed_all, /embed_sparse, /predict, /rerank, /similarity, /tokenize, /decode, GET /info, POST /v1/rerank, /v2/rerank, /v1/files, /v1/batches, GET /v2/health/ready, /v2/models/<name>, POST /v2/models/<name>/infer, GET /health, GET /ready, GET /backlog?model=<model id>, GET /metrics, GET /openapi.json, /docs, ${DASHBOARD_PATH}`;
+export const ROUTES = `POST /, POST /models/<model id>, POST /v1/embeddings, GET /v1/models, POST /embeddings, GET /models, POST /classify, POST /embed, /embed_all, /embed_sparse, /predict, /rerank, /similarity, /tokenize, /decode, GET /info, POST /v1/rerank, /v2/rerank, /v1/files, /v1/batches, GET /v2/health/ready, /v2/models/<name>, POST /v2/models/<name>/infer, GET /health, GET /ready, GET /backlog?model=<model id>, GET /metrics, GET /openapi.json, /docs, ${DASHBOARD_PATH}`;
 
 export function createApp(parts: AppParts): Express {
   const app = express();
@@ -77,6 +78,7 @@ export function createApp(parts: AppParts): Express {
   cohereRoutes(app, parts);
   openAiRoutes(app, parts);
   teiRoutes(app, parts);
+  infinityRoutes(app, parts);
   kserveRoutes(app, parts);
   app.use((req, _res, next) =>
     next(new ApiError('not_found', `no route for ${clip(req.method)} ${clip(req.path)}; see ${ROUTES}`)),

@@ -8,3 +8,4 @@ export * from './score-functions.js';
 export * from './recorded-outcome.js';
 export * from './dtypes.js';
 export * from './outputs.js';
+export * from './lenient.js';

@@ -37,6 +37,28 @@ export function sequenceCount(request: Pick<QueuedRequest, 'inputs' | 'sequences
   return request.sequences ?? request.inputs.length;
 }
 
+/**
+ * `items` in order, in groups of at most `max` by `sizeOf` each; an item larger than `max` goes
+ * alone. How a gateway cuts requests into jobs, and a large request into parts, by sequences.
+ */
+export function inGroups<T>(items: readonly T[], sizeOf: (item: T) => number, max: number): T[][] {
+  const groups: T[][] = [];
+  let current: T[] = [];
+  let size = 0;
+  for (const item of items) {
+    const n = sizeOf(item);
+    if (current.length > 0 && size + n > max) {
+      groups.push(current);
+      current = [];
+      size = 0;
+    }
+    current.push(item);
+    size += n;
+  }
+  if (current.length > 0) groups.push(current);
+  return groups;
+}
+
 /** Characters of text a queued request carries (every string and token id in its inputs): what it weighs in a Redis command. */
 export function textLength(request: Pick<QueuedRequest, 'inputs'>): number {
   return charsIn(request.inputs);

@@ -24,17 +24,22 @@ export function depthLimit(
   return priority === 'batch' ? Math.floor(limits.maxQueueDepth * limits.batchQueueShare) : limits.maxQueueDepth;
 }
 
-/** The 503 for a request that finds its model's queue full for its class; undefined if it may enter. */
+/**
+ * The 503 for a request that finds its model's queue full for its class; undefined if it may enter.
+ * A request sent as `parts` (a list larger than a job) needs room for each of them.
+ */
 export function depthRefusal(
   limits: OverloadLimits,
   model: string,
   depth: number,
   priority: Priority,
+  parts = 1,
 ): ApiError | undefined {
-  if (depth < depthLimit(limits, priority)) return undefined;
+  if (depth + parts - 1 < depthLimit(limits, priority)) return undefined;
+  const room = parts > 1 ? `, and this request would add ${parts} parts` : '';
   return new ApiError(
     'overloaded',
-    `model ${model} has ${depth} requests waiting${priority === 'batch' ? ' (batch class refused first)' : ''}; retry shortly`,
+    `model ${model} has ${depth} requests waiting${room}${priority === 'batch' ? ' (batch class refused first)' : ''}; retry shortly`,
     1,
   );
 }

@@ -82,6 +82,7 @@ export function answer(description: string, content: Json): Json {
     'x-warnings': 'Warnings',
     'x-model-sha256': 'ModelSha256',
     'x-model-revision': 'ModelRevision',
+    'x-ignored-fields': 'IgnoredFields',
   };
   return {
     description,

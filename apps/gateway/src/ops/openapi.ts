@@ -17,6 +17,7 @@ import { openAiOpenApi } from '../protocols/openai-openapi.js';
 import { openAiBatchesOpenApi } from '../protocols/openai-batches-openapi.js';
 import { teiOpenApi } from '../protocols/tei-openapi.js';
 import { cohereOpenApi } from '../protocols/cohere-openapi.js';
+import { infinityOpenApi } from '../protocols/infinity-openapi.js';
 import { kserveOpenApi } from '../protocols/kserve-openapi.js';
 
 /**
@@ -83,6 +84,11 @@ const HEADERS = {
     schema: { type: 'string' },
   },
   ModelSha256: { description: 'sha256 of the weights file that answered', schema: { type: 'string' } },
+  IgnoredFields: {
+    description:
+      'the fields of the body no schema here knows, left out (never refused), by their paths, comma-separated (the first 20); absent when there were none',
+    schema: { type: 'string' },
+  },
   ModelRevision: { description: 'the hub commit those weights came from', schema: { type: 'string' } },
 };
 
@@ -134,10 +140,14 @@ function openApiDocument(options: OpenApiOptions): Json {
     openAiBatchesOpenApi(options),
     teiOpenApi(options),
     cohereOpenApi(options),
+    infinityOpenApi(options),
     kserveOpenApi(options),
     { tag: OPERATIONS_TAG, paths: operationsPaths() },
   ];
-  const paths = Object.assign({}, ...parts.map((part) => part.paths)) as Record<string, Json>;
+  // A path may hold one protocol's POST and another's GET (`/models/{model}`).
+  const paths: Record<string, Json> = {};
+  for (const part of parts)
+    for (const [template, item] of Object.entries(part.paths)) paths[template] = { ...paths[template], ...item };
   for (const [template, item] of Object.entries(paths))
     for (const [method, operation] of Object.entries(item))
       if (!(operation as Json).operationId)
@@ -148,7 +158,7 @@ function openApiDocument(options: OpenApiOptions): Json {
       title: 'tserve',
       version: '0.1.0',
       description:
-        "Transformer models behind the Hugging Face Inference API, OpenAI embeddings and its Batch API, TEI, Cohere's rerank and KServe v2. Model ids hold a slash: send it as is or as %2F. KServe v2 and TEI are also served over gRPC (GRPC_PORT, 8001: Triton's GRPCInferenceService, TEI's tei.v1, gRPC health and reflection); its .proto files are in packages/contract/proto of the repository (docs/api/grpc.md).",
+        "Transformer models behind the Hugging Face Inference API, OpenAI embeddings and its Batch API, TEI, Cohere's rerank, Infinity's classify and KServe v2. Fields a body holds that its schema does not know are left out, not refused, and named in x-ignored-fields. Model ids hold a slash: send it as is or as %2F. KServe v2 and TEI are also served over gRPC (GRPC_PORT, 8001: Triton's GRPCInferenceService, TEI's tei.v1, gRPC health and reflection); its .proto files are in packages/contract/proto of the repository (docs/api/grpc.md).",
     },
     tags: parts.map((part) => ({ name: part.tag })),
     paths,

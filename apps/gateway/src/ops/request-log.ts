@@ -5,6 +5,7 @@ import { DASHBOARD_PATH } from './dashboard.js';
 import { requestIdOf } from '../http/request-id.js';
 import { admittedOf } from '../admission/admission.js';
 import { answeredError } from '../http/http-errors.js';
+import { ignoredOf } from '../http/ignored-fields.js';
 
 /** Polled by probes, scrapers and the dashboard's own page: at info they would drown the requests that matter. */
 const QUIET_ROUTES = new Set(['/health', '/ready', '/metrics', DASHBOARD_PATH]);
@@ -35,6 +36,7 @@ export function requestLog(logger: Logger): RequestHandler {
     res.once('close', () => {
       const key = admittedOf(res).key;
       const error = answeredError(res);
+      const ignored = ignoredOf(res);
       logger[level(req, res)](
         {
           reqId: requestIdOf(res),
@@ -48,6 +50,8 @@ export function requestLog(logger: Logger): RequestHandler {
           ...(error ? { error_type: error.type, ...(error.status >= 500 ? { error: error.message } : {}) } : {}),
           // The key's name, never the key: logs are read by more people than hold keys.
           ...(key ? { key: key.name } : {}),
+          // Fields the body held that no schema here knows, left out: a misspelt option shows here.
+          ...(ignored.length ? { ignored_fields: ignored.slice(0, 20) } : {}),
         },
         message(res),
       );

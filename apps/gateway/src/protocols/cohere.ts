@@ -1,8 +1,9 @@
 import type { IRouter } from 'express';
 import { z } from 'zod';
-import { ApiError, describeIssues } from '@tserve/contract';
+import { ApiError, describeIssues, parseLenient } from '@tserve/contract';
 import { errorHandler, type ErrorFormat } from '../http/http-errors.js';
 import { requestIdOf } from '../http/request-id.js';
+import { noteIgnored } from '../http/ignored-fields.js';
 import { httpCaller, type ProtocolParts } from '../serving/route-call.js';
 import { jsonBody } from '../http/request-body.js';
 import { ModelChoice, RERANKER } from '../serving/model-choice.js';
@@ -89,8 +90,9 @@ export function cohereRoutes(router: IRouter, parts: ProtocolParts): void {
       async (req, res) => {
         if (req.body === undefined)
           throw new ApiError('validation', 'send a JSON body with Content-Type: application/json');
-        const parsed = rerankRequest.safeParse(req.body);
+        const parsed = parseLenient(rerankRequest, req.body);
         if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
+        noteIgnored(res, parsed.ignored);
         const body = parsed.data;
         const caller = httpCaller(parts.service, req, res);
         const model = choice.pick(req.get('x-model'), RERANKER, body.model);

@@ -1,10 +1,11 @@
 import type { ErrorRequestHandler, IRouter, NextFunction, Request, Response } from 'express';
-import { ApiError, describeIssues, inferenceRequestSchema, TASKS, type Task } from '@tserve/contract';
+import { ApiError, describeIssues, inferenceRequestSchema, parseLenient, TASKS, type Task } from '@tserve/contract';
 import type { InferenceResult } from '../serving/inference.js';
 import { ModelChoice } from '../serving/model-choice.js';
 import { runRouteCall, wildcardPath, type ProtocolParts } from '../serving/route-call.js';
 import { isJson, jsonBody, textBody } from '../http/request-body.js';
 import { jsonList, sendJson } from '../http/json-bytes.js';
+import { noteIgnored } from '../http/ignored-fields.js';
 
 /**
  * The body of an answer: one output for a single input, else the list. The Inference API answers a
@@ -25,11 +26,12 @@ function respond(res: Response, result: InferenceResult, api: 'inference-api' | 
 
 type ParsedBody = ReturnType<typeof parseInferenceBody>;
 
-function parseInferenceBody(body: unknown) {
+function parseInferenceBody(body: unknown, res: Response) {
   if (body === undefined)
     throw new ApiError('unsupported_media_type', 'send a JSON body with Content-Type: application/json');
-  const parsed = inferenceRequestSchema.safeParse(body);
+  const parsed = parseLenient(inferenceRequestSchema, body);
   if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
+  noteIgnored(res, parsed.ignored);
   const { inputs, parameters, options } = parsed.data;
   return { inputs, parameters: parameters ?? {}, timeoutMs: options?.timeout_ms, priority: options?.priority, options };
 }
@@ -93,7 +95,7 @@ export function inferenceRoutes(router: IRouter, parts: ProtocolParts, answerErr
     (req: Request, res: Response, next: NextFunction) => (isJson(req) ? json : rawText)(req, res, next),
     async (req: Request, res: Response) => {
       const call = isJson(req)
-        ? parseInferenceBody(req.body)
+        ? parseInferenceBody(req.body, res)
         : {
             inputs: String(req.body ?? ''),
             parameters: {},
@@ -120,7 +122,7 @@ export function inferenceRoutes(router: IRouter, parts: ProtocolParts, answerErr
       if (!isJson(req))
         throw new ApiError('unsupported_media_type', 'send a JSON body with Content-Type: application/json');
       const { model, task } = modelAndTask(req);
-      const call = parseInferenceBody(req.body);
+      const call = parseInferenceBody(req.body, res);
       await answer(req, res, model, call, 'inference-api', task);
     },
     answerErrors,

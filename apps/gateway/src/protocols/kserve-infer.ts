@@ -1,10 +1,11 @@
 import type { Request, Response } from 'express';
-import { ApiError, applyScoreFunction, describeIssues, type Priority } from '@tserve/contract';
+import { ApiError, applyScoreFunction, describeIssues, parseLenient, type Priority } from '@tserve/contract';
 import type { z } from 'zod';
 import type { ServedModel } from '../serving/served-models.js';
 import { httpCaller, type Caller, type ProtocolParts } from '../serving/route-call.js';
 import { HEADER_LENGTH, readInferBody, writeInferResponse, type OutputTensor } from './kserve-binary.js';
 import { inferRequest } from './kserve-schemas.js';
+import { noteIgnored } from '../http/ignored-fields.js';
 import { kindOf, outputsOf, VERSION } from './kserve-triton.js';
 
 /**
@@ -172,8 +173,8 @@ export async function answerInfer(
   caller: Caller,
   name: string,
   request: unknown,
-): Promise<{ answer: InferAnswer; body: InferBody }> {
-  const parsed = inferRequest.safeParse(request);
+): Promise<{ answer: InferAnswer; body: InferBody; ignored: string[] }> {
+  const parsed = parseLenient(inferRequest, request);
   if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
   const body = parsed.data;
   const { timeoutMs, priority } = controls(body.parameters);
@@ -203,13 +204,19 @@ export async function answerInfer(
     ...(body.id !== undefined ? { id: body.id } : {}),
     outputs,
   };
-  return { answer, body };
+  return { answer, body, ignored: parsed.ignored };
 }
 
 /** Answers `POST /v2/models/<name>/infer`, whose version was checked. */
 export async function infer(parts: ProtocolParts, req: Request, res: Response, name: string): Promise<void> {
   const request = readInferBody(Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0), req.get(HEADER_LENGTH));
-  const { answer, body } = await answerInfer(parts.registry, httpCaller(parts.service, req, res), name, request);
+  const { answer, body, ignored } = await answerInfer(
+    parts.registry,
+    httpCaller(parts.service, req, res),
+    name,
+    request,
+  );
+  noteIgnored(res, ignored);
   // An output's own binary_data decides, else the request's binary_data_output (Triton's client sets it when it names no outputs).
   const binary = (output: string) =>
     (body.outputs?.find((o) => o.name === output)?.parameters?.binary_data ?? body.parameters?.binary_data_output) ===

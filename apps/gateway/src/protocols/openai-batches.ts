@@ -2,9 +2,10 @@ import type { IRouter } from 'express';
 import { z } from 'zod';
 import type { Logger } from 'pino';
 import type { GatewayConfig } from '@tserve/config';
-import { ApiError, describeIssues } from '@tserve/contract';
+import { ApiError, describeIssues, parseLenient } from '@tserve/contract';
 import { errorHandler } from '../http/http-errors.js';
 import { jsonBody } from '../http/request-body.js';
+import { noteIgnored } from '../http/ignored-fields.js';
 import type { Admission } from '../admission/admission.js';
 import type { FileStore } from '../offline/files.js';
 import type { BatchStore } from '../offline/batches.js';
@@ -57,8 +58,9 @@ export function openAiBatchRoutes(
   const notFound = (id: string) => new ApiError('not_found', `no batch ${id.slice(0, 100)}`);
 
   router.post('/v1/batches', who, jsonBody(parts.config), async (req, res) => {
-    const parsed = batchRequest.safeParse(req.body);
+    const parsed = parseLenient(batchRequest, req.body);
     if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
+    noteIgnored(res, parsed.ignored);
     const { input_file_id, endpoint, completion_window, metadata } = parsed.data;
     const stored = await files.get(owner(res), input_file_id);
     if (!stored) throw new ApiError('not_found', `no file ${input_file_id.slice(0, 100)}`);

@@ -1,29 +1,46 @@
-import type { IRouter } from 'express';
+import type { IRouter, Request, Response } from 'express';
 import { z } from 'zod';
-import { ApiError, describeIssues, type ErrorType } from '@tserve/contract';
+import { ApiError, describeIssues, parseLenient, type ErrorType } from '@tserve/contract';
 import type { ServedModel } from '../serving/served-models.js';
 import { errorHandler, type ErrorFormat } from '../http/http-errors.js';
 import { runRouteCall, wildcardPath, type ProtocolParts } from '../serving/route-call.js';
 import { jsonBody } from '../http/request-body.js';
 import { sendJson } from '../http/json-bytes.js';
 import { shorten } from '../serving/embedding-dimensions.js';
+import { noteIgnored } from '../http/ignored-fields.js';
+import { TokenTexts } from './openai-tokens.js';
 
 /**
  * OpenAI's embeddings API (`POST /v1/embeddings`, `GET /v1/models`), so that the `openai` clients,
- * LangChain and LlamaIndex work pointed at `http://host:8000/v1`. Embeddings come from the same
- * feature-extraction workers as `/models/<id>`: mean-pooled and normalised.
+ * LangChain and LlamaIndex work pointed at `http://host:8000/v1`; and the same routes without
+ * `/v1` (`POST /embeddings`, `GET /models`), as TEI and Infinity serve them, for clients given the
+ * server's bare address. Embeddings come from the same feature-extraction workers as
+ * `/models/<id>`: pooled as the model's folder says, and normalised.
  */
 
 const text = z.string({ error: 'each input must be a string' }).min(1, 'input must not contain empty strings');
+const tokenIds = z
+  .array(z.number().int().min(0), { error: 'token ids must be whole numbers' })
+  .min(1, 'input must not contain empty token lists');
 const embeddingsRequest = z
   .object({
     model: z
       .string({ error: (issue) => (issue.input === undefined ? 'model is required' : 'model must be a string') })
       .min(1),
-    input: z.union([text, z.array(text).min(1, 'input must not be an empty list')], {
-      error: (issue) =>
-        issue.input === undefined ? 'input is required' : 'input must be a string or a list of strings',
-    }),
+    input: z.union(
+      [
+        text,
+        z.array(text).min(1, 'input must not be an empty list'),
+        tokenIds.meta({ description: "one text as tiktoken's token ids (OPENAI_TOKEN_ENCODING)" }),
+        z.array(tokenIds).min(1, 'input must not be an empty list'),
+      ],
+      {
+        error: (issue) =>
+          issue.input === undefined
+            ? 'input is required'
+            : 'input must be a string, a list of strings, or token ids (a list, or a list of lists)',
+      },
+    ),
     encoding_format: z.enum(['float', 'base64']).optional(),
     dimensions: z.number().int().min(1).optional(),
     user: z.string().optional(),
@@ -124,24 +141,30 @@ function modelObject(m: ServedModel): z.infer<typeof modelSchema> {
   };
 }
 
+const isList = <T>(list: unknown[], is: (x: unknown) => x is T): list is T[] => list.every(is);
+
+/** The texts of an embeddings request: its strings, or the texts its token ids encode. */
+async function textsOf(
+  input: z.output<typeof embeddingsRequest>['input'],
+  tokens: TokenTexts,
+): Promise<string | string[]> {
+  if (typeof input === 'string') return input;
+  if (isList(input, (x) => typeof x === 'string')) return input;
+  if (isList(input, (x) => typeof x === 'number')) return (await tokens.texts([input]))[0];
+  return tokens.texts(input);
+}
+
 export function openAiRoutes(router: IRouter, { config, service, registry, admission, logger }: ProtocolParts): void {
+  const tokens = new TokenTexts(config.OPENAI_TOKEN_ENCODING);
+  const errors = errorHandler(logger, openAiErrors());
   // The model is named in the body: it is checked (and shed) once the body is read.
-  router.post(
-    '/v1/embeddings',
+  const embeddings = [
     admission.beforeBody(() => undefined),
     jsonBody(config),
-    async (req, res) => {
-      const raw = (req.body as { input?: unknown } | undefined)?.input;
-      if (Array.isArray(raw) && raw.some((v) => typeof v === 'number' || Array.isArray(v))) {
-        // LangChain's OpenAIEmbeddings sends tiktoken's token ids by default; they are OpenAI's
-        // vocabulary, not the model's, so they cannot be read here.
-        throw new ApiError(
-          'validation',
-          "input must be text: token arrays are not accepted, send the strings (LangChain's OpenAIEmbeddings: set check_embedding_ctx_length=False)",
-        );
-      }
-      const parsed = embeddingsRequest.safeParse(req.body);
+    async (req: Request, res: Response) => {
+      const parsed = parseLenient(embeddingsRequest, req.body);
       if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
+      noteIgnored(res, parsed.ignored);
       const { model, input, encoding_format: format = 'float', dimensions, prompt_name } = parsed.data;
       const served = registry.get(model);
       if (served && !served.tasks.includes('feature-extraction')) {
@@ -153,7 +176,7 @@ export function openAiRoutes(router: IRouter, { config, service, registry, admis
       const result = await runRouteCall(service, req, res, {
         model,
         task: 'feature-extraction',
-        inputs: input,
+        inputs: await textsOf(input, tokens),
         ...(prompt_name !== undefined ? { parameters: { prompt_name } } : {}),
       });
       if (result.outputsJson && format === 'float' && dimensions === undefined) {
@@ -174,18 +197,24 @@ export function openAiRoutes(router: IRouter, { config, service, registry, admis
         usage: { prompt_tokens: result.tokens, total_tokens: result.tokens },
       } satisfies z.infer<typeof embeddingsResponse>);
     },
-  );
-
-  router.get('/v1/models', (_req, res) => {
+  ];
+  const models = (_req: Request, res: Response) => {
     res.json({ object: 'list', data: registry.served().map(modelObject) } satisfies z.infer<typeof modelList>);
-  });
-
-  router.get('/v1/models/*id', (req, res) => {
+  };
+  const model = (req: Request, res: Response) => {
     const id = wildcardPath(req, 'id');
     const m = registry.get(id);
     if (!m) throw new ApiError('not_found', `model ${id} is not served; see GET /v1/models`);
     res.json(modelObject(m));
-  });
+  };
+
+  router.post('/v1/embeddings', ...embeddings);
+  router.get('/v1/models', models);
+  router.get('/v1/models/*id', model);
+  // Without /v1, as TEI and Infinity serve them; `POST /models/<id>` stays the Inference API's.
+  router.post('/embeddings', ...embeddings, errors);
+  router.get('/models', models, errors);
+  router.get('/models/*id', model, errors);
 
   router.use('/v1', (req, _res, next) =>
     next(
@@ -195,5 +224,5 @@ export function openAiRoutes(router: IRouter, { config, service, registry, admis
       ),
     ),
   );
-  router.use('/v1', errorHandler(logger, openAiErrors()));
+  router.use('/v1', errors);
 }

@@ -4,7 +4,7 @@ import type { GrpcCall, GrpcService } from '../grpc/grpc-calls.js';
 import { admitMetadata } from '../serving/metadata-call.js';
 import type { ProtocolParts } from '../serving/route-call.js';
 import { ANY, CLASSIFIER, EMBEDDING, RERANKER, SPARSE, type RouteKind } from '../serving/model-choice.js';
-import { Tei, type TeiRequest, type Timing } from './tei.js';
+import { Tei, teiRanks, type TeiRequest, type Timing } from './tei.js';
 import {
   decodeRequest,
   embedAllRequest,
@@ -162,9 +162,9 @@ class TeiMessages {
       return_text: m.return_text ?? false,
       ...truncation(m),
     });
-    const [ranks, timing] = await this.admitted(call, RERANKER, (request) => this.tei.rerank(request, body));
-    const chars = body.query.length * body.texts.length + body.texts.join('').length;
-    return { ranks, metadata: metadataOf(timing, chars, startedAt) };
+    const ranked = await this.admitted(call, RERANKER, (request) => this.tei.rerank(request, body));
+    const chars = body.query.length * ranked.texts.length + ranked.texts.join('').length;
+    return { ranks: teiRanks(body, ranked), metadata: metadataOf(ranked.timing, chars, startedAt) };
   }
 
   async tokenize(m: Message, call: GrpcCall) {

@@ -55,7 +55,12 @@ export function teiOpenApi(options: OpenApiOptions): OpenApiPart {
         predictRequest,
         predictResponse,
       ),
-      '/rerank': call('teiRerank', 'rank texts against a query (a reranker)', rerankRequest, rerankResponse),
+      '/rerank': call(
+        'teiRerank',
+        "rank texts against a query (a reranker): TEI's answer to texts, Infinity's, vLLM's and Jina's to documents",
+        rerankRequest,
+        rerankResponse,
+      ),
       '/similarity': call(
         'teiSimilarity',
         "each sentence's cosine similarity to a source sentence (an embedding model)",

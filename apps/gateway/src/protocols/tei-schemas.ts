@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { ApiError, describeIssues, TASKS, tokenIdSchema, type ErrorType } from '@tserve/contract';
+import { ApiError, describeIssues, parseLenient, TASKS, tokenIdSchema, type ErrorType } from '@tserve/contract';
 import { BodyTooLarge, type ErrorFormat } from '../http/http-errors.js';
 
 /** The shapes of TEI's bodies: what its routes parse (`parse`), and what the OpenAPI document describes. */
@@ -69,16 +69,38 @@ export const predictRequest = z
   })
   .strict();
 
+/** A document of the Jina/Cohere shape: a string, or an object whose `text` is ranked and whose other fields come back with it. */
+const document = z.union([text, z.looseObject({ text })], {
+  error: 'each document must be a string or an object with a "text" string',
+});
+const topN = z.number().int().min(1, 'top_n must be a positive integer').nullable().optional();
+
+/**
+ * TEI's `/rerank` takes `texts` and answers TEI's list; with `documents` in their place it takes the
+ * body Infinity, vLLM, Jina and llama.cpp take, and answers in their shape (`results`). Both take
+ * `top_n` and `return_documents` (TEI's `return_text`).
+ */
 export const rerankRequest = z
   .object({
     query: text,
-    texts: z.array(text, { error: 'texts must be a list of strings' }).min(1, 'texts must not be empty'),
+    texts: z.array(text, { error: 'texts must be a list of strings' }).min(1, 'texts must not be empty').optional(),
+    documents: z
+      .array(document, { error: 'documents must be a list' })
+      .min(1, 'documents must not be empty')
+      .optional(),
     raw_scores: z.boolean().default(false),
     return_text: z.boolean().default(false),
-    ...truncation,
+    return_documents: z.boolean().optional(),
+    top_n: topN,
+    truncate: z.boolean().optional(),
+    truncation_direction: direction.optional(),
     model,
   })
-  .strict();
+  .strict()
+  .superRefine((body, ctx) => {
+    if ((body.texts === undefined) === (body.documents === undefined))
+      ctx.addIssue({ code: 'custom', message: 'send either texts (TEI) or documents (Jina, Cohere, Infinity)' });
+  });
 
 export const tokenizeRequest = z
   .object({
@@ -148,6 +170,23 @@ const tokenInfo = z.strictObject({
   stop: offset,
 });
 export const rankedText = z.strictObject({ index: z.number().int(), score: z.number(), text: z.string().optional() });
+/** `/rerank`'s answer to a body with `documents`: the shape Infinity, vLLM and Jina answer in. */
+export const rankedDocuments = z.strictObject({
+  id: z.string(),
+  object: z.literal('rerank'),
+  model: z.string(),
+  results: z
+    .array(
+      z.strictObject({
+        index: z.number().int(),
+        relevance_score: z.number(),
+        document: z.looseObject({ text: z.string() }).optional(),
+      }),
+    )
+    .meta({ description: 'the documents by score, highest first' }),
+  usage: z.strictObject({ prompt_tokens: z.number().int(), total_tokens: z.number().int() }),
+  created: z.number().int(),
+});
 const labelMap = z.strictObject({
   id2label: z.record(z.string(), z.string()),
   label2id: z.record(z.string(), z.number().int()),
@@ -195,7 +234,10 @@ export const teiSchemas = {
     .union([labelScores, z.array(labelScores)])
     .meta({ description: 'one input: its labels; a batch: a list of them' }),
   rerankRequest,
-  rerankResponse: z.array(rankedText).meta({ description: 'the texts by score, highest first' }),
+  rerankResponse: z.union([
+    z.array(rankedText).meta({ description: 'to a body with texts: the texts by score, highest first' }),
+    rankedDocuments,
+  ]),
   tokenizeRequest,
   tokenizeResponse: z.array(z.array(tokenInfo)),
   decodeRequest,
@@ -264,14 +306,23 @@ function refuseEmpty(body: unknown, fields: string[]): void {
 }
 
 /** The fields TEI refuses as `Empty` on its routes; `/similarity` names its own (SIMILARITY_TEXTS). */
-const TEXTS = ['inputs', 'texts', 'query'];
+const TEXTS = ['inputs', 'texts', 'documents', 'query'];
 export const SIMILARITY_TEXTS = ['inputs', 'inputs.source_sentence', 'inputs.sentences'];
 
-/** A body parsed against its route's schema, its `empty` fields (dotted paths) first refused as TEI does. */
-export function parse<T extends z.ZodType>(schema: T, body: unknown, empty = TEXTS): z.output<T> {
+/**
+ * A body parsed against its route's schema, its `empty` fields (dotted paths) first refused as TEI
+ * does. Fields the schema does not know are left out, and `ignored` is told their names.
+ */
+export function parse<T extends z.ZodType>(
+  schema: T,
+  body: unknown,
+  ignored: (fields: string[]) => void = () => {},
+  empty = TEXTS,
+): z.output<T> {
   if (body === undefined) throw new ApiError('validation', 'send a JSON body with Content-Type: application/json');
   refuseEmpty(body, empty);
-  const parsed = schema.safeParse(body);
+  const parsed = parseLenient(schema, body);
   if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
+  ignored(parsed.ignored);
   return parsed.data;
 }

@@ -4,12 +4,14 @@ import { ApiError, type Operation } from '@tserve/contract';
 import { errorHandler } from '../http/http-errors.js';
 import { httpCaller, type Caller, type ProtocolParts } from '../serving/route-call.js';
 import { jsonBody } from '../http/request-body.js';
+import { noteIgnored } from '../http/ignored-fields.js';
+import { requestIdOf } from '../http/request-id.js';
 import { jsonList, sendJson } from '../http/json-bytes.js';
 import type { InferenceResult } from '../serving/inference.js';
 import { shorten } from '../serving/embedding-dimensions.js';
 import { ANY, CLASSIFIER, EMBEDDING, ModelChoice, RERANKER, SPARSE, type RouteKind } from '../serving/model-choice.js';
 import { teiInfo } from './tei-info.js';
-import { rankTexts } from '../serving/ranking.js';
+import { rankTexts, type Rank } from '../serving/ranking.js';
 import {
   parse,
   decodeRequest,
@@ -23,6 +25,7 @@ import {
   SIMILARITY_TEXTS,
   teiErrors,
   tokenizeRequest,
+  type rankedDocuments,
   type rankedText,
 } from './tei-schemas.js';
 
@@ -102,6 +105,43 @@ function cosine(a: number[], b: number[]): number {
 
 /** The timing of a request's model call, as TEI's gRPC answers carry it in `metadata`. */
 export type Timing = InferenceResult['timing'];
+
+/** A rerank's outcome, before either answer's shape: the best `top_n` of the texts, by score. */
+export interface Ranked {
+  model: string;
+  ranks: Rank[];
+  texts: string[];
+  timing: Timing;
+  /** Tokens the model read. */
+  tokens: number;
+}
+
+/** TEI's answer: `{index, score}` each, and the text where asked for (`return_text`, or `return_documents`). */
+export function teiRanks(body: z.output<typeof rerankRequest>, ranked: Ranked): z.infer<typeof rankedText>[] {
+  const withText = body.return_text || body.return_documents === true;
+  return ranked.ranks.map((r) => (withText ? { ...r, text: ranked.texts[r.index] } : r));
+}
+
+/** The answer to a body with `documents`, in the shape Infinity, vLLM and Jina answer: `results`, with usage. */
+function documentRanks(
+  body: z.output<typeof rerankRequest>,
+  ranked: Ranked,
+  id: string,
+): z.infer<typeof rankedDocuments> {
+  const documents = body.documents ?? [];
+  return {
+    id,
+    object: 'rerank',
+    model: ranked.model,
+    results: ranked.ranks.map(({ index, score }) => {
+      const d = documents[index];
+      const document = body.return_documents ? { document: typeof d === 'string' ? { text: d } : d } : {};
+      return { index, relevance_score: score, ...document };
+    }),
+    usage: { prompt_tokens: ranked.tokens, total_tokens: ranked.tokens },
+    created: Math.floor(Date.now() / 1000),
+  };
+}
 
 /**
  * TEI's requests over one gateway's parts, whatever protocol brings them: each picks its model,
@@ -198,18 +238,18 @@ export class Tei {
     return [single ? result.outputs[0] : result.outputs, result.timing];
   }
 
-  async rerank(
-    { caller, xModel }: TeiRequest,
-    body: z.output<typeof rerankRequest>,
-  ): Promise<[z.infer<typeof rankedText>[], Timing]> {
+  /** The texts, or documents, ranked against the query, best first: the `top_n` best where it is set. */
+  async rerank({ caller, xModel }: TeiRequest, body: z.output<typeof rerankRequest>): Promise<Ranked> {
     const id = this.choice.pick(xModel, RERANKER, body.model);
     await this.choice.checkKind(caller, id, RERANKER);
-    const { ranks, timing } = await rankTexts(caller, id, body.query, body.texts, {
-      truncate: body.truncate,
+    const texts = body.texts ?? (body.documents ?? []).map((d) => (typeof d === 'string' ? d : d.text));
+    const { ranks, timing, tokens } = await rankTexts(caller, id, body.query, texts, {
+      // TEI cuts nothing unless asked; the servers whose body has documents cut each pair to fit.
+      truncate: body.truncate ?? body.documents !== undefined,
       direction: body.truncation_direction,
       rawScores: body.raw_scores,
     });
-    return [ranks.map((r) => (body.return_text ? { ...r, text: body.texts[r.index] } : r)), timing];
+    return { model: id, ranks: ranks.slice(0, body.top_n ?? undefined), texts, timing, tokens };
   }
 
   async tokenize({ caller, xModel }: TeiRequest, body: z.output<typeof tokenizeRequest>): Promise<TokenOffsets[][]> {
@@ -254,29 +294,34 @@ export function teiRoutes(router: IRouter, parts: ProtocolParts): void {
     caller: httpCaller(parts.service, req, res),
     xModel: req.get('x-model'),
   });
+  /** The request's body as its route reads it; unknown fields are left out, and named in the answer. */
+  const read = <T extends z.ZodType>(schema: T, req: Request, res: Response, empty?: string[]) =>
+    parse(schema, req.body, (fields) => noteIgnored(res, fields), empty);
   router.post('/embed', admit(EMBEDDING), json, async (req, res) => {
-    sendVectors(res, (await tei.embed(request(req, res), parse(embedRequest, req.body)))[0]);
+    sendVectors(res, (await tei.embed(request(req, res), read(embedRequest, req, res)))[0]);
   });
   router.post('/embed_sparse', admit(SPARSE), json, async (req, res) => {
-    sendVectors(res, (await tei.embedSparse(request(req, res), parse(embedSparseRequest, req.body)))[0]);
+    sendVectors(res, (await tei.embedSparse(request(req, res), read(embedSparseRequest, req, res)))[0]);
   });
   router.post('/embed_all', admit(EMBEDDING), json, async (req, res) => {
-    sendVectors(res, (await tei.embedAll(request(req, res), parse(embedAllRequest, req.body)))[0]);
+    sendVectors(res, (await tei.embedAll(request(req, res), read(embedAllRequest, req, res)))[0]);
   });
   router.post('/predict', admit(CLASSIFIER), json, async (req, res) => {
-    res.json((await tei.predict(request(req, res), parse(predictRequest, req.body)))[0]);
+    res.json((await tei.predict(request(req, res), read(predictRequest, req, res)))[0]);
   });
   router.post('/rerank', admit(RERANKER), json, async (req, res) => {
-    res.json((await tei.rerank(request(req, res), parse(rerankRequest, req.body)))[0]);
+    const body = read(rerankRequest, req, res);
+    const ranked = await tei.rerank(request(req, res), body);
+    res.json(body.documents ? documentRanks(body, ranked, requestIdOf(res)) : teiRanks(body, ranked));
   });
   router.post('/similarity', admit(EMBEDDING), json, async (req, res) => {
-    res.json((await tei.similarity(request(req, res), parse(similarityRequest, req.body, SIMILARITY_TEXTS)))[0]);
+    res.json((await tei.similarity(request(req, res), read(similarityRequest, req, res, SIMILARITY_TEXTS)))[0]);
   });
   router.post('/tokenize', admit(ANY), json, async (req, res) => {
-    res.json(await tei.tokenize(request(req, res), parse(tokenizeRequest, req.body)));
+    res.json(await tei.tokenize(request(req, res), read(tokenizeRequest, req, res)));
   });
   router.post('/decode', admit(ANY), json, async (req, res) => {
-    res.json(await tei.decode(request(req, res), parse(decodeRequest, req.body)));
+    res.json(await tei.decode(request(req, res), read(decodeRequest, req, res)));
   });
   router.get('/info', (req, res) => {
     res.json(tei.info(req.get('x-model'), typeof req.query.model === 'string' ? req.query.model : undefined));

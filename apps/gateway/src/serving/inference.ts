@@ -1,8 +1,10 @@
 import {
   ApiError,
   describeIssues,
+  inGroups,
   normalizeInput,
   parameterSchemas,
+  parseLenient,
   sequencesOf,
   taskInputSchemas,
   taskOfInputs,
@@ -21,6 +23,8 @@ import type { Admission } from '../admission/admission.js';
 import { SendFailed, type Trips } from '../transport/trips.js';
 import type { ResponseCache } from './response-cache.js';
 import type { GatewayTracing } from './tracing.js';
+import { jobSequences } from './model-registry.js';
+import { joinParts, partId } from './request-parts.js';
 
 export interface InferenceCall {
   model: string;
@@ -78,6 +82,8 @@ export interface InferenceResult {
   weights: ModelWeights;
   /** With the response cache on: whether every input was answered from it (`x-cache: hit`). */
   cache?: 'hit' | 'miss';
+  /** Fields of the inputs and parameters left out as unknown (`parameters.foo`), to name to the client. */
+  ignored: string[];
 }
 
 /** What the inference service is built from. */
@@ -162,18 +168,29 @@ export class InferenceService {
     const gone = status.kind === 'served' || !this.cache || call.useCache === false ? undefined : lastServed(status);
     const served = gone ?? (await this.whenServed(call.model, wait, status));
     const task = taskFor(served, call);
-    const { inputs, single } = checkInputs(task, call.inputs);
-    const parameters = checkParameters(task, call.parameters, call.api);
-    const sequences = inputs.reduce((n: number, input) => n + sequencesOf(task, input, parameters), 0);
+    const { inputs, single, ignored: ignoredInputs } = checkInputs(task, call.inputs);
+    const { parameters, ignored: ignoredParameters } = checkParameters(task, call.parameters, call.api);
+    const sizeOf = (input: TaskInput) => sequencesOf(task, input, parameters);
+    const sequences = inputs.reduce((n: number, input) => n + sizeOf(input), 0);
+    // A request larger than a job goes as parts (request-parts.ts), each counted in the depth.
+    const partSequences = jobSequences(served.workers);
+    const parts = sequences > partSequences ? inGroups(inputs, sizeOf, partSequences).length : 1;
     const admitting = this.tracing?.admission(call.model);
     try {
-      this.admission.afterBody(call.model, call.priority, { inputs: inputs.length, sequences });
+      this.admission.afterBody(call.model, call.priority, { inputs: inputs.length, sequences, parts });
     } finally {
       admitting?.end();
     }
 
-    const compute = async (subset: TaskInput[]) =>
-      this.compute(call, gone ? await this.whenServed(call.model, wait) : served, task, subset, parameters, deadline);
+    const compute = async (subset: TaskInput[]) => {
+      const model = gone ? await this.whenServed(call.model, wait) : served;
+      const groups = inGroups(subset, sizeOf, partSequences);
+      if (groups.length === 1) return this.compute(call, model, task, subset, parameters, deadline, call.requestId);
+      const outcomes = groups.map((group, i) =>
+        this.compute(call, model, task, group, parameters, deadline, partId(call.requestId, i)),
+      );
+      return joinParts(await Promise.all(outcomes));
+    };
     const sha256 = served.weights.sha256;
     // A model whose live workers disagree on their weights (a rollout) is computed afresh, never cached.
     const cache = call.useCache === false ? undefined : this.cache;
@@ -199,10 +216,11 @@ export class InferenceService {
       tokens: tokens?.reduce((n, t) => n + t, 0) ?? 0,
       weights: (this.registry.get(call.model) ?? served).weights,
       ...(this.cache ? { cache: cached?.hits === inputs.length ? 'hit' : 'miss' } : {}),
+      ignored: [...ignoredInputs, ...ignoredParameters],
     };
   }
 
-  /** Sends inputs to the model's workers and resolves with their outcome. */
+  /** Sends inputs to the model's workers, as the request `id` (the call's own, or one of its parts), and resolves with their outcome. */
   private async compute(
     call: InferenceCall,
     served: ServedModel,
@@ -210,10 +228,11 @@ export class InferenceService {
     inputs: TaskInput[],
     parameters: TaskParameters,
     deadline: number,
+    id: string,
   ): Promise<ReadRequestOutcome> {
     const sequences = inputs.reduce((n: number, input) => n + sequencesOf(task, input, parameters), 0);
     const request: QueuedRequest = {
-      id: call.requestId,
+      id,
       ...(task === served.task ? {} : { task }),
       inputs,
       parameters,
@@ -264,25 +283,29 @@ function taskFor(
   return task;
 }
 
-function checkInputs(task: Operation, raw: unknown): { inputs: TaskInput[]; single: boolean } {
-  const parsed = taskInputSchemas[task].safeParse(raw);
+/** A field of the body's `name` that was left out, by its path in the body. */
+const within = (name: string, fields: string[]) => fields.map((field) => `${name}.${field}`);
+
+function checkInputs(task: Operation, raw: unknown): { inputs: TaskInput[]; single: boolean; ignored: string[] } {
+  const parsed = parseLenient(taskInputSchemas[task], raw);
   if (!parsed.success)
     throw new ApiError('validation', `invalid inputs for ${task}: ${describeIssues(parsed.error, 'inputs')}`);
   const value = parsed.data as Parameters<typeof normalizeInput>[0] | Array<Parameters<typeof normalizeInput>[0]>;
+  const ignored = within('inputs', parsed.ignored);
   return Array.isArray(value)
-    ? { inputs: value.map(normalizeInput), single: false }
-    : { inputs: [normalizeInput(value)], single: true };
+    ? { inputs: value.map(normalizeInput), single: false, ignored }
+    : { inputs: [normalizeInput(value)], single: true, ignored };
 }
 
 function checkParameters(
   task: Operation,
   parameters: Record<string, unknown>,
   api: 'inference-api' | 'pipeline',
-): TaskParameters {
+): { parameters: TaskParameters; ignored: string[] } {
   // The Inference API groups entities unless told otherwise; a pipeline called on a text does not.
   const defaults = api === 'inference-api' && task === 'token-classification' ? { aggregation_strategy: 'simple' } : {};
-  const parsed = parameterSchemas[task].safeParse({ ...defaults, ...parameters });
+  const parsed = parseLenient(parameterSchemas[task], { ...defaults, ...parameters });
   if (!parsed.success)
     throw new ApiError('validation', `invalid parameters for ${task}: ${describeIssues(parsed.error, 'parameters')}`);
-  return parsed.data;
+  return { parameters: parsed.data, ignored: within('parameters', parsed.ignored) };
 }

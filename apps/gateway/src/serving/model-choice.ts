@@ -29,6 +29,12 @@ export const SPARSE: RouteKind = {
 };
 export const ANY: RouteKind = { what: 'a model', fits: () => true };
 
+/**
+ * The model Infinity's clients name when their user named none: it stands for the only model of
+ * the route's kind, as it does on Infinity.
+ */
+const INFINITY_UNNAMED = 'default/not-specified';
+
 /** Chooses a route's model among the served ones. */
 export class ModelChoice {
   constructor(
@@ -66,7 +72,7 @@ export class ModelChoice {
    */
   pick(xModel: string | undefined, kind: RouteKind, named?: string): string {
     const { registry } = this;
-    const asked = named ?? xModel;
+    const asked = (named === INFINITY_UNNAMED ? undefined : named) ?? xModel;
     if (asked !== undefined) return asked;
     const fitting = registry.served().filter(kind.fits);
     if (fitting.length === 1) return fitting[0].id;

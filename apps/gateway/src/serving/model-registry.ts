@@ -35,6 +35,11 @@ export interface RegistryParts {
 /** Before any worker of a model has announced its batch size; the worker's own default. */
 const DEFAULT_JOB_SEQUENCES = 32;
 
+/** Most sequences a job for a model served by `workers` should carry: the smallest of their batches. */
+export function jobSequences(workers: ReadonlyArray<{ batchMaxSize: number }>): number {
+  return workers.length ? Math.min(...workers.map((w) => w.batchMaxSize)) : DEFAULT_JOB_SEQUENCES;
+}
+
 /**
  * What the workers say they serve (live, loading, failed to load), read from their heartbeats in
  * Redis in the background so that the request path reads it from memory: no Redis round trip per
@@ -191,8 +196,7 @@ export class ModelRegistry {
 
   /** Most sequences a job for the model should carry: its smallest worker batch. */
   batchSize(model: string): number {
-    const workers = this.models.get(model)?.workers ?? [];
-    return workers.length ? Math.min(...workers.map((w) => w.batchMaxSize)) : DEFAULT_JOB_SEQUENCES;
+    return jobSequences(this.models.get(model)?.workers ?? []);
   }
 
   /** Sequences one model call of each live worker of the model holds, together (0 with none). */

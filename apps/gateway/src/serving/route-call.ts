@@ -7,6 +7,7 @@ import { admittedOf, type Admission } from '../admission/admission.js';
 import type { ModelRegistry } from './model-registry.js';
 import type { ServedModel } from './served-models.js';
 import { requestIdOf } from '../http/request-id.js';
+import { noteIgnored } from '../http/ignored-fields.js';
 import { effectivePriority } from '../admission/api-keys.js';
 
 /**
@@ -175,6 +176,7 @@ async function timed(res: Response, run: () => Promise<InferenceResult>): Promis
   // As the Hugging Face Inference API says it: hit when every input was answered from the response cache.
   if (result.cache) res.setHeader('x-cache', result.cache);
   if (result.warnings.length) res.setHeader('x-warnings', JSON.stringify(result.warnings));
+  noteIgnored(res, result.ignored);
   // Which weights answered; left out while the model's workers disagree (a rollout in progress).
   if (result.weights.revision) res.setHeader('x-model-revision', result.weights.revision);
   if (result.weights.sha256) res.setHeader('x-model-sha256', result.weights.sha256);

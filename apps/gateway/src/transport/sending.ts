@@ -1,6 +1,7 @@
 import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import {
+  inGroups,
   noticeCopy,
   PROTOCOL,
   sequenceCount,
@@ -282,19 +283,5 @@ export function splitIntoJobs<E extends { request: Pick<QueuedRequest, 'inputs' 
   entries: E[],
   max: number,
 ): E[][] {
-  const jobs: E[][] = [];
-  let current: E[] = [];
-  let size = 0;
-  for (const entry of entries) {
-    const n = sequenceCount(entry.request);
-    if (current.length > 0 && size + n > max) {
-      jobs.push(current);
-      current = [];
-      size = 0;
-    }
-    current.push(entry);
-    size += n;
-  }
-  if (current.length > 0) jobs.push(current);
-  return jobs;
+  return inGroups(entries, (entry) => sequenceCount(entry.request), max);
 }

@@ -42,8 +42,14 @@ export const gatewayShape = {
   API_KEYS_FILE: optionalString('JSON file of hashed API keys (npm run keys -- create); re-read on change'),
   // For deployments that pass secrets as variables.
   API_KEYS: optionalString('the same JSON inline; with neither set, no key is needed'),
-  MAX_INPUTS_PER_REQUEST: int(64, 1, 'most list items in one request (413 above)'),
-  MAX_BODY_BYTES: int(1_000_000, 1, 'largest request body (413 above)'),
+  MAX_INPUTS_PER_REQUEST: int(2048, 1, [
+    'most list items (inputs, documents, and model sequences) in one request (413 above)',
+    "OpenAI's own limit for embeddings. A request larger than a worker's batch is split into parts of at most BATCH_MAX_SIZE sequences, sent as jobs any worker may take and answered as one, in order; each part counts in the queue depth as a request does",
+  ]),
+  MAX_BODY_BYTES: int(8_000_000, 1, [
+    'largest request body (413 above)',
+    "room for 2,048 inputs of a few thousand characters each, or of tiktoken's token ids (LangChain's default)",
+  ]),
   MAX_BODIES_BYTES: int(256_000_000, 1, [
     'bytes of request bodies one gateway holds at once; past it, new requests get 503',
     "each body counts as it is received (not as declared) until its answer, so that many large bodies cannot exhaust the gateway's memory",
@@ -116,6 +122,13 @@ export const gatewayShape = {
     "seconds a batch's files and the batch itself are kept",
     "OpenAI's 30 days by default; a file's expires_at says when it goes",
   ]).meta(ADVANCED),
+  OPENAI_TOKEN_ENCODING: setting(
+    z.enum(['cl100k_base', 'o200k_base', 'p50k_base', 'r50k_base', 'off']).default('cl100k_base'),
+    [
+      "the tiktoken encoding that reads token ids sent as OpenAI embeddings' input; off refuses them",
+      "LangChain's OpenAIEmbeddings sends each text as tiktoken's ids by default (cl100k_base where it does not know the model). The ids are decoded into their text, which the model's own tokenizer then reads: the vectors are those of the text. off answers 400 to token ids",
+    ],
+  ).meta(ADVANCED),
   DASHBOARD_USER: optionalString('basic auth user for /admin/queues (with DASHBOARD_PASSWORD)'),
   DASHBOARD_PASSWORD: optionalString('basic auth password for /admin/queues'),
   DASHBOARD_TOKEN: optionalString('bearer token for /admin/queues'),
