@@ -272,9 +272,9 @@ describe("client batches larger than a worker's batch", () => {
   }
 
   it('beyond MAX_INPUTS_PER_REQUEST a request is refused with a 413 naming the limit', async () => {
-    const res = await system.infer(MODEL, Array(65).fill('x'));
+    const res = await system.infer(MODEL, Array(2049).fill('x'));
     assert.equal(res.status, 413, JSON.stringify(res.body));
-    assert.match(res.body.error, /65 inputs in one request; at most 64 are accepted \(MAX_INPUTS_PER_REQUEST\)/);
+    assert.match(res.body.error, /2049 inputs in one request; at most 2048 are accepted \(MAX_INPUTS_PER_REQUEST\)/);
   });
 });
 

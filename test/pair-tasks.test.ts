@@ -294,9 +294,9 @@ describe('pair tasks on /models/<id>', () => {
       assert.match(res.body.error, message);
       assert.ok(!/\n\s+at /.test(res.body.error), 'no stack trace');
     }
-    const labels = Array.from({ length: 100 }, (_, i) => `label ${i}`);
+    const labels = Array.from({ length: 2049 }, (_, i) => `label ${i}`);
     const tooMany = await system.infer(NLI, 'text', { candidate_labels: labels });
     assert.equal(tooMany.status, 413);
-    assert.match(tooMany.body.error, /100 model sequences .* at most 64/);
+    assert.match(tooMany.body.error, /2049 model sequences .* at most 2048/);
   });
 });

@@ -26,7 +26,21 @@ function jsonSchema(schema: z.ZodType, io: 'input' | 'output'): Json {
   const json = z.toJSONSchema(schema, { target: 'draft-2020-12', io }) as Json;
   // The document names its dialect once (OpenAPI 3.1's default is 2020-12), not in every schema.
   delete json.$schema;
+  // A body may hold fields its schema does not know: they are left out, not refused (x-ignored-fields).
+  if (io === 'input') allowOtherFields(json);
   return json;
+}
+
+/** Drops `additionalProperties: false` throughout a request's schema, which the routes' strict zod schemas write. */
+function allowOtherFields(node: unknown): void {
+  if (typeof node !== 'object' || node === null) return;
+  if (Array.isArray(node)) {
+    node.forEach(allowOtherFields);
+    return;
+  }
+  const record = node as Json;
+  if (record.additionalProperties === false) delete record.additionalProperties;
+  Object.values(record).forEach(allowOtherFields);
 }
 
 export const jsonContent = (schema: z.ZodType, io: 'input' | 'output') => ({

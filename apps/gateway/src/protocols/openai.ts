@@ -20,7 +20,12 @@ import { TokenTexts } from './openai-tokens.js';
 
 const text = z.string({ error: 'each input must be a string' }).min(1, 'input must not contain empty strings');
 const tokenIds = z
-  .array(z.number().int().min(0), { error: 'token ids must be whole numbers' })
+  .array(
+    z
+      .number({ error: 'token ids must be whole numbers' })
+      .int('token ids must be whole numbers')
+      .min(0, 'token ids must not be negative'),
+  )
   .min(1, 'input must not contain empty token lists');
 const embeddingsRequest = z
   .object({
@@ -35,10 +40,11 @@ const embeddingsRequest = z
         z.array(tokenIds).min(1, 'input must not be an empty list'),
       ],
       {
-        error: (issue) =>
-          issue.input === undefined
-            ? 'input is required'
-            : 'input must be a string, a list of strings, or token ids (a list, or a list of lists)',
+        error: (issue) => {
+          if (issue.input === undefined) return 'input is required';
+          if (Array.isArray(issue.input) && issue.input.length === 0) return 'input must not be an empty list';
+          return 'input must be a string, a list of strings, or token ids (a list, or a list of lists)';
+        },
       },
     ),
     encoding_format: z.enum(['float', 'base64']).optional(),

@@ -272,9 +272,8 @@ function taskFor(
   if (call.task === 'tokenize' || call.task === 'decode' || (call.task === 'embed-sparse' && served.sparse))
     return call.task;
   let task = call.task ?? taskOfInputs(call.inputs);
-  // An NLI model classifies one text zero-shot when given candidate labels.
-  if (!task && 'candidate_labels' in call.parameters && served.tasks.includes('zero-shot-classification'))
-    task = 'zero-shot-classification';
+  // Candidate labels ask for zero-shot classification: an NLI model serves it, any other says it cannot.
+  if (!task && 'candidate_labels' in call.parameters) task = 'zero-shot-classification';
   task ??= served.task;
   const serves: readonly Operation[] = served.tasks;
   if (!serves.includes(task)) {
