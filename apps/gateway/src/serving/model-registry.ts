@@ -111,7 +111,9 @@ export class ModelRegistry {
     if (failure) return { kind: 'failed', failure, last };
     const idle = this.idle(model);
     if (idle) return { kind: 'starting', starting: idle, last };
-    if (this.known.has(model)) return { kind: 'lost', last };
+    // Served before, by this gateway's count or by the load time some worker recorded: a gateway
+    // restarted while the model's workers restart too answers as one that stayed up, "retry".
+    if (this.known.has(model) || this.loadTimes.has(model)) return { kind: 'lost', last };
     return { kind: this.healthy ? 'unknown' : 'unreachable', last };
   }
 
