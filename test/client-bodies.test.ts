@@ -262,6 +262,19 @@ describe('real clients at their real sizes, and the bodies they send', () => {
     });
   });
 
+  it("a large request's answer holds no more numbers than one request's (MAX_ANSWER_VALUES): each piece its share", async () => {
+    // 2,048 texts' token vectors: about 15 million numbers, where one answer may hold 2 million.
+    const many = await system.post('/embed_all', { inputs: textsOf(2048) });
+    assert.equal(many.status, 422, JSON.stringify(many.body).slice(0, 300));
+    assert.match(
+      many.body.error,
+      /one of its 64 pieces would hold \d+ numbers, more than its share \(31250\) of the 2000000 one answer may hold \(MAX_ANSWER_VALUES\)/,
+    );
+    const few = await system.post('/embed_all', { inputs: textsOf(64) });
+    assert.equal(few.status, 200, 'two pieces, each within its share');
+    assert.equal(few.body.length, 64);
+  });
+
   it('over MAX_INPUTS_PER_REQUEST (2,048 by default) is a 413 naming the setting, in each shape', async () => {
     const texts = Array(2049).fill('x');
     const openai = await system.post('/v1/embeddings', { model: EMBEDDER, input: texts });
@@ -275,7 +288,7 @@ describe('real clients at their real sizes, and the bodies they send', () => {
 
 describe('a 2,048-input request over several jobs, one worker killed mid-way', () => {
   it('is answered whole and in order, nothing lost and nothing twice, each vector as if sent alone', async (t) => {
-    const system = new TestSystem(uniquePrefix('parts-kill'));
+    const system = new TestSystem(uniquePrefix('pieces-kill'));
     t.after(() => system.stop());
     await system.startGateway();
     const env = { JOB_LOCK_MS: 1500, STALLED_INTERVAL_MS: 500 };
@@ -291,10 +304,10 @@ describe('a 2,048-input request over several jobs, one worker killed mid-way', (
       redis.disconnect();
     });
     const answer = system.post('/v1/embeddings', { model: EMBEDDER, input: texts });
-    // Frozen while it holds a part, so that part can never be answered by it: then killed.
+    // Frozen while it holds a piece, so that piece can never be answered by it: then killed.
     let held: string[] = [];
     await waitFor(
-      'the victim to hold a part',
+      'the victim to hold a piece',
       async () => {
         victim.kill('SIGSTOP');
         held = (await queue.getActive()).filter((j) => j.processedBy === 'victim').map((j) => j.id!);
@@ -308,8 +321,8 @@ describe('a 2,048-input request over several jobs, one worker killed mid-way', (
     const res = await answer;
     assert.equal(res.status, 200, JSON.stringify(res.body).slice(0, 500));
     assert.ok(
-      held.every((id) => /-part\d+$/.test(id)),
-      `the victim held parts: ${held.join(', ')}`,
+      held.every((id) => /-piece\d+$/.test(id)),
+      `the victim held pieces: ${held.join(', ')}`,
     );
     const data = res.body.data as Array<{ index: number; embedding: number[] }>;
     assert.deepEqual(
@@ -321,10 +334,10 @@ describe('a 2,048-input request over several jobs, one worker killed mid-way', (
       const one = await system.post('/embed', { inputs: texts[i] });
       assertClose(data[i].embedding, one.body[0], 1e-6, `input ${i}`);
     }
-    // Each part the victim held ran again on the other worker, once its lock expired.
+    // Each piece the victim held ran again on the other worker, once its lock expired.
     for (const id of held) {
       const job = await queue.getJob(id);
-      assert.ok(job?.finishedOn && job.processedBy !== 'victim', `part ${id} recovered elsewhere`);
+      assert.ok(job?.finishedOn && job.processedBy !== 'victim', `piece ${id} recovered elsewhere`);
     }
   });
 });

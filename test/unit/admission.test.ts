@@ -198,16 +198,16 @@ describe('admission after the body', () => {
     );
   });
 
-  it('admits a request sent as parts only where the queue has room for each part', () => {
+  it('admits a request sent as pieces only where the queue has room for each piece', () => {
     const { admission: a, depth } = admission();
     for (let i = 0; i < 5; i++) depth.enter('m');
-    // limits.maxQueueDepth is 10: five waiting leave room for five more requests, or parts.
+    // limits.maxQueueDepth is 10: five waiting leave room for five more requests, or pieces.
     assert.equal(
-      refusedWith(() => a.afterBody('m', 'interactive', { inputs: 5, sequences: 5, parts: 5 })),
+      refusedWith(() => a.afterBody('m', 'interactive', { inputs: 5, sequences: 5, pieces: 5 })),
       'admitted',
     );
     assert.equal(
-      refusedWith(() => a.afterBody('m', 'interactive', { inputs: 6, sequences: 6, parts: 6 })),
+      refusedWith(() => a.afterBody('m', 'interactive', { inputs: 6, sequences: 6, pieces: 6 })),
       'overloaded',
     );
   });

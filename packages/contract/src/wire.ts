@@ -21,6 +21,12 @@ export interface QueuedRequest {
   parameters: TaskParameters;
   /** Model sequences the inputs run as, when more than one per input (pairs, labels, sentences): what batching counts. */
   sequences?: number;
+  /**
+   * The client's request was cut into this many pieces, this request one of them (a list larger
+   * than a job): its answer may hold only its share of the numbers one answer may hold, so that
+   * the pieces together hold no more than one request's.
+   */
+  pieces?: number;
   /** Epoch ms after which the request must not run: its client has been answered 504. */
   deadline: number;
   enqueuedAt: number;
@@ -81,6 +87,7 @@ const queuedRequestSchema = z.object({
   inputs: z.array(z.unknown()) as unknown as z.ZodType<TaskInput[]>,
   parameters: z.custom<TaskParameters>((value) => typeof value === 'object' && value !== null && !Array.isArray(value)),
   sequences: z.number().int().positive().optional(),
+  pieces: z.number().int().positive().optional(),
   deadline: z.number(),
   enqueuedAt: z.number(),
   trace: z.record(z.string(), z.string()).optional(),

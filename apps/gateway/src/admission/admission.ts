@@ -176,13 +176,13 @@ export class Admission {
   /**
    * Decided once the body is read and validated: is the request too large (413), is the model's
    * queue full (503; again, since it may have filled while the body arrived), is Redis known to
-   * be down (503, the breaker is open). A request sent as `parts` needs room for each, as that
+   * be down (503, the breaker is open). A request sent as `pieces` needs room for each, as that
    * many requests would. Throws the refusal.
    */
-  afterBody(model: string, priority: Priority, size: { inputs: number; sequences: number; parts?: number }): void {
+  afterBody(model: string, priority: Priority, size: { inputs: number; sequences: number; pieces?: number }): void {
     const refusal =
       sizeRefusal(this.parts.limits, size.inputs, size.sequences) ??
-      this.queueFull(model, priority, size.parts) ??
+      this.queueFull(model, priority, size.pieces) ??
       this.parts.breaker.refusal();
     if (refusal) throw refusal;
   }
@@ -222,9 +222,9 @@ export class Admission {
     res.once('close', hold.release);
   }
 
-  /** The 503 for a request, of `parts` requests' room, that finds the model's queue full for its class. */
-  private queueFull(model: string, priority: Priority, parts = 1): ApiError | undefined {
+  /** The 503 for a request, of `pieces` requests' room, that finds the model's queue full for its class. */
+  private queueFull(model: string, priority: Priority, pieces = 1): ApiError | undefined {
     if (!this.parts.models.isServed(model)) return undefined;
-    return depthRefusal(this.parts.limits, model, this.parts.depth.of(model), priority, parts);
+    return depthRefusal(this.parts.limits, model, this.parts.depth.of(model), priority, pieces);
   }
 }

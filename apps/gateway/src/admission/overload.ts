@@ -26,17 +26,17 @@ export function depthLimit(
 
 /**
  * The 503 for a request that finds its model's queue full for its class; undefined if it may enter.
- * A request sent as `parts` (a list larger than a job) needs room for each of them.
+ * A request sent as `pieces` (a list larger than a job) needs room for each of them.
  */
 export function depthRefusal(
   limits: OverloadLimits,
   model: string,
   depth: number,
   priority: Priority,
-  parts = 1,
+  pieces = 1,
 ): ApiError | undefined {
-  if (depth + parts - 1 < depthLimit(limits, priority)) return undefined;
-  const room = parts > 1 ? `, and this request would add ${parts} parts` : '';
+  if (depth + pieces - 1 < depthLimit(limits, priority)) return undefined;
+  const room = pieces > 1 ? `, and this request would add ${pieces} pieces` : '';
   return new ApiError(
     'overloaded',
     `model ${model} has ${depth} requests waiting${room}${priority === 'batch' ? ' (batch class refused first)' : ''}; retry shortly`,

@@ -24,7 +24,7 @@ import { SendFailed, type Trips } from '../transport/trips.js';
 import type { ResponseCache } from './response-cache.js';
 import type { GatewayTracing } from './tracing.js';
 import { jobSequences } from './model-registry.js';
-import { joinParts, partId } from './request-parts.js';
+import { joinPieces, pieceId } from './request-pieces.js';
 
 export interface InferenceCall {
   model: string;
@@ -172,24 +172,24 @@ export class InferenceService {
     const { parameters, ignored: ignoredParameters } = checkParameters(task, call.parameters, call.api);
     const sizeOf = (input: TaskInput) => sequencesOf(task, input, parameters);
     const sequences = inputs.reduce((n: number, input) => n + sizeOf(input), 0);
-    // A request larger than a job goes as parts (request-parts.ts), each counted in the depth.
-    const partSequences = jobSequences(served.workers);
-    const parts = sequences > partSequences ? inGroups(inputs, sizeOf, partSequences).length : 1;
+    // A request larger than a job goes as pieces (request-pieces.ts), each counted in the depth.
+    const pieceSequences = jobSequences(served.workers);
+    const pieces = sequences > pieceSequences ? inGroups(inputs, sizeOf, pieceSequences).length : 1;
     const admitting = this.tracing?.admission(call.model);
     try {
-      this.admission.afterBody(call.model, call.priority, { inputs: inputs.length, sequences, parts });
+      this.admission.afterBody(call.model, call.priority, { inputs: inputs.length, sequences, pieces });
     } finally {
       admitting?.end();
     }
 
     const compute = async (subset: TaskInput[]) => {
       const model = gone ? await this.whenServed(call.model, wait) : served;
-      const groups = inGroups(subset, sizeOf, partSequences);
+      const groups = inGroups(subset, sizeOf, pieceSequences);
       if (groups.length === 1) return this.compute(call, model, task, subset, parameters, deadline, call.requestId);
       const outcomes = groups.map((group, i) =>
-        this.compute(call, model, task, group, parameters, deadline, partId(call.requestId, i)),
+        this.compute(call, model, task, group, parameters, deadline, pieceId(call.requestId, i), groups.length),
       );
-      return joinParts(await Promise.all(outcomes));
+      return joinPieces(await Promise.all(outcomes));
     };
     const sha256 = served.weights.sha256;
     // A model whose live workers disagree on their weights (a rollout) is computed afresh, never cached.
@@ -220,7 +220,7 @@ export class InferenceService {
     };
   }
 
-  /** Sends inputs to the model's workers, as the request `id` (the call's own, or one of its parts), and resolves with their outcome. */
+  /** Sends inputs to the model's workers, as the request `id` (the call's own, or one of its pieces), and resolves with their outcome. */
   private async compute(
     call: InferenceCall,
     served: ServedModel,
@@ -229,6 +229,7 @@ export class InferenceService {
     parameters: TaskParameters,
     deadline: number,
     id: string,
+    pieces = 1,
   ): Promise<ReadRequestOutcome> {
     const sequences = inputs.reduce((n: number, input) => n + sequencesOf(task, input, parameters), 0);
     const request: QueuedRequest = {
@@ -237,6 +238,7 @@ export class InferenceService {
       inputs,
       parameters,
       ...(sequences === inputs.length ? {} : { sequences }),
+      ...(pieces > 1 ? { pieces } : {}),
       deadline,
       enqueuedAt: Date.now(),
     };

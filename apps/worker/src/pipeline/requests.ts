@@ -114,14 +114,19 @@ export class InputEncoder {
    * request for many inputs' token vectors can ask for millions of numbers, and building them held
    * its worker's main thread past its heartbeats and swelled its memory (bench/HISTORY.md).
    */
-  private checkAnswerSize({ head, parameters }: Pending, encoded: Encoded[][]): void {
+  private checkAnswerSize({ head, parameters, request }: Pending, encoded: Encoded[][]): void {
     if (!head.answerValues) return;
     const values = encoded.flat().reduce((n, e) => n + head.answerValues!(e, parameters), 0);
-    if (values > this.maxAnswerValues) {
-      throw new ApiError(
-        'payload_too_large',
-        `the answer would hold ${values} numbers; at most ${this.maxAnswerValues} are sent in one (MAX_ANSWER_VALUES): send fewer or shorter inputs${'pooling' in parameters && parameters.pooling === 'none' ? ', or pool each into one vector' : ''}`,
-      );
+    // A piece of a larger request (request.pieces) holds its share: the whole answer, at most the bound.
+    const pieces = request.pieces ?? 1;
+    const most = Math.floor(this.maxAnswerValues / pieces);
+    if (values > most) {
+      const what =
+        pieces > 1
+          ? `one of its ${pieces} pieces would hold ${values} numbers, more than its share (${most}) of the ${this.maxAnswerValues} one answer may hold`
+          : `the answer would hold ${values} numbers; at most ${this.maxAnswerValues} are sent in one`;
+      const pool = 'pooling' in parameters && parameters.pooling === 'none' ? ', or pool each into one vector' : '';
+      throw new ApiError('payload_too_large', `${what} (MAX_ANSWER_VALUES): send fewer or shorter inputs${pool}`);
     }
   }
 

@@ -44,7 +44,7 @@ export const gatewayShape = {
   API_KEYS: optionalString('the same JSON inline; with neither set, no key is needed'),
   MAX_INPUTS_PER_REQUEST: int(2048, 1, [
     'most list items (inputs, documents, and model sequences) in one request (413 above)',
-    "OpenAI's own limit for embeddings. A request larger than a worker's batch is split into parts of at most BATCH_MAX_SIZE sequences, sent as jobs any worker may take and answered as one, in order; each part counts in the queue depth as a request does",
+    "OpenAI's own limit for embeddings. A request larger than a worker's batch is split into pieces of at most BATCH_MAX_SIZE sequences, sent as jobs any worker may take and answered as one, in order; each piece counts in the queue depth as a request does",
   ]),
   MAX_BODY_BYTES: int(8_000_000, 1, [
     'largest request body (413 above)',

@@ -2,22 +2,22 @@ import { answeredFromJson, type ReadRequestOutcome, type RequestTiming } from '@
 
 /**
  * A request larger than one job of its model (more sequences than its workers' smallest batch) goes
- * as parts: each a request of its own, in its own job, which any worker may take, so that a client's
+ * as pieces: each a request of its own, in its own job, which any worker may take, so that a client's
  * list of 2,048 texts runs on every worker at once, as 64 clients' lists of 32 would, and waits in
- * the queue no longer than they. The parts' outcomes are joined here into the one the client is
+ * the queue no longer than they. The pieces' outcomes are joined here into the one the client is
  * answered, in order.
  */
 
-/** The id of a request's part `index` (from 0): unique, as a job's id must be, and the request's own in the logs. */
-export const partId = (requestId: string, index: number) => `${requestId}-part${index + 1}`;
+/** The id of a request's piece `index` (from 0): unique, as a job's id must be, and the request's own in the logs. */
+export const pieceId = (requestId: string, index: number) => `${requestId}-piece${index + 1}`;
 
-/** The one outcome of a request sent as `parts`, in order: the first refused part's, else every part's outputs together. */
-export function joinParts(parts: ReadRequestOutcome[]): ReadRequestOutcome {
-  const id = parts[0].id;
+/** The one outcome of a request sent as `pieces`, in order: the first refused piece's, else every piece's outputs together. */
+export function joinPieces(pieces: ReadRequestOutcome[]): ReadRequestOutcome {
+  const id = pieces[0].id;
   const answered: Array<Extract<ReadRequestOutcome, { ok: true }>> = [];
-  for (const part of parts) {
-    if (!part.ok) return { ...part, id };
-    answered.push(part);
+  for (const piece of pieces) {
+    if (!piece.ok) return { ...piece, id };
+    answered.push(piece);
   }
   const rest = {
     id,
@@ -26,7 +26,7 @@ export function joinParts(parts: ReadRequestOutcome[]): ReadRequestOutcome {
     timing: joinTimings(answered.map((p) => p.timing)),
     ...(answered.every((p) => p.tokens) ? { tokens: answered.flatMap((p) => p.tokens ?? []) } : {}),
   };
-  // As their workers wrote them where every part's are at hand: written to the client unparsed.
+  // As their workers wrote them where every piece's are at hand: written to the client unparsed.
   if (answered.every((p) => p.outputsJson))
     return answeredFromJson(
       answered.flatMap((p) => p.outputsJson ?? []),
@@ -35,7 +35,7 @@ export function joinParts(parts: ReadRequestOutcome[]): ReadRequestOutcome {
   return { ...rest, outputs: answered.flatMap((p) => p.outputs) };
 }
 
-/** The parts' timing as one request's: the longest wait, their model calls' time together, the largest batch. */
+/** The pieces' timing as one request's: the longest wait, their model calls' time together, the largest batch. */
 function joinTimings(timings: RequestTiming[]): RequestTiming {
   return {
     queue_ms: Math.max(...timings.map((t) => t.queue_ms)),
