@@ -24,11 +24,13 @@ const inputs = Number(values.inputs);
 const clients = Number(values.clients);
 
 const system = new BenchSystem({ modelDir: MODEL_DIR, logLevel: 'error' });
+/** How often the interactive client sends a text while the load runs (open loop: it does not wait for its answers). */
+const INTERACTIVE_EVERY_MS = 250;
 
-/** A client's documents: a few dozen words each, every one distinct. */
+/** A client's documents: a sentence each (about 16 tokens, as the other benches' texts), every one distinct. */
 const texts = Array.from(
   { length: inputs },
-  (_, i) => `document ${i}: ${'a sentence of an ordinary length about the topic at hand '.repeat(2)}${i % 101}`,
+  (_, i) => `document ${i}: a sentence of an ordinary length about topic ${i % 101}`,
 );
 
 async function embed(input: string[] | string): Promise<void> {
@@ -41,23 +43,25 @@ async function embed(input: string[] | string): Promise<void> {
   if (!res.ok) throw new Error(`${res.status} from /v1/embeddings`);
 }
 
-/** Runs `send` while a client sends one text at a time; the seconds it took and the client's latencies. */
+/**
+ * Runs `send` while an interactive client sends one text every INTERACTIVE_EVERY_MS, from just
+ * after the load is sent until it is answered: the seconds the load took, and the latency of each
+ * of the client's requests, every one awaited (one still out when the load ends counts too).
+ */
 async function withInteractive(send: () => Promise<void>): Promise<{ seconds: number; latencies: number[] }> {
-  let done = false;
-  const latencies: number[] = [];
-  const interactive = (async () => {
-    for (let i = 0; !done; i++) {
-      const started = performance.now();
-      await embed(`an interactive question number ${i}`);
-      if (!done) latencies.push(performance.now() - started);
-    }
-  })();
+  const latencies: Array<Promise<number>> = [];
   const started = performance.now();
-  await send();
+  let done = false;
+  const load = send().finally(() => (done = true));
+  await new Promise((r) => setTimeout(r, INTERACTIVE_EVERY_MS / 2));
+  for (let i = 0; !done; i++) {
+    const sentAt = performance.now();
+    latencies.push(embed(`an interactive question number ${i}`).then(() => performance.now() - sentAt));
+    await Promise.race([load, new Promise((r) => setTimeout(r, INTERACTIVE_EVERY_MS))]);
+  }
+  await load;
   const seconds = (performance.now() - started) / 1000;
-  done = true;
-  await interactive;
-  return { seconds, latencies };
+  return { seconds, latencies: await Promise.all(latencies) };
 }
 
 const whole = () => embed(texts);
