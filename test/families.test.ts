@@ -295,6 +295,31 @@ describe('the families people pick, as sentence-transformers serves them', () =>
     answers[0].forEach((v, i) => assertClose(answers[1][i], v, 1e-5, `"${texts[i]}" left vs right padding`));
   });
 
+  it(`${QWEN3}: an export that declares past key values (as text-generation exports do) is fed empty ones`, async () => {
+    const folder = editedReplica(QWEN3, {}, { onnx: [] });
+    scratch.push(folder);
+    const python = fs.existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3';
+    const config = JSON.parse(fs.readFileSync(path.join(MODEL_DIR, QWEN3, 'config.json'), 'utf8'));
+    execFileSync(python, [
+      path.join(ROOT, 'test/helpers/with-past-inputs.py'),
+      path.join(MODEL_DIR, QWEN3, 'onnx/model_quantized.onnx'),
+      path.join(folder.dir, QWEN3, 'onnx/model_quantized.onnx'),
+      String(config.num_hidden_layers),
+      String(config.num_key_value_heads),
+      String(config.head_dim),
+    ]);
+    const s = await serve(folder.dir, QWEN3);
+    for (const c of embeddingCases(QWEN3)) {
+      const [vector] = (await ok(s, '/embed', {
+        model: QWEN3,
+        inputs: [c.text],
+        ...(c.prompt_name ? { prompt_name: c.prompt_name } : {}),
+      })) as number[][];
+      assert.ok(cosine(vector, c.embedding_q8) >= Q8_COSINE, `"${c.text}"`);
+    }
+    await s.stop();
+  });
+
   it('an over-long input is cut as sentence-transformers cuts it: at max_seq_length, its special tokens kept', async () => {
     for (const model of EMBEDDERS) {
       // A case that runs with a prompt where the model has prompts: the prompt is cut with the text.
