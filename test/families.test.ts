@@ -208,6 +208,18 @@ describe('the families people pick, as sentence-transformers serves them', () =>
     assert.match(refused.body.error, /Dense head \(2_Dense, 3_Dense\).*pooling "cls" cannot be served/);
   });
 
+  it("the Inference API's sentence-similarity pools as the model does: CLS for bge, last token for Qwen3", async () => {
+    for (const model of [BGE, QWEN3]) {
+      const [source, other] = embeddingCases(model).filter((c) => c.prompt_name === null);
+      const [score] = (await ok(q8, `/models/${model}`, {
+        inputs: { source_sentence: source.text, sentences: [other.text] },
+      })) as number[];
+      // The two run in one q8 call, whose activations are quantized together: close, not exact.
+      const expected = cosine(source.embedding_q8, other.embedding_q8);
+      assert.ok(Math.abs(score - expected) <= 2e-3, `${model}: ${score} vs ${expected} from the references`);
+    }
+  });
+
   it(`${BGE_RERANKER}: TEI /rerank and Cohere's /v2/rerank score each pair as the reference, and rank as it does`, async () => {
     for (const c of REF[BGE_RERANKER].cases as RerankCase[]) {
       for (const r of c.results) {
