@@ -86,6 +86,17 @@ function assertClose(actual: number[], expected: number[], tolerance: number, wh
   assert.ok(actual.length === expected.length && largest <= tolerance, `${what}: differs by ${largest}`);
 }
 
+/** sentence-transformers' embeddings of `texts` from a model folder, computed in Python (test/helpers/family-reference.py). */
+function pythonReference(folder: string, texts: string[], prompt = ''): Array<{ ids: number[]; embedding: number[] }> {
+  const script = path.join(ROOT, 'test/helpers/family-reference.py');
+  return JSON.parse(
+    execFileSync('python3', [script, folder, JSON.stringify(texts), prompt], {
+      encoding: 'utf8',
+      maxBuffer: 64 * 2 ** 20,
+    }),
+  ) as Array<{ ids: number[]; embedding: number[] }>;
+}
+
 const sigmoid = (x: number) => 1 / (1 + Math.exp(-x));
 /** One label scored alone, as the pipeline scores it (entailment against not_entailment), from the reference's logits. */
 const aloneScore = ([entailment, notEntailment]: number[]) => sigmoid(entailment - notEntailment);
@@ -405,13 +416,7 @@ describe('the families people pick, as sentence-transformers serves them', () =>
   it(`a very long input at the model's own length answers as sentence-transformers does, or is refused by the memory budget`, async (t: TestContext) => {
     const words = 'the museum of the city holds paintings from every century and region';
     const long = Array.from({ length: 200 }, () => words).join(' ');
-    const folder = path.join(q8Models.dir, BGE);
-    const expected = JSON.parse(
-      execFileSync('python3', [path.join(ROOT, 'test/helpers/family-reference.py'), folder, JSON.stringify([long])], {
-        encoding: 'utf8',
-        maxBuffer: 64 * 2 ** 20,
-      }),
-    ) as Array<{ ids: number[]; embedding: number[] }>;
+    const expected = pythonReference(path.join(q8Models.dir, BGE), [long]);
     assert.equal(expected[0].ids.length, 512, 'the reference cuts at max_seq_length');
     const res = await q8.post('/v1/embeddings', { model: BGE, input: [long] });
     assert.equal(res.status, 200, JSON.stringify(res.body));
@@ -436,6 +441,42 @@ describe('the families people pick, as sentence-transformers serves them', () =>
       /memory budget \(WORKER_MEMORY_MB\) holds model calls of at most \d+ tokens per input/,
     );
     await s.stop();
+  });
+
+  it('every pooling mode at once, a prompt left out of the pooling, and do_lower_case, as sentence-transformers computes them', async (t: TestContext) => {
+    const modes = ['cls', 'max', 'mean', 'mean_sqrt_len_tokens', 'weightedmean', 'lasttoken'];
+    const pooled = editedReplica(
+      E5,
+      { '1_Pooling/config.json': () => ({ embedding_dimension: 64, pooling_mode: modes, include_prompt: false }) },
+      { onnx: ['model_quantized.onnx'] },
+    );
+    const lower = editedReplica(
+      GTE,
+      { 'sentence_bert_config.json': (json) => ({ ...json, do_lower_case: true }) },
+      { onnx: ['model_quantized.onnx'] },
+    );
+    scratch.push(pooled, lower);
+    const texts = ['What is the Capital of France?', 'Paris is the capital and most populous city of France.'];
+    for (const [model, folder, prompt] of [
+      [E5, pooled, 'query'],
+      [GTE, lower, undefined],
+    ] as const) {
+      const s = await serve(folder.dir, model);
+      const text = prompt ? embeddingCases(model).find((c) => c.prompt_name === prompt)!.prompt! : '';
+      const expected = pythonReference(path.join(folder.dir, model), texts, text);
+      for (const [i, input] of texts.entries()) {
+        const [vector] = (await ok(s, '/embed', {
+          model,
+          inputs: [input],
+          ...(prompt ? { prompt_name: prompt } : {}),
+        })) as number[][];
+        assert.equal(vector.length, expected[i].embedding.length, `${model}: dimensions`);
+        const similarity = cosine(vector, expected[i].embedding);
+        t.diagnostic(`${model} "${input}": cosine ${similarity.toFixed(7)} to Python's`);
+        assert.ok(similarity >= Q8_COSINE, `${model} "${input}": ${similarity}`);
+      }
+      await s.stop();
+    }
   });
 
   it('a folder that asks for what cannot be served fails its load, naming the module', async () => {
