@@ -479,6 +479,33 @@ describe('the families people pick, as sentence-transformers serves them', () =>
     }
   });
 
+  it('where int8 per row cannot be written from the file, DTYPE=auto runs it as it is and says so: log, /info, the answer right', async () => {
+    // A float model under the q8 file's name: the rewrite of a q8 export finds no quantizer in it.
+    const folder = editedReplica(GTE, {}, { onnx: [] });
+    scratch.push(folder);
+    fs.symlinkSync(
+      path.join(MODEL_DIR, GTE, 'onnx/model.onnx'),
+      path.join(folder.dir, GTE, 'onnx/model_quantized.onnx'),
+    );
+    const s = new TestSystem(uniquePrefix('families-fallback'), undefined, { MODEL_DIR: folder.dir });
+    extra.push(s);
+    await s.startGateway();
+    const worker = s.startWorker({ model: GTE });
+    await s.waitForWorkers(GTE);
+    assert.match(worker.output, /int8-row cannot be written from this file; running it as it is/);
+    const info = (await (await fetch(`${s.url}/info?model=${GTE}`)).json()) as any;
+    assert.equal(info.model_dtype, 'q8');
+    assert.match(
+      info.model_dtype_fallback,
+      /^int8-row cannot be written from onnx\/model_quantized\.onnx \(.+\); it runs as q8$/,
+    );
+    for (const c of embeddingCases(GTE)) {
+      const [vector] = (await ok(s, '/embed', { model: GTE, inputs: [c.text] })) as number[][];
+      assert.ok(cosine(vector, c.embedding) >= FP32_COSINE, `"${c.text}": the float file's answer`);
+    }
+    await s.stop();
+  });
+
   it('a folder that asks for what cannot be served fails its load, naming the module', async () => {
     const cases: Array<{ what: string; folder: { dir: string; remove: () => void }; says: RegExp }> = [
       {
