@@ -114,7 +114,7 @@ const named = (m: Module) => `module ${m.path || '(the folder itself)'} (${m.typ
 function poolingModes(m: Module, config: Record<string, unknown>): PoolingMode[] {
   const given = config.pooling_mode;
   const modes =
-    given !== undefined
+    given !== undefined && given !== null
       ? (Array.isArray(given) ? given : [given]).map(String)
       : Object.entries(LEGACY_POOLING_KEYS)
           .filter(([key]) => config[key] === true)
