@@ -19,6 +19,8 @@ const LENGTHS = [16, 128];
 
 /** Each family's route, and what its request carries: a text, or a pair's second text. */
 const FAMILIES: Array<{ model: string; kind: 'embed' | 'rerank' | 'zero-shot' }> = [
+  // The BERT embedder the project served before, as the baseline of the same run.
+  { model: 'replica/all-MiniLM-L6-v2', kind: 'embed' },
   { model: 'replica/bge-small-en-v1.5', kind: 'embed' },
   { model: 'replica/Qwen3-Embedding-0.6B', kind: 'embed' },
   { model: 'replica/embeddinggemma-300m', kind: 'embed' },
