@@ -6,7 +6,10 @@
  * are entailment / not_entailment. Every replica and case of REFERENCE-families.json, each input
  * alone, over each route: the q8 files against the reference's q8 column (ONNX Runtime, the same
  * file) to cosine 0.9999, the fp32 files against sentence-transformers on torch to 0.99999 (scores to
- * 1e-4). A folder that asks for what cannot be served fails its load, naming the module.
+ * 1e-4). Inputs and folders the references do not hold (a very long text, every pooling mode,
+ * include_prompt, do_lower_case) against Python (tokenizers and ONNX Runtime, helpers/family-reference.py).
+ * An export that declares past key values is fed empty ones; where int8 per row cannot be written,
+ * DTYPE=auto says so; a folder that asks for what cannot be served fails its load, naming the module.
  */
 import { after, before, describe, it, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
