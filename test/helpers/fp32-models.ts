@@ -22,8 +22,9 @@ export function linkedModelDir(
     const from = path.join(MODEL_DIR, model);
     const to = path.join(dir, model);
     fs.mkdirSync(path.join(to, 'onnx'), { recursive: true });
+    // Files, and a sentence-transformers folder's module folders (1_Pooling/): all but onnx/, made below.
     for (const entry of fs.readdirSync(from, { withFileTypes: true })) {
-      if (entry.isFile()) fs.symlinkSync(path.join(from, entry.name), path.join(to, entry.name));
+      if (entry.name !== 'onnx') fs.symlinkSync(path.join(from, entry.name), path.join(to, entry.name));
     }
     // q8Only: a folder of models that ship only a q8 export, whatever else the shared folder has.
     const files = fs

@@ -71,6 +71,8 @@ function model(task: Task, config: ModelConfig = {}, maxLength = 512): LoadedMod
     positions: maxLength,
     prompts: {},
     defaultPrompt: '',
+    lowercase: false,
+    paddingSide: 'right',
   };
 }
 

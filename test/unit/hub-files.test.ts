@@ -22,8 +22,17 @@ const plan = (env: Record<string, string>, config = bertConfig, onServer: string
 };
 
 describe('which files a worker fetches from the hub', () => {
-  it("a DTYPE named: the weights of that dtype, asking the server nothing; a sentence-transformers folder's prompts and modules where present", async () => {
-    const optional = ['config_sentence_transformers.json', 'modules.json'];
+  it("a DTYPE named: the weights of that dtype, asking the server nothing; a sentence-transformers folder's prompts, modules and their configs where present", async () => {
+    const optional = [
+      'config_sentence_transformers.json',
+      'modules.json',
+      'sentence_bert_config.json',
+      '1_Pooling/config.json',
+      '2_Dense/config.json',
+      '3_Dense/config.json',
+      '4_Dense/config.json',
+      '1_SpladePooling/config.json',
+    ];
     assert.deepEqual(await plan({ DTYPE: 'q8' }), { required: ['onnx/model_quantized.onnx'], optional, asked: [] });
     assert.deepEqual(await plan({ DTYPE: 'fp32' }), { required: ['onnx/model.onnx'], optional, asked: [] });
   });

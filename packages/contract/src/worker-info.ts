@@ -50,6 +50,10 @@ export interface WorkerInfo {
   weightsSha256?: string;
   /** What runs, relative to the model's folder: the file transformers.js names for the dtype, or for int8-row the file it was written from and the rewrite (`onnx/model.onnx+int8-row-v2`). */
   weightsFile?: string;
+  /** Why DTYPE=auto's int8-row is not what runs (the rewrite could not take the file): what runs instead, and why. */
+  dtypeFallback?: string;
+  /** How an embedding model makes its embedding, where its folder says (sentence-transformers' modules.json). */
+  embedding?: EmbeddingHead;
   /** The worker process's resident memory at its last beat, in bytes. */
   rssBytes?: number;
   /** The most resident memory the worker process has held since it started, in bytes (Linux: VmHWM). */
@@ -62,6 +66,24 @@ export interface WorkerInfo {
   stats?: InferenceStats;
   /** BATCH_MAX_WAIT_MS: how long a worker waits to fill a batch, for Triton's model configuration. */
   batchMaxWaitMs?: number;
+}
+
+/** An embedding model's head, as its sentence-transformers folder describes it and the worker runs it. */
+export interface EmbeddingHead {
+  /** sentence-transformers' pooling modes, concatenated in this order (cls, max, mean, mean_sqrt_len_tokens, weightedmean, lasttoken). */
+  pooling: string[];
+  /** false: a prompt's tokens are left out of the pooling. */
+  includePrompt: boolean;
+  /** Dense modules after the pooling, run inside the ONNX graph (its sentence_embedding output). */
+  dense: string[];
+  /** A Normalize module ends the modules. */
+  normalize: boolean;
+  /** Named prompts (config_sentence_transformers.json). */
+  prompts: Record<string, string>;
+  /** The prompt put before an input that names none ('' for none). */
+  defaultPrompt: string;
+  /** Where a batch's shorter sequences are padded: the tokenizer's side. */
+  paddingSide: 'left' | 'right';
 }
 
 /** A worker's download of its model's files, announced in its heartbeat while it loads. */

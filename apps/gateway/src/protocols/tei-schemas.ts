@@ -200,11 +200,29 @@ export const info = z.strictObject({
   warning: z.string().optional().meta({
     description: 'served in a dtype whose answers shift with their batch mates (q8): says so, and what to do',
   }),
+  model_dtype_fallback: z.string().optional().meta({ description: 'why int8-row (DTYPE=auto) does not run' }),
   model_type: z.union([
     z.strictObject({ reranker: labelMap }),
     z.strictObject({ classifier: labelMap }),
-    z.strictObject({ embedding: z.strictObject({ pooling: z.string().meta({ description: 'mean, or splade' }) }) }),
+    z.strictObject({
+      embedding: z.strictObject({
+        pooling: z.string().meta({ description: 'cls, mean, last_token, max, ... (joined by +), or splade' }),
+      }),
+    }),
   ]),
+  sentence_transformers: z
+    .strictObject({
+      pooling: z.array(z.string()),
+      include_prompt: z.boolean(),
+      dense: z.array(z.string()).meta({ description: 'Dense modules after the pooling, run in the ONNX graph' }),
+      normalize: z.boolean(),
+      max_seq_length: z.number().int(),
+      padding_side: z.enum(['left', 'right']),
+      prompts: z.record(z.string(), z.string()),
+      default_prompt: z.string(),
+    })
+    .optional()
+    .meta({ description: "how the model makes its embedding, from its sentence-transformers folder's modules.json" }),
   task: z.enum(TASKS),
   tasks: z.array(z.enum(TASKS)),
   max_concurrent_requests: z.number().int(),

@@ -2,6 +2,7 @@ import type { Worker } from 'node:worker_threads';
 import type { LoadedModel } from './model.js';
 import type { ForwardRequest, ThreadMessage } from './model-thread-protocol.js';
 import { pairLengths, tokenBoundaries, tokensForCut, type PairTruncation, type TokenBoundary } from './truncation.js';
+import { batchTensors, leftAligned } from './batch-tensors.js';
 
 export type { PairTruncation } from './truncation.js';
 
@@ -10,6 +11,8 @@ export interface BatchOutput {
   data: Float32Array;
   dims: number[];
   endLogits?: Float32Array;
+  /** A sentence-transformers export's own embeddings, [rows, width], where its graph has them (sentence_embedding). */
+  sentence?: { data: Float32Array; dims: number[] };
 }
 
 /** One model sequence after tokenization: what the batch planner and the task heads work from. */
@@ -53,8 +56,8 @@ interface InnerTokenizer {
  * Tokenizes texts and text pairs one sequence at a time (their lengths drive batching), cutting
  * them to the model's length as the Hugging Face tokenizers do (the special tokens stay), and runs
  * padded batches on the model thread (model-thread.ts starts it), one call at a time, answered in
- * order. Tensors are built here rather than by the tokenizer so a batch pads only to its own
- * longest sequence. The model's main output comes back as [batch, classes] or [batch, length, width].
+ * order, their tensors padded to the batch's own longest sequence (batch-tensors.ts). The model's
+ * main output comes back as [batch, classes] or [batch, length, width].
  */
 export class Engine {
   /** Milliseconds spent in model calls (`forward`), warm-up included. */
@@ -237,28 +240,26 @@ export class Engine {
     return tokensForCut(text, cut.keep, cut.direction, (part) => this.pieces(part), this.cutBoundary);
   }
 
+  /**
+   * Runs one padded batch. Sequences are padded on the tokenizer's side; a left-padded output's
+   * token rows are moved back to start at 0, so every head reads token t of a sequence at t.
+   */
   async forward(batch: Encoded[]): Promise<BatchOutput> {
-    const rows = batch.length;
-    const width = Math.max(...batch.map((e) => e.ids.length));
-    const inputIds = new BigInt64Array(rows * width).fill(BigInt(this.padId));
-    const attention = new BigInt64Array(rows * width);
-    const types = new BigInt64Array(rows * width);
-    batch.forEach((e, r) => {
-      for (let i = 0; i < e.ids.length; i++) {
-        inputIds[r * width + i] = BigInt(e.ids[i]);
-        attention[r * width + i] = 1n;
-        if (e.typeIds) types[r * width + i] = BigInt(e.typeIds[i]);
-      }
-    });
+    const side = this.loaded.paddingSide;
+    const tensors = batchTensors(batch, this.padId, side);
+    const { rows, width } = tensors;
     this.largestCallTokens = Math.max(this.largestCallTokens, rows * width);
     const started = performance.now();
     const id = this.nextCall++;
-    const request: ForwardRequest = { id, rows, width, inputIds, attention, tokenTypes: types };
+    const request: ForwardRequest = { id, ...tensors };
     try {
-      return await new Promise<BatchOutput>((resolve, reject) => {
+      const output = await new Promise<BatchOutput>((resolve, reject) => {
         this.calls.set(id, { resolve, reject });
-        this.thread.postMessage(request, [inputIds.buffer, attention.buffer, types.buffer] as ArrayBuffer[]);
+        const { inputIds, attention, tokenTypes, positions } = tensors;
+        const buffers = [inputIds.buffer, attention.buffer, tokenTypes.buffer, positions.buffer] as ArrayBuffer[];
+        this.thread.postMessage(request, buffers);
       });
+      return side === 'left' ? leftAligned(output, batch) : output;
     } finally {
       this.busyMs += performance.now() - started;
     }
@@ -269,7 +270,12 @@ export class Engine {
     const call = this.calls.get(message.id);
     this.calls.delete(message.id);
     if (message.kind === 'output')
-      call?.resolve({ data: message.data, dims: message.dims, endLogits: message.endLogits });
+      call?.resolve({
+        data: message.data,
+        dims: message.dims,
+        endLogits: message.endLogits,
+        sentence: message.sentence,
+      });
     else call?.reject(new Error(message.message));
   }
 }

@@ -16,7 +16,14 @@ import {
 import { TASKS, batchDependence, type Task } from '@tserve/contract';
 import type { WorkerConfig } from '@tserve/config';
 import { taskFromConfig, tasksServed } from './detect.js';
-import { readSentenceTransformers, type SentenceTransformersFolder, type Splade } from './sentence-transformers.js';
+import {
+  readSentenceTransformers,
+  SentenceTransformersError,
+  tokenizerLowercases,
+  type SentenceHead,
+  type SentenceTransformersFolder,
+  type Splade,
+} from './sentence-transformers.js';
 import {
   checkDtypeFile,
   chooseDtype,
@@ -49,6 +56,12 @@ export interface LoadedModel {
   defaultPrompt: string;
   /** How its masked-LM logits pool into a sparse vector, for a model that serves them (POOLING, modules.json). */
   splade?: Splade;
+  /** A sentence-transformers folder's modules after its transformer (modules.json): how its embedding is made. */
+  sentence?: SentenceHead;
+  /** Inputs are lower-cased before tokenizing (sentence_bert_config.json's do_lower_case, where the tokenizer does not). */
+  lowercase: boolean;
+  /** Where a batch's shorter sequences are padded: the tokenizer's own side (tokenizer_config.json's padding_side). */
+  paddingSide: 'left' | 'right';
 }
 
 export interface ModelConfig {
@@ -149,7 +162,10 @@ export async function describeModel(config: WorkerConfig, dir: string): Promise<
   }
   try {
     const modelConfig = (await AutoConfig.from_pretrained(dir)) as unknown as ModelConfig;
-    const task = (config.TASK ?? taskFromConfig(modelConfig)) as Task | undefined;
+    const folder = readFolder(config, dir);
+    // A sentence-transformers folder is an embedding model whatever its architecture (Qwen3ForCausalLM).
+    const task = (config.TASK ?? (folder.head ? 'feature-extraction' : taskFromConfig(modelConfig))) as
+      Task | undefined;
     if (!task || !TASKS.includes(task)) {
       throw new ModelLoadError(
         `cannot serve model "${config.MODEL}": task ${task ? `"${task}"` : `unknown for architecture ${modelConfig.architectures?.[0] ?? '(none)'}`}` +
@@ -158,11 +174,15 @@ export async function describeModel(config: WorkerConfig, dir: string): Promise<
     }
     const tokenizer = await AutoTokenizer.from_pretrained(dir);
     const positions = positionLimit(modelConfig);
-    // Tokenizers without a stated limit report a huge number; 512 is the BERT family's table.
+    // sentence-transformers cuts at sentence_bert_config.json's max_seq_length where the folder has
+    // one, else at the tokenizer's limit; tokenizers without a stated limit report a huge number,
+    // and 512 is the BERT family's table.
+    const own = tokenizer as unknown as { model_max_length?: number; padding_side?: string };
     const maxLength = Math.min(
       positions ?? Number.POSITIVE_INFINITY,
-      (tokenizer as unknown as { model_max_length?: number }).model_max_length ?? Number.POSITIVE_INFINITY,
+      folder.maxSeqLength ?? own.model_max_length ?? Number.POSITIVE_INFINITY,
     );
+    const embedding = task === 'feature-extraction' || task === 'sentence-similarity';
     return {
       id: config.MODEL,
       task,
@@ -171,10 +191,24 @@ export async function describeModel(config: WorkerConfig, dir: string): Promise<
       config: modelConfig,
       maxLength: Number.isFinite(maxLength) ? maxLength : 512,
       positions,
-      ...promptsAndPooling(config, task, readSentenceTransformers(dir)),
+      ...promptsAndPooling(config, task, folder),
+      ...(folder.head && embedding ? { sentence: folder.head } : {}),
+      lowercase: folder.doLowerCase === true && !tokenizerLowercases(tokenizer),
+      paddingSide: own.padding_side === 'left' ? 'left' : 'right',
     };
   } catch (err) {
     throw loadError(config, dir, err);
+  }
+}
+
+/** The folder's sentence-transformers files; a module that cannot be served fails the load, named. */
+function readFolder(config: WorkerConfig, dir: string): SentenceTransformersFolder {
+  try {
+    return readSentenceTransformers(dir);
+  } catch (err) {
+    if (err instanceof SentenceTransformersError)
+      throw new ModelLoadError(`cannot serve model "${config.MODEL}": ${err.message}`);
+    throw err;
   }
 }
 

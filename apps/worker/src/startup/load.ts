@@ -10,6 +10,7 @@ import { residentMemory, type BudgetInput, type MemoryLimits } from '../model/me
 import { isGpu } from '../model/device.js';
 import { sha256File } from '../model/download.js';
 import { startModelThread } from '../model/model-thread.js';
+import type { SessionNames } from '../model/model-thread-protocol.js';
 import { Engine, type Encoded } from '../model/engine.js';
 import { InferenceStatistics } from '../pipeline/stats.js';
 import type { BatchRunnerParts } from '../pipeline/runner.js';
@@ -67,10 +68,14 @@ export async function loadModel({
   );
   // The model thread loads exactly what was chosen here.
   const resolved = { ...config, DEVICE: runtime.device, DTYPE: prepared.dtype };
-  Object.assign(info, { device: runtime.device, dtype: prepared.dtype } satisfies Partial<WorkerInfo>);
+  Object.assign(info, {
+    device: runtime.device,
+    dtype: prepared.dtype,
+    ...(prepared.fallback ? { dtypeFallback: prepared.fallback } : {}),
+  } satisfies Partial<WorkerInfo>);
   const weights = prepared.describe;
   // Which weights answer, named by their hash: computed once, while the model thread loads them.
-  const [thread, weightsSha256] = await Promise.all([
+  const [{ thread, names }, weightsSha256] = await Promise.all([
     startModelThread(resolved, loaded.task, prepared.dir, prepared.file, (reason) => {
       // Its jobs stay locked until the lock expires; then another worker's stalled check runs them.
       logger.fatal({ reason }, 'model thread died; exiting');
@@ -79,6 +84,9 @@ export async function loadModel({
     prepared.sha256 ?? source.sha256.get(weights) ?? sha256File(path.join(source.dir, weights)),
   ]).catch(reportFailure);
   Object.assign(info, { weightsSha256, weightsFile: weights } satisfies Partial<WorkerInfo>);
+  await Promise.resolve()
+    .then(() => checkSentenceHead(config.MODEL, loaded, names))
+    .catch(reportFailure);
   const engine = new Engine(loaded, thread);
   const stats = new InferenceStatistics();
   heartbeat.reportUsage(() => ({
@@ -110,6 +118,8 @@ export async function loadModel({
       ...(source.revision ? { revision: source.revision } : {}),
       weights,
       sha256: weightsSha256,
+      ...(prepared.fallback ? { fallback: prepared.fallback } : {}),
+      ...embeddingLog(loaded),
     },
     'model loaded',
   );
@@ -199,6 +209,37 @@ function largestBatch(config: WorkerConfig, loaded: LoadedModel, engine: Engine,
   const sample = engine.encode(warmText, true);
   const longest = { text: warmText, ids: [sample.ids[0], ...Array<number>(length - 1).fill(sample.ids[1])] };
   return Array.from({ length: rows }, () => longest);
+}
+
+/**
+ * A sentence-transformers model whose Dense modules run after its pooling needs an export that runs
+ * them too (its sentence_embedding output): tserve has no Dense weights of its own to run. Without
+ * that output its embeddings would be the pooled vector, silently wrong: the load fails, naming them.
+ */
+function checkSentenceHead(model: string, loaded: LoadedModel, names: SessionNames): void {
+  const dense = loaded.sentence?.dense ?? [];
+  if (!dense.length || names.outputs.includes('sentence_embedding')) return;
+  throw new ModelLoadError(
+    `cannot serve model "${model}": its modules.json has Dense module${dense.length > 1 ? 's' : ''} ${dense.join(', ')} after its pooling, ` +
+      `and its ONNX file does not run them (its outputs are ${names.outputs.join(', ')}, with no sentence_embedding); ` +
+      'export it with its sentence-transformers head (a sentence_embedding output)',
+  );
+}
+
+/** What the load log says of how an embedding model makes its embedding: pooling, head, length, prompts. */
+function embeddingLog(loaded: LoadedModel): Record<string, unknown> {
+  if (!loaded.sentence) return {};
+  const { pooling, dense, normalize, includePrompt } = loaded.sentence;
+  return {
+    pooling: pooling.join('+'),
+    ...(dense.length ? { head: `${dense.join(', ')} in the ONNX graph (sentence_embedding)` } : {}),
+    normalize,
+    ...(includePrompt ? {} : { includePrompt }),
+    maxSeqLength: loaded.maxLength,
+    paddingSide: loaded.paddingSide,
+    prompts: Object.keys(loaded.prompts),
+    ...(loaded.defaultPrompt ? { defaultPrompt: loaded.defaultPrompt } : {}),
+  };
 }
 
 /** Best effort, bounded: the gateway then answers 503 with this reason instead of 404 for the model. */

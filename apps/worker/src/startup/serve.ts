@@ -129,5 +129,15 @@ function readyInfo(loaded: LoadedModel): Partial<WorkerInfo> {
     labels,
     scoreFunction,
     maxTokens: loaded.maxLength,
+    ...(loaded.sentence
+      ? {
+          embedding: {
+            ...loaded.sentence,
+            prompts: loaded.prompts,
+            defaultPrompt: loaded.defaultPrompt,
+            paddingSide: loaded.paddingSide,
+          },
+        }
+      : {}),
   };
 }

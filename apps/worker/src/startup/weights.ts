@@ -20,7 +20,15 @@ export async function weightsToLoad(
   runtime: Runtime,
   source: ModelSource,
   logger: Logger,
-): Promise<{ dtype: Runtime['dtype']; dir: string; file: SessionFile; describe: string; sha256?: string }> {
+): Promise<{
+  dtype: Runtime['dtype'];
+  dir: string;
+  file: SessionFile;
+  describe: string;
+  sha256?: string;
+  /** Why int8-row, which DTYPE=auto chose, is not what runs. */
+  fallback?: string;
+}> {
   const model = config.MODEL;
   const asItIs = (dtype: Exclude<Runtime['dtype'], 'int8-row'>) => ({
     dtype,
@@ -53,7 +61,10 @@ export async function weightsToLoad(
   } catch (err) {
     if (err instanceof RewriteError && config.DTYPE === 'auto') {
       logger.warn({ file, reason: err.message }, 'int8-row cannot be written from this file; running it as it is');
-      return asItIs(from);
+      return {
+        ...asItIs(from),
+        fallback: `int8-row cannot be written from ${file} (${err.message}); it runs as ${from}`,
+      };
     }
     if (
       err instanceof RewriteError ||

@@ -19,13 +19,39 @@ export function promptOf(loaded: LoadedModel, name: string | undefined): string 
   );
 }
 
-/** One text as the embedding heads run it: its prompt first, cut as its request says (right, by default). */
+/** What an embedding head needs to read a sequence back: how many of its first tokens are its prompt's. */
+export interface PromptNote {
+  promptTokens: number;
+}
+
+/**
+ * One text as the embedding heads run it: its prompt first, lower-cased where the model's folder
+ * says (do_lower_case), cut as its request says (right, by default). Where the model leaves its
+ * prompt out of the pooling (include_prompt false), the note says how many tokens the prompt is, as
+ * sentence-transformers counts them: the prompt tokenized alone, less a special token that ends it.
+ */
 export function encodePrompted(
   loaded: LoadedModel,
   input: string,
   parameters: { prompt_name?: string; truncation?: boolean; truncation_direction?: 'right' | 'left' },
   engine: Engine,
 ): Encoded[] {
-  const text = promptOf(loaded, parameters.prompt_name) + input;
-  return [engine.encode(text, { truncate: parameters.truncation ?? true, direction: parameters.truncation_direction })];
+  const prompt = promptOf(loaded, parameters.prompt_name);
+  const text = loaded.lowercase ? (prompt + input).toLowerCase() : prompt + input;
+  const direction = parameters.truncation_direction;
+  const encoded = engine.encode(text, { truncate: parameters.truncation ?? true, direction });
+  if (loaded.sentence?.includePrompt !== false || prompt === '') return [encoded];
+  // A left cut takes the prompt's tokens first: what is left of it is not known, and none is left out.
+  const cutLeft = direction === 'left' && encoded.truncatedFrom !== undefined;
+  const note: PromptNote = {
+    promptTokens: cutLeft ? 0 : promptTokens(engine, loaded.lowercase ? prompt.toLowerCase() : prompt),
+  };
+  return [{ ...encoded, note }];
+}
+
+/** The tokens of a prompt, as sentence-transformers counts them to leave them out of the pooling. */
+function promptTokens(engine: Engine, prompt: string): number {
+  const { ids } = engine.build(engine.pieces(prompt));
+  const specials = new Set(engine.build([]).ids);
+  return ids.length - (ids.length && specials.has(ids[ids.length - 1]) ? 1 : 0);
 }

@@ -10,7 +10,9 @@ const DEFAULT_TEMPLATE = 'This example is {}.';
  * Zero-shot classification with an NLI model, as the transformers pipeline defines it: each
  * candidate label becomes the hypothesis of one pair (text, template with the label), cut
  * only from the text. With one label, or multi_label, each label is scored alone by entailment
- * against the first logit (contradiction); otherwise the entailment logits are compared across labels.
+ * against contradiction; otherwise the entailment logits are compared across labels. Contradiction is
+ * the pipeline's: the first logit, or the last where entailment is the first (a two-label
+ * `entailment` / `not_entailment` head).
  */
 export function zeroShotClassificationHead(loaded: LoadedModel): TaskHead<ZeroShotParameters, string> {
   const entailment = entailmentId(loaded.config);
@@ -34,9 +36,9 @@ export function zeroShotClassificationHead(loaded: LoadedModel): TaskHead<ZeroSh
     combine(parts, input, parameters) {
       const logits = parts as number[][];
       const multi = parameters.multi_label === true || logits.length === 1;
+      const contradiction = (l: number[]) => (entailment === 0 ? l[l.length - 1] : l[0]);
       const scores = multi
-        ? // Against the first logit, as the pipeline does (contradiction in MNLI label orders).
-          logits.map((l) => softmax([l[0], l[entailment!]])[1])
+        ? logits.map((l) => softmax([contradiction(l), l[entailment!]])[1])
         : Array.from(softmax(logits.map((l) => l[entailment!])));
       const order = scores.map((_, i) => i).sort((a, b) => scores[b] - scores[a]);
       return {
