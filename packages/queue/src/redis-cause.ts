@@ -12,7 +12,7 @@ export function redisCauseOf(err: unknown): RedisCause {
   // ioredis' commandTimeout, and the breaker's own timeout (opossum: "Timed out after N ms").
   if (/Command timed out|Timed out after/i.test(text)) return 'not-answering';
   if (
-    /ECONNREFUSED|ECONNRESET|ENOTFOUND|EHOSTUNREACH|ETIMEDOUT|Connection is closed|Stream isn't writeable|connect/i.test(
+    /ECONNREFUSED|ECONNRESET|ENOTFOUND|EHOSTUNREACH|ETIMEDOUT|Connection is closed|Stream isn't writeable|connect|sentinels are unreachable|^READONLY/i.test(
       text,
     )
   )
@@ -28,7 +28,7 @@ export function describeRedisCause(cause: RedisCause): string {
     case 'not-answering':
       return 'Redis is not answering: it accepts connections but replies to nothing within REDIS_COMMAND_TIMEOUT_MS (frozen or overloaded)';
     case 'unreachable':
-      return 'Redis is unreachable: no connection to REDIS_URL';
+      return 'Redis is unreachable: no connection to its primary (down, or failing over)';
     case 'other':
       return 'Redis failed a command';
   }

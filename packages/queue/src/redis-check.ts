@@ -1,0 +1,95 @@
+import { Redis } from 'ioredis';
+import { describeTarget, redisOptions, RedisSettingsError, throughSentinels, type RedisTarget } from './connection.js';
+
+/** What one try to reach Redis found. */
+export type RedisCheck =
+  | { state: 'answers' }
+  /** Nothing answers (yet): down, starting, or failing over. Worth waiting for. */
+  | { state: 'unreachable'; reason: string }
+  /** It answers, and refuses these settings: trying again will not help. */
+  | { state: 'refused'; error: RedisSettingsError };
+
+/** Redis's own refusals of a user or password (AUTH, HELLO), and of an ACL user's rights. */
+const CREDENTIALS = /WRONGPASS|NOAUTH|invalid password|invalid username-password|NOPERM|user is disabled/i;
+/** Node's TLS failures: a certificate that does not verify, or TLS spoken to a plain port. */
+const TLS_FAILURE =
+  /certificate|self[- ]signed|CERT_|ERR_TLS|ERR_SSL|SSL routines|wrong version number|packet length too long|handshake/i;
+/** A sentinel's answer that it watches no primary of that name (Redis 7; ioredis' word for older ones). */
+const UNKNOWN_MASTER = /No such master with that name|got an invalid reply: null/;
+
+function refusal(target: RedisTarget, text: string): RedisSettingsError | undefined {
+  const where = describeTarget(target);
+  if (CREDENTIALS.test(text)) {
+    const sentinel = /sentinel/i.test(text) ? ' (a sentinel: REDIS_SENTINEL_PASSWORD)' : '';
+    return new RedisSettingsError(
+      `Redis refuses the user or password${sentinel} at ${where}: ${text.replace(/^.*?(WRONGPASS|NOAUTH|NOPERM)/, '$1')}. Check the user:password in REDIS_URL${sentinel ? ' and REDIS_SENTINEL_PASSWORD' : ''}.`,
+    );
+  }
+  if (TLS_FAILURE.test(text))
+    return new RedisSettingsError(
+      `TLS to Redis failed at ${where}: ${text}. A rediss:// REDIS_URL needs a server that speaks TLS on that port, and REDIS_TLS_CA naming the CA that signed its certificate where no public CA did.`,
+    );
+  if (UNKNOWN_MASTER.test(text))
+    return new RedisSettingsError(
+      `the sentinels of ${where} know no primary of that name: set REDIS_SENTINEL_MASTER to the name in their "sentinel monitor" line.`,
+    );
+  return undefined;
+}
+
+/**
+ * One connection and one PING, no retries: does Redis answer these settings now, refuse them, or is
+ * nothing there? A refusal names what to fix, so that a program with a wrong password or CA stops
+ * at start with the reason instead of retrying forever in silence.
+ */
+export async function checkRedis(target: RedisTarget, timeoutMs = 1500): Promise<RedisCheck> {
+  let options;
+  try {
+    options = redisOptions(target);
+  } catch (err) {
+    if (err instanceof RedisSettingsError) return { state: 'refused', error: err };
+    throw err;
+  }
+  const client = new Redis({
+    ...options,
+    lazyConnect: true,
+    connectTimeout: timeoutMs,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+    sentinelRetryStrategy: () => null,
+    failoverDetector: false,
+    enableOfflineQueue: false,
+  });
+  // A sentinel's answer (an unknown primary, a refused password) comes as this event, then the
+  // connection fails with only "All sentinels are unreachable".
+  const said: string[] = [];
+  client.on('error', (err: Error) => said.push(err.message));
+  client.on('sentinelError', (err: Error) => said.push(err.message));
+  const timer = setTimeout(() => client.disconnect(), timeoutMs + (throughSentinels(target) ? timeoutMs : 0));
+  try {
+    await client.connect();
+    // A server that requires a password refuses the first command where no AUTH was sent.
+    await client.ping();
+    return { state: 'answers' };
+  } catch (err) {
+    const text = [...said, err instanceof Error ? err.message : String(err)].join('; ');
+    const refused = refusal(target, text);
+    return refused ? { state: 'refused', error: refused } : { state: 'unreachable', reason: text };
+  } finally {
+    clearTimeout(timer);
+    client.disconnect();
+  }
+}
+
+/**
+ * Resolves where Redis answers these settings, or nothing answers yet (a program waits for it);
+ * throws RedisSettingsError, naming what to fix, where it refuses them.
+ */
+export async function assertRedisAccepts(target: RedisTarget, timeoutMs?: number): Promise<void> {
+  const check = await checkRedis(target, timeoutMs);
+  if (check.state === 'refused') throw check.error;
+}
+
+/** One PING with no retries: does anything answer these settings right now? */
+export async function redisAnswers(target: RedisTarget, timeoutMs = 1500): Promise<boolean> {
+  return (await checkRedis(target, timeoutMs)).state === 'answers';
+}
