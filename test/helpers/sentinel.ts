@@ -1,0 +1,157 @@
+/**
+ * Redis as production runs it with Sentinel, on private ports: a primary, a replica of it, and three
+ * sentinels (Debian's redis-server, started with --sentinel) that watch it, agree it is down and
+ * promote the replica. The failover tests and benchmarks kill the primary and watch them.
+ */
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { Redis } from 'ioredis';
+import { freePort, PrivateRedis, Proc, waitFor } from './processes.ts';
+
+/** The name the sentinels know the primary by (REDIS_SENTINEL_MASTER). */
+export const MASTER = 'tserve';
+
+export interface SentinelOptions {
+  /** Sentinel's down-after-milliseconds: silent this long, the primary counts as down. */
+  downAfterMs: number;
+  /** Sentinel's failover-timeout: a failover that stalls is tried again after this. */
+  failoverTimeoutMs?: number;
+}
+
+export class SentinelGroup {
+  readonly sentinels: Proc[] = [];
+  /** The primary's and the replica's servers, by port: which is which changes with a failover. */
+  readonly servers = new Map<number, PrivateRedis>();
+  private readonly dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tserve-sentinel-'));
+
+  private constructor(
+    readonly sentinelPorts: number[],
+    readonly options: SentinelOptions,
+  ) {}
+
+  /** Starts the primary, its replica and three sentinels, and waits until the sentinels could fail it over. */
+  static async start(options: SentinelOptions): Promise<SentinelGroup> {
+    const group = new SentinelGroup([await freePort(), await freePort(), await freePort()], options);
+    try {
+      await group.startAll();
+    } catch (err) {
+      await group.stop();
+      throw err;
+    }
+    return group;
+  }
+
+  /** The programs' settings that reach the primary through the sentinels. */
+  get env(): Record<string, string> {
+    return {
+      REDIS_SENTINELS: this.sentinelPorts.map((p) => `127.0.0.1:${p}`).join(','),
+      REDIS_SENTINEL_MASTER: MASTER,
+      // The sentinels' answer is where a connection goes; the URL's host is not.
+      REDIS_URL: 'redis://ignored.invalid:1',
+    };
+  }
+
+  /** A plain connection to one sentinel, for asking it. */
+  sentinel(index = 0): Redis {
+    const redis = new Redis({ port: this.sentinelPorts[index], host: '127.0.0.1', lazyConnect: false });
+    redis.on('error', () => {});
+    return redis;
+  }
+
+  /** The primary's port, as the first sentinel says now. */
+  async primaryPort(): Promise<number> {
+    const asked = this.sentinel();
+    try {
+      const [, port] = (await asked.call('SENTINEL', 'get-master-addr-by-name', MASTER)) as [string, string];
+      return Number(port);
+    } finally {
+      asked.disconnect();
+    }
+  }
+
+  /** The server at `port`'s own URL, for a test's direct look. */
+  urlOf(port: number): string {
+    return `redis://127.0.0.1:${port}`;
+  }
+
+  /**
+   * Resolves with the time (Date.now()) a sentinel announces the failover (+switch-master), once
+   * it does: subscribe before the primary is killed.
+   */
+  async watchSwitch(): Promise<{ switched: Promise<number>; close: () => void }> {
+    const watcher = this.sentinel();
+    const switched = new Promise<number>((resolve) =>
+      watcher.on('message', (channel: string) => channel === '+switch-master' && resolve(Date.now())),
+    );
+    await watcher.subscribe('+switch-master');
+    return { switched, close: () => watcher.disconnect() };
+  }
+
+  async stop(): Promise<void> {
+    await Promise.all([
+      ...this.sentinels.map((s) => s.stop('SIGKILL')),
+      ...[...this.servers.values()].map((s) => s.stop('SIGKILL')),
+    ]);
+    fs.rmSync(this.dir, { recursive: true, force: true });
+  }
+
+  private async startAll(): Promise<void> {
+    const primary = await PrivateRedis.onFreePort();
+    await primary.start();
+    this.servers.set(primary.port, primary);
+    const replica = new PrivateRedis(await freePort(), undefined, {
+      args: ['--replicaof', '127.0.0.1', String(primary.port)],
+    });
+    await replica.start();
+    this.servers.set(replica.port, replica);
+    const info = new Redis(replica.url);
+    try {
+      await waitFor('the replica in sync', async () => /master_link_status:up/.test(await info.info('replication')));
+    } finally {
+      info.disconnect();
+    }
+    for (const port of this.sentinelPorts) this.sentinels.push(this.startSentinel(port, primary.port));
+    // Each sentinel must know the replica (from the primary's INFO) and its two peers (from their
+    // hellos), or a failover could find no quorum, or nothing to promote.
+    for (let i = 0; i < this.sentinelPorts.length; i++) {
+      const asked = this.sentinel(i);
+      try {
+        await waitFor(
+          `sentinel ${i} knowing the replica and its peers`,
+          async () => {
+            const replicas = (await asked.call('SENTINEL', 'replicas', MASTER)) as unknown[];
+            const peers = (await asked.call('SENTINEL', 'sentinels', MASTER)) as unknown[];
+            return replicas.length === 1 && peers.length === this.sentinelPorts.length - 1;
+          },
+          30_000,
+          100,
+        );
+      } finally {
+        asked.disconnect();
+      }
+    }
+  }
+
+  private startSentinel(port: number, primaryPort: number): Proc {
+    const file = path.join(this.dir, `sentinel-${port}.conf`);
+    // Sentinel rewrites its file as it learns (peers, replicas, the new primary): one of its own.
+    fs.writeFileSync(
+      file,
+      [
+        `port ${port}`,
+        'bind 127.0.0.1',
+        `dir ${this.dir}`,
+        `sentinel monitor ${MASTER} 127.0.0.1 ${primaryPort} 2`,
+        `sentinel down-after-milliseconds ${MASTER} ${this.options.downAfterMs}`,
+        `sentinel failover-timeout ${MASTER} ${this.options.failoverTimeoutMs ?? 10_000}`,
+        `sentinel parallel-syncs ${MASTER} 1`,
+        '',
+      ].join('\n'),
+    );
+    const child = spawn('redis-server', [file, '--sentinel'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    child.on('error', () => {});
+    return new Proc(`sentinel:${port}`, child);
+  }
+}
