@@ -201,7 +201,12 @@ describe('Redis failover through Sentinel', () => {
   });
 
   it('fails at once the requests whose jobs the new primary never saw, and within REDIS_FAILOVER_WAIT_MS those of a primary that does not come back', async (t) => {
-    const group = await SentinelGroup.start({ downAfterMs: DOWN_AFTER_MS });
+    // Passwords on the servers (REDIS_URL's, its host ignored) and on the sentinels (REDIS_SENTINEL_PASSWORD).
+    const group = await SentinelGroup.start({
+      downAfterMs: DOWN_AFTER_MS,
+      password: 'primary:secret',
+      sentinelPassword: 'sentinel-secret',
+    });
     // A frozen worker stays live to the gateway meanwhile, so that its model stays served.
     const live = { WORKER_TTL_MS: 60_000 };
     const system = new TestSystem(uniquePrefix('lost-writes'), group.env.REDIS_URL, { ...group.env, ...live });
@@ -209,18 +214,26 @@ describe('Redis failover through Sentinel', () => {
       await system.stop();
       await group.stop();
     });
-    // A primary the sentinels do not know stops the gateway at start, naming the setting.
-    const misnamed = startNode({
-      name: 'gateway',
-      script: 'apps/gateway/dist/main.js',
-      env: { ...group.env, REDIS_SENTINEL_MASTER: 'no-such-primary', PORT: 0, GRPC_PORT: 0 },
-    });
-    const exited = await Promise.race([misnamed.exited, sleep(30_000).then(() => 'still running')]);
-    misnamed.kill('SIGKILL');
-    assert.equal(exited, 1, misnamed.output);
+    // A primary the sentinels do not know, or a sentinel password they refuse, stops the gateway at
+    // start, naming the setting.
+    const refusedAtStart = async (env: Record<string, string>) => {
+      const gateway = startNode({
+        name: 'gateway',
+        script: 'apps/gateway/dist/main.js',
+        env: { ...group.env, ...env, PORT: 0, GRPC_PORT: 0 },
+      });
+      const exited = await Promise.race([gateway.exited, sleep(30_000).then(() => 'still running')]);
+      gateway.kill('SIGKILL');
+      assert.equal(exited, 1, gateway.output);
+      return gateway.output;
+    };
     assert.match(
-      misnamed.output,
+      await refusedAtStart({ REDIS_SENTINEL_MASTER: 'no-such-primary' }),
       /sentinels of primary "no-such-primary" .* know no primary of that name: set REDIS_SENTINEL_MASTER/,
+    );
+    assert.match(
+      await refusedAtStart({ REDIS_SENTINEL_PASSWORD: 'wrong' }),
+      /Redis refuses the user or password \(a sentinel: REDIS_SENTINEL_PASSWORD\) at primary "tserve" .*: WRONGPASS .* Check REDIS_SENTINEL_PASSWORD\./,
     );
 
     await system.startGateway({ REQUEST_TIMEOUT_MS: 120_000, REDIS_FAILOVER_WAIT_MS: 3000 });

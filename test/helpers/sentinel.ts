@@ -18,6 +18,10 @@ export interface SentinelOptions {
   downAfterMs: number;
   /** Sentinel's failover-timeout: a failover that stalls is tried again after this. */
   failoverTimeoutMs?: number;
+  /** The primary's and the replica's password (requirepass), where they have one. */
+  password?: string;
+  /** The sentinels' own (requirepass, and what they give each other). */
+  sentinelPassword?: string;
 }
 
 export class SentinelGroup {
@@ -45,17 +49,23 @@ export class SentinelGroup {
 
   /** The programs' settings that reach the primary through the sentinels. */
   get env(): Record<string, string> {
+    const { password, sentinelPassword } = this.options;
     return {
       REDIS_SENTINELS: this.sentinelPorts.map((p) => `127.0.0.1:${p}`).join(','),
       REDIS_SENTINEL_MASTER: MASTER,
-      // The sentinels' answer is where a connection goes; the URL's host is not.
-      REDIS_URL: 'redis://ignored.invalid:1',
+      // The sentinels' answer is where a connection goes; the URL's host is not, its password is.
+      REDIS_URL: `redis://${password ? `:${encodeURIComponent(password)}@` : ''}ignored.invalid:1`,
+      ...(sentinelPassword ? { REDIS_SENTINEL_PASSWORD: sentinelPassword } : {}),
     };
   }
 
   /** A plain connection to one sentinel, for asking it. */
   sentinel(index = 0): Redis {
-    const redis = new Redis({ port: this.sentinelPorts[index], host: '127.0.0.1', lazyConnect: false });
+    const redis = new Redis({
+      port: this.sentinelPorts[index],
+      host: '127.0.0.1',
+      password: this.options.sentinelPassword,
+    });
     redis.on('error', () => {});
     return redis;
   }
@@ -71,9 +81,10 @@ export class SentinelGroup {
     }
   }
 
-  /** The server at `port`'s own URL, for a test's direct look. */
+  /** The server at `port`'s own URL, with its password, for a test's direct look. */
   urlOf(port: number): string {
-    return `redis://127.0.0.1:${port}`;
+    const { password } = this.options;
+    return `redis://${password ? `:${encodeURIComponent(password)}@` : ''}127.0.0.1:${port}`;
   }
 
   /**
@@ -97,16 +108,26 @@ export class SentinelGroup {
     fs.rmSync(this.dir, { recursive: true, force: true });
   }
 
-  private async startAll(): Promise<void> {
-    const primary = await PrivateRedis.onFreePort();
-    await primary.start();
-    this.servers.set(primary.port, primary);
-    const replica = new PrivateRedis(await freePort(), undefined, {
-      args: ['--replicaof', '127.0.0.1', String(primary.port)],
+  /** A server of the pair: the primary, or (`replicaOf`) its replica. */
+  private async server(replicaOf?: number): Promise<PrivateRedis> {
+    const { password } = this.options;
+    const port = await freePort();
+    const server = new PrivateRedis(port, undefined, {
+      args: [
+        ...(password ? ['--requirepass', password, '--masterauth', password] : []),
+        ...(replicaOf ? ['--replicaof', '127.0.0.1', String(replicaOf)] : []),
+      ],
+      target: this.urlOf(port),
     });
-    await replica.start();
-    this.servers.set(replica.port, replica);
-    const info = new Redis(replica.url);
+    await server.start();
+    this.servers.set(port, server);
+    return server;
+  }
+
+  private async startAll(): Promise<void> {
+    const primary = await this.server();
+    const replica = await this.server(primary.port);
+    const info = new Redis(this.urlOf(replica.port));
     try {
       await waitFor('the replica in sync', async () => /master_link_status:up/.test(await info.info('replication')));
     } finally {
@@ -144,6 +165,11 @@ export class SentinelGroup {
         'bind 127.0.0.1',
         `dir ${this.dir}`,
         `sentinel monitor ${MASTER} 127.0.0.1 ${primaryPort} 2`,
+        ...(this.options.password ? [`sentinel auth-pass ${MASTER} ${this.options.password}`] : []),
+        // A sentinel's own password, which its peers give it too, asking it for its vote.
+        ...(this.options.sentinelPassword
+          ? [`requirepass ${this.options.sentinelPassword}`, `sentinel sentinel-pass ${this.options.sentinelPassword}`]
+          : []),
         `sentinel down-after-milliseconds ${MASTER} ${this.options.downAfterMs}`,
         `sentinel failover-timeout ${MASTER} ${this.options.failoverTimeoutMs ?? 10_000}`,
         `sentinel parallel-syncs ${MASTER} 1`,

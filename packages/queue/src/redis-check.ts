@@ -17,19 +17,29 @@ const TLS_FAILURE =
 /** A sentinel's answer that it watches no primary of that name (Redis 7; ioredis' word for older ones). */
 const UNKNOWN_MASTER = /No such master with that name|got an invalid reply: null/;
 
-function refusal(target: RedisTarget, text: string): RedisSettingsError | undefined {
+/** Why Redis refuses these settings, from what the connection said (`said`, in order); undefined if it does not. */
+function refusal(target: RedisTarget, said: string[]): RedisSettingsError | undefined {
   const where = describeTarget(target);
-  if (CREDENTIALS.test(text)) {
-    const sentinel = /sentinel/i.test(text) ? ' (a sentinel: REDIS_SENTINEL_PASSWORD)' : '';
+  /** The first thing said that matches, as a clause: from Redis's own word on, without its full stop. */
+  const first = (pattern: RegExp, from = /^/) => {
+    const text = said.find((s) => pattern.test(s));
+    return text?.slice(Math.max(0, text.search(from))).replace(/\.$/, '');
+  };
+  const credentials = first(CREDENTIALS, /WRONGPASS|NOAUTH|NOPERM/);
+  if (credentials) {
+    // ioredis' words for a sentinel's refusal: "failed to connect to sentinel <address> because WRONGPASS …".
+    const bySentinel = said.some((s) => /sentinel .* because/.test(s) && CREDENTIALS.test(s));
+    const sentinel = bySentinel ? ' (a sentinel: REDIS_SENTINEL_PASSWORD)' : '';
     return new RedisSettingsError(
-      `Redis refuses the user or password${sentinel} at ${where}: ${text.replace(/^.*?(WRONGPASS|NOAUTH|NOPERM)/, '$1')}. Check the user:password in REDIS_URL${sentinel ? ' and REDIS_SENTINEL_PASSWORD' : ''}.`,
+      `Redis refuses the user or password${sentinel} at ${where}: ${credentials}. Check ${sentinel ? 'REDIS_SENTINEL_PASSWORD' : 'the user:password in REDIS_URL'}.`,
     );
   }
-  if (TLS_FAILURE.test(text))
+  const tls = first(TLS_FAILURE);
+  if (tls)
     return new RedisSettingsError(
-      `TLS to Redis failed at ${where}: ${text}. A rediss:// REDIS_URL needs a server that speaks TLS on that port, and REDIS_TLS_CA naming the CA that signed its certificate where no public CA did.`,
+      `TLS to Redis failed at ${where}: ${tls}. A rediss:// REDIS_URL needs a server that speaks TLS on that port, and REDIS_TLS_CA naming the CA that signed its certificate where no public CA did.`,
     );
-  if (UNKNOWN_MASTER.test(text))
+  if (said.some((s) => UNKNOWN_MASTER.test(s)))
     return new RedisSettingsError(
       `the sentinels of ${where} know no primary of that name: set REDIS_SENTINEL_MASTER to the name in their "sentinel monitor" line.`,
     );
@@ -71,9 +81,9 @@ export async function checkRedis(target: RedisTarget, timeoutMs = 1500): Promise
     await client.ping();
     return { state: 'answers' };
   } catch (err) {
-    const text = [...said, err instanceof Error ? err.message : String(err)].join('; ');
-    const refused = refusal(target, text);
-    return refused ? { state: 'refused', error: refused } : { state: 'unreachable', reason: text };
+    said.push(err instanceof Error ? err.message : String(err));
+    const refused = refusal(target, said);
+    return refused ? { state: 'refused', error: refused } : { state: 'unreachable', reason: said.join('; ') };
   } finally {
     clearTimeout(timer);
     client.disconnect();
