@@ -8,7 +8,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { loadGatewayConfig } from '@tserve/config';
-import { describeTarget, redisOptions, RedisSettingsError } from '@tserve/queue';
+import { describeTarget, redisCauseOf, redisOptions, RedisSettingsError } from '@tserve/queue';
 
 describe('Redis connection options', () => {
   it('reads a single server, its ACL user, password and database from REDIS_URL', () => {
@@ -64,6 +64,16 @@ describe('Redis connection options', () => {
     assert.equal(options.enableTLSForSentinelMode, true, 'TLS to the primary the sentinels name');
     assert.deepEqual(options.sentinelTLS, {});
     assert.equal(options.failoverDetector, true, 'told of a failover by the sentinels');
+  });
+
+  it('calls a primary lost or failing over unreachable, whatever ioredis says of it', () => {
+    for (const message of [
+      'Reached the max retries per request limit (which is 1). Refer to "maxRetriesPerRequest" option for details.',
+      'All sentinels are unreachable. Retrying from scratch after 10ms.',
+      "READONLY You can't write against a read only replica.",
+      "Stream isn't writeable and enableOfflineQueue options is false",
+    ])
+      assert.equal(redisCauseOf(new Error(message)), 'unreachable', message);
   });
 
   it('names where it connects without the password', () => {

@@ -11,8 +11,10 @@ export function redisCauseOf(err: unknown): RedisCause {
   if (/\bOOM\b/.test(text)) return 'out-of-memory';
   // ioredis' commandTimeout, and the breaker's own timeout (opossum: "Timed out after N ms").
   if (/Command timed out|Timed out after/i.test(text)) return 'not-answering';
+  // Also ioredis' word for a command sent as its connection dropped, and not sent again (max
+  // retries), and the sentinels' while none can be reached, or a primary demoted mid-failover.
   if (
-    /ECONNREFUSED|ECONNRESET|ENOTFOUND|EHOSTUNREACH|ETIMEDOUT|Connection is closed|Stream isn't writeable|connect|sentinels are unreachable|^READONLY/i.test(
+    /ECONNREFUSED|ECONNRESET|ENOTFOUND|EHOSTUNREACH|ETIMEDOUT|Connection is closed|Stream isn't writeable|connect|sentinels are unreachable|^READONLY|max retries per request/i.test(
       text,
     )
   )
