@@ -1,5 +1,5 @@
-// The one file that builds the gateway's parts, each from those before it: a seam of its own,
-// whole at 300 lines and a few more since Redis's settings and failover (issue 87).
+// The one file that builds the gateway's parts, each from those before it: one seam, let past
+// 300 lines by Redis's settings and failover (issue 87) rather than cut.
 /* eslint max-lines: ["error", { "max": 320 }] */
 import type { Express } from 'express';
 import type { Logger } from 'pino';
