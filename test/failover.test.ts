@@ -238,7 +238,8 @@ describe('Redis failover through Sentinel', () => {
       /Redis refuses the user or password \(a sentinel: REDIS_SENTINEL_PASSWORD\) at primary "tserve" .*: WRONGPASS .* Check REDIS_SENTINEL_PASSWORD\./,
     );
 
-    await system.startGateway({ REQUEST_TIMEOUT_MS: 120_000, REDIS_FAILOVER_WAIT_MS: 3000 });
+    // Long enough for any failover here: what these requests get is the new primary's word alone.
+    await system.startGateway({ REQUEST_TIMEOUT_MS: 120_000, REDIS_FAILOVER_WAIT_MS: 60_000 });
     const worker = system.startWorker({ model: MODEL });
     await system.waitForWorkers(MODEL);
     assert.equal((await system.infer(MODEL, 'warm')).status, 200);
@@ -278,6 +279,10 @@ describe('Redis failover through Sentinel', () => {
 
     // The new primary dies too, and no replica is left to promote: requests in its jobs get 503
     // once REDIS_FAILOVER_WAIT_MS has passed, naming the cause, rather than their deadlines' 504.
+    // A gateway of a short wait takes over (the frozen worker still counts as live).
+    await system.gateway!.stop();
+    await system.startGateway({ REQUEST_TIMEOUT_MS: 120_000, REDIS_FAILOVER_WAIT_MS: 2000 });
+    await system.waitForWorkers(MODEL);
     const stranded = await queued(5, 'on a primary that does not come back');
     await replica.stop('SIGKILL');
     for (const answer of await Promise.all(stranded)) {

@@ -120,7 +120,40 @@ export function createRedis(
   const redis = new Redis({ ...base, ...byRole[role], ...extra });
   // ioredis reports connection loss as 'error' events; callers log them, none may crash the process.
   redis.on('error', () => {});
+  if (throughSentinels(target)) keepConnected(redis);
   return redis;
+}
+
+/** How soon a connection ioredis gave up on is started again. */
+const RESTART_MS = 500;
+
+/**
+ * ioredis gives a connection up for good (`end`) when its connector fails outright. Through
+ * sentinels that happens when the failover detector, told of a new primary, disconnects the
+ * connector while a reconnection is asking the sentinels where the primary is: that reconnection
+ * fails, and ioredis tries no other (shown by disconnecting the connector while it connects).
+ * test/failover.test.ts once saw a gateway still without Redis a minute after a failover. A
+ * connection ended by anything but this program's own quit or disconnect is started again.
+ */
+function keepConnected(redis: Redis): void {
+  let closedHere = false;
+  const quit = redis.quit.bind(redis);
+  const disconnect = redis.disconnect.bind(redis);
+  redis.quit = (...args: Parameters<Redis['quit']>) => {
+    closedHere = true;
+    return quit(...args);
+  };
+  redis.disconnect = (reconnect?: boolean) => {
+    closedHere ||= !reconnect;
+    disconnect(reconnect);
+  };
+  redis.on('end', () => {
+    if (closedHere) return;
+    const restart = setTimeout(() => {
+      if (!closedHere && redis.status === 'end') redis.connect().catch(() => {});
+    }, RESTART_MS);
+    restart.unref();
+  });
 }
 
 /**
