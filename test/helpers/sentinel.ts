@@ -89,15 +89,25 @@ export class SentinelGroup {
 
   /**
    * Resolves with the time (Date.now()) a sentinel announces the failover (+switch-master), once
-   * it does: subscribe before the primary is killed.
+   * it does: subscribe before the primary is killed. Rejects if none comes within `timeoutMs`.
    */
-  async watchSwitch(): Promise<{ switched: Promise<number>; close: () => void }> {
+  async watchSwitch(timeoutMs = 60_000): Promise<{ switched: Promise<number>; close: () => void }> {
     const watcher = this.sentinel();
-    const switched = new Promise<number>((resolve) =>
-      watcher.on('message', (channel: string) => channel === '+switch-master' && resolve(Date.now())),
-    );
+    let timer: NodeJS.Timeout | undefined;
+    const switched = new Promise<number>((resolve, reject) => {
+      watcher.on('message', (channel: string) => channel === '+switch-master' && resolve(Date.now()));
+      timer = setTimeout(() => reject(new Error(`no failover announced within ${timeoutMs} ms`)), timeoutMs);
+    });
+    // Awaited later, by the test: its rejection is reported there, not as an unhandled one.
+    switched.catch(() => {});
     await watcher.subscribe('+switch-master');
-    return { switched, close: () => watcher.disconnect() };
+    return {
+      switched,
+      close: () => {
+        clearTimeout(timer);
+        watcher.disconnect();
+      },
+    };
   }
 
   async stop(): Promise<void> {
