@@ -13,6 +13,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import { loadGatewayConfig, loadWorkerConfig } from '@tserve/config';
+import { redisOptions } from '@tserve/queue';
 import { ConfigMap, Namespace, PersistentVolumeClaim, Service } from 'kubernetes-models/v1';
 import { Deployment, StatefulSet } from 'kubernetes-models/apps/v1';
 import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2';
@@ -50,7 +51,7 @@ const VALIDATORS: Record<string, (o: any) => { validate(): void }> = {
   'keda.sh/v1alpha1/ScaledObject': (o) => new ScaledObject(o),
 };
 
-const OVERLAYS = ['cpu', 'gpu', 'gpu-scale-to-zero'];
+const OVERLAYS = ['cpu', 'gpu', 'gpu-scale-to-zero', 'sentinel'];
 const hasKubectl = !spawnSync('kubectl', ['version', '--client'], { encoding: 'utf8' }).error;
 
 function render(overlay: string): K8sObject[] {
@@ -63,7 +64,11 @@ function render(overlay: string): K8sObject[] {
     .filter(Boolean);
 }
 
-/** A container's environment as the process sees it: its ConfigMaps first, then its own env (literal values). */
+/**
+ * A container's environment as the process sees it: its ConfigMaps first, then its own env, where a
+ * value taken from a Secret stands as `secret-<key>` and `$(NAME)` is replaced with an earlier
+ * variable's value, as Kubernetes does.
+ */
 function environment(container: any, objects: K8sObject[]): Record<string, string> {
   const env: Record<string, string> = {};
   for (const from of container.envFrom ?? []) {
@@ -71,7 +76,12 @@ function environment(container: any, objects: K8sObject[]): Record<string, strin
       from.configMapRef && objects.find((o) => o.kind === 'ConfigMap' && o.metadata.name === from.configMapRef.name);
     Object.assign(env, map?.data ?? {});
   }
-  for (const e of container.env ?? []) env[e.name] = e.value ?? `(from ${Object.keys(e.valueFrom ?? {}).join(',')})`;
+  for (const e of container.env ?? []) {
+    const secret = e.valueFrom?.secretKeyRef?.key;
+    env[e.name] =
+      e.value?.replace(/\$\(([A-Za-z_][A-Za-z0-9_]*)\)/g, (ref: string, name: string) => env[name] ?? ref) ??
+      (secret ? `secret-${secret}` : `(from ${Object.keys(e.valueFrom ?? {}).join(',')})`);
+  }
   return env;
 }
 
@@ -392,6 +402,31 @@ describe(
         assert.deepEqual([...loadGatewayConfig(gateway.env).MODELS].sort(), served);
       });
     }
+
+    it("overlays/sentinel: no Redis of its own; every process finds the primary through the sentinels, with the Secret's password", () => {
+      const objects = render('sentinel');
+      assert.deepEqual(
+        objects.filter((o) => o.metadata.name === 'tserve-redis').map((o) => o.kind),
+        [],
+        "the base's Redis is gone",
+      );
+      const deployments = objects.filter((o) => o.kind === 'Deployment');
+      assert.ok(deployments.length >= 3);
+      for (const d of deployments) {
+        const { env, container } = containerOf(objects, d.metadata.name)!;
+        const config = container.command.join(' ') === 'tserve worker' ? loadWorkerConfig(env) : loadGatewayConfig(env);
+        const where = d.metadata.name;
+        assert.deepEqual(config.REDIS_SENTINELS, [{ host: 'redis.redis.svc.cluster.local', port: 26379 }], where);
+        assert.equal(config.REDIS_SENTINEL_MASTER, 'mymaster', where);
+        const options = redisOptions(config);
+        assert.equal(options.password, 'secret-password', `${where}: REDIS_URL's password from the Secret`);
+        assert.equal(options.name, 'mymaster');
+        assert.equal(config.REDIS_SENTINEL_PASSWORD, 'secret-sentinel-password', where);
+        // The password is defined before the REDIS_URL that names it: Kubernetes expands only earlier variables.
+        const names = container.env.map((e: { name: string }) => e.name);
+        assert.ok(names.indexOf('REDIS_PASSWORD') < names.indexOf('REDIS_URL'), where);
+      }
+    });
 
     it('a ScaledObject that disagrees with its workers or the gateway Service is caught', () => {
       const objects = render('cpu');

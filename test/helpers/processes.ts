@@ -10,7 +10,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
-import { redisAnswers } from '@tserve/queue';
+import { redisAnswers, type RedisTarget } from '@tserve/queue';
 
 export { redisAnswers };
 
@@ -193,13 +193,19 @@ export async function cleanPrefix(redisUrl: string, prefix: string): Promise<voi
   }
 }
 
-/** A private redis-server without persistence, which its owner may stop, freeze or restart. */
+/**
+ * A private redis-server without persistence, which its owner may stop, freeze or restart.
+ * `persistDir`: an append-only file there, as compose and the manifests configure (--appendonly
+ * yes). `args`: more of redis-server's settings, after this one's (a later one wins: `--port 0
+ * --tls-port N` for TLS only), and `target`: how it is reached once started (TLS, a user), where
+ * not at `url`.
+ */
 export class PrivateRedis {
   proc?: Proc;
-  /** `persistDir`: an append-only file there, as compose and the manifests configure (--appendonly yes). */
   constructor(
     readonly port: number,
     readonly persistDir?: string,
+    readonly options: { args?: string[]; target?: RedisTarget } = {},
   ) {}
   static async onFreePort(): Promise<PrivateRedis> {
     return new PrivateRedis(await freePort());
@@ -218,6 +224,7 @@ export class PrivateRedis {
         '--save',
         '',
         ...(this.persistDir ? ['--appendonly', 'yes', '--dir', this.persistDir] : ['--appendonly', 'no']),
+        ...(this.options.args ?? []),
       ],
       {
         stdio: ['ignore', 'pipe', 'pipe'],
@@ -227,7 +234,10 @@ export class PrivateRedis {
     this.proc = new Proc(`redis:${this.port}`, child);
     await waitFor(
       `redis-server on port ${this.port}`,
-      async () => (this.proc?.running ? redisAnswers(this.url, 500) : Promise.reject(new Error('redis-server exited'))),
+      async () =>
+        this.proc?.running
+          ? redisAnswers(this.options.target ?? this.url, 500)
+          : Promise.reject(new Error(`redis-server exited: ${this.proc?.output}`)),
       10_000,
       50,
     );

@@ -24,6 +24,7 @@ function fakeBreaker(
     state: () => current,
     refusal: () => (current === 'open' ? new ApiError('unavailable', 'breaker open', 5) : undefined),
     cause: () => undefined,
+    reconnected: () => {},
     set: (s) => (current = s),
   };
 }

@@ -127,6 +127,27 @@ describe('settings', () => {
     refusal(() => loadWorkerConfig({}), /MODEL: MODEL is required/);
     refusal(() => loadWorkerConfig({ MODEL: 'm', DEVICE: 'tpu' }), /DEVICE:/);
     refusal(() => loadLauncherConfig({ MODEL: ' , ' }), /MODEL: name at least one model/);
+    refusal(() => loadGatewayConfig({ REDIS_URL: 'http://redis:6379' }), /REDIS_URL: a redis:\/\/ or rediss:\/\//);
+    refusal(
+      () => loadWorkerConfig({ MODEL: 'm', REDIS_SENTINELS: 'a:26379,b:x' }),
+      /REDIS_SENTINELS: "b:x" is not host:port/,
+    );
+    refusal(() => loadGatewayConfig({ REDIS_SENTINELS: 'a:70000' }), /REDIS_SENTINELS: "a:70000"/);
+  });
+
+  it('reads the sentinels as host:port, the port 26379 where left out', () => {
+    assert.deepEqual(loadGatewayConfig({}).REDIS_SENTINELS, []);
+    const config = loadGatewayConfig({
+      REDIS_SENTINELS: ' s1.redis:26380, 10.0.0.2 ,[::1]:5000 ',
+      REDIS_SENTINEL_MASTER: 'main',
+    });
+    assert.deepEqual(config.REDIS_SENTINELS, [
+      { host: 's1.redis', port: 26380 },
+      { host: '10.0.0.2', port: 26379 },
+      { host: '::1', port: 5000 },
+    ]);
+    assert.equal(config.REDIS_SENTINEL_MASTER, 'main');
+    assert.equal(loadWorkerConfig({ MODEL: 'm' }).REDIS_SENTINEL_MASTER, 'mymaster');
   });
 
   it("reads the launcher's comma-separated model list", () => {

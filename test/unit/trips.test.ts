@@ -7,6 +7,7 @@ import { encodeResultMessage, type ReadJobOutcome, type ResultMessage } from '@t
 import type { QueuedRequest } from '@tserve/contract';
 import { SendFailed, Trips, type FinishedJobs } from '../../apps/gateway/src/transport/trips.ts';
 import { Withdrawn } from '../../apps/gateway/src/transport/sending.ts';
+import { RedisLink } from '../../apps/gateway/src/transport/link.ts';
 
 const CHANNEL = 'results:gw-1';
 
@@ -24,9 +25,30 @@ class Subscriber extends EventEmitter {
   }
 }
 
+/** Connections as RedisLink watches them: lost and back when the test says. */
+class Connection extends EventEmitter {
+  status = 'ready';
+  lose(): void {
+    this.status = 'reconnecting';
+    this.emit('close');
+  }
+  back(): void {
+    this.status = 'ready';
+    this.emit('ready');
+  }
+}
+
+/** The gateway's two connections to Redis, and their link, which waits `waitMs` for Redis to come back. */
+function redisLink(waitMs = 1000) {
+  const connections = [new Connection(), new Connection()];
+  const link = new RedisLink(connections as unknown as Redis[], waitMs);
+  return { link, connections };
+}
+
 async function harness(
   t: { after: (fn: () => Promise<void>) => void },
   readFinished: FinishedJobs['finished'] = () => Promise.reject(new Error('not here')),
+  { link = redisLink().link, pollMs = 60_000 }: { link?: RedisLink; pollMs?: number } = {},
 ) {
   const subscriber = new Subscriber();
   const taken: string[][] = [];
@@ -41,8 +63,9 @@ async function harness(
     sender: { cancel: () => {} },
     subscriber: subscriber as unknown as Redis,
     channel: CHANNEL,
-    pollMs: 60_000,
+    pollMs,
     jobs: { finished: readFinished },
+    link,
     logger,
   });
   await waiters.start();
@@ -119,6 +142,58 @@ describe('outcome waiters', () => {
     void other.catch(() => {});
   });
 
+  it('refuses the requests sent to a Redis lost past REDIS_FAILOVER_WAIT_MS with 503, and only those', async (t) => {
+    const { link, connections } = redisLink();
+    const { waiters, warned } = await harness(t, undefined, { link, pollMs: 20 });
+    const deadline = Date.now() + 60_000;
+    const sent = waiters.wait('r1', deadline);
+    waiters.bind('r1', { model: 'm', id: 'j1' });
+    // Not yet sent to Redis: its enqueue fails on its own, and it is no job's to refuse here.
+    const held = waiters.wait('r2', deadline);
+    const lostAt = Date.now();
+    connections[1].lose();
+    await new Promise((r) => setTimeout(r, 50));
+    assert.equal(waiters.pending, 2, 'lost for less than the bound: still waiting');
+    const refused = await sent.then(
+      () => assert.fail('answered'),
+      (err: { status: number; message: string }) => err,
+    );
+    assert.ok(Date.now() - lostAt >= 1000, 'not before the bound');
+    assert.equal(refused.status, 503);
+    assert.match(refused.message, /Redis was lost 1\.\d s ago .*failing over/);
+    assert.equal(waiters.pending, 1);
+    assert.ok(warned.some((w) => /requests refused: Redis was lost/.test(w)));
+    waiters.cancel('r2');
+    void held.catch(() => {});
+  });
+
+  it('reads every waiting job at once when Redis is back, and fails those the new primary never saw', async (t) => {
+    const { link, connections } = redisLink();
+    const read: string[] = [];
+    const { waiters } = await harness(
+      t,
+      async (_model, jobId) => {
+        read.push(jobId);
+        return jobId === 'j1' ? 'lost' : { kind: 'outcome', job: jobId, model: 'm', outcomes: [answer('r2')] };
+      },
+      { link },
+    );
+    const deadline = Date.now() + 60_000;
+    const lost = waiters.wait('r1', deadline);
+    const kept = waiters.wait('r2', deadline);
+    waiters.bind('r1', { model: 'm', id: 'j1' });
+    waiters.bind('r2', { model: 'm', id: 'j2' });
+    connections[0].lose();
+    connections[1].lose();
+    connections[0].back();
+    assert.deepEqual(read, [], 'not back while one connection is still lost');
+    connections[1].back();
+    await assert.rejects(lost, /lost with its job.*failed over to a replica that never had it/);
+    const answered = await kept;
+    assert.deepEqual(answered.ok && answered.outputs, ['r2']);
+    assert.deepEqual(read.sort(), ['j1', 'j2'], 'read at once, not a poll period (60 s here) later');
+  });
+
   it('counts a recorded job as taken when none of its requests waits any more', async (t) => {
     const { subscriber, taken } = await harness(t);
     subscriber.say({ kind: 'recorded', job: 'r1', model: 'm', requests: ['r1'] });
@@ -173,6 +248,7 @@ async function tripHarness(t: { after: (fn: () => Promise<void>) => void }) {
     channel: CHANNEL,
     pollMs: 60_000,
     jobs: { finished: () => Promise.reject(new Error('not here')) },
+    link: redisLink().link,
     logger: pino({ level: 'silent' }),
   });
   await trips.start();

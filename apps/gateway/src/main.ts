@@ -6,6 +6,7 @@ import type { AddressInfo, Server as NetServer } from 'node:net';
 import os from 'node:os';
 import { ConfigError, formatHelp, loadGatewayConfig } from '@tserve/config';
 import { createLogger, startTracing, TracingConfigError } from '@tserve/telemetry';
+import { assertRedisAccepts, RedisSettingsError } from '@tserve/queue';
 import { createGateway, StartupError } from './gateway.js';
 import { ROUTES } from './app.js';
 import { expressServer, slowClientTimeouts } from './http/http-server.js';
@@ -43,6 +44,9 @@ async function main(): Promise<void> {
 
   const tracing = await startTracing('tserve-gateway');
   if (tracing) logger.info('tracing on: exporting spans over OTLP (docs/tracing.md)');
+  // A Redis that refuses these settings (a password, a certificate) would be retried forever in
+  // silence: the gateway stops here with the reason instead. One that is down is waited for.
+  await assertRedisAccepts(config, config.REDIS_COMMAND_TIMEOUT_MS);
   const gateway = createGateway(config, gatewayId, logger, tracing);
   await gateway.start();
 
@@ -142,7 +146,7 @@ async function startGrpc(
 
 main().catch((err) => {
   process.stderr.write(
-    `${err instanceof ConfigError || err instanceof StartupError || err instanceof TracingConfigError ? err.message : `gateway failed: ${String(err)}`}\n`,
+    `${err instanceof ConfigError || err instanceof StartupError || err instanceof TracingConfigError ? err.message : err instanceof RedisSettingsError ? `gateway: ${err.message}` : `gateway failed: ${String(err)}`}\n`,
   );
   process.exit(1);
 });

@@ -28,7 +28,7 @@ function script(app: string): string {
 
 async function main(): Promise<void> {
   const config = loadLauncherConfig();
-  const redis = await ensureRedis(config.REDIS_URL, config.REDIS_SERVER_BIN, log);
+  const redis = await ensureRedis(config, config.REDIS_SERVER_BIN, log);
   let stopping = false;
   const stop = async (why: string, code: number) => {
     if (stopping) return;

@@ -1,5 +1,5 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { redisAnswers } from '@tserve/queue';
+import { checkRedis, describeTarget, redisAnswers, throughSentinels, type RedisSettings } from '@tserve/queue';
 
 function onPath(bin: string): boolean {
   return spawnSync('sh', ['-c', `command -v "${bin}"`], { stdio: 'ignore' }).status === 0;
@@ -8,23 +8,33 @@ function onPath(bin: string): boolean {
 export class RedisUnavailable extends Error {}
 
 /**
- * Redis at REDIS_URL, or, when nothing answers there and it is a local address, an embedded
- * redis-server started for this run (no persistence: the queue holds only requests in flight).
+ * Redis at REDIS_URL (or the primary REDIS_SENTINELS name), or, when nothing answers there and it is
+ * a plain local address, an embedded redis-server started for this run (no persistence: the queue
+ * holds only requests in flight). A Redis that answers and refuses the settings (a password, a
+ * certificate) stops the launcher with the reason: starting another would not help.
  */
 export async function ensureRedis(
-  url: string,
+  settings: RedisSettings,
   bin: string,
   log: (msg: string) => void,
 ): Promise<ChildProcess | undefined> {
-  if (await redisAnswers(url)) return undefined;
+  const check = await checkRedis(settings);
+  if (check.state === 'answers') return undefined;
+  if (check.state === 'refused') throw new RedisUnavailable(check.error.message);
+  const url = settings.REDIS_URL;
   const parsed = new URL(url);
-  const local = ['127.0.0.1', 'localhost', '::1', '[::1]'].includes(parsed.hostname);
+  // Only the single-server default is started here: not a TLS one, nor a primary the sentinels keep.
+  const local =
+    !throughSentinels(settings) &&
+    parsed.protocol === 'redis:' &&
+    ['127.0.0.1', 'localhost', '::1', '[::1]'].includes(parsed.hostname);
   if (!local || !onPath(bin)) {
+    const where = describeTarget(settings);
     throw new RedisUnavailable(
-      `nothing answers at REDIS_URL=${url}` +
+      `nothing answers at ${where} (${check.reason})` +
         (local
           ? ` and "${bin}" is not on PATH.\nInstall Redis (Debian/Ubuntu: apt-get install redis-server; macOS: brew install redis) or point REDIS_URL at one.`
-          : '.\nStart that Redis or point REDIS_URL at one that runs.'),
+          : '.\nStart that Redis or point REDIS_URL (or REDIS_SENTINELS) at one that runs.'),
     );
   }
   const port = parsed.port || '6379';

@@ -3,7 +3,7 @@ import os from 'node:os';
 import { ConfigError, formatHelp, loadWorkerConfig } from '@tserve/config';
 import { PROTOCOL, type WorkerInfo } from '@tserve/contract';
 import { createLogger, startTracing, TracingConfigError } from '@tserve/telemetry';
-import { createRedis } from '@tserve/queue';
+import { assertRedisAccepts, createRedis, RedisSettingsError } from '@tserve/queue';
 import { ModelLoadError } from './model/model.js';
 import { containerLimits, defaultWorkerMemoryMiB } from './model/container-limits.js';
 import { Heartbeat } from './transport/heartbeat.js';
@@ -61,7 +61,10 @@ async function main(): Promise<void> {
   );
 
   const started = performance.now();
-  const publisher = createRedis(config.REDIS_URL, 'worker', undefined, { enableAutoPipelining: true });
+  // A Redis that refuses these settings (a password, a certificate) would be retried forever in
+  // silence: the worker stops here with the reason instead. One that is down is waited for.
+  await assertRedisAccepts(config);
+  const publisher = createRedis(config, 'worker', undefined, { enableAutoPipelining: true });
   // Announced while loading, so that the gateway answers "loading" for this model, not "not served".
   const info: WorkerInfo = {
     kind: 'worker',
@@ -109,7 +112,9 @@ main().catch((err) => {
   const message =
     err instanceof ModelLoadError || err instanceof ConfigError || err instanceof TracingConfigError
       ? err.message
-      : `worker failed: ${String(err)}`;
+      : err instanceof RedisSettingsError
+        ? `worker: ${err.message}`
+        : `worker failed: ${String(err)}`;
   process.stderr.write(`${message}\n`);
   process.exit(1);
 });

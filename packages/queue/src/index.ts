@@ -1,5 +1,6 @@
 export * from './names.js';
 export * from './connection.js';
+export * from './redis-check.js';
 export * from './workers.js';
 export * from './model-loads.js';
 export * from './depths.js';

@@ -11,8 +11,10 @@ export function redisCauseOf(err: unknown): RedisCause {
   if (/\bOOM\b/.test(text)) return 'out-of-memory';
   // ioredis' commandTimeout, and the breaker's own timeout (opossum: "Timed out after N ms").
   if (/Command timed out|Timed out after/i.test(text)) return 'not-answering';
+  // Also ioredis' word for a command sent as its connection dropped, and not sent again (max
+  // retries), and the sentinels' while none can be reached, or a primary demoted mid-failover.
   if (
-    /ECONNREFUSED|ECONNRESET|ENOTFOUND|EHOSTUNREACH|ETIMEDOUT|Connection is closed|Stream isn't writeable|connect/i.test(
+    /ECONNREFUSED|ECONNRESET|ENOTFOUND|EHOSTUNREACH|ETIMEDOUT|Connection is closed|Stream isn't writeable|connect|sentinels are unreachable|^READONLY|max retries per request/i.test(
       text,
     )
   )
@@ -28,7 +30,7 @@ export function describeRedisCause(cause: RedisCause): string {
     case 'not-answering':
       return 'Redis is not answering: it accepts connections but replies to nothing within REDIS_COMMAND_TIMEOUT_MS (frozen or overloaded)';
     case 'unreachable':
-      return 'Redis is unreachable: no connection to REDIS_URL';
+      return 'Redis is unreachable: no connection to its primary (down, or failing over)';
     case 'other':
       return 'Redis failed a command';
   }

@@ -13,6 +13,11 @@ export interface RedisBreaker {
   refusal(): ApiError | undefined;
   /** What the last failed call said of Redis, while the breaker is not closed; undefined otherwise. */
   cause(): string | undefined;
+  /**
+   * The connection to Redis is up again (a new primary, after a failover): an open breaker closes
+   * now, instead of refusing requests until its next probe. A Redis that still fails reopens it.
+   */
+  reconnected(): void;
 }
 
 /**
@@ -68,5 +73,8 @@ export function createRedisBreaker(config: GatewayConfig, logger: Logger): Redis
           )
         : undefined,
     cause: () => (breaker.closed ? undefined : cause()),
+    reconnected: () => {
+      if (!breaker.closed) breaker.close();
+    },
   };
 }

@@ -5,6 +5,7 @@ import { EnqueueCoalescer, JobSender } from './sending.js';
 import { QueueSet } from './queues.js';
 import { Trips, type AbandonedAt } from './trips.js';
 import { RetentionSweep } from './retention.js';
+import { RedisLink } from './link.js';
 
 export interface TransportOptions {
   prefix: string;
@@ -14,6 +15,8 @@ export interface TransportOptions {
   resultPollMs: number;
   /** How long a job may wait unrun before every request in it is past its deadline (REQUEST_TIMEOUT_MS). */
   unrunMs: number;
+  /** How long a request sent to Redis waits for a lost Redis to come back (REDIS_FAILOVER_WAIT_MS). */
+  failoverWaitMs: number;
 }
 
 export interface TransportParts {
@@ -29,8 +32,11 @@ export interface TransportParts {
   models: { batchSize(model: string): number; served(): Array<{ id: string }> };
   /** This gateway's requests outstanding per model (the queue depth). */
   depth: { own(model: string): number };
-  /** Every Redis write of a request goes through the breaker, which fails fast while Redis is down. */
-  breaker: { guard<T>(call: () => Promise<T>): Promise<T> };
+  /**
+   * Every Redis write of a request goes through the breaker, which fails fast while Redis is down;
+   * told when the connections are back (a new primary), it closes at once.
+   */
+  breaker: { guard<T>(call: () => Promise<T>): Promise<T>; reconnected(): void };
   logger: Logger;
 }
 
@@ -52,6 +58,8 @@ export class Transport {
 
   constructor(parts: TransportParts, options: TransportOptions) {
     this.queues = new QueueSet(parts.redis, options.prefix);
+    const link = new RedisLink([parts.redis, parts.subscriber], options.failoverWaitMs);
+    link.onBack(() => parts.breaker.reconnected());
     const channel = keys.results(options.prefix, options.gatewayId);
     this.completedMs = outcomesKeptMs(options.resultPollMs);
     this.sender = new JobSender({
@@ -76,6 +84,7 @@ export class Transport {
       channel,
       pollMs: options.resultPollMs,
       jobs: this.queues,
+      link,
       logger: parts.logger,
     });
     this.retention = new RetentionSweep(

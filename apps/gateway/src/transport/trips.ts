@@ -9,6 +9,7 @@ import {
   type ReadRequestOutcome,
 } from '@tserve/contract';
 import { Withdrawn, type EnqueueCoalescer, type JobSender } from './sending.js';
+import { jobLost, type RedisLink } from './link.js';
 
 /** One request's trip: to a model's workers and back. */
 export interface Trip {
@@ -58,16 +59,10 @@ export interface TripsParts {
   /** How long a request waits before its finished job is read instead (RESULT_POLL_MS). */
   pollMs: number;
   jobs: FinishedJobs;
+  /** The gateway's connections to Redis (link.ts): lost, for how long, and back. */
+  link: Pick<RedisLink, 'status' | 'onBack'>;
   logger: Logger;
 }
-
-/** A request whose job Redis no longer holds: nothing will answer it, so it is answered now, not at its deadline. */
-const jobLost = () =>
-  new ApiError(
-    'unavailable',
-    'the request was lost with its job: Redis no longer holds it (restarted empty, or evicted it under maxmemory); retry',
-    1,
-  );
 
 /**
  * Each request's trip: sent to its model's workers (the coalescer), and its outcome delivered back
@@ -83,6 +78,7 @@ export class Trips {
   private readonly waiters = new Map<string, Waiter>();
   private pollTimer?: NodeJS.Timeout;
   private polling = false;
+  private readAllNext = false;
 
   /** Outcomes of abandoned requests that a worker skipped unrun, per model. */
   readonly skipped = new Map<string, number>();
@@ -96,6 +92,7 @@ export class Trips {
   private readonly logger: Logger;
   private readonly coalescer: TripsParts['coalescer'];
   private readonly sender: TripsParts['sender'];
+  private readonly link: TripsParts['link'];
 
   constructor(parts: TripsParts) {
     this.channel = parts.channel;
@@ -105,6 +102,7 @@ export class Trips {
     this.logger = parts.logger;
     this.coalescer = parts.coalescer;
     this.sender = parts.sender;
+    this.link = parts.link;
   }
 
   async start(): Promise<void> {
@@ -113,6 +111,9 @@ export class Trips {
     await this.subscriber.subscribe(this.channel);
     this.pollTimer = setInterval(() => void this.poll(), this.pollMs);
     this.pollTimer.unref();
+    // Back from a lost Redis (a failover): outcomes published meanwhile were lost, and a job the new
+    // primary never saw will have none. Every waiting job is read at once, not a poll period later.
+    this.link.onBack(() => void this.poll(true));
   }
 
   /** Requests waiting for their outcomes. */
@@ -233,6 +234,15 @@ export class Trips {
     this.coalescer.taken([job.id]);
   }
 
+  /** Fails every request sent to Redis as a job, with `error`. */
+  private failSent(error: ApiError): void {
+    const jobs = new Map<string, JobRef>();
+    for (const waiter of this.waiters.values())
+      if (waiter.job) jobs.set(`${waiter.job.model}\n${waiter.job.id}`, waiter.job);
+    if (jobs.size > 0) this.logger.warn({ jobs: jobs.size }, `requests refused: ${error.message}`);
+    for (const job of jobs.values()) this.failJob(job, error);
+  }
+
   private onMessage(message: Buffer): void {
     // Skipped, not thrown inside the subscriber's event handler.
     const data = readResultMessage(message);
@@ -248,18 +258,32 @@ export class Trips {
     else this.coalescer.taken([data.job]);
   }
 
-  /** Reads the jobs of requests that waited longer than a poll period: a result message may have been lost. */
-  private async poll(): Promise<void> {
-    if (this.polling) return;
+  /**
+   * Reads the jobs of requests that waited longer than a poll period (every one, `all`): a result
+   * message may have been lost. While Redis is lost there is nothing to read; past
+   * REDIS_FAILOVER_WAIT_MS, its requests get the link's 503, not their deadlines' 504.
+   */
+  private async poll(all = false): Promise<void> {
+    const link = this.link.status();
+    if (link !== 'up') {
+      if (link instanceof ApiError) this.failSent(link);
+      return;
+    }
+    // A read of every job asked for while a poll is under way follows it.
+    if (this.polling) return void (this.readAllNext ||= all);
     this.polling = true;
     try {
-      const cutoff = Date.now() - this.pollMs;
+      const cutoff = all ? Infinity : Date.now() - this.pollMs;
       const jobs = new Map<string, JobRef>();
       for (const waiter of this.waiters.values())
         if (waiter.job && waiter.since <= cutoff) jobs.set(`${waiter.job.model}\n${waiter.job.id}`, waiter.job);
       await Promise.all([...jobs.values()].map((job) => this.read(job)));
     } finally {
       this.polling = false;
+    }
+    if (this.readAllNext) {
+      this.readAllNext = false;
+      await this.poll(true);
     }
   }
 
@@ -269,7 +293,7 @@ export class Trips {
       if (finished === 'lost') this.failJob(job, jobLost());
       else if (finished) this.deliverJob(finished);
     } catch {
-      // Redis unreachable: read again at the next poll; the requests wait until their deadline.
+      // Redis unreachable: read again at the next poll, until REDIS_FAILOVER_WAIT_MS of it.
     }
   }
 }

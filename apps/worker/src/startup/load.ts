@@ -4,7 +4,7 @@ import type { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import type { WorkerConfig } from '@tserve/config';
 import type { WorkerInfo } from '@tserve/contract';
-import { createRedis, reportLoadFailure, whenReady } from '@tserve/queue';
+import { createRedis, reportLoadFailure, whenReady, type RedisSettings } from '@tserve/queue';
 import { chooseRuntime, describeModel, ModelLoadError, type LoadedModel } from '../model/model.js';
 import { residentMemory, type BudgetInput, type MemoryLimits } from '../model/memory.js';
 import { isGpu } from '../model/device.js';
@@ -57,8 +57,7 @@ export async function loadModel({
 }: LoadParts): Promise<LoadedWorker> {
   const reportFailure = async (err: unknown) => {
     await heartbeat.stop();
-    if (err instanceof ModelLoadError)
-      await leaveFailureReport(config.REDIS_URL, config.QUEUE_PREFIX, config.MODEL, err.message);
+    if (err instanceof ModelLoadError) await leaveFailureReport(config, config.QUEUE_PREFIX, config.MODEL, err.message);
     throw err;
   };
   setNiceness(config.WORKER_NICE, logger);
@@ -243,8 +242,8 @@ function embeddingLog(loaded: LoadedModel): Record<string, unknown> {
 }
 
 /** Best effort, bounded: the gateway then answers 503 with this reason instead of 404 for the model. */
-async function leaveFailureReport(url: string, prefix: string, model: string, reason: string): Promise<void> {
-  const redis = createRedis(url, 'gateway', 1000);
+async function leaveFailureReport(target: RedisSettings, prefix: string, model: string, reason: string): Promise<void> {
+  const redis = createRedis(target, 'gateway', 1000);
   try {
     await whenReady(redis, 1000);
     await reportLoadFailure(redis, prefix, { model, reason, at: Date.now() });

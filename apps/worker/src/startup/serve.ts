@@ -33,9 +33,9 @@ export interface ServeParts {
  */
 export async function serve(parts: ServeParts): Promise<() => Promise<void>> {
   const { config, publisher, heartbeat, info, worker, logger } = parts;
-  const connection = createRedis(config.REDIS_URL, 'worker');
+  const connection = createRedis(config, 'worker');
   // One subscriber for both of the model's channels: its work notices and its cancellations.
-  const channels = createRedis(config.REDIS_URL, 'subscriber');
+  const channels = createRedis(config, 'subscriber');
   const { intake, cancelled, consumer } = buildPipeline(parts, connection);
   const workChannel = keys.work(config.QUEUE_PREFIX, config.MODEL);
   channels.on('message', (channel: string, message: string) => {

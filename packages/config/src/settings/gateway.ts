@@ -62,6 +62,10 @@ export const gatewayShape = {
     'Redis commands fail after this instead of hanging',
     'an enqueue slower than this counts as a failure of the circuit breaker on Redis, which, once open, probes Redis again after 2.5 times this (at least a second)',
   ]).meta(ADVANCED),
+  REDIS_FAILOVER_WAIT_MS: int(10_000, 0, [
+    'how long requests sent to a lost Redis wait for it to come back (a failover) before a 503',
+    "their outcomes may still come from the new primary; past this, or once the new primary shows their jobs lost, each gets a 503 naming the cause instead of waiting out its deadline. Set it above the sentinels' down-after-milliseconds plus a failover's own second or two",
+  ]).meta(ADVANCED),
   SHUTDOWN_GRACE_MS: int(10000, 0, 'time to answer in-flight requests on SIGTERM').meta(ADVANCED),
   HTTP_HEADERS_TIMEOUT_MS: derived(
     100,
