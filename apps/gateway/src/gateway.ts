@@ -1,6 +1,3 @@
-// The one file that builds the gateway's parts, each from those before it: one seam, let past
-// 300 lines by Redis's settings and failover (issue 87) rather than cut.
-/* eslint max-lines: ["error", { "max": 320 }] */
 import type { Express } from 'express';
 import type { Logger } from 'pino';
 import type { Redis } from 'ioredis';
