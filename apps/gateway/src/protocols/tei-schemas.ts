@@ -164,8 +164,8 @@ export const similarityRequest = z
 export const vertexRequest = z
   .object({
     instances: z
-      .array(z.unknown(), { error: 'instances must be a list of TEI bodies' })
-      .min(1, 'instances must not be empty')
+      .array(z.unknown(), { error: 'must be a list of TEI bodies' })
+      .min(1, 'must not be empty')
       .meta({
         description: "each a body of /rerank (query and texts), or of the model's own route (/embed, /predict)",
       }),

@@ -9,7 +9,7 @@ import { requestIdOf } from '../http/request-id.js';
 import { jsonList, sendJson } from '../http/json-bytes.js';
 import type { InferenceResult } from '../serving/inference.js';
 import { shorten } from '../serving/embedding-dimensions.js';
-import { compactVector } from '../serving/compact-vectors.js';
+import { compactVector, type EmbeddingType } from '../serving/compact-vectors.js';
 import { ANY, CLASSIFIER, EMBEDDING, ModelChoice, RERANKER, SPARSE, type RouteKind } from '../serving/model-choice.js';
 import { teiInfo } from './tei-info.js';
 import { rankTexts, type Rank } from '../serving/ranking.js';
@@ -92,6 +92,9 @@ function sendVectors<T>(res: Response, vectors: Vectors<T>): void {
   if (vectors.json) sendJson(res, jsonList(vectors.json));
   else res.json(vectors.values());
 }
+
+/** /embed's vectors in the type its body asks for (`embedding_type`, not TEI's): floats, or a compact type. */
+const inType = (vectors: number[][], type: EmbeddingType) => vectors.map((v) => compactVector(v, type));
 
 /** The cosine of two vectors as the model gave them: TEI's `/similarity` compares them unnormalised. */
 function cosine(a: number[], b: number[]): number {
@@ -303,7 +306,8 @@ export class Tei {
     if (CLASSIFIER.fits(served)) return (await this.predict(model, parse(predictRequest, instance, ignored)))[0];
     if (SPARSE.fits(served))
       return (await this.embedSparse(model, parse(embedSparseRequest, instance, ignored)))[0].values();
-    return (await this.embed(model, parse(embedRequest, instance, ignored)))[0].values();
+    const body = parse(embedRequest, instance, ignored);
+    return inType((await this.embed(model, body))[0].values(), body.embedding_type);
   }
 
   /** The served model a request names (or the only one), as TEI describes itself. */
@@ -328,7 +332,7 @@ export function teiRoutes(router: IRouter, parts: ProtocolParts): void {
     const body = read(embedRequest, req, res);
     const [vectors] = await tei.embed(request(req, res), body);
     if (body.embedding_type === 'float') sendVectors(res, vectors);
-    else res.json(vectors.values().map((v) => compactVector(v, body.embedding_type)));
+    else res.json(inType(vectors.values(), body.embedding_type));
   });
   router.post('/embed_sparse', admit(SPARSE), json, async (req, res) => {
     sendVectors(res, (await tei.embedSparse(request(req, res), read(embedSparseRequest, req, res)))[0]);
@@ -360,20 +364,22 @@ export function teiRoutes(router: IRouter, parts: ProtocolParts): void {
   const vertex = [...new Set(['/vertex', ...(parts.config.AIP_PREDICT_ROUTE ? [parts.config.AIP_PREDICT_ROUTE] : [])])];
   for (const path of vertex) {
     router.post(path, admit(ANY), json, async (req, res) => {
-      const { instances } = read(vertexRequest, req, res);
+      const ignored: string[] = [];
+      const { instances } = parse(vertexRequest, req.body, (fields) => ignored.push(...fields));
       const caller = httpCaller(parts.service, req, res);
-      // Each instance is a request of its own to the model: its own part of the request id.
       const predictions = await Promise.all(
         instances.map((instance, i) => {
+          // Each instance is a request of its own to the model: its own part of the request id.
           const part: Caller = { run: (call) => caller.run({ ...call, part: `i${i}` }), whenServed: caller.whenServed };
-          return tei.vertexPrediction({ caller: part, xModel: req.get('x-model') }, instance, (fields) =>
-            noteIgnored(
-              res,
-              fields.map((f) => `instances.${i}.${f}`),
-            ),
-          );
+          const ignore = (fields: string[]) => ignored.push(...fields.map((f) => `instances.${i}.${f}`));
+          return tei.vertexPrediction({ caller: part, xModel: req.get('x-model') }, instance, ignore).catch((err) => {
+            // Which instance a refusal is about.
+            if (err instanceof ApiError && err.type === 'validation') err.message = `instances.${i}: ${err.message}`;
+            throw err;
+          });
         }),
       );
+      noteIgnored(res, ignored);
       res.json({ predictions } satisfies z.infer<typeof vertexResponse>);
     });
   }
