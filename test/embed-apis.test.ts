@@ -181,6 +181,24 @@ describe('embedding APIs: Ollama, Cohere embed, compact vectors, platforms, ROOT
       assert.deepEqual([none.status, await none.json()], [400, { error: 'missing request body' }]);
     });
 
+    it("the bodies Weaviate's text2vec-ollama, Open WebUI and Spring AI send: /embed's vectors", async () => {
+      const expected = await embed(TEXTS);
+      const bodies = [
+        // Weaviate's text2vec-ollama (its clients/ollama.go): model and a list of texts.
+        { model: 'nomic-embed-text', input: TEXTS },
+        // Open WebUI's batch embedding: input first.
+        { input: TEXTS, model: 'nomic-embed-text:latest' },
+        // Spring AI's OllamaApi.EmbeddingsRequest: empty options, a keep_alive, truncate.
+        { model: 'nomic-embed-text', input: TEXTS, keep_alive: '5m', options: {}, truncate: true },
+      ];
+      for (const body of bodies) {
+        const res = await system.post('/api/embed', body);
+        assert.equal(res.status, 200, JSON.stringify(res.body));
+        assert.equal(res.headers.get('x-ignored-fields'), null);
+        assertClose(res.body.embeddings, expected, 1e-6, JSON.stringify(body).slice(0, 80));
+      }
+    });
+
     it('an empty input loads nothing and answers no vectors; cut inputs answer; unknown fields are named', async () => {
       for (const input of ['', [], undefined])
         assert.deepEqual(await ok(system, '/api/embed', { model: 'nomic-embed-text', input }), {
@@ -278,6 +296,21 @@ describe('embedding APIs: Ollama, Cohere embed, compact vectors, platforms, ROOT
       const reference = numpyReference(await embed(TEXTS));
       assert.deepEqual([byType.int8, byType.ubinary, byType.float], [reference.int8, reference.ubinary, undefined]);
       assert.equal(typed.meta?.apiVersion?.version, '1');
+    });
+
+    it("the bodies of LangChain's and LlamaIndex's Cohere embeddings (Python's cohere client, v1)", async () => {
+      // cohere.Client.embed as CohereEmbeddings and CohereEmbedding call it: typed floats, truncate END.
+      const body = {
+        texts: TEXTS,
+        model: 'embed-english-v3.0',
+        input_type: 'search_query',
+        embedding_types: ['float'],
+        truncate: 'END',
+      };
+      const res = await system.post('/v1/embed', body);
+      assert.equal(res.status, 200, JSON.stringify(res.body));
+      assert.equal(res.body.response_type, 'embeddings_by_type');
+      assertClose(res.body.embeddings.float, await embed(TEXTS, { prompt_name: 'query' }), 1e-6, 'v1 typed');
     });
 
     it("refuses bad bodies with Cohere's {message}", async () => {
