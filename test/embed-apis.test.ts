@@ -260,7 +260,7 @@ describe('embedding APIs: Ollama, Cohere embed, compact vectors, platforms, ROOT
     });
 
     it('output_dimension takes the sizes /info lists; truncate START keeps the last tokens, NONE refuses', async () => {
-      const info = await (await fetch(`${system.url}/info?model=${EMBEDDER}`)).json();
+      const info = (await (await fetch(`${system.url}/info?model=${EMBEDDER}`)).json()) as Record<string, unknown>;
       assert.deepEqual(info.matryoshka_dimensions, [256, 128]);
       const short = await ok(system, '/v2/embed', { model: EMBEDDER, texts: TEXTS, output_dimension: 128 });
       assertClose(short.embeddings.float, await embed(TEXTS, { dimensions: 128 }), 1e-6, 'output_dimension');
@@ -289,7 +289,7 @@ describe('embedding APIs: Ollama, Cohere embed, compact vectors, platforms, ROOT
       const client = new CohereClient(options());
       const floats = await client.embed({ model: EMBEDDER, texts: TEXTS });
       assert.equal(floats.responseType, 'embeddings_floats');
-      assertClose(floats.embeddings as Vectors, await embed(TEXTS), 1e-6, 'v1 floats');
+      assertClose(floats.embeddings, await embed(TEXTS), 1e-6, 'v1 floats');
       const typed = await client.embed({ model: EMBEDDER, texts: TEXTS, embeddingTypes: ['int8', 'ubinary'] });
       assert.equal(typed.responseType, 'embeddings_by_type');
       const byType = typed.embeddings as Record<string, unknown>;

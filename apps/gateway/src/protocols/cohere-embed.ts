@@ -206,25 +206,25 @@ export function cohereEmbedRoutes(router: IRouter, parts: ProtocolParts): void {
           },
         });
         const floats = (result.outputs as number[][]).map((v) => shorten(v, dimensions));
-        const common = {
-          id: requestIdOf(res),
-          texts,
-          meta: { api_version: { version }, billed_units: { input_tokens: result.tokens } },
-        };
+        const meta = { api_version: { version }, billed_units: { input_tokens: result.tokens } };
         // Cohere's v1 answers a list of floats to a request that names no types.
         if (version === '1' && body.embedding_types === undefined) {
           res.json({
-            response_type: 'embeddings_floats',
-            ...common,
+            id: requestIdOf(res),
             embeddings: floats,
+            texts,
+            meta,
+            response_type: 'embeddings_floats',
           } satisfies z.infer<typeof floatsResponse>);
           return;
         }
         const types = [...new Set<EmbeddingType>(body.embedding_types ?? ['float'])];
         res.json({
-          response_type: 'embeddings_by_type',
-          ...common,
+          id: requestIdOf(res),
           embeddings: Object.fromEntries(types.map((type) => [type, floats.map((v) => compactVector(v, type))])),
+          texts,
+          meta,
+          response_type: 'embeddings_by_type',
         } satisfies z.infer<typeof embedResponse>);
       },
     );

@@ -163,12 +163,9 @@ export const similarityRequest = z
 /** Vertex AI's prediction body: each instance a TEI body (docs/api/tei.md, "Managed platforms"). */
 export const vertexRequest = z
   .object({
-    instances: z
-      .array(z.unknown(), { error: 'must be a list of TEI bodies' })
-      .min(1, 'must not be empty')
-      .meta({
-        description: "each a body of /rerank (query and texts), or of the model's own route (/embed, /predict)",
-      }),
+    instances: z.array(z.unknown(), { error: 'must be a list of TEI bodies' }).min(1, 'must not be empty').meta({
+      description: "each a body of /rerank (query and texts), or of the model's own route (/embed, /predict)",
+    }),
   })
   .strict();
 export const vertexResponse = z.strictObject({

@@ -1,6 +1,6 @@
 import type { IRouter, Request, Response } from 'express';
 import { z } from 'zod';
-import { ApiError, type Operation } from '@tserve/contract';
+import { ApiError, parseLenient, type Operation } from '@tserve/contract';
 import { errorHandler } from '../http/http-errors.js';
 import { httpCaller, type Caller, type ProtocolParts } from '../serving/route-call.js';
 import { jsonBody } from '../http/request-body.js';
@@ -295,9 +295,11 @@ export class Tei {
     instance: unknown,
     ignored: (fields: string[]) => void,
   ): Promise<unknown> {
-    const asRerank = rerankRequest.safeParse(instance);
-    if (asRerank.success && asRerank.data.texts)
+    const asRerank = parseLenient(rerankRequest, instance);
+    if (asRerank.success && asRerank.data.texts) {
+      ignored(asRerank.ignored);
       return teiRanks(asRerank.data, await this.rerank(request, asRerank.data));
+    }
     const named =
       typeof instance === 'object' && instance !== null ? (instance as { model?: unknown }).model : undefined;
     const id = this.choice.pick(request.xModel, ANY, typeof named === 'string' ? named : undefined);

@@ -32,7 +32,7 @@ function packSigns(vector: number[], offset: number): number[] {
 }
 
 /** Little-endian float32 bytes, base64: OpenAI's and Cohere's `base64`. */
-export function float32Base64(vector: number[]): string {
+function float32Base64(vector: number[]): string {
   return Buffer.from(Float32Array.from(vector).buffer).toString('base64');
 }
 

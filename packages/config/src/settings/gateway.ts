@@ -31,11 +31,11 @@ export const gatewayShape = {
         return aliases;
       }),
     [
-      'other names for served models, alias=model id, comma-separated: nomic-embed-text=replica/all-MiniLM-L6-v2',
+      'other names for served models, comma-separated alias=model id: nomic-embed-text=<model id>',
       "the names clients of Ollama's and Cohere's embed routes send by default reach a model served here; GET /api/tags lists each alias beside the ids. A name with Ollama's tag `:latest` is the name without it",
     ],
     '(none)',
-  ),
+  ).meta(ADVANCED),
   ROOT_PATH: setting(
     z
       .string()
@@ -54,7 +54,7 @@ export const gatewayShape = {
       'every route, the dashboard, /docs and /openapi.json answer under it, and nothing outside it (404): health probes ask for ROOT_PATH/health and ROOT_PATH/ready too. gRPC is not affected',
     ],
     '(none)',
-  ),
+  ).meta(ADVANCED),
   // Vertex AI sets these three in the container it starts (its custom-container contract).
   AIP_HTTP_PORT: setting(
     z.coerce.number().int().min(1).optional(),
@@ -64,9 +64,10 @@ export const gatewayShape = {
   AIP_HEALTH_ROUTE: optionalString(
     "Vertex AI's health route: answers as /ready does (200 once every model is served)",
   ).meta(ADVANCED),
-  AIP_PREDICT_ROUTE: optionalString(
-    'Vertex AI\'s prediction route: {"instances": [TEI bodies]} in, {"predictions": [their answers]} out, as TEI\'s /vertex',
-  ).meta(ADVANCED),
+  AIP_PREDICT_ROUTE: optionalString([
+    "Vertex AI's prediction route, answered as TEI's /vertex",
+    '{"instances": [TEI bodies]} in, {"predictions": [their answers]} out (docs/api/tei.md)',
+  ]).meta(ADVANCED),
   // Kubernetes: the ConfigMap's list, beside one worker Deployment per model (deploy/kubernetes).
   MODELS: setting(
     z
