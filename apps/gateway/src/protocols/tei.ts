@@ -368,6 +368,12 @@ export function teiRoutes(router: IRouter, parts: ProtocolParts): void {
     router.post(path, admit(ANY), json, async (req, res) => {
       const ignored: string[] = [];
       const { instances } = parse(vertexRequest, req.body, (fields) => ignored.push(...fields));
+      // Each instance is a request of its own: as many as one request may hold inputs.
+      if (instances.length > parts.config.MAX_INPUTS_PER_REQUEST)
+        throw new ApiError(
+          'payload_too_large',
+          `${instances.length} instances, more than the ${parts.config.MAX_INPUTS_PER_REQUEST} a request may hold (MAX_INPUTS_PER_REQUEST)`,
+        );
       const caller = httpCaller(parts.service, req, res);
       const predictions = await Promise.all(
         instances.map((instance, i) => {
