@@ -312,13 +312,14 @@ describe('the OpenAPI document', () => {
 
   before(async () => {
     await system.startGateway({ DEFAULT_MODEL: models[0] });
-    for (const model of models) system.startWorker({ model });
     const hash = `sha256:${(await import('node:crypto')).createHash('sha256').update('secret').digest('hex')}`;
+    // Both gateways before the workers: seven models loading at once can hold a gateway's start past its bound.
     await keyed.startGateway({
       API_KEYS: JSON.stringify({ keys: [{ id: 'openapi1', name: 'openapi', hash }] }),
       RESPONSE_CACHE_TTL_S: 600,
       MODELS: IDLE,
     });
+    for (const model of models) system.startWorker({ model });
     for (const model of models) await system.waitForWorkers(model);
     await keyed.waitForWorkers(models[0]);
     contract = new Contract((await (await fetch(`${system.url}/openapi.json`)).json()) as Json);

@@ -125,9 +125,18 @@ function operationsPaths(): Record<string, Json> {
         tags: [OPERATIONS_TAG],
         summary:
           "SageMaker's inference route: the served model's own route, as TEI binds it (/embed, /predict, /rerank, /embed_sparse), else POST / (DEFAULT_MODEL or the only model)",
-        requestBody: { required: true, content: { 'application/json': {} } },
+        requestBody: {
+          required: true,
+          content: {
+            'application/json': { schema: { type: 'object', description: "the body of the model's own route" } },
+          },
+        },
         responses: {
-          200: { description: "the model's route's answer", content: { 'application/json': {} } },
+          200: {
+            description: "the model's route's answer",
+            headers: { 'x-request-id': ref('headers', 'RequestId') },
+            content: { 'application/json': { schema: { description: "the answer of the model's own route" } } },
+          },
           ...errors(errorBodySchema, [400, 503]),
         },
       },

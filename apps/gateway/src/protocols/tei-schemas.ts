@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { ApiError, describeIssues, parseLenient, TASKS, tokenIdSchema, type ErrorType } from '@tserve/contract';
 import { BodyTooLarge, type ErrorFormat } from '../http/http-errors.js';
-import { EMBEDDING_TYPES } from '../serving/compact-vectors.js';
+import { EMBEDDING_TYPES, type EmbeddingType } from '../serving/compact-vectors.js';
 
 /** The shapes of TEI's bodies: what its routes parse (`parse`), and what the OpenAPI document describes. */
 
@@ -35,10 +35,14 @@ export const embedRequest = z
     ...truncation,
     prompt_name,
     dimensions: z.number().int().min(1).nullable().optional(),
-    embedding_type: z.enum(EMBEDDING_TYPES).default('float').meta({
-      description:
-        "not TEI's: each vector as Cohere's compact types: int8, uint8, binary, ubinary (integers), base64 (a string) (docs/api/tei.md)",
-    }),
+    // base64 is left to OpenAI's and Cohere's routes: TEI's answer stays a list of number lists.
+    embedding_type: z
+      .enum(EMBEDDING_TYPES.filter((t) => t !== 'base64') as [EmbeddingType, ...EmbeddingType[]])
+      .default('float')
+      .meta({
+        description:
+          "not TEI's: each vector as Cohere's compact types, lists of integers: int8, uint8, binary, ubinary (docs/api/tei.md)",
+      }),
     model,
   })
   .strict();
@@ -260,8 +264,8 @@ export const info = z.strictObject({
 export const teiSchemas = {
   embedRequest,
   embedResponse: z
-    .union([z.array(z.array(z.number())), z.array(z.string())])
-    .meta({ description: 'a vector per input: numbers, or base64 strings (embedding_type base64)' }),
+    .array(z.array(z.number()))
+    .meta({ description: 'a vector per input: floats, or the integers of a compact embedding_type' }),
   embedSparseRequest,
   embedSparseResponse: z
     .array(z.array(z.strictObject({ index: z.number().int(), value: z.number() })))
