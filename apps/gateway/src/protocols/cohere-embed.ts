@@ -205,7 +205,14 @@ export function cohereEmbedRoutes(router: IRouter, parts: ProtocolParts): void {
             ...(promptName !== undefined ? { prompt_name: promptName } : {}),
           },
         });
-        const floats = (result.outputs as number[][]).map((v) => shorten(v, dimensions));
+        const full = result.outputs as number[][];
+        // A MATRYOSHKA_DIMENSIONS larger than the model's vectors names sizes it cannot give.
+        if (dimensions !== undefined && dimensions > full[0].length)
+          throw new ApiError(
+            'validation',
+            `output_dimension: model ${id}'s vectors hold ${full[0].length} values; its MATRYOSHKA_DIMENSIONS name more`,
+          );
+        const floats = full.map((v) => shorten(v, dimensions));
         const meta = { api_version: { version }, billed_units: { input_tokens: result.tokens } };
         // Cohere's v1 answers a list of floats to a request that names no types.
         if (version === '1' && body.embedding_types === undefined) {
