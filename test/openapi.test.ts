@@ -274,6 +274,27 @@ const REQUESTS: Array<[string, string, ReturnType<typeof json>?]> = [
     json({ inputs: [{ name: 'text', shape: [1], datatype: 'BYTES', data: ['hello'] }] }),
   ],
   ['POST', `/v2/models/${EMBEDDER}/versions/1/infer`, json({ inputs: [] })],
+  // Cohere's embed, and the compact types on OpenAI's and TEI's routes.
+  [
+    'POST',
+    '/v2/embed',
+    json({ model: EMBEDDER, texts: ['a'], embedding_types: ['float', 'int8', 'ubinary', 'base64'] }),
+  ],
+  ['POST', '/v1/embed', json({ model: EMBEDDER, texts: ['a'], input_type: 'search_query' })],
+  ['POST', '/v2/embed', json({ model: EMBEDDER, texts: [] })],
+  ['POST', '/embed', json({ inputs: 'x', model: EMBEDDER, embedding_type: 'binary' })],
+  ['POST', '/v1/embeddings', json({ model: EMBEDDER, input: 'x', encoding_format: 'int8' })],
+  // Ollama.
+  ['POST', '/api/embed', json({ model: EMBEDDER, input: ['a', 'b'], dimensions: 8 })],
+  ['POST', '/api/embed', json({ model: MISSING, input: 'x' })],
+  ['POST', '/api/embeddings', json({ model: `${EMBEDDER}:latest`, prompt: 'x' })],
+  ['GET', '/api/tags', undefined],
+  ['GET', '/api/version', undefined],
+  // The managed platforms: SageMaker's, and Vertex AI's body.
+  ['GET', '/ping', undefined],
+  ['POST', '/invocations', json({ inputs: 'I like it' })],
+  ['POST', '/vertex', json({ instances: [{ inputs: 'x', model: EMBEDDER }] })],
+  ['POST', '/vertex', json({ instances: [] })],
   // Operations.
   ['GET', '/backlog', undefined],
   ['GET', '/ready', undefined],
@@ -291,13 +312,14 @@ describe('the OpenAPI document', () => {
 
   before(async () => {
     await system.startGateway({ DEFAULT_MODEL: models[0] });
-    for (const model of models) system.startWorker({ model });
     const hash = `sha256:${(await import('node:crypto')).createHash('sha256').update('secret').digest('hex')}`;
+    // Both gateways before the workers: seven models loading at once can hold a gateway's start past its bound.
     await keyed.startGateway({
       API_KEYS: JSON.stringify({ keys: [{ id: 'openapi1', name: 'openapi', hash }] }),
       RESPONSE_CACHE_TTL_S: 600,
       MODELS: IDLE,
     });
+    for (const model of models) system.startWorker({ model });
     for (const model of models) await system.waitForWorkers(model);
     await keyed.waitForWorkers(models[0]);
     contract = new Contract((await (await fetch(`${system.url}/openapi.json`)).json()) as Json);

@@ -63,8 +63,9 @@ export class TestSystem {
     readonly common: Env = {},
   ) {}
 
+  /** The gateway's address: under its ROOT_PATH, where the system's settings give one. */
   get url(): string {
-    return `http://127.0.0.1:${this.port}`;
+    return `http://127.0.0.1:${this.port}${this.common.ROOT_PATH ?? ''}`;
   }
 
   private env(extra: Env = {}) {

@@ -185,7 +185,7 @@ export interface Gateway {
   /** Requests waiting for their outcomes. */
   readonly pending: number;
   /** Starts running batches, whose lines go to this gateway's HTTP port at `origin`. */
-  runBatches(origin: { host: string; port: number }): void;
+  runBatches(origin: { host: string; port: number; root: string }): void;
   /** Stops running batches: first, as the gateway stops, so that their lines leave its port idle. */
   stopBatches(): Promise<void>;
   /** Connects to Redis and starts the background reads; then the app may take requests. */

@@ -75,7 +75,7 @@ async function main(): Promise<void> {
   });
   const port = (server.address() as AddressInfo).port;
   logger.info({ port }, `gateway listening on http://${config.HOST}:${port}`);
-  gateway.runBatches({ host: loopbackHost(config.HOST), port });
+  gateway.runBatches({ host: loopbackHost(config.HOST), port, root: config.ROOT_PATH ?? '' });
   const grpc = config.GRPC_PORT > 0 ? await startGrpc(config, gateway, logger) : undefined;
 
   let stopping = false;

@@ -82,7 +82,7 @@ async function announceReady(models: string[], stopped: () => boolean): Promise<
   const url = `http://${host.includes(':') ? `[${host}]` : host}:${gateway.PORT}`;
   while (!stopped()) {
     try {
-      const res = await fetch(`${url}/ready`);
+      const res = await fetch(`${url}${gateway.ROOT_PATH ?? ''}/ready`);
       const body = (await res.json()) as { models?: Record<string, { workers?: number }> };
       if (res.ok && models.every((m) => (body.models?.[m]?.workers ?? 0) > 0)) {
         log(`ready: ${models.join(', ')} served at ${url}`);

@@ -121,6 +121,8 @@ export function loadGatewayConfig(env: Env = process.env): GatewayConfig {
   const deadline = config.REQUEST_TIMEOUT_MS;
   return {
     ...config,
+    // Vertex AI names the port its container listens on.
+    PORT: config.AIP_HTTP_PORT ?? config.PORT,
     WORKER_TTL_MS: workerTtl(config),
     // Several reads a beat: a gateway sees a worker come or go, and the other gateways' depths, well
     // within a heartbeat; each read is a few cheap commands.

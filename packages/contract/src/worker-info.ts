@@ -28,6 +28,10 @@ export interface WorkerInfo {
   labels?: string[];
   /** The model serves sparse vectors (embed-sparse): a masked-LM model with SPLADE pooling. */
   sparse?: true;
+  /** The names of an embedding model's prompts (config_sentence_transformers.json), which a request's prompt_name picks from. */
+  promptNames?: string[];
+  /** The sizes its vectors may be shortened to (MATRYOSHKA_DIMENSIONS), largest first. */
+  matryoshkaDimensions?: number[];
   /** The function text-classification applies to the logits when a request names none. */
   scoreFunction?: DefaultScoreFunction;
   dtype: string;

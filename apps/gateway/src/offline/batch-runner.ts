@@ -83,7 +83,7 @@ export class BatchRunner {
   constructor(private readonly parts: RunnerParts) {}
 
   /** Starts claiming batches; lines go to this gateway's routes at `origin`. */
-  start(origin: { host: string; port: number }): void {
+  start(origin: { host: string; port: number; root: string }): void {
     // A socket for each line the batches may have on their way at once, at their largest.
     const most = linesInFlight(Number.POSITIVE_INFINITY, this.parts.batchDepth);
     this.client = new LineClient(origin, most * BATCHES_AT_ONCE);

@@ -10,7 +10,8 @@ export class LineClient {
   private readonly agent: http.Agent;
 
   constructor(
-    private readonly origin: { host: string; port: number },
+    /** This gateway's own HTTP port, and ROOT_PATH ('' where unset), which every route is under. */
+    private readonly origin: { host: string; port: number; root: string },
     sockets: number,
   ) {
     this.agent = new http.Agent({ keepAlive: true, maxSockets: sockets });
@@ -31,7 +32,7 @@ export class LineClient {
         {
           host: this.origin.host,
           port: this.origin.port,
-          path,
+          path: this.origin.root + path,
           method: 'POST',
           agent: this.agent,
           signal,

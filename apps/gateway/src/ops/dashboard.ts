@@ -12,6 +12,8 @@ import { DashboardAuth, isForeignWrite, readCookie } from './dashboard-auth.js';
 
 export const DASHBOARD_PATH = '/admin/queues';
 const SESSION_COOKIE = 'tserve_dashboard';
+/** Where a browser finds the dashboard: DASHBOARD_PATH, under ROOT_PATH where set. */
+const dashboardBase = (config: Pick<GatewayConfig, 'ROOT_PATH'>) => `${config.ROOT_PATH ?? ''}${DASHBOARD_PATH}`;
 const REALM = 'tserve queue dashboard';
 
 export interface DashboardParts {
@@ -31,7 +33,7 @@ function unauthorized(res: Response, challenges: string[], message: string): voi
 function authenticate(config: GatewayConfig): RequestHandler {
   const auth = new DashboardAuth(
     { user: config.DASHBOARD_USER, password: config.DASHBOARD_PASSWORD, token: config.DASHBOARD_TOKEN },
-    DASHBOARD_PATH,
+    dashboardBase(config),
     REALM,
   );
   return (req, res, next) => {
@@ -45,7 +47,7 @@ function authenticate(config: GatewayConfig): RequestHandler {
         httpOnly: true,
         sameSite: 'strict',
         secure: req.secure,
-        path: DASHBOARD_PATH,
+        path: dashboardBase(config),
       });
       // Drops the token from the address bar and the browser history.
       const url = new URL(req.originalUrl, 'http://x');
@@ -127,7 +129,8 @@ export function dashboard(parts: DashboardParts): Express {
     return app;
   }
 
-  const serverAdapter = new ExpressAdapter().setBasePath(DASHBOARD_PATH);
+  // The page's own links, and its API's, are absolute: under ROOT_PATH where it is set.
+  const serverAdapter = new ExpressAdapter().setBasePath(dashboardBase(config));
   const board = createBullBoard({ queues: [], serverAdapter, options: { uiConfig: { boardTitle: 'tserve queues' } } });
   const shown = new Set<string>();
   // The registry learns models from worker heartbeats; the board catches up on its next request

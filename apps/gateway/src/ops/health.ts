@@ -1,4 +1,4 @@
-import type { IRouter } from 'express';
+import type { IRouter, RequestHandler } from 'express';
 import { ApiError, batchWarning, type BacklogBody, type ReadyBody, type ReadyModel } from '@tserve/contract';
 import { describeRedisFailure } from '@tserve/queue';
 import type { GatewaySnapshot, ModelReport, Snapshot } from '../serving/snapshot.js';
@@ -90,11 +90,14 @@ export function healthRoutes(
   /** A model's lines of batches not yet answered. */
   batchLines: (model: string) => Promise<number>,
   defaultModel?: string,
+  /** Vertex AI's health route (AIP_HEALTH_ROUTE), where set. */
+  platformHealth?: string,
 ): void {
   router.get('/health', (_req, res) => {
     res.json({ status: 'ok' });
   });
-  router.get('/ready', (_req, res) => {
+  // SageMaker's and Vertex AI's health checks: they send traffic once it answers 200, as /ready does.
+  const ready: RequestHandler = (_req, res) => {
     const snap = snapshot();
     const reasons = notReadyReasons(snap, defaultModel);
     const body: ReadyBody = {
@@ -105,7 +108,8 @@ export function healthRoutes(
     };
     if (reasons.length) res.setHeader('Retry-After', '2');
     res.status(reasons.length ? 503 : 200).json(body);
-  });
+  };
+  for (const path of ['/ready', '/ping', ...(platformHealth ? [platformHealth] : [])]) router.get(path, ready);
   // What the autoscaler reads (KEDA's metrics-api trigger): a model's requests accepted and not yet
   // answered, over all gateways, so that any one gateway behind the Service answers for the cluster,
   // and the lines of its batches still to run, which no queue holds yet. Always 200 while the

@@ -19,6 +19,7 @@ import { teiOpenApi } from '../protocols/tei-openapi.js';
 import { cohereOpenApi } from '../protocols/cohere-openapi.js';
 import { infinityOpenApi } from '../protocols/infinity-openapi.js';
 import { kserveOpenApi } from '../protocols/kserve-openapi.js';
+import { ollamaOpenApi } from '../protocols/ollama-openapi.js';
 
 /**
  * The OpenAPI 3.1 description of every route, assembled from each protocol's part (its paths,
@@ -111,6 +112,35 @@ function operationsPaths(): Record<string, Json> {
         },
       },
     ),
+    '/ping': get('ping', "SageMaker's health check: answers as /ready does", {
+      200: ok('ready', readyBodySchema),
+      503: {
+        ...ok('not ready: reasons says what is missing', readyBodySchema),
+        headers: { 'Retry-After': ref('headers', 'RetryAfter') },
+      },
+    }),
+    '/invocations': {
+      post: {
+        operationId: 'invocations',
+        tags: [OPERATIONS_TAG],
+        summary:
+          "SageMaker's inference route: the served model's own route, as TEI binds it (/embed, /predict, /rerank, /embed_sparse), else POST / (DEFAULT_MODEL or the only model)",
+        requestBody: {
+          required: true,
+          content: {
+            'application/json': { schema: { type: 'object', description: "the body of the model's own route" } },
+          },
+        },
+        responses: {
+          200: {
+            description: "the model's route's answer",
+            headers: { 'x-request-id': ref('headers', 'RequestId') },
+            content: { 'application/json': { schema: { description: "the answer of the model's own route" } } },
+          },
+          ...errors(errorBodySchema, [400, 503]),
+        },
+      },
+    },
     '/backlog': get(
       'backlog',
       "a model's requests accepted and not yet answered, over all gateways (what the autoscaler reads)",
@@ -141,6 +171,7 @@ function openApiDocument(options: OpenApiOptions): Json {
     teiOpenApi(options),
     cohereOpenApi(options),
     infinityOpenApi(options),
+    ollamaOpenApi(options),
     kserveOpenApi(options),
     { tag: OPERATIONS_TAG, paths: operationsPaths() },
   ];
@@ -158,7 +189,7 @@ function openApiDocument(options: OpenApiOptions): Json {
       title: 'tserve',
       version: '0.1.0',
       description:
-        "Transformer models behind the Hugging Face Inference API, OpenAI embeddings and its Batch API, TEI, Cohere's rerank, Infinity's classify and KServe v2. Fields a body holds that its schema does not know are left out, not refused, and named in x-ignored-fields. Model ids hold a slash: send it as is or as %2F. KServe v2 and TEI are also served over gRPC (GRPC_PORT, 8001: Triton's GRPCInferenceService, TEI's tei.v1, gRPC health and reflection); its .proto files are in packages/contract/proto of the repository (docs/api/grpc.md).",
+        "Transformer models behind the Hugging Face Inference API, OpenAI embeddings and its Batch API, TEI, Cohere's rerank and embed, Infinity's classify, Ollama's embeddings and KServe v2, and SageMaker's and Vertex AI's routes. Fields a body holds that its schema does not know are left out, not refused, and named in x-ignored-fields. Model ids hold a slash: send it as is or as %2F. KServe v2 and TEI are also served over gRPC (GRPC_PORT, 8001: Triton's GRPCInferenceService, TEI's tei.v1, gRPC health and reflection); its .proto files are in packages/contract/proto of the repository (docs/api/grpc.md).",
     },
     tags: parts.map((part) => ({ name: part.tag })),
     paths,
@@ -191,13 +222,21 @@ const DOCS_PAGE = `<!doctype html>
 const DOCS_INIT = `window.ui = SwaggerUIBundle({ url: 'openapi.json', dom_id: '#swagger-ui', validatorUrl: null });\n`;
 
 /** `GET /openapi.json`, and `GET /docs`: Swagger UI, its assets served from the swagger-ui-dist package. */
-export function openApiRoutes(router: IRouter, config: Pick<GatewayConfig, 'API_KEYS' | 'API_KEYS_FILE'>): void {
-  const document = JSON.stringify(openApiDocument({ keys: Boolean(config.API_KEYS_FILE) || Boolean(config.API_KEYS) }));
+export function openApiRoutes(
+  router: IRouter,
+  config: Pick<GatewayConfig, 'API_KEYS' | 'API_KEYS_FILE' | 'ROOT_PATH'>,
+): void {
+  const described = openApiDocument({ keys: Boolean(config.API_KEYS_FILE) || Boolean(config.API_KEYS) });
+  // Every path is under ROOT_PATH where it is set: a client generated from the document says so.
+  const document = JSON.stringify(
+    config.ROOT_PATH ? { ...described, servers: [{ url: config.ROOT_PATH }] } : described,
+  );
   router.get('/openapi.json', (_req, res) => {
     res.type('application/json').send(document);
   });
   router.get('/docs', (req, res) => {
-    if (req.originalUrl.startsWith('/docs/')) return res.redirect(301, '../docs');
+    // The page's addresses are relative to /docs: /docs/ would find them a level too deep.
+    if (req.path.endsWith('/')) return res.redirect(301, '../docs');
     res.type('html').send(DOCS_PAGE);
   });
   router.get('/docs/init.js', (_req, res) => {

@@ -72,8 +72,8 @@ export const cohereSchemas = { rerankRequest, rerankResponse, error: errorBody }
 /** Cohere bills a search unit per query of up to a hundred documents. */
 const DOCUMENTS_PER_SEARCH_UNIT = 100;
 
-/** Cohere's error body: `{"message"}`, the status saying what kind of error it is. */
-const cohereErrors: ErrorFormat = (error) => ({
+/** Cohere's error body: `{"message"}`, the status saying what kind of error it is; its embed routes answer it too. */
+export const cohereErrors: ErrorFormat = (error) => ({
   status: error.status,
   body: { message: error.message } satisfies z.infer<typeof errorBody>,
 });

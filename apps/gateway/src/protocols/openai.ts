@@ -7,6 +7,7 @@ import { runRouteCall, wildcardPath, type ProtocolParts } from '../serving/route
 import { jsonBody } from '../http/request-body.js';
 import { sendJson } from '../http/json-bytes.js';
 import { shorten } from '../serving/embedding-dimensions.js';
+import { compactVector } from '../serving/compact-vectors.js';
 import { noteIgnored } from '../http/ignored-fields.js';
 import { TokenTexts } from './openai-tokens.js';
 
@@ -47,7 +48,10 @@ const embeddingsRequest = z
         },
       },
     ),
-    encoding_format: z.enum(['float', 'base64']).optional(),
+    encoding_format: z.enum(['float', 'base64', 'int8', 'uint8', 'binary', 'ubinary']).optional().meta({
+      description:
+        "OpenAI's float or base64 (little-endian float32); not OpenAI's: int8, uint8, binary, ubinary, Cohere's compact types (docs/api/openai.md)",
+    }),
     dimensions: z.number().int().min(1).optional(),
     user: z.string().optional(),
     prompt_name: z
@@ -103,7 +107,7 @@ const embeddingsResponse = z.strictObject({
       object: z.literal('embedding'),
       index: z.number().int(),
       embedding: z.union([
-        z.array(z.number()),
+        z.array(z.number()).meta({ description: 'floats, or the integers of a compact encoding_format' }),
         z.string().meta({ description: 'little-endian float32, base64 (encoding_format "base64")' }),
       ]),
     }),
@@ -131,11 +135,6 @@ export function floatAnswer(embeddings: Buffer[], model: string, tokens: number)
 }
 
 const CLOSE = Buffer.from('}');
-
-/** Little-endian float32 bytes, base64: what OpenAI sends for `encoding_format: "base64"`. */
-function toBase64(vector: number[]): string {
-  return Buffer.from(Float32Array.from(vector).buffer).toString('base64');
-}
 
 /** A served model as OpenAI's model object; created when its first live worker started. */
 function modelObject(m: ServedModel): z.infer<typeof modelSchema> {
@@ -196,8 +195,8 @@ export function openAiRoutes(router: IRouter, { config, service, registry, admis
       res.json({
         object: 'list',
         data: vectors.map((vector, index) => {
-          const embedding = shorten(vector, dimensions);
-          return { object: 'embedding', index, embedding: format === 'base64' ? toBase64(embedding) : embedding };
+          // base64 is OpenAI's own: little-endian float32 bytes.
+          return { object: 'embedding', index, embedding: compactVector(shorten(vector, dimensions), format) };
         }),
         model,
         usage: { prompt_tokens: result.tokens, total_tokens: result.tokens },

@@ -57,6 +57,7 @@ export function teiInfo(
     ...batchWarning(m.workers),
     model_type: modelType(m, head),
     ...sentenceTransformers(head, m.maxLength),
+    ...(m.matryoshkaDimensions.length ? { matryoshka_dimensions: m.matryoshkaDimensions } : {}),
     task: m.task,
     tasks: m.tasks,
     max_concurrent_requests: config.MAX_QUEUE_DEPTH,

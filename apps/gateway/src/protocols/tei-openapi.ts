@@ -79,6 +79,12 @@ export function teiOpenApi(options: OpenApiOptions): OpenApiPart {
         teiSchemas.decodeRequest,
         teiSchemas.decodeResponse,
       ),
+      '/vertex': call(
+        'teiVertex',
+        "Vertex AI's prediction body: each instance a TEI body, each prediction its answer (also at AIP_PREDICT_ROUTE)",
+        teiSchemas.vertexRequest,
+        teiSchemas.vertexResponse,
+      ),
       '/info': getOperation(
         TAG,
         'teiInfo',

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { ApiError, describeIssues, parseLenient, TASKS, tokenIdSchema, type ErrorType } from '@tserve/contract';
 import { BodyTooLarge, type ErrorFormat } from '../http/http-errors.js';
+import { EMBEDDING_TYPES, type EmbeddingType } from '../serving/compact-vectors.js';
 
 /** The shapes of TEI's bodies: what its routes parse (`parse`), and what the OpenAPI document describes. */
 
@@ -34,6 +35,14 @@ export const embedRequest = z
     ...truncation,
     prompt_name,
     dimensions: z.number().int().min(1).nullable().optional(),
+    // base64 is left to OpenAI's and Cohere's routes: TEI's answer stays a list of number lists.
+    embedding_type: z
+      .enum(EMBEDDING_TYPES.filter((t) => t !== 'base64') as [EmbeddingType, ...EmbeddingType[]])
+      .default('float')
+      .meta({
+        description:
+          "not TEI's: each vector as Cohere's compact types, lists of integers: int8, uint8, binary, ubinary (docs/api/tei.md)",
+      }),
     model,
   })
   .strict();
@@ -155,6 +164,18 @@ export const similarityRequest = z
   })
   .strict();
 
+/** Vertex AI's prediction body: each instance a TEI body (docs/api/tei.md, "Managed platforms"). */
+export const vertexRequest = z
+  .object({
+    instances: z.array(z.unknown(), { error: 'must be a list of TEI bodies' }).min(1, 'must not be empty').meta({
+      description: "each a body of /rerank (query and texts), or of the model's own route (/embed, /predict)",
+    }),
+  })
+  .strict();
+export const vertexResponse = z.strictObject({
+  predictions: z.array(z.unknown()).meta({ description: "each instance's answer, as its TEI route answers it" }),
+});
+
 const labelScores = z.array(z.strictObject({ label: z.string(), score: z.number() }));
 const offset = z
   .number()
@@ -223,6 +244,10 @@ export const info = z.strictObject({
     })
     .optional()
     .meta({ description: "how the model makes its embedding, from its sentence-transformers folder's modules.json" }),
+  matryoshka_dimensions: z.array(z.number().int()).optional().meta({
+    description:
+      "an embedding model's: the sizes its vectors may be shortened to (MATRYOSHKA_DIMENSIONS), which Cohere's output_dimension takes",
+  }),
   task: z.enum(TASKS),
   tasks: z.array(z.enum(TASKS)),
   max_concurrent_requests: z.number().int(),
@@ -238,7 +263,9 @@ export const info = z.strictObject({
 /** The shapes of this protocol's bodies, for the OpenAPI document. */
 export const teiSchemas = {
   embedRequest,
-  embedResponse: z.array(z.array(z.number())),
+  embedResponse: z
+    .array(z.array(z.number()))
+    .meta({ description: 'a vector per input: floats, or the integers of a compact embedding_type' }),
   embedSparseRequest,
   embedSparseResponse: z
     .array(z.array(z.strictObject({ index: z.number().int(), value: z.number() })))
@@ -265,6 +292,8 @@ export const teiSchemas = {
     .array(z.number())
     .meta({ description: "each sentence's cosine similarity to the source sentence, in order" }),
   info,
+  vertexRequest,
+  vertexResponse,
   error: errorBody,
 };
 

@@ -1,6 +1,6 @@
 import type { IRouter, Request, Response } from 'express';
 import { z } from 'zod';
-import { ApiError, type Operation } from '@tserve/contract';
+import { ApiError, parseLenient, type Operation } from '@tserve/contract';
 import { errorHandler } from '../http/http-errors.js';
 import { httpCaller, type Caller, type ProtocolParts } from '../serving/route-call.js';
 import { jsonBody } from '../http/request-body.js';
@@ -9,6 +9,7 @@ import { requestIdOf } from '../http/request-id.js';
 import { jsonList, sendJson } from '../http/json-bytes.js';
 import type { InferenceResult } from '../serving/inference.js';
 import { shorten } from '../serving/embedding-dimensions.js';
+import { compactVector, type EmbeddingType } from '../serving/compact-vectors.js';
 import { ANY, CLASSIFIER, EMBEDDING, ModelChoice, RERANKER, SPARSE, type RouteKind } from '../serving/model-choice.js';
 import { teiInfo } from './tei-info.js';
 import { rankTexts, type Rank } from '../serving/ranking.js';
@@ -25,6 +26,8 @@ import {
   SIMILARITY_TEXTS,
   teiErrors,
   tokenizeRequest,
+  vertexRequest,
+  type vertexResponse,
   type rankedDocuments,
   type rankedText,
 } from './tei-schemas.js';
@@ -89,6 +92,9 @@ function sendVectors<T>(res: Response, vectors: Vectors<T>): void {
   if (vectors.json) sendJson(res, jsonList(vectors.json));
   else res.json(vectors.values());
 }
+
+/** /embed's vectors in the type its body asks for (`embedding_type`, not TEI's): floats, or a compact type. */
+const inType = (vectors: number[][], type: EmbeddingType) => vectors.map((v) => compactVector(v, type));
 
 /** The cosine of two vectors as the model gave them: TEI's `/similarity` compares them unnormalised. */
 function cosine(a: number[], b: number[]): number {
@@ -279,6 +285,33 @@ export class Tei {
     return result.outputs as string[];
   }
 
+  /**
+   * One instance of a Vertex AI request, answered as TEI's /vertex answers it: a rerank body (query
+   * and texts) is ranked; any other is the body of the model's own route: /predict for a classifier,
+   * /embed_sparse for a sparse model, /embed for an embedding model.
+   */
+  async vertexPrediction(
+    request: TeiRequest,
+    instance: unknown,
+    ignored: (fields: string[]) => void,
+  ): Promise<unknown> {
+    const asRerank = parseLenient(rerankRequest, instance);
+    if (asRerank.success && asRerank.data.texts) {
+      ignored(asRerank.ignored);
+      return teiRanks(asRerank.data, await this.rerank(request, asRerank.data));
+    }
+    const named =
+      typeof instance === 'object' && instance !== null ? (instance as { model?: unknown }).model : undefined;
+    const id = this.choice.pick(request.xModel, ANY, typeof named === 'string' ? named : undefined);
+    const served = this.parts.registry.get(id) ?? (await request.caller.whenServed(id));
+    const model = { xModel: id, caller: request.caller };
+    if (CLASSIFIER.fits(served)) return (await this.predict(model, parse(predictRequest, instance, ignored)))[0];
+    if (SPARSE.fits(served))
+      return (await this.embedSparse(model, parse(embedSparseRequest, instance, ignored)))[0].values();
+    const body = parse(embedRequest, instance, ignored);
+    return inType((await this.embed(model, body))[0].values(), body.embedding_type);
+  }
+
   /** The served model a request names (or the only one), as TEI describes itself. */
   info(xModel: string | undefined, named?: string): z.infer<typeof info> {
     return teiInfo(this.parts, this.choice.pick(xModel, ANY, named));
@@ -298,7 +331,10 @@ export function teiRoutes(router: IRouter, parts: ProtocolParts): void {
   const read = <T extends z.ZodType>(schema: T, req: Request, res: Response, empty?: string[]) =>
     parse(schema, req.body, (fields) => noteIgnored(res, fields), empty);
   router.post('/embed', admit(EMBEDDING), json, async (req, res) => {
-    sendVectors(res, (await tei.embed(request(req, res), read(embedRequest, req, res)))[0]);
+    const body = read(embedRequest, req, res);
+    const [vectors] = await tei.embed(request(req, res), body);
+    if (body.embedding_type === 'float') sendVectors(res, vectors);
+    else res.json(inType(vectors.values(), body.embedding_type));
   });
   router.post('/embed_sparse', admit(SPARSE), json, async (req, res) => {
     sendVectors(res, (await tei.embedSparse(request(req, res), read(embedSparseRequest, req, res)))[0]);
@@ -326,5 +362,34 @@ export function teiRoutes(router: IRouter, parts: ProtocolParts): void {
   router.get('/info', (req, res) => {
     res.json(tei.info(req.get('x-model'), typeof req.query.model === 'string' ? req.query.model : undefined));
   });
-  for (const path of TEI_PATHS) router.use(path, errorHandler(parts.logger, teiErrors));
+  // Vertex AI's prediction route, as TEI's: where AIP_PREDICT_ROUTE names it, and at /vertex.
+  const vertex = [...new Set(['/vertex', ...(parts.config.AIP_PREDICT_ROUTE ? [parts.config.AIP_PREDICT_ROUTE] : [])])];
+  for (const path of vertex) {
+    router.post(path, admit(ANY), json, async (req, res) => {
+      const ignored: string[] = [];
+      const { instances } = parse(vertexRequest, req.body, (fields) => ignored.push(...fields));
+      // Each instance is a request of its own: as many as one request may hold inputs.
+      if (instances.length > parts.config.MAX_INPUTS_PER_REQUEST)
+        throw new ApiError(
+          'payload_too_large',
+          `${instances.length} instances, more than the ${parts.config.MAX_INPUTS_PER_REQUEST} a request may hold (MAX_INPUTS_PER_REQUEST)`,
+        );
+      const caller = httpCaller(parts.service, req, res);
+      const predictions = await Promise.all(
+        instances.map((instance, i) => {
+          // Each instance is a request of its own to the model: its own part of the request id.
+          const part: Caller = { run: (call) => caller.run({ ...call, part: `i${i}` }), whenServed: caller.whenServed };
+          const ignore = (fields: string[]) => ignored.push(...fields.map((f) => `instances.${i}.${f}`));
+          return tei.vertexPrediction({ caller: part, xModel: req.get('x-model') }, instance, ignore).catch((err) => {
+            // Which instance a refusal is about.
+            if (err instanceof ApiError && err.type === 'validation') err.message = `instances.${i}: ${err.message}`;
+            throw err;
+          });
+        }),
+      );
+      noteIgnored(res, ignored);
+      res.json({ predictions } satisfies z.infer<typeof vertexResponse>);
+    });
+  }
+  for (const path of [...TEI_PATHS, ...vertex]) router.use(path, errorHandler(parts.logger, teiErrors));
 }

@@ -102,9 +102,10 @@ export class ModelChoice {
   }
 
   /** The model, once a worker serves it (one still to come is waited for, or refused, as a call is), checked to be of the route's kind. */
-  async checkKind(caller: Caller, id: string, kind: RouteKind): Promise<void> {
+  async checkKind(caller: Caller, id: string, kind: RouteKind): Promise<ServedModel> {
     const served = this.registry.get(id) ?? (await caller.whenServed(id));
     if (!kind.fits(served))
       throw new ApiError('validation', `model ${id} is not ${kind.what}; it serves ${served.tasks.join(', ')}`);
+    return served;
   }
 }

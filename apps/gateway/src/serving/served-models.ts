@@ -28,6 +28,10 @@ export interface ServedModel {
   scoreFunction?: DefaultScoreFunction;
   /** Longest sequence the model accepts, in tokens. */
   maxLength: number;
+  /** The names of its prompts (an embedding model's), which a request's prompt_name picks from; none: []. */
+  promptNames: string[];
+  /** The sizes its vectors may be shortened to (MATRYOSHKA_DIMENSIONS), largest first; none: []. */
+  matryoshkaDimensions: number[];
   workers: WorkerInfo[];
   /** The weights its workers loaded, where they all agree (a rollout may mix two for a while). */
   weights: ModelWeights;
@@ -158,6 +162,8 @@ export function readHeartbeats(
       labels: w.labels,
       scoreFunction: w.scoreFunction,
       maxLength: w.maxTokens,
+      promptNames: w.promptNames ?? [],
+      matryoshkaDimensions: w.matryoshkaDimensions ?? [],
       workers: [],
       weights: {},
     };

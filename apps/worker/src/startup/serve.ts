@@ -50,7 +50,7 @@ export async function serve(parts: ServeParts): Promise<() => Promise<void>> {
   await recordLoadTime(publisher, config.QUEUE_PREFIX, config.MODEL, worker.loadMs).catch(() => {});
   consumer.start();
   delete info.download;
-  Object.assign(info, readyInfo(worker.loaded));
+  Object.assign(info, readyInfo(worker.loaded, config.MATRYOSHKA_DIMENSIONS));
   await heartbeat.beat();
   logger.info({ queue: queueNameFor(config.MODEL) }, 'worker ready');
 
@@ -111,8 +111,8 @@ function buildPipeline(
   return { intake, cancelled, consumer };
 }
 
-/** What the heartbeat announces once the worker is ready: its tasks, labels and limits. */
-function readyInfo(loaded: LoadedModel): Partial<WorkerInfo> {
+/** What the heartbeat announces once the worker is ready: its tasks, labels, prompts and limits. */
+function readyInfo(loaded: LoadedModel, matryoshka: number[] | undefined): Partial<WorkerInfo> {
   const classifies = ['text-classification', 'zero-shot-classification', 'token-classification'].includes(loaded.task);
   const labels =
     classifies && loaded.config.id2label
@@ -139,5 +139,7 @@ function readyInfo(loaded: LoadedModel): Partial<WorkerInfo> {
           },
         }
       : {}),
+    ...(Object.keys(loaded.prompts).length ? { promptNames: Object.keys(loaded.prompts) } : {}),
+    ...(matryoshka && loaded.tasks.includes('feature-extraction') ? { matryoshkaDimensions: matryoshka } : {}),
   };
 }

@@ -11,6 +11,63 @@ export const gatewayShape = {
     'the .proto files are in packages/contract/proto; 0 turns gRPC off',
   ]).meta(ADVANCED),
   DEFAULT_MODEL: optionalString('model for POST /', '(only model served)'),
+  MODEL_ALIASES: setting(
+    z
+      .string()
+      .optional()
+      .transform((v, ctx) => {
+        const aliases: Record<string, string> = {};
+        for (const entry of (v ?? '')
+          .split(',')
+          .map((e) => e.trim())
+          .filter(Boolean)) {
+          const [alias, id, ...rest] = entry.split('=').map((part) => part.trim());
+          if (!alias || !id || rest.length) {
+            ctx.addIssue({ code: 'custom', message: `"${entry}" is not alias=model id` });
+            return z.NEVER;
+          }
+          aliases[alias] = id;
+        }
+        return aliases;
+      }),
+    [
+      'other names for served models, comma-separated alias=model id: nomic-embed-text=<model id>',
+      "the names clients of Ollama's and Cohere's embed routes send by default reach a model served here; GET /api/tags lists each alias beside the ids. A name with Ollama's tag `:latest` is the name without it",
+    ],
+    '(none)',
+  ).meta(ADVANCED),
+  ROOT_PATH: setting(
+    z
+      .string()
+      .optional()
+      .transform((v, ctx) => {
+        const path = (v ?? '').trim().replace(/\/+$/, '');
+        if (path === '') return undefined;
+        if (!path.startsWith('/') || /[?#\s]/.test(path)) {
+          ctx.addIssue({ code: 'custom', message: `"${v}" is not a path: it starts with / (as /tserve)` });
+          return z.NEVER;
+        }
+        return path;
+      }),
+    [
+      'a path prefix every route is served under (/tserve): behind an ingress that forwards a path as it is',
+      'every route, the dashboard, /docs and /openapi.json answer under it, and nothing outside it (404): health probes ask for ROOT_PATH/health and ROOT_PATH/ready too. gRPC is not affected',
+    ],
+    '(none)',
+  ).meta(ADVANCED),
+  // Vertex AI sets these three in the container it starts (its custom-container contract).
+  AIP_HTTP_PORT: setting(
+    z.coerce.number().int().min(1).optional(),
+    "Vertex AI's port: where set, the HTTP port in PORT's place",
+    '(PORT)',
+  ).meta(ADVANCED),
+  AIP_HEALTH_ROUTE: optionalString(
+    "Vertex AI's health route: answers as /ready does (200 once every model is served)",
+  ).meta(ADVANCED),
+  AIP_PREDICT_ROUTE: optionalString([
+    "Vertex AI's prediction route, answered as TEI's /vertex",
+    '{"instances": [TEI bodies]} in, {"predictions": [their answers]} out (docs/api/tei.md)',
+  ]).meta(ADVANCED),
   // Kubernetes: the ConfigMap's list, beside one worker Deployment per model (deploy/kubernetes).
   MODELS: setting(
     z

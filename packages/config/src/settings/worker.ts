@@ -49,6 +49,28 @@ export const workerShape = {
     'text put before each input to embed or tokenize that names no prompt (not with DEFAULT_PROMPT_NAME)',
     '(off)',
   ).meta(ADVANCED),
+  MATRYOSHKA_DIMENSIONS: setting(
+    z
+      .string()
+      .optional()
+      .transform((v, ctx) => {
+        const sizes = (v ?? '')
+          .split(',')
+          .map((d) => d.trim())
+          .filter(Boolean)
+          .map(Number);
+        if (sizes.some((d) => !Number.isInteger(d) || d < 1)) {
+          ctx.addIssue({ code: 'custom', message: `"${v}" is not a list of positive integers` });
+          return z.NEVER;
+        }
+        return sizes.length ? [...new Set(sizes)].sort((a, b) => b - a) : undefined;
+      }),
+    [
+      "the sizes an embedding model's vectors may be shortened to (Matryoshka), comma-separated: 256,128,64",
+      "a model trained so that its vectors' first values make a good vector themselves says so on its model card; GET /info lists them (matryoshka_dimensions), and Cohere's output_dimension takes one of them, where OpenAI's and TEI's dimensions cut any model",
+    ],
+    '(none)',
+  ).meta(ADVANCED),
   POOLING: setting(z.enum(['auto', 'splade']).default('auto'), [
     'auto | splade',
     "splade: a masked-LM model serves sparse vectors (/embed_sparse); auto: so does a sentence-transformers SparseEncoder's folder, by its modules.json",
