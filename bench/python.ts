@@ -8,8 +8,11 @@
  * side's processes (tserve: gateway, worker and Redis). It prints each figure's median over the
  * rounds and tserve/Python.
  * Needs python3 with starlette, uvicorn, uvloop, httptools, onnxruntime, tokenizers and numpy.
- * Usage: npm run bench:python [-- --models a,b --rounds 4 --seconds 5 --warmup 10 --set KEY=VALUE,...]
+ * Usage: npm run bench:python [-- --models a,b --rounds 4 --seconds 5 --warmup 10 --set KEY=VALUE,... --vs KEY=VALUE,...]
  *   --set: settings for tserve's gateway and worker (DTYPE=q8 runs the Python server's own file).
+ *   --vs: a second tserve, with these settings over --set's, measured in the same rounds: two
+ *   settings compared with each other, each against the Python server.
+ *   --workers, --vs-workers: workers of the model for each (1; the second's, the first's).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
@@ -20,6 +23,7 @@ import { runLoad } from './lib/load.ts';
 import { sampleCpu } from './lib/cpu.ts';
 import { craftText, loadTokenizer } from './lib/texts.ts';
 import { sideRows, type SidePoints } from './lib/side-rows.ts';
+import { median, round } from './lib/stats.ts';
 import { parseSettings } from './lib/settings.ts';
 import { freePort, MODEL_DIR, waitFor } from '../test/helpers/processes.ts';
 
@@ -30,19 +34,25 @@ const { values } = parseArgs({
     seconds: { type: 'string', default: '5' },
     warmup: { type: 'string', default: '10' },
     set: { type: 'string', default: '' },
+    vs: { type: 'string' },
+    workers: { type: 'string', default: '1' },
+    'vs-workers': { type: 'string' },
   },
 });
 const rounds = Number(values.rounds);
 const seconds = Number(values.seconds);
 const settings = parseSettings(values.set);
+const other = values.vs === undefined ? undefined : { ...settings, ...parseSettings(values.vs) };
 
-type Side = 'tserve' | 'python';
+type Side = 'tserve' | 'other' | 'python';
 interface Point {
   rps: number;
   p50: number;
   p99: number;
   /** User and system CPU of every process of the side, per answered request (ms). */
   cpuMs: number;
+  /** The same, process by process (tserve: gateway, worker, Redis). */
+  byProcess: Record<string, number>;
 }
 
 /** The Python server for `model`, answering once its model is loaded. */
@@ -69,10 +79,12 @@ async function startPython(model: string): Promise<{ url: string; child: ChildPr
   return { url, child };
 }
 
-/** CPU ticks of the side's processes so far, in ms. */
-function cpuMs(pids: Record<string, number | undefined>): number {
+/** CPU of each of the side's processes so far, in ms. */
+function cpuMs(pids: Record<string, number | undefined>): Record<string, number> {
   const { procs } = sampleCpu(pids);
-  return Object.values(procs).reduce((sum, ticks) => sum + (Number.isFinite(ticks) ? ticks * 10 : 0), 0);
+  return Object.fromEntries(
+    Object.entries(procs).map(([name, ticks]) => [name, Number.isFinite(ticks) ? ticks * 10 : 0]),
+  );
 }
 
 /** Closed-loop `POST /` of `text` as the whole body, from `connections` clients, as both servers take it. */
@@ -89,29 +101,65 @@ async function point(url: string, pids: Record<string, number | undefined>, text
   await runLoad({ ...spec, warmupSeconds: 0, durationSeconds: 1 });
   const before = cpuMs(pids);
   const load = await runLoad({ ...spec, warmupSeconds: 0, durationSeconds: seconds });
+  const after = cpuMs(pids);
   const answered = Math.max(1, Math.round(load.rps * load.seconds));
   if (load.errors || Object.keys(load.status).some((s) => s !== '200'))
     throw new Error(`${url} c=${connections}: ${JSON.stringify(load.status)}, ${load.errors} errors`);
-  return { rps: load.rps, p50: load.latency.p50, p99: load.latency.p99, cpuMs: (cpuMs(pids) - before) / answered };
+  const byProcess = Object.fromEntries(
+    Object.keys(after).map((name) => [name, (after[name] - (before[name] ?? 0)) / answered]),
+  );
+  const total = Object.values(byProcess).reduce((a, b) => a + b, 0);
+  return { rps: load.rps, p50: load.latency.p50, p99: load.latency.p99, cpuMs: total, byProcess };
 }
 
-for (const model of values.models.split(',')) {
+/** A system of a gateway, its Redis and `workers` workers of `model`, with `env` for all. */
+async function tserve(model: string, env: Record<string, string>, workers: number): Promise<BenchSystem> {
   const system = new BenchSystem({ modelDir: MODEL_DIR, logLevel: 'error' });
+  await system.startRedis();
+  await system.startGateway({ DEFAULT_MODEL: model, ...env });
+  await system.startWorker(model, env);
+  for (let i = 1; i < workers; i++) await system.addWorker(model, env);
+  return system;
+}
+
+/** Where tserve's CPU per request goes at each point, process by process: the medians over the rounds. */
+function byProcess(label: string, points: SidePoints<Point>): void {
+  for (const at of ['c1', 'c64'] as const) {
+    const names = Object.keys(points[at][0].byProcess);
+    const each = names.map((name) => `${name} ${round(median(points[at].map((p) => p.byProcess[name])), 3)}`);
+    console.log(`  ${`${at === 'c1' ? 'c=1' : 'c=64'} ${label} CPU ms/request`.padEnd(22)} ${each.join(', ')}`);
+  }
+}
+
+const FIGURES: Array<[string, keyof SidePoints<Point>, keyof Point, number]> = [
+  ['c=1 p50 (ms)', 'c1', 'p50', 2],
+  ['c=1 p99 (ms)', 'c1', 'p99', 2],
+  ['c=1 CPU ms/request', 'c1', 'cpuMs', 2],
+  ['c=64 req/s', 'c64', 'rps', 0],
+  ['c=64 p50 (ms)', 'c64', 'p50', 1],
+  ['c=64 p99 (ms)', 'c64', 'p99', 1],
+  ['c=64 CPU ms/request', 'c64', 'cpuMs', 2],
+];
+
+for (const model of values.models.split(',')) {
+  const systems: BenchSystem[] = [];
   let python: Awaited<ReturnType<typeof startPython>> | undefined;
   try {
-    await system.startRedis();
-    await system.startGateway({ DEFAULT_MODEL: model, ...settings });
-    await system.startWorker(model, settings);
+    const workers = Number(values.workers);
+    systems.push(await tserve(model, settings, workers));
+    if (other) systems.push(await tserve(model, other, Number(values['vs-workers'] ?? workers)));
     python = await startPython(model);
     const text = craftText(await loadTokenizer(model, MODEL_DIR), 16);
-    const sides: Record<Side, { url: string; pids: Record<string, number | undefined> }> = {
-      tserve: { url: system.url, pids: { ...system.pids(), bench: undefined } },
+    const sides: Partial<Record<Side, { url: string; pids: Record<string, number | undefined> }>> = {
+      tserve: { url: systems[0].url, pids: { ...systems[0].pids(), bench: undefined } },
+      ...(systems[1] ? { other: { url: systems[1].url, pids: { ...systems[1].pids(), bench: undefined } } } : {}),
       python: { url: python.url, pids: { python: python.child.pid } },
     };
-    const points: Record<Side, SidePoints<Point>> = {
-      tserve: { c1: [], c64: [] },
-      python: { c1: [], c64: [] },
-    };
+    const measured = Object.keys(sides) as Side[];
+    const points = Object.fromEntries(measured.map((side) => [side, { c1: [], c64: [] }])) as unknown as Record<
+      Side,
+      SidePoints<Point>
+    >;
     for (const side of Object.values(sides))
       for (const connections of [1, 64])
         await runLoad({
@@ -120,36 +168,41 @@ for (const model of values.models.split(',')) {
           durationSeconds: Number(values.warmup),
         });
     for (let r = 0; r < rounds; r++) {
-      const order: Side[] = r % 2 ? ['python', 'tserve'] : ['tserve', 'python'];
+      // Each round in another order, so that the machine's drift falls on every side alike.
+      const order = measured.map((_, i) => measured[(i + r) % measured.length]);
       for (const side of order) {
-        points[side].c1.push(await point(sides[side].url, sides[side].pids, text, 1));
-        points[side].c64.push(await point(sides[side].url, sides[side].pids, text, 64));
+        points[side].c1.push(await point(sides[side]!.url, sides[side]!.pids, text, 1));
+        points[side].c64.push(await point(sides[side]!.url, sides[side]!.pids, text, 64));
       }
       process.stderr.write(`${model}: round ${r + 1} of ${rounds} done\n`);
     }
-    const { row } = sideRows(points, {
-      first: { side: 'tserve', label: 'tserve' },
-      second: { side: 'python', label: 'Python' },
-      over: 'tserve',
-      width: 22,
-    });
+    const against = (side: 'tserve' | 'other', label: string) =>
+      sideRows(points, { first: { side, label }, second: { side: 'python', label: 'Python' }, over: side, width: 22 });
     console.log(
-      `${model}, POST / of a 16-token text, ${rounds} interleaved rounds of ${seconds} s per point; medians${values.set ? `; tserve with ${values.set}` : ''}`,
+      `${model}, POST / of a 16-token text, ${rounds} interleaved rounds of ${seconds} s per point; medians${values.set ? `; tserve with ${values.set}` : ''}${values.vs ? `; other: ${values.vs}` : ''}`,
     );
-    // The same model on both sides: the same label, and scores apart only by the int8 kernels' rounding.
+    // The same model on every side: the same label, and scores apart only by the int8 kernels' rounding.
     const answers = await Promise.all(
       Object.values(sides).map(async (side) => (await fetch(`${side.url}/`, { method: 'POST', body: text })).text()),
     );
-    console.log(`  the answer: tserve ${answers[0]}, Python ${answers[1]}`);
-    console.log(row('c=1 p50 (ms)', 'c1', 'p50', 2));
-    console.log(row('c=1 p99 (ms)', 'c1', 'p99', 2));
-    console.log(row('c=1 CPU ms/request', 'c1', 'cpuMs', 2));
-    console.log(row('c=64 req/s', 'c64', 'rps', 0));
-    console.log(row('c=64 p50 (ms)', 'c64', 'p50', 1));
-    console.log(row('c=64 p99 (ms)', 'c64', 'p99', 1));
-    console.log(row('c=64 CPU ms/request', 'c64', 'cpuMs', 2));
+    console.log(`  the answers: ${measured.map((side, i) => `${side} ${answers[i]}`).join(', ')}`);
+    for (const [name, at, figure, digits] of FIGURES)
+      console.log(against('tserve', 'tserve').row(name, at, figure, digits));
+    byProcess('tserve', points.tserve);
+    if (points.other) {
+      for (const [name, at, figure, digits] of FIGURES)
+        console.log(against('other', 'other').row(name, at, figure, digits));
+      byProcess('other', points.other);
+      const versus = sideRows(points, {
+        first: { side: 'other', label: 'other' },
+        second: { side: 'tserve', label: 'tserve' },
+        over: 'other',
+        width: 22,
+      });
+      for (const [name, at, figure, digits] of FIGURES) console.log(versus.row(name, at, figure, digits));
+    }
   } finally {
     python?.child.kill('SIGTERM');
-    await system.stop();
+    await Promise.all(systems.map((system) => system.stop()));
   }
 }

@@ -1,13 +1,17 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { colocatedWorkerSettings } from '../../apps/launcher/src/colocated.ts';
+import { colocatedWorkerSettings, threadsBeside } from '../../apps/launcher/src/colocated.ts';
 
 describe('npm start: settings of workers beside the gateway', () => {
-  it('a lone worker yields and spins', () => {
-    assert.deepEqual(colocatedWorkerSettings(1), { WORKER_NICE: '19', INTRA_OP_SPINNING: 'true' });
+  it('workers yield, leave one core to the gateway and Redis between them, and do not spin', () => {
+    assert.deepEqual(colocatedWorkerSettings(1, 2), { WORKER_NICE: '19', INTRA_OP_THREADS: '1' });
+    assert.deepEqual(colocatedWorkerSettings(1, 16), { WORKER_NICE: '19', INTRA_OP_THREADS: '15' });
+    assert.deepEqual(colocatedWorkerSettings(4, 16), { WORKER_NICE: '19', INTRA_OP_THREADS: '3' });
   });
 
-  it('several workers yield and leave spinning at its default (off)', () => {
-    for (const workers of [0, 2, 4]) assert.deepEqual(colocatedWorkerSettings(workers), { WORKER_NICE: '19' });
+  it('gives every worker one thread at least, however many share the cores', () => {
+    assert.equal(threadsBeside(1, 1), 1);
+    assert.equal(threadsBeside(8, 4), 1);
+    assert.equal(threadsBeside(0, 4), 3);
   });
 });

@@ -110,17 +110,21 @@ export const workerShape = {
   JOB_LOCK_MS: derived(500, '5 × HEARTBEAT_MS', "job lock: a dead worker's jobs run again after it", 500),
   STALLED_INTERVAL_MS: derived(100, '5 × HEARTBEAT_MS', 'how often workers look for jobs of dead workers'),
   WORKER_ID: optionalString('name in heartbeats and logs', 'host-pid').meta(ADVANCED),
-  INTRA_OP_THREADS: int(0, 0, [
-    'ONNX Runtime threads per model call; 0: the CPUs this process may use',
-    "0 is the cgroup CPU quota (cpu.max) rounded down, at least 1, where one is set, else the affinity mask; --help shows this container's",
-  ]),
+  INTRA_OP_THREADS: setting(
+    z.coerce.number().int().min(0).default(0),
+    [
+      'ONNX Runtime threads per model call; 0: the CPUs this process may use',
+      "0 is the cgroup CPU quota (cpu.max) rounded down, at least 1, where one is set, else the affinity mask; --help shows this container's. npm start, whose workers share the host with the gateway and Redis, leaves them one core: each worker runs (cores - 1) / workers threads, at least 1 (bench/README.md, Threads on a shared host)",
+    ],
+    '0 (npm start: (cores - 1) / workers)',
+  ),
   INTRA_OP_SPINNING: bool(
     false,
     [
       "let ONNX Runtime's threads spin between the steps of a model call",
       "they stop when it returns: a shorter model call, but a spinning thread holds a core others on the host may need meanwhile (with WORKER_NICE it gives way to the gateway and Redis, not to another worker's threads)",
     ],
-    'false (npm start, one worker: true)',
+    'false',
   ).meta(ADVANCED),
   WORKER_NICE: setting(
     z.coerce.number().int().min(-20).max(19).default(0),
