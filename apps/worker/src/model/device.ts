@@ -50,7 +50,18 @@ export interface DtypeChoice {
   dtype: Dtype;
   /** Said once at start-up when the choice is legal but probably not what the operator wants. */
   warning?: string;
+  /** Why DTYPE=auto chose it, said once at start-up. */
+  reason?: string;
 }
+
+/**
+ * What DTYPE=auto on a CPU chooses and what it costs (docs/models.md, "What each dtype costs"): on
+ * this project's VMs int8-row ran 1.12-1.29x q8's CPU per model call at 16 tokens (a batch of 32, of
+ * one) and 0.99-1.05x at 128 (ONNX Runtime 1.30, one thread), for answers that never depend on
+ * their batch mates.
+ */
+const AUTO_ON_CPU =
+  "DTYPE=auto chose int8-row: answers that do not depend on their batch mates, as fp32's, at int8 speed; short inputs cost up to 1.3x what q8 costs (DTYPE=q8 is faster where a batch may shift an answer slightly: docs/models.md)";
 
 /**
  * The dtype to load. `available` lists the model's onnx/ files when it is local (undefined for the
@@ -66,7 +77,7 @@ export function chooseDtype(
   if (requested === 'auto') {
     // On a CPU never q8, whose answers depend on the batch (batchDependence): int8-row is as
     // batch-independent as fp32 and was faster than fp32 on every model measured (docs/models.md).
-    if (!isGpu(device)) return { dtype: 'int8-row' };
+    if (!isGpu(device)) return { dtype: 'int8-row', reason: AUTO_ON_CPU };
     if (has('fp16')) return { dtype: 'fp16' };
     if (available === undefined) {
       return {

@@ -136,6 +136,8 @@ export interface Runtime {
   device: Device;
   dtype: Dtype;
   warnings: string[];
+  /** Why DTYPE=auto chose `dtype`. */
+  reason?: string;
 }
 
 /** `dir`: the model's folder; its onnx/ files decide what DTYPE=auto loads. */
@@ -144,9 +146,10 @@ export function chooseRuntime(config: WorkerConfig, dir: string): Runtime {
   const onnx = path.join(dir, 'onnx');
   const available = fs.existsSync(onnx) ? fs.readdirSync(onnx) : [];
   try {
-    const { dtype, warning } = chooseDtype(config.DTYPE, device, available, config.DTYPE_FORCE);
+    const { dtype, warning, reason } = chooseDtype(config.DTYPE, device, available, config.DTYPE_FORCE);
     checkDtypeFile(config.MODEL, dtype, available);
-    return { device, dtype, warnings: [warning, batchDependence(dtype)].filter((w) => w !== undefined) };
+    const warnings = [warning, batchDependence(dtype)].filter((w) => w !== undefined);
+    return { device, dtype, warnings, ...(reason ? { reason } : {}) };
   } catch (err) {
     if (err instanceof DeviceChoiceError)
       throw new ModelLoadError(`cannot load model "${config.MODEL}": ${err.message}`);

@@ -142,6 +142,7 @@ async function chooseWhatToLoad(
   const runtime = await Promise.resolve()
     .then(() => chooseRuntime(config, source.dir))
     .catch(reportFailure);
+  if (runtime.reason) logger.info(runtime.reason);
   for (const warning of runtime.warnings) logger.warn(warning);
   const budget = await Promise.resolve()
     .then(() => memoryBudget(config, memoryDefaulted, loaded, runtime, logger))
