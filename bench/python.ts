@@ -3,7 +3,7 @@
  * Face guide's Starlette server written well, onnxruntime on the model's q8 file, a 1 ms batching
  * deadline), side by side on one machine with one load tool, in interleaved rounds: both servers
  * run at once, and each round measures them one after the other, the order swapped every round.
- * Both get the same request, `POST /` with a 16-token text as its whole body, from autocannon at
+ * Both get the same request, `POST /` with a 16-token text (--lengths) as its whole body, from autocannon at
  * c=1 and c=64. Per point: requests/s, p50 and p99, and the CPU per answered request of all of a
  * side's processes (tserve: gateway, worker and Redis). It prints each figure's median over the
  * rounds and tserve/Python.
@@ -13,6 +13,7 @@
  *   --vs: a second tserve, with these settings over --set's, measured in the same rounds: two
  *   settings compared with each other, each against the Python server.
  *   --workers, --vs-workers: workers of the model for each (1; the second's, the first's).
+ *   --lengths 16,128: the texts' lengths in tokens, special tokens included, one after the other.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
@@ -36,6 +37,7 @@ const { values } = parseArgs({
     set: { type: 'string', default: '' },
     vs: { type: 'string' },
     workers: { type: 'string', default: '1' },
+    lengths: { type: 'string', default: '16' },
     'vs-workers': { type: 'string' },
   },
 });
@@ -141,6 +143,58 @@ const FIGURES: Array<[string, keyof SidePoints<Point>, keyof Point, number]> = [
   ['c=64 CPU ms/request', 'c64', 'cpuMs', 2],
 ];
 
+type Sides = Partial<Record<Side, { url: string; pids: Record<string, number | undefined> }>>;
+
+/** Every side at c=1 and c=64 on `text`, in interleaved rounds; then each figure's medians and ratios. */
+async function measure(model: string, tokens: number, sides: Sides, text: string): Promise<void> {
+  const measured = Object.keys(sides) as Side[];
+  const points = Object.fromEntries(measured.map((side) => [side, { c1: [], c64: [] }])) as unknown as Record<
+    Side,
+    SidePoints<Point>
+  >;
+  for (const side of Object.values(sides))
+    for (const connections of [1, 64])
+      await runLoad({
+        ...loadOf(side.url, text, connections),
+        warmupSeconds: 0,
+        durationSeconds: Number(values.warmup),
+      });
+  for (let r = 0; r < rounds; r++) {
+    // Each round in another order, so that the machine's drift falls on every side alike.
+    const order = measured.map((_, i) => measured[(i + r) % measured.length]);
+    for (const side of order) {
+      points[side].c1.push(await point(sides[side]!.url, sides[side]!.pids, text, 1));
+      points[side].c64.push(await point(sides[side]!.url, sides[side]!.pids, text, 64));
+    }
+    process.stderr.write(`${model}, ${tokens} tokens: round ${r + 1} of ${rounds} done\n`);
+  }
+  const against = (side: 'tserve' | 'other', label: string) =>
+    sideRows(points, { first: { side, label }, second: { side: 'python', label: 'Python' }, over: side, width: 22 });
+  console.log(
+    `${model}, POST / of a ${tokens}-token text, ${rounds} interleaved rounds of ${seconds} s per point; medians${values.set ? `; tserve with ${values.set}` : ''}${values.vs ? `; other: ${values.vs}` : ''}`,
+  );
+  // The same model on every side: the same label, and scores apart only by the int8 kernels' rounding.
+  const answers = await Promise.all(
+    Object.values(sides).map(async (side) => (await fetch(`${side.url}/`, { method: 'POST', body: text })).text()),
+  );
+  console.log(`  the answers: ${measured.map((side, i) => `${side} ${answers[i]}`).join(', ')}`);
+  for (const [name, at, figure, digits] of FIGURES)
+    console.log(against('tserve', 'tserve').row(name, at, figure, digits));
+  byProcess('tserve', points.tserve);
+  if (points.other) {
+    for (const [name, at, figure, digits] of FIGURES)
+      console.log(against('other', 'other').row(name, at, figure, digits));
+    byProcess('other', points.other);
+    const versus = sideRows(points, {
+      first: { side: 'other', label: 'other' },
+      second: { side: 'tserve', label: 'tserve' },
+      over: 'other',
+      width: 22,
+    });
+    for (const [name, at, figure, digits] of FIGURES) console.log(versus.row(name, at, figure, digits));
+  }
+}
+
 for (const model of values.models.split(',')) {
   const systems: BenchSystem[] = [];
   let python: Awaited<ReturnType<typeof startPython>> | undefined;
@@ -149,58 +203,14 @@ for (const model of values.models.split(',')) {
     systems.push(await tserve(model, settings, workers));
     if (other) systems.push(await tserve(model, other, Number(values['vs-workers'] ?? workers)));
     python = await startPython(model);
-    const text = craftText(await loadTokenizer(model, MODEL_DIR), 16);
-    const sides: Partial<Record<Side, { url: string; pids: Record<string, number | undefined> }>> = {
+    const sides: Sides = {
       tserve: { url: systems[0].url, pids: { ...systems[0].pids(), bench: undefined } },
       ...(systems[1] ? { other: { url: systems[1].url, pids: { ...systems[1].pids(), bench: undefined } } } : {}),
       python: { url: python.url, pids: { python: python.child.pid } },
     };
-    const measured = Object.keys(sides) as Side[];
-    const points = Object.fromEntries(measured.map((side) => [side, { c1: [], c64: [] }])) as unknown as Record<
-      Side,
-      SidePoints<Point>
-    >;
-    for (const side of Object.values(sides))
-      for (const connections of [1, 64])
-        await runLoad({
-          ...loadOf(side.url, text, connections),
-          warmupSeconds: 0,
-          durationSeconds: Number(values.warmup),
-        });
-    for (let r = 0; r < rounds; r++) {
-      // Each round in another order, so that the machine's drift falls on every side alike.
-      const order = measured.map((_, i) => measured[(i + r) % measured.length]);
-      for (const side of order) {
-        points[side].c1.push(await point(sides[side]!.url, sides[side]!.pids, text, 1));
-        points[side].c64.push(await point(sides[side]!.url, sides[side]!.pids, text, 64));
-      }
-      process.stderr.write(`${model}: round ${r + 1} of ${rounds} done\n`);
-    }
-    const against = (side: 'tserve' | 'other', label: string) =>
-      sideRows(points, { first: { side, label }, second: { side: 'python', label: 'Python' }, over: side, width: 22 });
-    console.log(
-      `${model}, POST / of a 16-token text, ${rounds} interleaved rounds of ${seconds} s per point; medians${values.set ? `; tserve with ${values.set}` : ''}${values.vs ? `; other: ${values.vs}` : ''}`,
-    );
-    // The same model on every side: the same label, and scores apart only by the int8 kernels' rounding.
-    const answers = await Promise.all(
-      Object.values(sides).map(async (side) => (await fetch(`${side.url}/`, { method: 'POST', body: text })).text()),
-    );
-    console.log(`  the answers: ${measured.map((side, i) => `${side} ${answers[i]}`).join(', ')}`);
-    for (const [name, at, figure, digits] of FIGURES)
-      console.log(against('tserve', 'tserve').row(name, at, figure, digits));
-    byProcess('tserve', points.tserve);
-    if (points.other) {
-      for (const [name, at, figure, digits] of FIGURES)
-        console.log(against('other', 'other').row(name, at, figure, digits));
-      byProcess('other', points.other);
-      const versus = sideRows(points, {
-        first: { side: 'other', label: 'other' },
-        second: { side: 'tserve', label: 'tserve' },
-        over: 'other',
-        width: 22,
-      });
-      for (const [name, at, figure, digits] of FIGURES) console.log(versus.row(name, at, figure, digits));
-    }
+    const tokenizer = await loadTokenizer(model, MODEL_DIR);
+    for (const tokens of values.lengths.split(',').map(Number))
+      await measure(model, tokens, sides, craftText(tokenizer, tokens));
   } finally {
     python?.child.kill('SIGTERM');
     await Promise.all(systems.map((system) => system.stop()));
