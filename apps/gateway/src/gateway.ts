@@ -5,7 +5,7 @@ import type { GatewayConfig } from '@tserve/config';
 import type { Tracing } from '@tserve/telemetry';
 import { createRedis, DepthExchange, keys, whenReady } from '@tserve/queue';
 import { ModelRegistry } from './serving/model-registry.js';
-import { QueueDepth, BodyBudget, depthLimit } from './admission/overload.js';
+import { QueueDepth, BodyBudget, depthLimit, Overload } from './admission/overload.js';
 import { createRedisBreaker } from './admission/breaker.js';
 import { Transport } from './transport/index.js';
 import { createSnapshot } from './serving/snapshot.js';
@@ -97,19 +97,21 @@ function createAdmission(
 ): { admission: Admission; apiKeys?: KeyStore; lines?: LineCallers } {
   const apiKeys = loadKeys(config, logger);
   const lines = apiKeys && new LineCallers(apiKeys);
+  const limits = {
+    maxQueueDepth: config.MAX_QUEUE_DEPTH,
+    batchQueueShare: config.BATCH_QUEUE_SHARE,
+    maxInputsPerRequest: config.MAX_INPUTS_PER_REQUEST,
+  };
+  const overload = new Overload(limits, parts.depth);
+  // Only the queues of models served or configured are bounded: as the registry reads them, not per request.
+  parts.registry.watch((registry) => overload.bound(registry.servedOrConfigured()));
   const admission = new Admission({
     keys: apiKeys,
     lines,
     quotas: apiKeys ? new Quotas(redis, config.QUEUE_PREFIX) : undefined,
-    limits: {
-      maxQueueDepth: config.MAX_QUEUE_DEPTH,
-      batchQueueShare: config.BATCH_QUEUE_SHARE,
-      maxInputsPerRequest: config.MAX_INPUTS_PER_REQUEST,
-    },
-    depth: parts.depth,
+    overload,
     bodies: { budget: parts.bodies },
     breaker: parts.breaker,
-    models: parts.registry,
     requestTimeoutMs: config.REQUEST_TIMEOUT_MS,
     onQuotaRejected: parts.metrics.quotaRejected,
   });

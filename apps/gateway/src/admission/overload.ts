@@ -62,6 +62,51 @@ export function sizeRefusal(limits: OverloadLimits, inputs: number, sequences: n
 }
 
 /**
+ * The overload limits a model's requests are held to, and the depth they are checked against: one
+ * question before a request's body is read, one after. Only the queues of models served or
+ * configured (MODELS) are bounded (`bound`, which the model registry calls as it refreshes): a
+ * request for any other model is told why by routing, not that its queue is full.
+ */
+export class Overload {
+  private bounded: { has(model: string): boolean };
+
+  constructor(
+    readonly limits: OverloadLimits,
+    readonly depth: QueueDepth,
+    bounded: { has(model: string): boolean } = new Set<string>(),
+  ) {
+    this.bounded = bounded;
+  }
+
+  /** The models whose queues are bounded from now: those served or configured. */
+  bound(models: Iterable<string>): void {
+    this.bounded = new Set(models);
+  }
+
+  /** Before the body: the 503 where the model's queue is full for the request's class. */
+  beforeBody(model: string, priority: Priority): ApiError | undefined {
+    return this.queueFull(model, priority, 1);
+  }
+
+  /**
+   * Once the body is read: the 413 for a request too large, else the 503 where the queue, which may
+   * have filled while the body arrived, has no room for it (for each of its `pieces`).
+   */
+  afterBody(
+    model: string,
+    priority: Priority,
+    size: { inputs: number; sequences: number; pieces?: number },
+  ): ApiError | undefined {
+    return sizeRefusal(this.limits, size.inputs, size.sequences) ?? this.queueFull(model, priority, size.pieces ?? 1);
+  }
+
+  private queueFull(model: string, priority: Priority, pieces: number): ApiError | undefined {
+    if (!this.bounded.has(model)) return undefined;
+    return depthRefusal(this.limits, model, this.depth.of(model), priority, pieces);
+  }
+}
+
+/**
  * Bytes of request bodies this gateway holds, counted as they are received (not as declared: a
  * client that declares a large body and sends none of it holds nothing) and released when the
  * request is answered. The queue depth bounds requests, not bytes: at MAX_BODY_BYTES each, a few

@@ -32,14 +32,6 @@ export interface RegistryParts {
   configured: readonly string[];
 }
 
-/** Before any worker of a model has announced its batch size; the worker's own default. */
-const DEFAULT_JOB_SEQUENCES = 32;
-
-/** Most sequences a job for a model served by `workers` should carry: the smallest of their batches. */
-export function jobSequences(workers: ReadonlyArray<{ batchMaxSize: number }>): number {
-  return workers.length ? Math.min(...workers.map((w) => w.batchMaxSize)) : DEFAULT_JOB_SEQUENCES;
-}
-
 /**
  * What the workers say they serve (live, loading, failed to load), read from their heartbeats in
  * Redis in the background so that the request path reads it from memory: no Redis round trip per
@@ -64,6 +56,8 @@ export class ModelRegistry {
   private loadTimes = new Map<string, number>();
   /** Called after each successful refresh (requests waiting for a model to finish loading). */
   private readonly listeners = new Set<() => void>();
+  /** Told after each successful refresh (admission's bounds: which models' queues are bounded). */
+  private readonly watchers: Array<(registry: ModelRegistry) => void> = [];
   private timer?: NodeJS.Timeout;
   lastError?: string;
   lastRefreshAt = 0;
@@ -94,6 +88,12 @@ export class ModelRegistry {
     clearInterval(this.timer);
   }
 
+  /** Tells `watcher` of the registry now, and after each refresh. */
+  watch(watcher: (registry: ModelRegistry) => void): void {
+    this.watchers.push(watcher);
+    watcher(this);
+  }
+
   get(model: string): ServedModel | undefined {
     return this.models.get(model);
   }
@@ -117,16 +117,11 @@ export class ModelRegistry {
     return { kind: this.healthy ? 'unknown' : 'unreachable', last };
   }
 
-  /** A worker serves the model now, or it is configured (MODELS). */
-  isServed(model: string): boolean {
-    return this.models.has(model) || this.configuredIds.includes(model);
-  }
-
   served(): ServedModel[] {
     return [...this.models.values()];
   }
 
-  /** The ids of every model `isServed` names: those a worker serves now, then those configured (MODELS). */
+  /** The models a worker serves now, then those configured (MODELS): those whose queues admission bounds. */
   servedOrConfigured(): string[] {
     return [...new Set([...this.models.keys(), ...this.configuredIds])];
   }
@@ -174,7 +169,7 @@ export class ModelRegistry {
   }
 
   /** Resolves true once the model is served, or false when `deadline` (epoch ms) passes or `signal` aborts first. */
-  whenServed(model: string, deadline: number, signal?: AbortSignal): Promise<boolean> {
+  untilServed(model: string, deadline: number, signal?: AbortSignal): Promise<boolean> {
     if (this.models.has(model)) return Promise.resolve(true);
     if (signal?.aborted) return Promise.resolve(false);
     return new Promise((resolve) => {
@@ -194,11 +189,6 @@ export class ModelRegistry {
 
   failed(): LoadFailure[] {
     return [...this.failures.values()];
-  }
-
-  /** Most sequences a job for the model should carry: its smallest worker batch. */
-  batchSize(model: string): number {
-    return jobSequences(this.models.get(model)?.workers ?? []);
   }
 
   /** Sequences one model call of each live worker of the model holds, together (0 with none). */
@@ -247,6 +237,7 @@ export class ModelRegistry {
           .map((f) => [f.model, f]),
       );
       for (const listener of [...this.listeners]) listener();
+      for (const watcher of this.watchers) watcher(this);
       if (this.lastError) this.logger.info('registry refresh recovered');
       this.lastError = undefined;
       this.lastRefreshAt = Date.now();

@@ -48,14 +48,14 @@ interface Lane {
   untaken: Set<string>;
   /** Sends the waiting requests anyway if a worker's word that it took the jobs is lost. */
   graceTimer?: NodeJS.Timeout;
+  /** Most sequences in one job: the model's workers' batch size, as the last request submitted found it. */
+  jobSequences: number;
 }
 
 /** What a coalescer works with. */
 export interface CoalescerParts {
   /** Where the jobs go: the JobSender. */
   sender: Pick<JobSender, 'enqueue'>;
-  /** Most sequences in one job: a worker's batch size (`batchSize`), so one job never spans two batches. */
-  models: { batchSize(model: string): number };
   /** This gateway's requests for a model accepted and not yet answered (the queue depth). */
   depth: { own(model: string): number };
   /** How long waiting requests stay held behind a job whose taking no worker has told of. */
@@ -88,10 +88,22 @@ export class EnqueueCoalescer {
 
   constructor(private readonly parts: CoalescerParts) {}
 
-  /** Resolves with the id of the job that carries the request, once it is in Redis. */
-  submit(model: string, request: QueuedRequest, priority: Priority = 'interactive'): Promise<string> {
+  /**
+   * Resolves with the id of the job that carries the request, once it is in Redis. `jobSequences`:
+   * most sequences one job of the model carries, its workers' batch size, so that a job never spans
+   * two batches.
+   */
+  submit(model: string, request: QueuedRequest, priority: Priority, jobSequences: number): Promise<string> {
     const key = laneKey(model, priority);
-    const lane: Lane = this.lanes.get(key) ?? { model, priority, waiting: [], sending: false, untaken: new Set() };
+    const lane: Lane = this.lanes.get(key) ?? {
+      model,
+      priority,
+      waiting: [],
+      sending: false,
+      untaken: new Set(),
+      jobSequences,
+    };
+    lane.jobSequences = jobSequences;
     this.lanes.set(key, lane);
     const sent = new Promise<string>((resolve, reject) => lane.waiting.push({ request, resolve, reject }));
     this.pump(key, lane);
@@ -162,7 +174,7 @@ export class EnqueueCoalescer {
     clearTimeout(lane.graceTimer);
     lane.graceTimer = undefined;
     const entries = lane.waiting.splice(0, oneEnqueue(lane.waiting, MOST_CHARS_PER_ENQUEUE));
-    const jobs = splitIntoJobs(entries, this.parts.models.batchSize(lane.model)).map((job) => ({
+    const jobs = splitIntoJobs(entries, lane.jobSequences).map((job) => ({
       id: job[0].request.id,
       entries: job,
     }));

@@ -18,6 +18,8 @@ export interface Trip {
   priority: Priority;
   /** Aborted when the client goes away: a request not yet run is then dropped. */
   signal?: AbortSignal;
+  /** Most sequences one job of the model carries: its workers' batch size (the coalescer's). */
+  jobSequences: number;
 }
 
 /** The request could not be put in Redis (Redis down, or the breaker open). */
@@ -125,12 +127,12 @@ export class Trips {
    * Sends a request to its model's workers and resolves with its outcome. Rejects with a 504
    * ApiError at its deadline, a 499 one when its client leaves, or SendFailed.
    */
-  async send({ model, request, priority, signal }: Trip): Promise<ReadRequestOutcome> {
+  async send({ model, request, priority, signal, jobSequences }: Trip): Promise<ReadRequestOutcome> {
     // Registered before the request is sent, so even an instant answer finds its waiter. The deadline
     // may pass while the enqueue is still in flight: that rejection is awaited below.
     const answer = this.wait(request.id, request.deadline);
     answer.catch(() => this.coalescer.withdraw(model, request.id, priority));
-    const sent = this.coalescer.submit(model, request, priority);
+    const sent = this.coalescer.submit(model, request, priority, jobSequences);
     const abandon = () => this.abandon(model, request, priority, sent);
     signal?.addEventListener('abort', abandon, { once: true });
     try {
