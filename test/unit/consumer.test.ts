@@ -2,33 +2,24 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pino from 'pino';
 import type { QueuedRequest } from '@tserve/contract';
-import { Consumer, type WorkSource } from '../../apps/worker/src/pipeline/consumer.ts';
+import { Consumer } from '../../apps/worker/src/pipeline/consumer.ts';
+import type { HeldJobs, Job } from '../../apps/worker/src/pipeline/jobs.ts';
 import type { CallPacing } from '../../apps/worker/src/pipeline/precedence.ts';
 import type { PreparedBatch } from '../../apps/worker/src/pipeline/prepared-batch.ts';
 import type { BatchRunner } from '../../apps/worker/src/pipeline/runner.ts';
-import type { Settling } from '../../apps/worker/src/transport/settling.ts';
-import type { Work } from '../../apps/worker/src/transport/work.ts';
 
 /** A job of one request named `id`. */
-function work(id: string, batchClass: boolean): Work {
+function work(id: string, batchClass: boolean): Job {
   const request = { id, inputs: ['x'], parameters: {}, deadline: Date.now() + 60_000, enqueuedAt: Date.now() };
-  return {
-    id,
-    requests: [request],
-    replyTo: 'gateway',
-    tellTaken: false,
-    batchClass,
-    keepMs: 1000,
-    job: undefined as never,
-  };
+  return { id, requests: [request], batchClass };
 }
 
 /** Jobs the test hands over one by one, as a queue's would come. */
 function intake() {
-  const queue: Work[] = [];
+  const queue: Job[] = [];
   let arrived: (() => void) | undefined;
   let took: (() => void) | undefined;
-  const source: WorkSource = {
+  const source: HeldJobs = {
     start: () => undefined,
     next: async () => {
       while (queue.length === 0) await new Promise<void>((resolve) => (arrived = resolve));
@@ -39,11 +30,13 @@ function intake() {
     waiting: async () => queue.length,
     take: async (count) => queue.splice(0, count),
     interactiveWaiting: async () => 0,
+    sendTaken: () => undefined,
+    accept: () => undefined,
     close: async () => undefined,
   };
   return {
     source,
-    add: (...jobs: Work[]) => {
+    add: (...jobs: Job[]) => {
       queue.push(...jobs);
       arrived?.();
     },
@@ -92,14 +85,6 @@ function runner(held: string) {
   return { runner: fake as unknown as BatchRunner, log, release, until };
 }
 
-const settling = {
-  hold: () => undefined,
-  tellTaken: () => undefined,
-  batchDone: () => undefined,
-  heldJobIds: () => [],
-  drain: async () => undefined,
-} as unknown as Settling;
-
 describe('Consumer', () => {
   it(
     'runs interactive work gathered while interactive work ahead of batch-class work runs before any of its calls',
@@ -108,9 +93,8 @@ describe('Consumer', () => {
       const jobs = intake();
       const model = runner('first');
       const consumer = new Consumer({
-        intake: jobs.source,
+        jobs: jobs.source,
         runner: model.runner,
-        settling,
         limits: { maxSize: 32, maxWaitMs: 1000 },
         peers: { peers: 0 },
         logger: pino({ level: 'silent' }),

@@ -42,7 +42,7 @@ function harness(
     heads: () => head,
     limits: { maxSize: options.maxSize ?? 4, maxPaddedTokens: 1000, longest: options.longest },
     outcomes: {
-      record: (request, outcome) => {
+      accept: (request, outcome) => {
         assert.ok(!finished.has(request.id), `${request.id} finished twice`);
         finished.set(request.id, outcome);
       },

@@ -15,9 +15,11 @@ import {
   type ReadResultMessage,
   type RequestOutcome,
 } from '@tserve/contract';
+import { HeldJobs } from '../../apps/worker/src/transport/held-jobs.ts';
+import type { Intake } from '../../apps/worker/src/transport/intake.ts';
 import { Settling } from '../../apps/worker/src/transport/settling.ts';
 import type { Work } from '../../apps/worker/src/transport/work.ts';
-import { Cancellations } from '../../apps/worker/src/pipeline/cancellations.ts';
+import { Cancellations } from '../../apps/worker/src/transport/cancellations.ts';
 
 const notice = (ids: string[], deadline: number) =>
   JSON.stringify({ kind: 'cancel', ids, deadline } satisfies CancelNotice);
@@ -37,7 +39,7 @@ function plain(message: ReadResultMessage | undefined): JobOutcome | JobsTaken |
   return { ...message, outcomes: message.outcomes.map(({ outputsJson: _json, ...rest }) => ({ ...rest })) };
 }
 
-/** A Settling over a publisher and jobs that record what they are asked to do. */
+/** The held jobs, settled over a publisher, of jobs that record what they are asked to do. */
 function harness() {
   const published: Array<{ channel: string; outcome: JobOutcome }> = [];
   const taken: Array<{ channel: string; message: JobsTaken }> = [];
@@ -75,12 +77,14 @@ function harness() {
   });
   const silent = { debug() {}, warn() {} } as unknown as Logger;
   const cancellations = new Cancellations();
-  const sink = new Settling(
-    publisher as unknown as Redis,
+  const settling = new Settling(publisher as unknown as Redis, { prefix: 'p', model: 'm', token: 'worker-1' }, silent);
+  const sink = new HeldJobs({
+    intake: {} as Intake,
+    settling,
+    publisher: publisher as unknown as Redis,
     cancellations,
-    { prefix: 'p', model: 'm', token: 'worker-1' },
-    silent,
-  );
+    logger: silent,
+  });
   return { sink, job, published, completed, stored, taken, cancellations, steps };
 }
 
@@ -89,11 +93,11 @@ describe('Settling', () => {
     const { sink, job, published, completed } = harness();
     sink.hold([job('j1', ['a', 'b']), job('j2', ['c'])]);
     assert.deepEqual(sink.heldJobIds(), ['j1', 'j2']);
-    sink.record(request('b'), answer('b'));
+    sink.accept(request('b'), answer('b'));
     assert.equal(published.length, 0, 'j1 still waits for a');
-    sink.record(request('a'), answer('a'));
-    sink.record(request('a'), answer('a'));
-    sink.record(request('unknown'), answer('unknown'));
+    sink.accept(request('a'), answer('a'));
+    sink.accept(request('a'), answer('a'));
+    sink.accept(request('unknown'), answer('unknown'));
     await sink.drain();
     assert.deepEqual(published, [
       {
@@ -114,8 +118,8 @@ describe('Settling', () => {
       { ...started, job: fetch.then((brought) => (brought ? started.job : undefined)) },
       { ...job('j2', ['b']), job: Promise.resolve(undefined) },
     ]);
-    sink.record(request('a'), answer('a'));
-    sink.record(request('b'), answer('b'));
+    sink.accept(request('a'), answer('a'));
+    sink.accept(request('b'), answer('b'));
     await new Promise((resolve) => setImmediate(resolve));
     assert.equal(published.length, 0, 'j1 waits for its fetch; j2 was not fetched');
     bring(true);
@@ -132,8 +136,8 @@ describe('Settling', () => {
     sink.hold([job('j1', ['a']), job('j2', ['b'])]);
     sink.hold([job('j3', ['c']), job('j4', ['d'])]);
     assert.deepEqual(taken, [], 'nothing is told at fetch');
-    sink.tellTaken();
-    sink.tellTaken();
+    sink.sendTaken();
+    sink.sendTaken();
     assert.deepEqual(taken, [
       { channel: 'reply:j1', message: { kind: 'taken', jobs: ['j1', 'j3'] } },
       { channel: 'reply:j2', message: { kind: 'taken', jobs: ['j2'] } },
@@ -150,7 +154,7 @@ describe('Settling', () => {
       timing: { queue_ms: 0, inference_ms: 0, batch_size: 1 },
     });
     sink.hold([job('j1', ['a'])]);
-    sink.record(request('a'), large('a'));
+    sink.accept(request('a'), large('a'));
     await sink.drain();
     assert.deepEqual(steps, ['set p:job-outcome:j1', 'complete j1 as recorded', 'publish recorded to reply:j1']);
     assert.deepEqual(
@@ -164,7 +168,7 @@ describe('Settling', () => {
     const { sink, job, cancellations } = harness();
     sink.hold([job('j', ['a'])]);
     cancellations.note(notice(['a', 'elsewhere'], 10 ** 15));
-    sink.record(request('a'), answer('a'));
+    sink.accept(request('a'), answer('a'));
     assert.equal(cancellations.has('a'), false);
     assert.equal(cancellations.has('elsewhere'), true, 'held by another worker: kept until it is old');
   });

@@ -40,6 +40,9 @@ export function isJson(req: Request): boolean {
 export function readBody(parser: RequestHandler, req: Request, res: Response): Promise<void> {
   return new Promise((resolve, reject) => {
     // Express's error handlers take what body-parser passes on (an Error with its status) as it is.
-    void parser(req, res, (err?: Error) => (err ? reject(err) : resolve()));
+    void parser(req, res, (err?: unknown) => {
+      if (err === undefined) resolve();
+      else reject(err instanceof Error ? err : new Error(`the body could not be read: ${JSON.stringify(err)}`));
+    });
   });
 }

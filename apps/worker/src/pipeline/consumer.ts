@@ -1,35 +1,14 @@
 import type { Logger } from 'pino';
 import { ApiError, sequenceCount } from '@tserve/contract';
-import type { PreparedBatch } from './prepared-batch.js';
+import type { BatchReport, PreparedBatch } from './prepared-batch.js';
 import type { BatchRunner } from './runner.js';
 import { Precedence, type CallPacing } from './precedence.js';
-import type { Settling } from '../transport/settling.js';
-import type { Work } from '../transport/work.js';
-
-/** Where batches are gathered from: jobs, waited for one at a time or taken several together. */
-export interface JobSource<J> {
-  /** Waits for the next job (may still return undefined, e.g. when the source is closing). */
-  next(): Promise<J | undefined>;
-  /** How many jobs are waiting now. */
-  waiting(): Promise<number>;
-  /** Up to `count` waiting jobs, fetched together. */
-  take(count: number): Promise<J[]>;
-}
-
-/** What the consumer needs of the intake (transport/intake.ts): its jobs, and its start and close. */
-export interface WorkSource extends JobSource<Work> {
-  /** Starts taking jobs; `held` names the jobs whose locks the intake renews. */
-  start(held: () => string[]): void;
-  /** Interactive jobs waiting now, which may go ahead of batch-class work; 0 when none were announced. */
-  interactiveWaiting(): Promise<number>;
-  close(): Promise<void>;
-}
+import type { HeldJobs, Job, JobSource } from './jobs.js';
 
 export interface ConsumerParts {
-  intake: WorkSource;
+  /** The jobs this worker takes and holds until they are settled; the runner's outcomes go there too. */
+  jobs: HeldJobs;
   runner: BatchRunner;
-  /** Where the runner's outcomes go: told of the jobs fetched, and of each batch's report. */
-  settling: Settling;
   limits: BatchLimits;
   /** Other workers serving the model (the heartbeat): a gateway must not hold requests back for this busy one then. */
   peers: { readonly peers: number };
@@ -43,9 +22,9 @@ interface Batch {
 }
 
 /**
- * Gathers model batches of jobs from the intake (gatherBatch) and hands their requests to the
- * runner, whose outcomes go to the settling; it settles each job. The next batch is fetched and
- * tokenized while the model thread runs the current one.
+ * Gathers model batches of the jobs the worker takes (gatherBatch) and hands their requests to the
+ * runner, whose outcomes go back to the held jobs, which settle each job. The next batch is fetched
+ * and tokenized while the model thread runs the current one.
  *
  * Interactive work goes ahead of batch-class work: the interactive jobs of a gathered batch run
  * first, and between two model calls of batch-class work the interactive work that came meanwhile
@@ -68,17 +47,15 @@ export class Consumer {
     between: async () => {},
     ran: (_rows, ms) => this.precedence.interactiveRan(ms),
   };
-  private readonly intake: WorkSource;
+  private readonly jobs: HeldJobs;
   private readonly runner: BatchRunner;
-  private readonly settling: Settling;
   private readonly limits: BatchLimits;
   private readonly peers: ConsumerParts['peers'];
   private readonly logger: Logger;
 
   constructor(parts: ConsumerParts) {
-    this.intake = parts.intake;
+    this.jobs = parts.jobs;
     this.runner = parts.runner;
-    this.settling = parts.settling;
     this.limits = parts.limits;
     this.peers = parts.peers;
     this.logger = parts.logger;
@@ -86,27 +63,26 @@ export class Consumer {
   }
 
   start(): void {
-    this.intake.start(() => this.settling.heldJobIds());
+    this.jobs.start();
     this.loop = this.run();
   }
 
   /** Stops fetching, finishes the batches in hand and their settlements, then lets go of the queue. */
   async stop(): Promise<void> {
     this.stopping = true;
-    // The intake's wait for a job ends by itself within a second; a job it brings is run too.
+    // The wait for a job ends by itself within a second; a job it brings is run too.
     await this.loop;
-    await this.settling.drain();
-    await this.intake.close();
+    await this.jobs.close();
   }
 
   private async run(): Promise<void> {
     let running: Promise<void> = Promise.resolve();
     let modelBusy = false;
     while (!this.stopping) {
-      let jobs: Work[];
+      let jobs: Job[];
       try {
-        jobs = await gatherBatch(this.intake, this.limits, (work) =>
-          work.requests.reduce((n, r) => n + sequenceCount(r), 0),
+        jobs = await gatherBatch(this.jobs, this.limits, (job) =>
+          job.requests.reduce((n, r) => n + sequenceCount(r), 0),
         );
       } catch (err) {
         if (this.stopping) break;
@@ -115,17 +91,16 @@ export class Consumer {
         continue;
       }
       if (jobs.length === 0) continue;
-      this.settling.hold(jobs);
-      // Gateways hear that their jobs were taken as the batch starts (see tellTaken); but while this
+      // Gateways hear that their jobs were taken as the batch starts (see sendTaken); but while this
       // worker's model is busy another worker may be idle, and the requests held for this one would
       // keep it waiting: then they hear now.
-      if (modelBusy && this.peers.peers > 0) this.settling.tellTaken();
+      if (modelBusy && this.peers.peers > 0) this.jobs.sendTaken();
       // Tokenized here while the model thread may still run the previous batch.
       let interactive = await this.prepare(jobs.filter((job) => !job.batchClass));
       const batchClass = await this.prepare(jobs.filter((job) => job.batchClass));
       if (interactive && this.batchClassRunning) {
         this.urgent.push(interactive);
-        this.settling.tellTaken();
+        this.jobs.sendTaken();
         if (!batchClass) continue;
         interactive = undefined;
       }
@@ -136,7 +111,7 @@ export class Consumer {
       // batch, several times the idle share it has without (bench/HISTORY.md). Only interactive
       // work, which must not wait behind batch-class work, is looked for first.
       const ahead = waitedForModel && batchClass && !this.stopping ? await this.interactiveAhead() : undefined;
-      this.settling.tellTaken();
+      this.jobs.sendTaken();
       modelBusy = true;
       // Batch-class work counts as running from now, while what goes ahead of it runs: interactive
       // work gathered meanwhile joins the urgent list and runs before its first call, instead of
@@ -153,7 +128,7 @@ export class Consumer {
     await running;
   }
 
-  private async prepare(jobs: Work[]): Promise<Batch | undefined> {
+  private async prepare(jobs: Job[]): Promise<Batch | undefined> {
     if (jobs.length === 0) return undefined;
     return { prepared: await this.runner.prepare(jobs.flatMap((j) => j.requests)), jobs: jobs.length };
   }
@@ -165,11 +140,10 @@ export class Consumer {
    */
   private async interactiveAhead(): Promise<Batch | undefined> {
     try {
-      const waiting = await this.intake.interactiveWaiting();
+      const waiting = await this.jobs.interactiveWaiting();
       if (waiting === 0) return undefined;
-      const jobs = await this.intake.take(Math.min(waiting, this.limits.maxSize));
+      const jobs = await this.jobs.take(Math.min(waiting, this.limits.maxSize));
       if (jobs.length === 0) return undefined;
-      this.settling.hold(jobs);
       return this.prepare(jobs);
     } catch (err) {
       this.logger.warn({ err: String(err) }, 'fetching interactive jobs failed; running the batch in hand');
@@ -204,12 +178,19 @@ export class Consumer {
   /** Runs a batch; interactive unless `pacing` is given (batch-class work's). */
   private async execute(batch: Batch, pacing: CallPacing = this.interactivePacing): Promise<void> {
     try {
-      this.settling.batchDone(await this.runner.execute(batch.prepared, pacing), batch.jobs);
+      this.done(await this.runner.execute(batch.prepared, pacing), batch.jobs);
     } catch (err) {
       // The runner isolates input errors itself; reaching here is a bug, and its requests must not hang.
       this.logger.error({ err: String(err) }, 'batch failed unexpectedly');
       this.runner.failUnanswered(batch.prepared, new ApiError('internal', 'internal error while running the model'));
     }
+  }
+
+  private done(report: BatchReport, jobs: number): void {
+    this.logger.debug(
+      { jobs, calls: report.callSizes, expired: report.expired, abandoned: report.abandoned },
+      'batch done',
+    );
   }
 }
 
@@ -222,7 +203,7 @@ export interface BatchLimits {
  * Deadline-bounded dynamic batch formation: waits for the first job, then gathers more until the
  * batch holds `maxSize` sequences or one deadline, `maxWaitMs` after the first job, has passed (the
  * deadline is never extended). The source is asked how many jobs wait before any is fetched (the
- * intake knows that from the work notices it heard, without asking Redis), so an empty queue costs
+ * transport's intake knows that from the work notices it heard, without asking Redis), so an empty queue costs
  * no fetch (a fetch is one of BullMQ's scripts, about ten commands inside Redis); an empty queue also
  * ends the gathering at once, so a lone request never waits for company. The jobs of one round are
  * fetched together, in one round trip.

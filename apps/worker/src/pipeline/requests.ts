@@ -1,8 +1,9 @@
-import { ApiError, type QueuedRequest, type RequestOutcome, type TaskInput } from '@tserve/contract';
+import { ApiError, type QueuedRequest, type TaskInput } from '@tserve/contract';
 import type { Encoded, Engine } from '../model/engine.js';
 import type { LoopTurns } from './loop-turns.js';
 import type { BatchReport, Owner, Pending, Sequence } from './prepared-batch.js';
 import type { InferenceStatistics } from './stats.js';
+import type { OutcomeSink } from './jobs.js';
 
 /**
  * A request's own steps in the worker, around the model calls its batch makes (runner.ts): its
@@ -149,11 +150,6 @@ export class InputEncoder {
   }
 }
 
-/** Where the runner sends each request's outcome, once per request (transport/settling.ts gathers them by job). */
-export interface OutcomeSink {
-  record(request: QueuedRequest, outcome: RequestOutcome): void;
-}
-
 /**
  * Each request's outcome, sent to the sink and counted in the statistics: its answer, its failure,
  * or its finish unrun where its deadline passed or its client left.
@@ -195,7 +191,7 @@ export class RequestOutcomes {
       outputMs: 0,
       inputs: request.inputs.length,
     });
-    this.sink.record(request, {
+    this.sink.accept(request, {
       id: request.id,
       ok: true,
       outputs,
@@ -207,7 +203,7 @@ export class RequestOutcomes {
   /** The answer of a request whose every sequence ran: `outputs`, one per input. */
   private succeeded(pending: Pending, outputs: unknown[]): void {
     const { request } = pending;
-    this.sink.record(request, {
+    this.sink.accept(request, {
       id: request.id,
       ok: true,
       outputs,
@@ -251,7 +247,7 @@ export class RequestOutcomes {
   }
 
   fail(request: QueuedRequest, error: ApiError): void {
-    this.sink.record(request, { id: request.id, ok: false, error: error.toBody() });
+    this.sink.accept(request, { id: request.id, ok: false, error: error.toBody() });
     this.stats.failed(Math.max(0, this.now() - request.enqueuedAt));
   }
 }

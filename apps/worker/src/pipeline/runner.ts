@@ -2,7 +2,8 @@ import { ApiError, type QueuedRequest } from '@tserve/contract';
 import type { Engine, Encoded, BatchOutput } from '../model/engine.js';
 import type { TaskHeads } from '../tasks/index.js';
 import { LoopTurns } from './loop-turns.js';
-import { firstLine, InputEncoder, RequestOutcomes, type OutcomeSink } from './requests.js';
+import { firstLine, InputEncoder, RequestOutcomes } from './requests.js';
+import type { OutcomeSink } from './jobs.js';
 import {
   pendingRequest,
   type BatchReport,

@@ -12,7 +12,6 @@ import {
 } from '@tserve/contract';
 import { QUEUE_STREAMS, queueNameFor } from '@tserve/queue';
 import { Announcements } from './announcements.js';
-import type { WorkSource } from '../pipeline/consumer.js';
 import type { Work } from './work.js';
 
 export interface IntakeOptions {
@@ -47,7 +46,7 @@ const IDLE_POLL_MS = 1000;
  * wait cost two more fetches per job, both finding nothing: one because its worker had just taken
  * a job, one for the wake-up marker that taking a job leaves for the next worker.
  */
-export class Intake implements WorkSource {
+export class Intake {
   private readonly worker: Worker<JobData>;
   /** The same queue, for counting what waits. */
   private readonly queue: Queue<JobData>;
@@ -60,7 +59,7 @@ export class Intake implements WorkSource {
   private ahead?: { id: string; data: unknown };
   /** Jobs that a fetch for work started ahead brought instead of that work's own: handed out first. */
   private readonly fetchedInstead: Work[] = [];
-  /** The jobs this worker holds (the settling's), named at start. */
+  /** The jobs this worker holds (held-jobs.ts), named at start. */
   private held: () => string[] = () => [];
 
   constructor(
