@@ -129,7 +129,7 @@ module.exports = {
     {
       name: 'worker-pipeline-imports-the-transport',
       comment:
-        'The pipeline declares what it needs of the transport (HeldJobs, in pipeline/jobs.ts), types included; startup/ hands it the transport.',
+        'The pipeline declares what it needs of the transport (TakenJobs, in pipeline/jobs.ts), types included; startup/ hands it the transport.',
       severity: 'error',
       from: { path: '^apps/worker/src/pipeline/' },
       to: { path: '^apps/worker/src/transport/' },

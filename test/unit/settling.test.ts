@@ -15,7 +15,7 @@ import {
   type ReadResultMessage,
   type RequestOutcome,
 } from '@tserve/contract';
-import { HeldJobs } from '../../apps/worker/src/transport/held-jobs.ts';
+import { TakenJobs } from '../../apps/worker/src/transport/taken-jobs.ts';
 import type { Intake } from '../../apps/worker/src/transport/intake.ts';
 import { Settling } from '../../apps/worker/src/transport/settling.ts';
 import type { Work } from '../../apps/worker/src/transport/work.ts';
@@ -39,7 +39,7 @@ function plain(message: ReadResultMessage | undefined): JobOutcome | JobsTaken |
   return { ...message, outcomes: message.outcomes.map(({ outputsJson: _json, ...rest }) => ({ ...rest })) };
 }
 
-/** The held jobs, settled over a publisher, of jobs that record what they are asked to do. */
+/** Taken jobs, settled over a publisher, that record what they are asked to do. */
 function harness() {
   const published: Array<{ channel: string; outcome: JobOutcome }> = [];
   const taken: Array<{ channel: string; message: JobsTaken }> = [];
@@ -66,7 +66,7 @@ function harness() {
     // j3 comes from j1's gateway; j4's gateway had nothing else outstanding, and did not ask to be told.
     replyTo: id === 'j3' ? 'reply:j1' : `reply:${id}`,
     tellTaken: id !== 'j4',
-    batchClass: false,
+    bulk: false,
     keepMs: 15_000,
     job: Promise.resolve({
       moveToCompleted: async (result: JobOutcome | JobRecorded, token: string) => {
@@ -78,7 +78,7 @@ function harness() {
   const silent = { debug() {}, warn() {} } as unknown as Logger;
   const cancellations = new Cancellations();
   const settling = new Settling(publisher as unknown as Redis, { prefix: 'p', model: 'm', token: 'worker-1' }, silent);
-  const sink = new HeldJobs({
+  const sink = new TakenJobs({
     intake: {} as Intake,
     settling,
     publisher: publisher as unknown as Redis,
@@ -91,8 +91,8 @@ function harness() {
 describe('Settling', () => {
   it("settles a job once, with its last outcome, the outcomes in the job's order", async () => {
     const { sink, job, published, completed } = harness();
-    sink.hold([job('j1', ['a', 'b']), job('j2', ['c'])]);
-    assert.deepEqual(sink.heldJobIds(), ['j1', 'j2']);
+    sink.track([job('j1', ['a', 'b']), job('j2', ['c'])]);
+    assert.deepEqual(sink.jobIds(), ['j1', 'j2']);
     sink.accept(request('b'), answer('b'));
     assert.equal(published.length, 0, 'j1 still waits for a');
     sink.accept(request('a'), answer('a'));
@@ -106,7 +106,7 @@ describe('Settling', () => {
       },
     ]);
     assert.deepEqual(completed, [{ job: 'j1', token: 'worker-1' }]);
-    assert.deepEqual(sink.heldJobIds(), ['j2'], 'j2 keeps its lock');
+    assert.deepEqual(sink.jobIds(), ['j2'], 'j2 keeps its lock');
   });
 
   it('answers work started ahead of its fetch once the fetch brings its job, and drops it where the fetch did not', async () => {
@@ -114,7 +114,7 @@ describe('Settling', () => {
     const started = job('j1', ['a']);
     let bring!: (brought: boolean) => void;
     const fetch = new Promise<boolean>((resolve) => (bring = resolve));
-    sink.hold([
+    sink.track([
       { ...started, job: fetch.then((brought) => (brought ? started.job : undefined)) },
       { ...job('j2', ['b']), job: Promise.resolve(undefined) },
     ]);
@@ -133,8 +133,8 @@ describe('Settling', () => {
 
   it('tells each gateway that asks, once per batch started, which of its jobs were taken', () => {
     const { sink, job, taken } = harness();
-    sink.hold([job('j1', ['a']), job('j2', ['b'])]);
-    sink.hold([job('j3', ['c']), job('j4', ['d'])]);
+    sink.track([job('j1', ['a']), job('j2', ['b'])]);
+    sink.track([job('j3', ['c']), job('j4', ['d'])]);
     assert.deepEqual(taken, [], 'nothing is told at fetch');
     sink.sendTaken();
     sink.sendTaken();
@@ -153,7 +153,7 @@ describe('Settling', () => {
       warnings: [],
       timing: { queue_ms: 0, inference_ms: 0, batch_size: 1 },
     });
-    sink.hold([job('j1', ['a'])]);
+    sink.track([job('j1', ['a'])]);
     sink.accept(request('a'), large('a'));
     await sink.drain();
     assert.deepEqual(steps, ['set p:job-outcome:j1', 'complete j1 as recorded', 'publish recorded to reply:j1']);
@@ -166,7 +166,7 @@ describe('Settling', () => {
 
   it("forgets a request's cancellation once it is answered", () => {
     const { sink, job, cancellations } = harness();
-    sink.hold([job('j', ['a'])]);
+    sink.track([job('j', ['a'])]);
     cancellations.note(notice(['a', 'elsewhere'], 10 ** 15));
     sink.accept(request('a'), answer('a'));
     assert.equal(cancellations.has('a'), false);

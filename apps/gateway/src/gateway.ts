@@ -26,6 +26,7 @@ import { FileStore, OfflineKeys } from './offline/files.js';
 import { BatchStore } from './offline/batches.js';
 import { BatchRunner } from './offline/batch-runner.js';
 import { LineCallers } from './admission/line-callers.js';
+import { BULK } from '@tserve/contract';
 
 /** A start-up failure whose message says all a user needs: printed alone, no stack. */
 export class StartupError extends Error {}
@@ -65,13 +66,13 @@ function responseCache(config: GatewayConfig, queues: Redis, logger: Logger): { 
   logger.info(
     `response cache on: answers kept ${config.RESPONSE_CACHE_TTL_S} s, at most ${config.RESPONSE_CACHE_MAX_MB} MB`,
   );
-  const cache = new ResponseCache(
+  const cache = new ResponseCache({
     redis,
-    keys.responseCache(config.QUEUE_PREFIX),
-    config.RESPONSE_CACHE_TTL_S,
-    config.RESPONSE_CACHE_MAX_MB,
+    prefix: keys.responseCache(config.QUEUE_PREFIX),
+    ttlSeconds: config.RESPONSE_CACHE_TTL_S,
+    maxMb: config.RESPONSE_CACHE_MAX_MB,
     onError,
-  );
+  });
   return { cache, redis };
 }
 
@@ -140,10 +141,7 @@ function createOffline(
     // A gateway that died leaves its batches to the others (or to itself, restarted) after this.
     leaseMs: Math.max(10 * config.REGISTRY_REFRESH_MS, 5000),
     models: parts.registry,
-    batchDepth: depthLimit(
-      { maxQueueDepth: config.MAX_QUEUE_DEPTH, batchQueueShare: config.BATCH_QUEUE_SHARE },
-      'batch',
-    ),
+    bulkDepth: depthLimit({ maxQueueDepth: config.MAX_QUEUE_DEPTH, batchQueueShare: config.BATCH_QUEUE_SHARE }, BULK),
     headersFor: (owner): Record<string, string> => (lines ? { authorization: `Bearer ${lines.tokenFor(owner)}` } : {}),
     logger,
   });
@@ -253,7 +251,6 @@ export function createGateway(config: GatewayConfig, gatewayId: string, logger: 
   const offline = createOffline(config, { redis, gatewayId, logger, lines, registry });
   const traces = tracing && new GatewayTracing(tracing);
   const service = new InferenceService({
-    config,
     registry,
     admission,
     trips: transport.trips,

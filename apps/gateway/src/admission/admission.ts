@@ -88,7 +88,7 @@ export class Admission {
 
   /**
    * Decided before the body is read, in order of cost: who is calling (401), may they call this
-   * model (403), is the model overloaded (503, batch class first), does the gateway have room for
+   * model (403), is the model overloaded (503, bulk class first), does the gateway have room for
    * the body (503), is the caller over its quota (429). A refused request costs no body parsing and
    * enqueues nothing: under overload, parsing a body only to shed it is the work the server can
    * least afford. `modelOf` names the model if the path or headers do; undefined if only the body

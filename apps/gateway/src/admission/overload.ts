@@ -1,4 +1,4 @@
-import { ApiError, type Priority } from '@tserve/contract';
+import { ApiError, BULK, type Priority } from '@tserve/contract';
 import type { DepthExchange } from '@tserve/queue';
 
 /**
@@ -10,7 +10,7 @@ import type { DepthExchange } from '@tserve/queue';
 export interface OverloadLimits {
   /** MAX_QUEUE_DEPTH: requests a model may have accepted and not yet answered, over all gateways. */
   maxQueueDepth: number;
-  /** BATCH_QUEUE_SHARE: the share of that depth open to batch-class requests. */
+  /** BATCH_QUEUE_SHARE: the share of that depth open to bulk requests. */
   batchQueueShare: number;
   /** MAX_INPUTS_PER_REQUEST: inputs, and model sequences, one request may carry. */
   maxInputsPerRequest: number;
@@ -21,7 +21,7 @@ export function depthLimit(
   limits: Pick<OverloadLimits, 'maxQueueDepth' | 'batchQueueShare'>,
   priority: Priority,
 ): number {
-  return priority === 'batch' ? Math.floor(limits.maxQueueDepth * limits.batchQueueShare) : limits.maxQueueDepth;
+  return priority === BULK ? Math.floor(limits.maxQueueDepth * limits.batchQueueShare) : limits.maxQueueDepth;
 }
 
 /**
@@ -39,7 +39,7 @@ export function depthRefusal(
   const room = pieces > 1 ? `, and this request would add ${pieces} pieces` : '';
   return new ApiError(
     'overloaded',
-    `model ${model} has ${depth} requests waiting${room}${priority === 'batch' ? ' (batch class refused first)' : ''}; retry shortly`,
+    `model ${model} has ${depth} requests waiting${room}${priority === BULK ? ' (batch class refused first)' : ''}; retry shortly`,
     1,
   );
 }

@@ -1,5 +1,5 @@
 import type { Request, Response } from 'express';
-import { ApiError, applyScoreFunction, describeIssues, parseLenient, type Priority } from '@tserve/contract';
+import { ApiError, applyScoreFunction, BULK, describeIssues, parseLenient, type Priority } from '@tserve/contract';
 import type { z } from 'zod';
 import type { ServedModel } from '../serving/served-models.js';
 import {
@@ -83,7 +83,7 @@ function controls(params: Record<string, unknown> | undefined): { timeoutMs?: nu
   if (params?.priority !== undefined) {
     if (!Number.isInteger(params.priority) || (params.priority as number) < 0)
       throw new ApiError('validation', 'parameters.priority must be a non-negative integer (1 is the highest)');
-    if ((params.priority as number) > 1) out.priority = 'batch';
+    if ((params.priority as number) > 1) out.priority = BULK;
   }
   return out;
 }

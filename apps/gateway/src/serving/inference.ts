@@ -16,7 +16,6 @@ import {
   type TaskInput,
   type TaskParameters,
 } from '@tserve/contract';
-import type { GatewayConfig } from '@tserve/config';
 import type { ModelRegistry } from './model-registry.js';
 import { refusal, type ModelStatus, type ModelWeights, type ServedModel } from './served-models.js';
 import type { Admission } from '../admission/admission.js';
@@ -93,7 +92,6 @@ export interface InferenceResult {
 
 /** What the inference service is built from. */
 export interface InferenceParts {
-  config: GatewayConfig;
   registry: ModelRegistry;
   admission: Admission;
   /** Each request's trip to its model's workers and back (the transport's). */
@@ -111,32 +109,17 @@ export interface InferenceParts {
  * whether it may enter now that its size is known, send it to the workers, and shape its outcome.
  */
 export class InferenceService {
-  private readonly config: GatewayConfig;
-  private readonly registry: ModelRegistry;
-  private readonly admission: Admission;
-  private readonly trips: Pick<Trips, 'send'>;
-  private readonly observer: InferenceObserver;
-  private readonly cache?: ResponseCache;
-  private readonly tracing?: GatewayTracing;
-
-  constructor(parts: InferenceParts) {
-    this.config = parts.config;
-    this.registry = parts.registry;
-    this.admission = parts.admission;
-    this.trips = parts.trips;
-    this.observer = parts.observer;
-    this.cache = parts.cache;
-    this.tracing = parts.tracing;
-  }
+  constructor(private readonly parts: InferenceParts) {}
 
   /**
    * The model `request` runs on: the one question it asks of the registry, for a route that needs
    * the model before its call (to check its kind, to shape its outputs), which hands it on to `infer`.
    */
   async modelFor(request: InferenceRequest): Promise<RequestModel> {
-    const status = this.registry.status(request.model);
+    const status = this.parts.registry.status(request.model);
     // With no worker left, the response cache still answers what the model's last workers computed.
-    const last = status.kind === 'served' || !this.cache || request.useCache === false ? undefined : lastServed(status);
+    const last =
+      status.kind === 'served' || !this.parts.cache || request.useCache === false ? undefined : lastServed(status);
     return { served: last ?? (await this.served(request, status)), gone: last !== undefined };
   }
 
@@ -156,9 +139,9 @@ export class InferenceService {
     // A request larger than a job goes as pieces (request-pieces.ts), each counted in the depth.
     const pieceSequences = served.jobSequences;
     const pieces = sequences > pieceSequences ? inGroups(inputs, sizeOf, pieceSequences).length : 1;
-    const admitting = this.tracing?.admission(request.model);
+    const admitting = this.parts.tracing?.admission(request.model);
     try {
-      this.admission.afterBody(request.model, request.priority, { inputs: inputs.length, sequences, pieces });
+      this.parts.admission.afterBody(request.model, request.priority, { inputs: inputs.length, sequences, pieces });
     } finally {
       admitting?.end();
     }
@@ -176,14 +159,14 @@ export class InferenceService {
     };
     const sha256 = served.weights.sha256;
     // A model whose live workers disagree on their weights (a rollout) is computed afresh, never cached.
-    const cache = request.useCache === false ? undefined : this.cache;
+    const cache = request.useCache === false ? undefined : this.parts.cache;
     const looked =
       cache && sha256 ? await cache.lookup({ model: request.model, sha256, task, parameters }, inputs) : undefined;
     const missing = looked?.missing.map((i) => inputs[i]);
     const cached =
       cache && looked ? await cache.complete(looked, missing?.length ? await compute(missing) : undefined) : undefined;
     const outcome = cached ? cached.outcome : await compute(inputs);
-    this.tracing?.answering();
+    this.parts.tracing?.answering();
     if (!outcome.ok) throw ApiError.fromBody(outcome.error);
     const { warnings, timing, tokens, outputsJson } = outcome;
     // Read only by a route that needs the values: an outcome's are parsed then (readResultMessage).
@@ -198,7 +181,7 @@ export class InferenceService {
       timing,
       tokens: tokens?.reduce((n, t) => n + t, 0) ?? 0,
       weights: computedBy.weights,
-      ...(this.cache ? { cache: cached?.hits === inputs.length ? 'hit' : 'miss' } : {}),
+      ...(this.parts.cache ? { cache: cached?.hits === inputs.length ? 'hit' : 'miss' } : {}),
       ignored: [...ignoredInputs, ...ignoredParameters],
     };
   }
@@ -211,19 +194,22 @@ export class InferenceService {
    * a worker serves the model or its deadline passes, as if it had waited, since its client is told
    * to come back then. Any other model is refused saying why (404 if nothing knows it).
    */
-  private async served(request: InferenceRequest, status = this.registry.status(request.model)): Promise<ServedModel> {
+  private async served(
+    request: InferenceRequest,
+    status = this.parts.registry.status(request.model),
+  ): Promise<ServedModel> {
     const { model, deadline, signal } = request;
     if (status.kind === 'served') return status.model;
-    if (status.kind !== 'starting') throw refusal(model, status, this.registry.served());
-    const leave = this.admission.enter(model);
+    if (status.kind !== 'starting') throw refusal(model, status, this.parts.registry.served());
+    const leave = this.parts.admission.enter(model);
     if (!request.waitForModel) {
-      void this.registry.untilServed(model, deadline).then(leave);
+      void this.parts.registry.untilServed(model, deadline).then(leave);
       // The Inference API's answer; clients retry after estimated_time (or send x-wait-for-model).
       const seconds = status.starting.estimatedSeconds;
       throw new ApiError('unavailable', `Model ${model} is currently loading`, seconds, { estimated_time: seconds });
     }
     try {
-      if (!(await this.registry.untilServed(model, deadline, signal))) {
+      if (!(await this.parts.registry.untilServed(model, deadline, signal))) {
         if (signal?.aborted) throw new ApiError('cancelled', `the client went away while model ${model} was loading`);
         throw new ApiError('timeout', `the request deadline passed while model ${model} was loading`);
       }
@@ -254,17 +240,17 @@ export class InferenceService {
       enqueuedAt: Date.now(),
     };
     const { model, priority, signal } = request;
-    const leave = this.admission.enter(model);
-    const trip = this.tracing?.trip(model, queued);
+    const leave = this.parts.admission.enter(model);
+    const trip = this.parts.tracing?.trip(model, queued);
     try {
-      const outcome = await this.trips
+      const outcome = await this.parts.trips
         .send({ model, request: queued, priority, signal, jobSequences: served.jobSequences })
         .catch((err: unknown) => {
           trip?.end(undefined, err);
-          throw err instanceof SendFailed ? this.admission.enqueueFailure(err.message) : err;
+          throw err instanceof SendFailed ? this.parts.admission.enqueueFailure(err.message) : err;
         });
       trip?.end(outcome);
-      if (outcome.ok) this.observer.answered(model, outcome.timing);
+      if (outcome.ok) this.parts.observer.answered(model, outcome.timing);
       return outcome;
     } finally {
       leave();

@@ -62,25 +62,11 @@ export class ModelRegistry {
   lastError?: string;
   lastRefreshAt = 0;
 
-  private readonly redis: Redis;
-  private readonly prefix: string;
-  private readonly refreshMs: number;
-  private readonly failureTtlMs: number;
-  private readonly logger: Logger;
-  private readonly configuredIds: readonly string[];
-
-  constructor(parts: RegistryParts) {
-    this.redis = parts.redis;
-    this.prefix = parts.prefix;
-    this.refreshMs = parts.refreshMs;
-    this.failureTtlMs = parts.failureTtlMs;
-    this.logger = parts.logger;
-    this.configuredIds = parts.configured;
-  }
+  constructor(private readonly parts: RegistryParts) {}
 
   async start(): Promise<void> {
     await this.refresh();
-    this.timer = setInterval(() => void this.refresh(), this.refreshMs);
+    this.timer = setInterval(() => void this.refresh(), this.parts.refreshMs);
     this.timer.unref();
   }
 
@@ -123,19 +109,19 @@ export class ModelRegistry {
 
   /** The models a worker serves now, then those configured (MODELS): those whose queues admission bounds. */
   servedOrConfigured(): string[] {
-    return [...new Set([...this.models.keys(), ...this.configuredIds])];
+    return [...new Set([...this.models.keys(), ...this.parts.configured])];
   }
 
   /** Models that were served earlier and have no live worker now (a configured one is idle, not lost). */
   lost(): string[] {
     return [...this.known.keys()].filter(
-      (id) => !this.models.has(id) && !this.loadingModels.has(id) && !this.configuredIds.includes(id),
+      (id) => !this.models.has(id) && !this.loadingModels.has(id) && !this.parts.configured.includes(id),
     );
   }
 
   /** MODELS: the models this gateway serves whether or not a worker runs. */
   configured(): readonly string[] {
-    return this.configuredIds;
+    return this.parts.configured;
   }
 
   /**
@@ -144,7 +130,7 @@ export class ModelRegistry {
    * and start come on top: docs/operations.md).
    */
   idle(model: string): LoadingModel | undefined {
-    if (!this.configuredIds.includes(model) || this.models.has(model) || this.loadingModels.has(model))
+    if (!this.parts.configured.includes(model) || this.models.has(model) || this.loadingModels.has(model))
       return undefined;
     if (this.failures.has(model) || this.mismatched.has(model)) return undefined;
     const ms = this.loadTimes.get(model);
@@ -156,7 +142,7 @@ export class ModelRegistry {
   }
 
   idleAll(): LoadingModel[] {
-    return this.configuredIds.flatMap((id) => this.idle(id) ?? []);
+    return this.parts.configured.flatMap((id) => this.idle(id) ?? []);
   }
 
   /** The model, if its first worker is still to come: loading, or idle (scaled to zero). */
@@ -206,15 +192,15 @@ export class ModelRegistry {
 
   /** Fresh: the last refresh succeeded within a few periods. */
   get healthy(): boolean {
-    return this.lastError === undefined && Date.now() - this.lastRefreshAt < Math.max(3 * this.refreshMs, 2000);
+    return this.lastError === undefined && Date.now() - this.lastRefreshAt < Math.max(3 * this.parts.refreshMs, 2000);
   }
 
   async refresh(): Promise<void> {
     try {
       const [workers, failures, loadTimes] = await Promise.all([
-        listLiveWorkers(this.redis, this.prefix),
-        listLoadFailures(this.redis, this.prefix, this.failureTtlMs),
-        listLoadTimes(this.redis, this.prefix),
+        listLiveWorkers(this.parts.redis, this.parts.prefix),
+        listLoadFailures(this.parts.redis, this.parts.prefix, this.parts.failureTtlMs),
+        listLoadTimes(this.parts.redis, this.parts.prefix),
       ]);
       const { byModel, loading, foreign } = readHeartbeats(workers, loadTimes);
       for (const w of workers) if (w.protocol !== PROTOCOL) this.reportMismatch(w);
@@ -238,12 +224,12 @@ export class ModelRegistry {
       );
       for (const listener of [...this.listeners]) listener();
       for (const watcher of this.watchers) watcher(this);
-      if (this.lastError) this.logger.info('registry refresh recovered');
+      if (this.lastError) this.parts.logger.info('registry refresh recovered');
       this.lastError = undefined;
       this.lastRefreshAt = Date.now();
     } catch (err) {
       if (!this.lastError)
-        this.logger.warn({ err: String(err) }, `registry refresh failed: ${describeRedisFailure(err)}`);
+        this.parts.logger.warn({ err: String(err) }, `registry refresh failed: ${describeRedisFailure(err)}`);
       this.lastError = err instanceof Error ? err.message : String(err);
     }
   }
@@ -251,7 +237,7 @@ export class ModelRegistry {
   private reportMismatch(worker: WorkerInfo): void {
     if (this.reportedMismatches.has(worker.id)) return;
     this.reportedMismatches.add(worker.id);
-    this.logger.warn(
+    this.parts.logger.warn(
       { worker: worker.id, model: worker.model, protocol: worker.protocol, ours: PROTOCOL },
       mismatchOf(worker.model, [worker.protocol]).reason,
     );

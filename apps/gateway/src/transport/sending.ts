@@ -1,6 +1,7 @@
 import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import {
+  BULK,
   inGroups,
   noticeCopy,
   PROTOCOL,
@@ -206,8 +207,8 @@ export class EnqueueCoalescer {
   }
 }
 
-/** BullMQ's priority for batch-class jobs; interactive ones carry none (0), which BullMQ serves first. */
-const BATCH_JOB_PRIORITY = 1;
+/** BullMQ's priority for bulk jobs; interactive ones carry none (0), which BullMQ serves first. */
+const BULK_JOB_PRIORITY = 1;
 
 /** A job's name, which the dashboard shows: how many requests it carries. */
 const jobName = (requests: number) => `${JOB_NAME} ×${requests}`;
@@ -235,7 +236,7 @@ export class JobSender {
   /**
    * Adds jobs to a model's queue; several go in one call, one round trip. Interactive jobs go to the
    * wait list, batch jobs to BullMQ's prioritized set, which workers take from only when the wait
-   * list is empty: interactive work overtakes queued batch-class work at no extra Redis cost.
+   * list is empty: interactive work overtakes queued bulk work at no extra Redis cost.
    */
   async enqueue(model: string, priority: Priority, jobs: CoalescedJob[]): Promise<void> {
     const { redis, queues, prefix, replyTo, keepMs, breaker } = this.parts;
@@ -250,7 +251,7 @@ export class JobSender {
         tellTaken: job.tellTaken,
         keepMs,
       } satisfies JobData,
-      opts: priority === 'batch' ? { jobId: job.id, priority: BATCH_JOB_PRIORITY } : { jobId: job.id },
+      opts: priority === BULK ? { jobId: job.id, priority: BULK_JOB_PRIORITY } : { jobId: job.id },
     }));
     const added = entries.map((e) => ({ id: e.opts.jobId, data: e.data }));
     const notice: WorkNotice = { kind: 'work', jobs: entries.length, priority, ...noticeCopy(priority, added) };

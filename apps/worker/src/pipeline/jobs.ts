@@ -1,8 +1,8 @@
 import type { QueuedRequest, RequestOutcome } from '@tserve/contract';
 
 /**
- * The jobs a worker holds, as the pipeline sees them and what it needs of them. The pipeline
- * declares them and the transport implements them (transport/held-jobs.ts); startup/ hands the one
+ * The jobs a worker takes, as the pipeline sees them and what it needs of them. The pipeline
+ * declares them and the transport implements them (transport/taken-jobs.ts); startup/ hands the one
  * to the other, so that no import runs between the two rooms.
  */
 
@@ -11,8 +11,8 @@ export interface Job {
   /** The job's id: its first request's. */
   id: string;
   requests: QueuedRequest[];
-  /** Batch-class work, which interactive work may overtake. */
-  batchClass: boolean;
+  /** Bulk work, which interactive work may overtake. */
+  bulk: boolean;
 }
 
 /** Where model batches are gathered from: jobs, waited for one at a time or taken several together. */
@@ -31,15 +31,15 @@ export interface OutcomeSink {
 }
 
 /**
- * The one owner of the jobs a worker holds, from taking to settling, as BullMQ's lock manager owns
- * its worker's locks: it takes jobs from the model's queue and holds them (their locks kept) until
- * each is settled, once every one of its requests has an outcome; and it tells the gateways that
- * asked when their jobs are taken.
+ * The one owner of the jobs a worker takes, from taking to settling, as BullMQ's lock manager owns
+ * its worker's locks: it takes jobs from the model's queue and keeps their locks until each is
+ * settled, once every one of its requests has an outcome; and it tells the gateways that asked
+ * when their jobs are taken.
  */
-export interface HeldJobs extends JobSource<Job>, OutcomeSink {
+export interface TakenJobs extends JobSource<Job>, OutcomeSink {
   /** Starts taking jobs. */
   start(): void;
-  /** Interactive jobs waiting now, which may go ahead of batch-class work; 0 when none were announced. */
+  /** Interactive jobs waiting now, which may go ahead of bulk work; 0 when none were announced. */
   interactiveWaiting(): Promise<number>;
   /**
    * Tells each gateway that asked (a job's `tellTaken`), in one message, which of its jobs taken

@@ -96,7 +96,7 @@ export class InputEncoder {
           if (!pending.warnings.includes(warning)) pending.warnings.push(warning);
         }
         // Past the model's position table its call surely fails, and halving that call to find the
-        // culprit (BatchRunner's runIsolated) would cost every other input in it several calls:
+        // culprit (ModelBatchRunner's runIsolated) would cost every other input in it several calls:
         // refused before any.
         const { positions } = this.engine.loaded;
         if (positions !== undefined && encoded.ids.length > positions) throw this.tooLong(encoded);
@@ -187,7 +187,7 @@ export class RequestOutcomes {
     this.stats.succeeded(this.now(), queueMs, {
       queueMs,
       inputMs,
-      inferMs: 0,
+      modelMs: 0,
       outputMs: 0,
       inputs: request.inputs.length,
     });
@@ -215,11 +215,11 @@ export class RequestOutcomes {
       },
       tokens: pending.tokens,
     });
-    const { queueMs = 0, inputMs, inferMs, outputMs } = pending;
+    const { queueMs = 0, inputMs, modelMs, outputMs } = pending;
     this.stats.succeeded(this.now(), Math.max(0, this.now() - request.enqueuedAt), {
       queueMs,
       inputMs,
-      inferMs,
+      modelMs,
       outputMs,
       inputs: request.inputs.length,
     });

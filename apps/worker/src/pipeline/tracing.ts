@@ -29,7 +29,7 @@ export class WorkerTracing implements ModelCallObserver {
     const traced = call.requests.filter((r) => r.trace !== undefined);
     if (traced.length === 0) return;
     const end = now();
-    const start = end - call.callMs;
+    const start = end - call.inferenceMs;
     const modelEnd = start + call.modelMs;
     const attributes = {
       'tserve.batch.size': call.sequences,

@@ -6,11 +6,11 @@ import { clearLoadFailure, createRedis, keys, queueNameFor, recordLoadTime } fro
 import type { LoadedModel } from '../model/model.js';
 import { stopModelThread } from '../model/model-thread.js';
 import { headsFor } from '../tasks/index.js';
-import { BatchRunner } from '../pipeline/runner.js';
+import { ModelBatchRunner } from '../pipeline/runner.js';
 import { Consumer } from '../pipeline/consumer.js';
 import type { WorkerTracing } from '../pipeline/tracing.js';
 import { Cancellations } from '../transport/cancellations.js';
-import { HeldJobs } from '../transport/held-jobs.js';
+import { TakenJobs } from '../transport/taken-jobs.js';
 import { Intake } from '../transport/intake.js';
 import { Settling } from '../transport/settling.js';
 import type { Heartbeat } from '../transport/heartbeat.js';
@@ -65,13 +65,13 @@ export async function serve(parts: ServeParts): Promise<() => Promise<void>> {
   };
 }
 
-/** The held jobs (taken by the intake, settled by the settling), the runner and the consumer that drives them, on `connection`. */
+/** The taken jobs (fetched by the intake, settled by the settling), the runner and the consumer that drives them, on `connection`. */
 function buildPipeline(
   { config, workerId, publisher, heartbeat, worker, traces, logger }: ServeParts,
   connection: Redis,
 ): { intake: Intake; cancelled: Cancellations; consumer: Consumer } {
   const { loaded, engine, stats, batchLimits } = worker;
-  // Data flows one way: the held jobs are taken, the runner runs their requests, and each job is settled.
+  // Data flows one way: jobs are taken, the runner runs their requests, and each job is settled.
   const intake = new Intake(
     connection,
     {
@@ -90,8 +90,8 @@ function buildPipeline(
     { prefix: config.QUEUE_PREFIX, model: config.MODEL, token: workerId },
     logger,
   );
-  const jobs = new HeldJobs({ intake, settling, publisher, cancellations: cancelled, logger });
-  const runner = new BatchRunner({
+  const jobs = new TakenJobs({ intake, settling, publisher, cancellations: cancelled, logger });
+  const runner = new ModelBatchRunner({
     engine,
     heads: headsFor(loaded),
     limits: batchLimits,

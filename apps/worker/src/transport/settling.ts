@@ -19,7 +19,7 @@ export interface SettlingOptions {
 }
 
 /**
- * How a held job is settled, once every one of its requests has an outcome (held-jobs.ts). Its
+ * How a taken job is settled, once every one of its requests has an outcome (taken-jobs.ts). Its
  * outcome is written once, as its record (docs/protocol.md's glossary: `encodeRecordedOutcome`),
  * which is published to the gateway waiting for it (clients are waiting) first; then the BullMQ job
  * is completed with the outcome, for the gateway's fallback read. A record too large for one

@@ -6,15 +6,15 @@ import type { Intake } from './intake.js';
 import type { Settling } from './settling.js';
 import type { Work } from './work.js';
 
-/** A job this worker holds: its lock is kept until every one of its requests has an outcome. */
-interface Held {
+/** A job this worker took and has not settled: its lock is kept until every one of its requests has an outcome. */
+interface Unsettled {
   work: Work;
   outcomes: Array<RequestOutcome | undefined>;
   remaining: number;
 }
 
-export interface HeldJobsParts {
-  /** Takes jobs from the model's queue, and keeps the locks of those held here. */
+export interface TakenJobsParts {
+  /** Takes jobs from the model's queue, and keeps the locks of those taken and not yet settled. */
   intake: Intake;
   /** Settles a job once every one of its requests has an outcome. */
   settling: Settling;
@@ -26,29 +26,29 @@ export interface HeldJobsParts {
 }
 
 /**
- * The jobs this worker holds, from taking to settling, in one owner (the pipeline's HeldJobs,
- * pipeline/jobs.ts): a job taken from the intake is held, its lock renewed by the intake while held,
- * the gateway that asked is told when it is taken (`sendTaken`), and it is settled once every one of
- * its requests has an outcome (`accept`). BullMQ's stalled-job check returns the jobs of a worker
- * that died to the queue, every request in them.
+ * The jobs this worker has taken, from taking to settling, in one owner (the pipeline's TakenJobs,
+ * pipeline/jobs.ts): a job taken from the intake is tracked, its lock renewed by the intake until it
+ * is settled, the gateway that asked is told it is taken (`sendTaken`), and it is settled once every
+ * one of its requests has an outcome (`accept`). BullMQ's stalled-job check returns the jobs of a
+ * worker that died to the queue, every request in them.
  */
-export class HeldJobs {
-  private readonly held = new Map<string, Held>();
-  private readonly jobOfRequest = new Map<string, { held: Held; index: number }>();
+export class TakenJobs {
+  private readonly unsettled = new Map<string, Unsettled>();
+  private readonly jobOfRequest = new Map<string, { job: Unsettled; index: number }>();
   private readonly settlements = new Set<Promise<void>>();
   /** Jobs taken whose gateways asked to be told (`tellTaken`) and are not yet: job ids by reply channel. */
   private readonly untold = new Map<string, string[]>();
 
-  constructor(private readonly parts: HeldJobsParts) {}
+  constructor(private readonly parts: TakenJobsParts) {}
 
-  /** Starts taking jobs: the intake renews the locks of those held here, in one call for all. */
+  /** Starts taking jobs: the intake renews the locks of those not yet settled, in one call for all. */
   start(): void {
-    this.parts.intake.start(() => this.heldJobIds());
+    this.parts.intake.start(() => this.jobIds());
   }
 
   async next(): Promise<Work | undefined> {
     const work = await this.parts.intake.next();
-    if (work) this.hold([work]);
+    if (work) this.track([work]);
     return work;
   }
 
@@ -58,7 +58,7 @@ export class HeldJobs {
 
   async take(count: number): Promise<Work[]> {
     const works = await this.parts.intake.take(count);
-    this.hold(works);
+    this.track(works);
     return works;
   }
 
@@ -66,16 +66,16 @@ export class HeldJobs {
     return this.parts.intake.interactiveWaiting();
   }
 
-  /** Holds taken work: its requests' outcomes are expected here. */
-  hold(works: Work[]): void {
+  /** Tracks taken work until it is settled: its requests' outcomes are expected here. */
+  track(works: Work[]): void {
     for (const work of works) {
-      const held: Held = {
+      const job: Unsettled = {
         work,
         outcomes: new Array<RequestOutcome | undefined>(work.requests.length),
         remaining: work.requests.length,
       };
-      this.held.set(work.id, held);
-      work.requests.forEach((request, index) => this.jobOfRequest.set(request.id, { held, index }));
+      this.unsettled.set(work.id, job);
+      work.requests.forEach((request, index) => this.jobOfRequest.set(request.id, { job, index }));
       if (work.tellTaken) {
         const ids = this.untold.get(work.replyTo) ?? [];
         ids.push(work.id);
@@ -85,13 +85,13 @@ export class HeldJobs {
   }
 
   /**
-   * Tells each gateway, in one message, which of its jobs held since the last call were taken; it held
-   * back what arrived since and now sends it as one job. The consumer calls this as a batch starts on
-   * the model rather than at fetch: told at fetch, a gateway sends at once a small job of what arrived
-   * meanwhile, which waits in Redis for the next batch with everything after it held back behind it
-   * anyway; told at the start, it gathers all of that into one job (measured: more requests per job
-   * and fewer Redis commands per request under load, latency no worse; bench/HISTORY.md). A busy
-   * worker with peers also calls it at fetch (see Consumer).
+   * Tells each gateway, in one message, which of its jobs taken since the last call are taken; it
+   * held back what arrived since and now sends it as one job. The consumer calls this as a model
+   * batch starts rather than at fetch: told at fetch, a gateway sends at once a small job of what
+   * arrived meanwhile, which waits in Redis for the next batch with everything after it held back
+   * behind it anyway; told at the start, it gathers all of that into one job (measured: more
+   * requests per job and fewer Redis commands per request under load, latency no worse;
+   * bench/HISTORY.md). A busy worker with peers also calls it at fetch (see Consumer).
    */
   sendTaken(): void {
     for (const [channel, ids] of this.untold) {
@@ -105,21 +105,21 @@ export class HeldJobs {
     this.untold.clear();
   }
 
-  /** Ids of the jobs still waiting for outcomes: their locks must be kept. */
-  heldJobIds(): string[] {
-    return [...this.held.keys()];
+  /** Ids of the jobs taken and not yet settled: their locks must be kept. */
+  jobIds(): string[] {
+    return [...this.unsettled.keys()];
   }
 
-  /** A request's outcome; its job is settled with the last one. Requests not held here are ignored. */
+  /** A request's outcome; its job is settled with the last one. Requests of no job taken here are ignored. */
   accept(request: QueuedRequest, outcome: RequestOutcome): void {
     const place = this.jobOfRequest.get(request.id);
     if (!place) return;
     this.jobOfRequest.delete(request.id);
     this.parts.cancellations.forget(request.id);
-    place.held.outcomes[place.index] = outcome;
-    if (--place.held.remaining > 0) return;
-    const { work, outcomes } = place.held;
-    this.held.delete(work.id);
+    place.job.outcomes[place.index] = outcome;
+    if (--place.job.remaining > 0) return;
+    const { work, outcomes } = place.job;
+    this.unsettled.delete(work.id);
     const settlement = this.parts.settling.settle(work, outcomes as RequestOutcome[]);
     this.settlements.add(settlement);
     void settlement.finally(() => this.settlements.delete(settlement));
