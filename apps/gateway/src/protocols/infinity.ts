@@ -72,7 +72,8 @@ export function infinityRoutes(router: IRouter, parts: ProtocolParts): void {
         inputs: typeof body.input === 'string' ? [body.input] : body.input,
         parameters: { top_k: null, ...(body.raw_scores ? { function_to_apply: 'none' } : {}) },
       });
-      const result = await parts.service.infer(request, checkKind(await parts.service.modelFor(request), CLASSIFIER));
+      const classifier = checkKind(await parts.service.modelFor(request), CLASSIFIER);
+      const result = await parts.service.infer(request, classifier);
       answerHeaders(res, envelope, result);
       const data = (result.outputs as Array<Array<{ label: string; score: number }>>).map((scores) =>
         scores.map(({ label, score }) => ({ score, label })),

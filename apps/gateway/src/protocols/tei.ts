@@ -357,56 +357,63 @@ export function teiRoutes(router: IRouter, parts: ProtocolParts): void {
   const tei = new Tei(parts);
   const admit = (kind: RouteKind) =>
     parts.admission.beforeBody((req) => tei.choice.pickBeforeBody(req.get('x-model'), kind));
-  const request = (req: Request, res: Response): TeiRequest => ({
+  const teiRequest = (req: Request, res: Response): TeiRequest => ({
     envelope: httpEnvelope(req, res, parts.config.REQUEST_TIMEOUT_MS),
     xModel: req.get('x-model'),
   });
   /** The request's body as its route reads it; unknown fields are left out, and named in the answer. */
   const read = <T extends z.ZodType>(schema: T, req: Request, res: Response, empty?: string[]) =>
     parse(schema, req.body, (fields) => noteIgnored(res, fields), empty);
-  /** Runs a route's call (`run`, given the request's envelope, then its body), and sets the headers of its answer. */
-  const answered = async <T>(req: Request, res: Response, run: (tei: TeiRequest) => Promise<[T, InferenceResult]>) => {
-    const tei = request(req, res);
-    const [value, result] = await run(tei);
-    answerHeaders(res, tei.envelope, result);
-    return value;
-  };
   router.post('/embed', admit(EMBEDDING), json, async (req, res) => {
     const body = read(embedRequest, req, res);
-    const vectors = await answered(req, res, (request) => tei.embed(request, body));
+    const request = teiRequest(req, res);
+    const [vectors, result] = await tei.embed(request, body);
+    answerHeaders(res, request.envelope, result);
     if (body.embedding_type === 'float') sendVectors(res, vectors);
     else res.json(inType(vectors.values(), body.embedding_type));
   });
   router.post('/embed_sparse', admit(SPARSE), json, async (req, res) => {
-    sendVectors(
-      res,
-      await answered(req, res, (request) => tei.embedSparse(request, read(embedSparseRequest, req, res))),
-    );
+    const request = teiRequest(req, res);
+    const [vectors, result] = await tei.embedSparse(request, read(embedSparseRequest, req, res));
+    answerHeaders(res, request.envelope, result);
+    sendVectors(res, vectors);
   });
   router.post('/embed_all', admit(EMBEDDING), json, async (req, res) => {
-    sendVectors(res, await answered(req, res, (request) => tei.embedAll(request, read(embedAllRequest, req, res))));
+    const request = teiRequest(req, res);
+    const [vectors, result] = await tei.embedAll(request, read(embedAllRequest, req, res));
+    answerHeaders(res, request.envelope, result);
+    sendVectors(res, vectors);
   });
   router.post('/predict', admit(CLASSIFIER), json, async (req, res) => {
-    res.json(await answered(req, res, (request) => tei.predict(request, read(predictRequest, req, res))));
+    const request = teiRequest(req, res);
+    const [scores, result] = await tei.predict(request, read(predictRequest, req, res));
+    answerHeaders(res, request.envelope, result);
+    res.json(scores);
   });
   router.post('/rerank', admit(RERANKER), json, async (req, res) => {
     const body = read(rerankRequest, req, res);
-    const ranked = await answered(req, res, async (request) => {
-      const done = await tei.rerank(request, body);
-      return [done, done.result];
-    });
+    const request = teiRequest(req, res);
+    const ranked = await tei.rerank(request, body);
+    answerHeaders(res, request.envelope, ranked.result);
     res.json(body.documents ? documentRanks(body, ranked, requestIdOf(res)) : teiRanks(body, ranked));
   });
   router.post('/similarity', admit(EMBEDDING), json, async (req, res) => {
-    const similarity = (request: TeiRequest) =>
-      tei.similarity(request, read(similarityRequest, req, res, SIMILARITY_TEXTS));
-    res.json(await answered(req, res, similarity));
+    const request = teiRequest(req, res);
+    const [similarities, result] = await tei.similarity(request, read(similarityRequest, req, res, SIMILARITY_TEXTS));
+    answerHeaders(res, request.envelope, result);
+    res.json(similarities);
   });
   router.post('/tokenize', admit(ANY), json, async (req, res) => {
-    res.json(await answered(req, res, (request) => tei.tokenize(request, read(tokenizeRequest, req, res))));
+    const request = teiRequest(req, res);
+    const [tokens, result] = await tei.tokenize(request, read(tokenizeRequest, req, res));
+    answerHeaders(res, request.envelope, result);
+    res.json(tokens);
   });
   router.post('/decode', admit(ANY), json, async (req, res) => {
-    res.json(await answered(req, res, (request) => tei.decode(request, read(decodeRequest, req, res))));
+    const request = teiRequest(req, res);
+    const [texts, result] = await tei.decode(request, read(decodeRequest, req, res));
+    answerHeaders(res, request.envelope, result);
+    res.json(texts);
   });
   router.get('/info', (req, res) => {
     res.json(tei.info(req.get('x-model'), typeof req.query.model === 'string' ? req.query.model : undefined));
@@ -423,7 +430,7 @@ export function teiRoutes(router: IRouter, parts: ProtocolParts): void {
           'payload_too_large',
           `${instances.length} instances, more than the ${parts.config.MAX_INPUTS_PER_REQUEST} a request may hold (MAX_INPUTS_PER_REQUEST)`,
         );
-      const { envelope, xModel } = request(req, res);
+      const { envelope, xModel } = teiRequest(req, res);
       const answers = await Promise.all(
         instances.map((instance, i) => {
           // Each instance is a request of its own to the model: its own part of the request id.
