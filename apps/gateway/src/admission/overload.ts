@@ -68,15 +68,11 @@ export function sizeRefusal(limits: OverloadLimits, inputs: number, sequences: n
  * request for any other model is told why by routing, not that its queue is full.
  */
 export class Overload {
-  private bounded: { has(model: string): boolean };
-
   constructor(
     readonly limits: OverloadLimits,
     readonly depth: QueueDepth,
-    bounded: { has(model: string): boolean } = new Set<string>(),
-  ) {
-    this.bounded = bounded;
-  }
+    private bounded: { has(model: string): boolean } = new Set<string>(),
+  ) {}
 
   /** The models whose queues are bounded from now: those served or configured. */
   bound(models: Iterable<string>): void {
