@@ -129,17 +129,18 @@ module.exports = {
     {
       name: 'worker-pipeline-imports-the-transport',
       comment:
-        'The pipeline declares what it needs of the transport (WorkSource, OutcomeSink); startup/ hands it the transport.',
+        'The pipeline declares what it needs of the transport (TakenJobs, in pipeline/jobs.ts), types included; startup/ hands it the transport.',
       severity: 'error',
       from: { path: '^apps/worker/src/pipeline/' },
-      to: { path: '^apps/worker/src/transport/', dependencyTypesNot: ['type-only'] },
+      to: { path: '^apps/worker/src/transport/' },
     },
     {
       name: 'worker-transport-imports-a-room',
-      comment: 'transport/ implements the types the pipeline declares, and imports nothing else of the worker.',
+      comment:
+        "transport/ imports no other room of the worker, types included: it meets the pipeline's declared types by their shape, and startup/ hands one to the other.",
       severity: 'error',
       from: { path: '^apps/worker/src/transport/' },
-      to: { path: '^apps/worker/src/(model|tasks|pipeline)/', dependencyTypesNot: ['type-only'] },
+      to: { path: '^apps/worker/src/(model|tasks|pipeline)/' },
     },
     {
       name: 'worker-room-imports-the-root',

@@ -48,9 +48,9 @@ export default tseslint.config(
     },
   },
   {
-    // Tests and the benchmark read JSON answers (typed any) and assert on them: the assertion is
+    // Tests read JSON answers (typed any) and assert on them: the assertion is
     // the type check, so spelling each answer's type out first would add lines and catch nothing.
-    files: ['test/**/*.ts', 'bench/**/*.ts'],
+    files: ['test/**/*.ts'],
     rules: {
       '@typescript-eslint/no-explicit-any': 'off',
       '@typescript-eslint/no-unsafe-argument': 'off',

@@ -117,9 +117,10 @@ try {
   for (let n = 2; n <= Number(values.workers); n++) await system.addWorker(model, workerEnv);
   const tokenizer = await loadTokenizer(model, MODEL_DIR);
   const texts = Array.from({ length: 50 }, (_, i) => craftText(tokenizer, Number(values.tokens), i * 7));
-  const bodies = Array.from({ length: lines }, (_, i) => JSON.stringify({ model, input: texts[i % texts.length] }));
-  const jsonl = bodies.map((body, i) =>
-    JSON.stringify({ custom_id: `l${i}`, method: 'POST', url: '/v1/embeddings', body: JSON.parse(body) }),
+  const requests = Array.from({ length: lines }, (_, i) => ({ model, input: texts[i % texts.length] }));
+  const bodies = requests.map((body) => JSON.stringify(body));
+  const jsonl = requests.map((body, i) =>
+    JSON.stringify({ custom_id: `l${i}`, method: 'POST', url: '/v1/embeddings', body }),
   );
   const client = new OpenAI({ baseURL: `${system.url}/v1`, apiKey: user.token, maxRetries: 0 });
   const file = await client.files.create({

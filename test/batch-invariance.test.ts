@@ -20,7 +20,7 @@ import { assertSameAnswer, compareAnswers } from './helpers/answers.ts';
 const TOLERANCE = 1e-5;
 const MODELS = [CLASSIFIER, NER, NLI, EMBEDDER, FILL_MASK, QA, RERANKER];
 
-/** The input whose answers are compared, and batch mates shorter and longer than it (one model call: planBatches pads at most 2x). */
+/** The input whose answers are compared, and batch mates shorter and longer than it (one model call: planCalls pads at most 2x). */
 const TARGET = 'The soup was cold but the waiter in Paris was friendly.';
 const MATES = [
   'Fine.',

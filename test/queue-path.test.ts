@@ -245,7 +245,14 @@ describe('queue path', () => {
 
   it('a worker counts the other ready workers of its model (with some, a busy worker tells gateways at fetch)', async () => {
     const prefix = uniquePrefix('peers');
-    const heartbeat = new Heartbeat(admin, prefix, info('me', 'a'), 60_000, 60_000, pino({ level: 'silent' }));
+    const heartbeat = new Heartbeat({
+      redis: admin,
+      prefix,
+      info: info('me', 'a'),
+      everyMs: 60_000,
+      ttlMs: 60_000,
+      logger: pino({ level: 'silent' }),
+    });
     try {
       await heartbeat.beat();
       assert.equal(heartbeat.peers, 0, 'alone');

@@ -27,7 +27,7 @@ declare module 'autocannon' {
   export interface Client extends EventEmitter {
     on(event: 'headers', listener: (info: { statusCode: number; headers: string[] }) => void): this;
     on(event: 'request', listener: () => void): this;
-    on(event: string, listener: (...args: any[]) => void): this;
+    on(event: string, listener: (...args: unknown[]) => void): this;
   }
 
   export interface Histogram {
@@ -54,7 +54,7 @@ declare module 'autocannon' {
     ): this;
     on(event: 'reqError', listener: (error: Error) => void): this;
     on(event: 'done', listener: (result: Result) => void): this;
-    on(event: string, listener: (...args: any[]) => void): this;
+    on(event: string, listener: (...args: unknown[]) => void): this;
     stop(): void;
   }
 

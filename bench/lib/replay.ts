@@ -10,7 +10,7 @@
 import { AutoModel, AutoTokenizer, Tensor, env } from '@huggingface/transformers';
 import { loadWorkerConfig } from '@tserve/config';
 import { sessionOptions } from '../../apps/worker/src/model/model.ts';
-import { planBatches } from '../../apps/worker/src/pipeline/runner.ts';
+import { planCalls } from '../../apps/worker/src/pipeline/runner.ts';
 import { processMemory } from '../../test/helpers/processes.ts';
 import { variedTexts } from '../../test/helpers/texts.ts';
 
@@ -52,7 +52,7 @@ await call([encoded[0]]);
 const started = performance.now();
 for (let i = 0; i < encoded.length; i += config.BATCH_MAX_SIZE) {
   const gathered = encoded.slice(i, i + config.BATCH_MAX_SIZE).map((e) => ({ owner: e, encoded: e }));
-  for (const chunk of planBatches(gathered, {
+  for (const chunk of planCalls(gathered, {
     maxSize: config.BATCH_MAX_SIZE,
     maxPaddedTokens: config.BATCH_MAX_TOKENS,
   })) {

@@ -103,7 +103,8 @@ function workerMemoryRows(r: BenchResults): Cell[][] {
   return rows;
 }
 
-export function formatReport(r: BenchResults): string {
+/** The run: when, where, with which settings, options and models. */
+function headerLines(r: BenchResults): string[] {
   const out: string[] = [];
   const m = r.meta;
   out.push(
@@ -120,77 +121,86 @@ export function formatReport(r: BenchResults): string {
     '',
   );
 
-  const sweep = r.points.filter((p) => p.kind === 'sweep');
-  if (sweep.length) {
-    out.push('Concurrency sweep (closed loop). Latency: client-side, 200 responses, ms. batch: mean x-batch-size.');
-    out.push(
-      'queue/infer/gw: medians of x-queue-time, x-inference-time, x-total-time; http: client latency - x-total-time (median).',
-    );
-    out.push(
-      'busy: % of the point the model computed (the sum of x-inference-time / x-batch-size over the answers); below 100 it waited for work.',
-    );
-    out.push(
-      `cpu: % of one core used by gateway/worker/redis/bench(load generator)/other processes during the point; ! other > ${DISTURBED_PCT}%.`,
-    );
-    out.push(
-      "redis: per answered request, the commands Redis ran (INFO commandstats, inside BullMQ's scripts too) and the redis-server CPU µs.",
-    );
-    if (r.meta.target !== 'started by the bench')
-      out.push('(with --url the server\'s own processes are not known and count as "other")');
-    out.push(
-      table(
-        [
-          'model',
-          'tok',
-          'c',
-          'req/s',
-          'p50',
-          'p90',
-          'p99',
-          'err',
-          'redis cmd',
-          'redis µs',
-          'batch',
-          'queue',
-          'infer',
-          'busy',
-          'gw',
-          'http',
-          'in-proc seq/s',
-          'x in-proc',
-          'cpu gw/wk/rd/bn/oth',
-        ],
-        sweep.map((p) => {
-          const model = r.models.find((x) => x.model === p.model);
-          const size = Math.max(1, Math.round(p.load.server.batchMean));
-          const inproc = model?.batched.find((b) => b.tokens === p.tokens && b.batchSize === size);
-          return [
-            short(p.model),
-            p.tokens,
-            p.concurrency,
-            round(p.load.rps, 1),
-            ms(p.load.latency.p50),
-            ms(p.load.latency.p90),
-            ms(p.load.latency.p99),
-            p.load.errors,
-            p.load.redis && round(p.load.redis.commandsPerRequest, 1),
-            p.load.redis && round(p.load.redis.processUsecPerRequest, 1),
-            round(p.load.server.batchMean, 1),
-            ms(p.load.server.queueMs.p50),
-            ms(p.load.server.inferenceMs.p50),
-            Math.round(p.load.server.modelBusy * 100),
-            ms(p.load.server.gatewayTotalMs.p50),
-            ms(p.load.server.clientOverheadMs.p50),
-            inproc ? `${round(inproc.seqPerSec, 1)} @${size}` : undefined,
-            inproc ? round(p.load.rps / inproc.seqPerSec, 2) : undefined,
-            cpuCell(p),
-          ];
-        }),
-      ),
-      '',
-    );
-  }
+  return out;
+}
 
+/** The concurrency sweep: a row per point, beside the in-process figure at its batch size. */
+function sweepLines(r: BenchResults, sweep: ServerPoint[]): string[] {
+  const out: string[] = [];
+  if (!sweep.length) return out;
+  out.push('Concurrency sweep (closed loop). Latency: client-side, 200 responses, ms. batch: mean x-batch-size.');
+  out.push(
+    'queue/infer/gw: medians of x-queue-time, x-inference-time, x-total-time; http: client latency - x-total-time (median).',
+  );
+  out.push(
+    'busy: % of the point the model computed (the sum of x-inference-time / x-batch-size over the answers); below 100 it waited for work.',
+  );
+  out.push(
+    `cpu: % of one core used by gateway/worker/redis/bench(load generator)/other processes during the point; ! other > ${DISTURBED_PCT}%.`,
+  );
+  out.push(
+    "redis: per answered request, the commands Redis ran (INFO commandstats, inside BullMQ's scripts too) and the redis-server CPU µs.",
+  );
+  if (r.meta.target !== 'started by the bench')
+    out.push('(with --url the server\'s own processes are not known and count as "other")');
+  out.push(
+    table(
+      [
+        'model',
+        'tok',
+        'c',
+        'req/s',
+        'p50',
+        'p90',
+        'p99',
+        'err',
+        'redis cmd',
+        'redis µs',
+        'batch',
+        'queue',
+        'infer',
+        'busy',
+        'gw',
+        'http',
+        'in-proc seq/s',
+        'x in-proc',
+        'cpu gw/wk/rd/bn/oth',
+      ],
+      sweep.map((p) => {
+        const model = r.models.find((x) => x.model === p.model);
+        const size = Math.max(1, Math.round(p.load.server.batchMean));
+        const inproc = model?.batched.find((b) => b.tokens === p.tokens && b.batchSize === size);
+        return [
+          short(p.model),
+          p.tokens,
+          p.concurrency,
+          round(p.load.rps, 1),
+          ms(p.load.latency.p50),
+          ms(p.load.latency.p90),
+          ms(p.load.latency.p99),
+          p.load.errors,
+          p.load.redis && round(p.load.redis.commandsPerRequest, 1),
+          p.load.redis && round(p.load.redis.processUsecPerRequest, 1),
+          round(p.load.server.batchMean, 1),
+          ms(p.load.server.queueMs.p50),
+          ms(p.load.server.inferenceMs.p50),
+          Math.round(p.load.server.modelBusy * 100),
+          ms(p.load.server.gatewayTotalMs.p50),
+          ms(p.load.server.clientOverheadMs.p50),
+          inproc ? `${round(inproc.seqPerSec, 1)} @${size}` : undefined,
+          inproc ? round(p.load.rps / inproc.seqPerSec, 2) : undefined,
+          cpuCell(p),
+        ];
+      }),
+    ),
+    '',
+  );
+  return out;
+}
+
+/** The in-process baseline: the transformers.js pipeline in the bench's own process, the server idle. */
+function baselineLines(r: BenchResults): string[] {
+  const out: string[] = [];
   out.push(
     'In-process baseline (transformers.js pipeline in the bench process, server idle): pipe(text) one at a time; pipe(list) throughput by batch size.',
   );
@@ -214,77 +224,89 @@ export function formatReport(r: BenchResults): string {
     '',
   );
 
+  return out;
+}
+
+/** The batching gain: each point again with the worker restarted with BATCH_MAX_SIZE=1. */
+function batchingGainLines(r: BenchResults, sweep: ServerPoint[]): string[] {
+  const out: string[] = [];
   const batch1 = r.points.filter((p) => p.kind === 'batch1');
-  if (batch1.length) {
-    out.push('Batching gain: the same point with the worker restarted with BATCH_MAX_SIZE=1.');
-    out.push(
-      table(
-        ['model', 'tok', 'c', 'req/s batched', 'req/s size 1', 'gain', 'p50 batched', 'p50 size 1', 'p99 size 1'],
-        batch1.map((b) => {
-          const full = sweep.find(
-            (p) => p.model === b.model && p.tokens === b.tokens && p.concurrency === b.concurrency,
-          );
-          return [
-            short(b.model),
-            b.tokens,
-            b.concurrency,
-            full && round(full.load.rps, 1),
-            round(b.load.rps, 1),
-            full && round(full.load.rps / b.load.rps, 2),
-            ms(full?.load.latency.p50),
-            ms(b.load.latency.p50),
-            ms(b.load.latency.p99),
-          ];
-        }),
-      ),
-      '',
-    );
-  }
+  if (!batch1.length) return out;
+  out.push('Batching gain: the same point with the worker restarted with BATCH_MAX_SIZE=1.');
+  out.push(
+    table(
+      ['model', 'tok', 'c', 'req/s batched', 'req/s size 1', 'gain', 'p50 batched', 'p50 size 1', 'p99 size 1'],
+      batch1.map((b) => {
+        const full = sweep.find((p) => p.model === b.model && p.tokens === b.tokens && p.concurrency === b.concurrency);
+        return [
+          short(b.model),
+          b.tokens,
+          b.concurrency,
+          full && round(full.load.rps, 1),
+          round(b.load.rps, 1),
+          full && round(full.load.rps / b.load.rps, 2),
+          ms(full?.load.latency.p50),
+          ms(b.load.latency.p50),
+          ms(b.load.latency.p99),
+        ];
+      }),
+    ),
+    '',
+  );
+  return out;
+}
 
-  if (r.mixed.length) {
-    out.push(
-      'Mixed lengths: one input in N is long, the rest short, against the all-short sweep point at the same concurrency.',
-    );
-    out.push(
-      table(
-        [
-          'model',
-          'c',
-          'mix',
-          'req/s mixed',
-          'req/s short',
-          'ratio',
-          'in-proc ideal',
-          'p50 mixed',
-          'p99 mixed',
-          'p99 short',
-          'batch mixed',
-          'err',
-        ],
-        r.mixed.map((x) => {
-          const allShort = sweep.find(
-            (p) => p.model === x.model && p.tokens === x.shortTokens && p.concurrency === x.concurrency,
-          );
-          return [
-            short(x.model),
-            x.concurrency,
-            `1/${x.every} @${x.longTokens} tok`,
-            round(x.mixed.rps, 1),
-            round(x.allShortRps, 1),
-            round(x.mixed.rps / x.allShortRps, 3),
-            x.inProcessIdeal && round(x.inProcessIdeal.idealRatio, 3),
-            ms(x.mixed.latency.p50),
-            ms(x.mixed.latency.p99),
-            ms(allShort?.load.latency.p99),
-            round(x.mixed.server.batchMean, 1),
-            x.mixed.errors,
-          ];
-        }),
-      ),
-      '',
-    );
-  }
+/** Mixed lengths: one input in N long, against the all-short sweep point at the same concurrency. */
+function mixedLines(r: BenchResults, sweep: ServerPoint[]): string[] {
+  const out: string[] = [];
+  if (!r.mixed.length) return out;
+  out.push(
+    'Mixed lengths: one input in N is long, the rest short, against the all-short sweep point at the same concurrency.',
+  );
+  out.push(
+    table(
+      [
+        'model',
+        'c',
+        'mix',
+        'req/s mixed',
+        'req/s short',
+        'ratio',
+        'in-proc ideal',
+        'p50 mixed',
+        'p99 mixed',
+        'p99 short',
+        'batch mixed',
+        'err',
+      ],
+      r.mixed.map((x) => {
+        const allShort = sweep.find(
+          (p) => p.model === x.model && p.tokens === x.shortTokens && p.concurrency === x.concurrency,
+        );
+        return [
+          short(x.model),
+          x.concurrency,
+          `1/${x.every} @${x.longTokens} tok`,
+          round(x.mixed.rps, 1),
+          round(x.allShortRps, 1),
+          round(x.mixed.rps / x.allShortRps, 3),
+          x.inProcessIdeal && round(x.inProcessIdeal.idealRatio, 3),
+          ms(x.mixed.latency.p50),
+          ms(x.mixed.latency.p99),
+          ms(allShort?.load.latency.p99),
+          round(x.mixed.server.batchMean, 1),
+          x.mixed.errors,
+        ];
+      }),
+    ),
+    '',
+  );
+  return out;
+}
 
+/** The workers' memory by workload. */
+function memoryLines(r: BenchResults): string[] {
+  const out: string[] = [];
   const memoryRows = workerMemoryRows(r);
   if (memoryRows.length) {
     out.push(
@@ -294,90 +316,114 @@ export function formatReport(r: BenchResults): string {
       '',
     );
   }
+  return out;
+}
 
-  const s = r.soak;
-  if (s) {
-    out.push(
-      `Soak (open loop): ${short(s.model)} ${s.tokens} tok at ${s.targetRate} req/s offered (measured capacity ${round(s.capacityRps, 1)} req/s x ${round(s.targetRate / s.capacityRps, 2)}), ` +
-        `${s.seconds} s after ${s.warmupSeconds} s warm-up; MAX_QUEUE_DEPTH=${s.queueDepth ?? '?'} REQUEST_TIMEOUT_MS=${s.timeoutMs ?? '?'}`,
-    );
-    out.push(
-      table(
+/** The soak (open loop): what was answered and refused, latency, memory, collections and the timeline. */
+function soakLines(s: NonNullable<BenchResults['soak']>): string[] {
+  const out: string[] = [];
+  out.push(
+    `Soak (open loop): ${short(s.model)} ${s.tokens} tok at ${s.targetRate} req/s offered (measured capacity ${round(s.capacityRps, 1)} req/s x ${round(s.targetRate / s.capacityRps, 2)}), ` +
+      `${s.seconds} s after ${s.warmupSeconds} s warm-up; MAX_QUEUE_DEPTH=${s.queueDepth ?? '?'} REQUEST_TIMEOUT_MS=${s.timeoutMs ?? '?'}`,
+  );
+  out.push(
+    table(
+      [
+        'sent/s',
+        '200',
+        '503',
+        '504',
+        'other',
+        'sock err',
+        '200 req/s',
+        '200 p50',
+        '200 p99',
+        '503 p50',
+        '503 p99',
+        'RSS start',
+        'RSS end',
+        'RSS max',
+        'after',
+        'then',
+        'cpu gw/wk/rd/bn/oth',
+      ],
+      [
         [
-          'sent/s',
-          '200',
-          '503',
-          '504',
-          'other',
-          'sock err',
-          '200 req/s',
-          '200 p50',
-          '200 p99',
-          '503 p50',
-          '503 p99',
-          'RSS start',
-          'RSS end',
-          'RSS max',
-          'after',
-          'then',
-          'cpu gw/wk/rd/bn/oth',
+          round(s.load.sentPerSec, 1),
+          s.counts.ok,
+          s.counts.shed,
+          s.counts.timeout,
+          s.counts.other,
+          s.counts.socketErrors,
+          round(s.load.rps, 1),
+          ms(s.acceptedLatency.p50),
+          ms(s.acceptedLatency.p99),
+          ms(s.shedLatency.p50),
+          ms(s.shedLatency.p99),
+          s.rss.start,
+          s.rss.end,
+          s.rss.max,
+          s.rss.afterDrain,
+          s.recoveredStatus,
+          cpuCell({ model: s.model, tokens: s.tokens, concurrency: 0, kind: 'sweep', load: s.load }),
         ],
-        [
-          [
-            round(s.load.sentPerSec, 1),
-            s.counts.ok,
-            s.counts.shed,
-            s.counts.timeout,
-            s.counts.other,
-            s.counts.socketErrors,
-            round(s.load.rps, 1),
-            ms(s.acceptedLatency.p50),
-            ms(s.acceptedLatency.p99),
-            ms(s.shedLatency.p50),
-            ms(s.shedLatency.p99),
-            s.rss.start,
-            s.rss.end,
-            s.rss.max,
-            s.rss.afterDrain,
-            s.recoveredStatus,
-            cpuCell({ model: s.model, tokens: s.tokens, concurrency: 0, kind: 'sweep', load: s.load }),
-          ],
-        ],
-        0,
-      ),
-      '(RSS in MiB; "after": 2 s after the load stopped; "then": status of one request after the soak)',
-    );
-    if (s.gatewayGc) {
-      const pauses = (what: string, gc: GcWindow) =>
-        `${what} ${gc.collections}, ${round(gc.meanPauseMs, 2)} ms each on average, ${round(gc.pausedShare * 100, 2)}% of the time`;
-      const { minor, major, incremental } = s.gatewayGc;
-      out.push(
-        `Gateway collections in the window: ${pauses('young-generation', minor)}; ${pauses('full (final pause)', major)}; ${pauses('incremental marking steps', incremental)}.`,
-      );
-    }
-    if (s.redisMiB)
-      out.push(
-        `Redis used_memory: ${s.redisMiB.start} MiB when the measured window started, ${s.redisMiB.end} MiB at its end.`,
-      );
+      ],
+      0,
+    ),
+    '(RSS in MiB; "after": 2 s after the load stopped; "then": status of one request after the soak)',
+  );
+  if (s.gatewayGc) {
+    const pauses = (what: string, gc: GcWindow) =>
+      `${what} ${gc.collections}, ${round(gc.meanPauseMs, 2)} ms each on average, ${round(gc.pausedShare * 100, 2)}% of the time`;
+    const { minor, major, incremental } = s.gatewayGc;
     out.push(
-      `Load shape: autocannon overallRate, one request per connection per second, ${STAGGERED_INSTANCES} instances whose one-second windows open ${round(1000 / STAGGERED_INSTANCES, 1)} ms apart.`,
-      ...soakTimeline(s),
-      '',
+      `Gateway collections in the window: ${pauses('young-generation', minor)}; ${pauses('full (final pause)', major)}; ${pauses('incremental marking steps', incremental)}.`,
     );
   }
-  const g = r.gatewayCost;
-  if (g) {
+  if (s.redisMiB)
     out.push(
-      `Gateway alone (POST for an unserved model, answered ${g.status}; c=${g.concurrency}): ${round(g.perSec, 0)} answers/s, p50 ${ms(g.p50)} ms, p99 ${ms(g.p99)} ms, ` +
-        `gateway CPU ${g.gatewayCpuPct}% of a core = ${round(g.cpuMsPerRequest, 3)} ms CPU per request`,
-      '',
+      `Redis used_memory: ${s.redisMiB.start} MiB when the measured window started, ${s.redisMiB.end} MiB at its end.`,
     );
-  }
+  out.push(
+    `Load shape: autocannon overallRate, one request per connection per second, ${STAGGERED_INSTANCES} instances whose one-second windows open ${round(1000 / STAGGERED_INSTANCES, 1)} ms apart.`,
+    ...soakTimeline(s),
+    '',
+  );
+  return out;
+}
 
+/** The gateway alone: its CPU per request, answering for a model nobody serves. */
+function gatewayAloneLines(g: BenchResults['gatewayCost']): string[] {
+  if (!g) return [];
+  return [
+    `Gateway alone (POST for an unserved model, answered ${g.status}; c=${g.concurrency}): ${round(g.perSec, 0)} answers/s, p50 ${ms(g.p50)} ms, p99 ${ms(g.p99)} ms, ` +
+      `gateway CPU ${g.gatewayCpuPct}% of a core = ${round(g.cpuMsPerRequest, 3)} ms CPU per request`,
+    '',
+  ];
+}
+
+/** Each target, passed, failed or skipped. */
+function targetLines(r: BenchResults): string[] {
+  const out: string[] = [];
   out.push('Targets');
   for (const t of r.targets)
     out.push(`  ${t.pass === null ? 'SKIP' : t.pass ? 'PASS' : 'FAIL'}  ${t.name}\n        ${t.detail}`);
-  return out.join('\n');
+  return out;
+}
+
+export function formatReport(r: BenchResults): string {
+  const sweep = r.points.filter((p) => p.kind === 'sweep');
+  return [
+    ...headerLines(r),
+    ...sweepLines(r, sweep),
+    ...baselineLines(r),
+    ...batchingGainLines(r, sweep),
+    ...mixedLines(r, sweep),
+    ...memoryLines(r),
+    ...(r.soak ? soakLines(r.soak) : []),
+    ...gatewayAloneLines(r.gatewayCost),
+    ...targetLines(r),
+  ].join('\n');
 }
 
 export function writeResults(dir: string, r: BenchResults): { json: string; latest: string } {

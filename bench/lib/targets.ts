@@ -54,10 +54,20 @@ export function evaluateTargets(
   lengths: number[],
   concurrencies: number[],
 ): TargetResult[] {
-  const out: TargetResult[] = [];
   const shortest = Math.min(...lengths);
   const top = Math.max(...concurrencies);
+  return [
+    ...singleOverhead(r, shortest),
+    ...batchingGain(r, lengths, top),
+    ...mixedLengths(r),
+    ...soak(r),
+    ...redisCost(r, shortest, top),
+  ];
+}
 
+/** (a) At c=1, the gateway's p50 over in-process's: what the path adds to one request. */
+function singleOverhead(r: Omit<BenchResults, 'targets'>, shortest: number): TargetResult[] {
+  const out: TargetResult[] = [];
   for (const m of r.models) {
     const name = `(a) ${short(m.model)}: c=1, ${shortest} tok, gateway p50 <= in-process p50 + ${SINGLE_OVERHEAD_MS} ms`;
     const point = r.points.find(
@@ -94,7 +104,12 @@ export function evaluateTargets(
       });
     } else out.push({ id: 'a', name, pass: gw <= limit, detail: `${sweep}${floor}${least}` });
   }
+  return out;
+}
 
+/** (b) At the top concurrency, batching's gain over BATCH_MAX_SIZE=1, and the share of in-process batched throughput. */
+function batchingGain(r: Omit<BenchResults, 'targets'>, lengths: number[], top: number): TargetResult[] {
+  const out: TargetResult[] = [];
   for (const m of r.models) {
     for (const tokens of lengths) {
       const minShare = inprocessShare(m.model);
@@ -151,7 +166,12 @@ export function evaluateTargets(
       out.push({ id: 'b', name, pass, detail: parts.join('; ') });
     }
   }
+  return out;
+}
 
+/** (c) Mixed lengths against the all-short run. */
+function mixedLengths(r: Omit<BenchResults, 'targets'>): TargetResult[] {
+  const out: TargetResult[] = [];
   for (const m of r.models) {
     const mixed = r.mixed.find((x) => x.model === m.model);
     const name = `(c) ${short(m.model)}: mixed lengths >= ${MIXED_SHARE}x the all-short run`;
@@ -170,7 +190,12 @@ export function evaluateTargets(
       detail: `${round(mixed.mixed.rps, 1)} vs ${round(mixed.allShortRps, 1)} req/s = ${round(ratio, 3)}x at c=${mixed.concurrency} (1 in ${mixed.every} inputs ${mixed.longTokens} tok)${ideal}`,
     });
   }
+  return out;
+}
 
+/** (d) The soak: accepted p99 within the deadline, shed p99, the gateway's RSS flat. */
+function soak(r: Omit<BenchResults, 'targets'>): TargetResult[] {
+  const out: TargetResult[] = [];
   const s = r.soak;
   if (!s) {
     out.push(skip('d', '(d) soak', 'soak skipped'));
@@ -205,6 +230,12 @@ export function evaluateTargets(
         : 'gateway pid unknown (pass --gateway-pid with --url)',
     });
   }
+  return out;
+}
+
+/** (e) Redis's commands and time per answered request, alone and loaded. */
+function redisCost(r: Omit<BenchResults, 'targets'>, shortest: number, top: number): TargetResult[] {
+  const out: TargetResult[] = [];
   for (const m of r.models) {
     const sweep = (c: number) =>
       r.points.find((p) => p.model === m.model && p.kind === 'sweep' && p.tokens === shortest && p.concurrency === c);

@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { ApiError } from '@tserve/contract';
 import {
   BodyBudget,
+  Overload,
   QueueDepth,
   depthLimit,
   depthRefusal,
@@ -131,11 +132,9 @@ describe('admission after the body', () => {
       depth,
       breaker,
       admission: new Admission({
-        limits,
-        depth,
+        overload: new Overload(limits, depth, { has: served }),
         bodies: { budget: new BodyBudget(1000) },
         breaker,
-        models: { isServed: served },
         requestTimeoutMs: 1000,
       }),
     };

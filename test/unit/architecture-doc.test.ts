@@ -51,8 +51,11 @@ describe('docs/architecture.md', () => {
       if (/^\d+\. Gateway:/.test(line)) app = 'gateway';
       for (const [, named] of line.matchAll(/`([a-z-]+\/[^`\s]+\.ts)`/g)) {
         files++;
-        if (!isPattern(named) && !fs.existsSync(path.join(ROOT, 'apps', app, 'src', named)))
-          missing.push(`${app}: ${named}`);
+        // A package's file is named from the checkout's root, an app's from its sources.
+        const where = named.startsWith('packages/')
+          ? path.join(ROOT, named)
+          : path.join(ROOT, 'apps', app, 'src', named);
+        if (!isPattern(named) && !fs.existsSync(where)) missing.push(`${app}: ${named}`);
       }
     }
     assert.ok(files >= 10, `the walk names ${files} files`);

@@ -2,33 +2,24 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pino from 'pino';
 import type { QueuedRequest } from '@tserve/contract';
-import { Consumer, type WorkSource } from '../../apps/worker/src/pipeline/consumer.ts';
+import { Consumer } from '../../apps/worker/src/pipeline/consumer.ts';
+import type { Job, TakenJobs } from '../../apps/worker/src/pipeline/jobs.ts';
 import type { CallPacing } from '../../apps/worker/src/pipeline/precedence.ts';
 import type { PreparedBatch } from '../../apps/worker/src/pipeline/prepared-batch.ts';
-import type { BatchRunner } from '../../apps/worker/src/pipeline/runner.ts';
-import type { Settling } from '../../apps/worker/src/transport/settling.ts';
-import type { Work } from '../../apps/worker/src/transport/work.ts';
+import type { ModelBatchRunner } from '../../apps/worker/src/pipeline/runner.ts';
 
 /** A job of one request named `id`. */
-function work(id: string, batchClass: boolean): Work {
+function work(id: string, bulk: boolean): Job {
   const request = { id, inputs: ['x'], parameters: {}, deadline: Date.now() + 60_000, enqueuedAt: Date.now() };
-  return {
-    id,
-    requests: [request],
-    replyTo: 'gateway',
-    tellTaken: false,
-    batchClass,
-    keepMs: 1000,
-    job: undefined as never,
-  };
+  return { id, requests: [request], bulk };
 }
 
 /** Jobs the test hands over one by one, as a queue's would come. */
 function intake() {
-  const queue: Work[] = [];
+  const queue: Job[] = [];
   let arrived: (() => void) | undefined;
   let took: (() => void) | undefined;
-  const source: WorkSource = {
+  const source: TakenJobs = {
     start: () => undefined,
     next: async () => {
       while (queue.length === 0) await new Promise<void>((resolve) => (arrived = resolve));
@@ -39,11 +30,13 @@ function intake() {
     waiting: async () => queue.length,
     take: async (count) => queue.splice(0, count),
     interactiveWaiting: async () => 0,
+    sendTaken: () => undefined,
+    accept: () => undefined,
     close: async () => undefined,
   };
   return {
     source,
-    add: (...jobs: Work[]) => {
+    add: (...jobs: Job[]) => {
       queue.push(...jobs);
       arrived?.();
     },
@@ -55,7 +48,7 @@ function intake() {
 }
 
 /**
- * A runner that logs what it runs: a batch-class batch as three model calls (what goes ahead runs
+ * A runner that logs what it runs: a bulk batch as three model calls (what goes ahead runs
  * between them), and interactive batches at once, but for the one named `held`, until released.
  */
 function runner(held: string) {
@@ -89,37 +82,28 @@ function runner(held: string) {
   const until = async (line: string) => {
     while (!log.includes(line)) await new Promise<void>((resolve) => (logged = resolve));
   };
-  return { runner: fake as unknown as BatchRunner, log, release, until };
+  return { runner: fake as unknown as ModelBatchRunner, log, release, until };
 }
-
-const settling = {
-  hold: () => undefined,
-  tellTaken: () => undefined,
-  batchDone: () => undefined,
-  heldJobIds: () => [],
-  drain: async () => undefined,
-} as unknown as Settling;
 
 describe('Consumer', () => {
   it(
-    'runs interactive work gathered while interactive work ahead of batch-class work runs before any of its calls',
+    'runs interactive work gathered while interactive work ahead of bulk work runs before any of its calls',
     { timeout: 30_000 },
     async () => {
       const jobs = intake();
       const model = runner('first');
       const consumer = new Consumer({
-        intake: jobs.source,
+        jobs: jobs.source,
         runner: model.runner,
-        settling,
         limits: { maxSize: 32, maxWaitMs: 1000 },
         peers: { peers: 0 },
         logger: pino({ level: 'silent' }),
       });
-      // One gathered batch: an interactive job, which runs first, and batch-class work behind it.
+      // One gathered batch: an interactive job, which runs first, and bulk work behind it.
       jobs.add(work('first', false), work('batch', true));
       consumer.start();
       await model.until('first starts');
-      // An interactive job comes while the first one runs, with the batch-class work still to run.
+      // An interactive job comes while the first one runs, with the bulk work still to run.
       jobs.add(work('second', false));
       // Once the consumer has taken it, what it does with it takes no more than this turn of the
       // event loop: it waits for the next job, or for the work in hand to finish.

@@ -1,6 +1,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { gatherBatch, topUp, type JobSource } from '../../apps/worker/src/pipeline/consumer.ts';
+import { gatherBatch, topUp } from '../../apps/worker/src/pipeline/consumer.ts';
+import type { JobSource } from '../../apps/worker/src/pipeline/jobs.ts';
 
 /** A queue of job sizes, counting the calls a batch formation makes. */
 function source(sizes: number[]) {

@@ -16,7 +16,7 @@ import {
   RUNTIME_BYTES,
   type ModelShape,
 } from '../../apps/worker/src/model/memory.ts';
-import { planBatches } from '../../apps/worker/src/pipeline/runner.ts';
+import { planCalls } from '../../apps/worker/src/pipeline/runner.ts';
 
 const MiB = 2 ** 20;
 
@@ -173,7 +173,7 @@ describe('the limits a memory budget sets', () => {
     const limits = limitsWithin(minilm(700));
     const seq = (n: number) => ({ owner: n, encoded: { text: '', ids: Array<number>(n).fill(0) } });
     const lengths = [...Array<number>(40).fill(400), ...Array<number>(40).fill(500), ...Array<number>(40).fill(30)];
-    const calls = planBatches(lengths.map(seq), limits);
+    const calls = planCalls(lengths.map(seq), limits);
     assert.equal(calls.flat().length, lengths.length, 'every sequence planned once');
     for (const call of calls) {
       const longest = Math.max(...call.map((s) => s.owner));

@@ -1,7 +1,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { ApiError, type QueuedRequest, type RequestOutcome } from '@tserve/contract';
-import { BatchRunner, planBatches } from '../../apps/worker/src/pipeline/runner.ts';
+import { ModelBatchRunner, planCalls } from '../../apps/worker/src/pipeline/runner.ts';
 import type { Encoded, Engine } from '../../apps/worker/src/model/engine.ts';
 import type { TaskHead } from '../../apps/worker/src/tasks/index.ts';
 
@@ -37,12 +37,12 @@ function harness(
   } as unknown as Engine;
   const head: TaskHead = options.head ?? { decode: (_output, row, encoded) => `${encoded.text}#${row}` };
   const finished = new Map<string, RequestOutcome>();
-  const runner = new BatchRunner({
+  const runner = new ModelBatchRunner({
     engine,
     heads: () => head,
     limits: { maxSize: options.maxSize ?? 4, maxPaddedTokens: 1000, longest: options.longest },
     outcomes: {
-      record: (request, outcome) => {
+      accept: (request, outcome) => {
         assert.ok(!finished.has(request.id), `${request.id} finished twice`);
         finished.set(request.id, outcome);
       },
@@ -65,12 +65,12 @@ function harness(
 const errorType = (outcome: RequestOutcome | undefined) =>
   outcome && !outcome.ok ? outcome.error.error_type : undefined;
 
-describe('planBatches', () => {
+describe('planCalls', () => {
   const seq = (n: number) => ({ owner: n, encoded: { text: '', ids: Array(n).fill(0) } });
 
   it('sorts by length and closes a call at the size cap, the token cap, or half padding', () => {
     const plan = (lengths: number[], maxSize: number, maxPaddedTokens: number) =>
-      planBatches(lengths.map(seq), { maxSize, maxPaddedTokens }).map((c) => c.map((s) => s.owner));
+      planCalls(lengths.map(seq), { maxSize, maxPaddedTokens }).map((c) => c.map((s) => s.owner));
     assert.deepEqual(plan([5, 1, 3, 2], 2, 1000), [
       [1, 2],
       [3, 5],
@@ -84,14 +84,14 @@ describe('planBatches', () => {
   });
 
   it('gives a sequence longer than the padded-token cap a call of its own, and plans every sequence once', () => {
-    const plan = planBatches([3, 50, 3, 3].map(seq), { maxSize: 8, maxPaddedTokens: 10 }).map((c) =>
+    const plan = planCalls([3, 50, 3, 3].map(seq), { maxSize: 8, maxPaddedTokens: 10 }).map((c) =>
       c.map((s) => s.owner),
     );
     assert.deepEqual(plan, [[3, 3, 3], [50]]);
   });
 });
 
-describe('BatchRunner', () => {
+describe('ModelBatchRunner', () => {
   it('answers every input of a request once, in order, after its last call', async () => {
     const { runner, finished, request } = harness();
     await runner.run([request('a', ['one', 'two words', 'three little words']), request('b', ['alone'])]);

@@ -47,9 +47,15 @@ function coalescerOver(
     graceMs?: number;
   } = {},
 ) {
-  return new EnqueueCoalescer({
+  const maxSequences = options.maxSequences ?? (() => 32);
+  /** Each request submitted with its model's batch size, as the inference service sends it. */
+  class Coalescer extends EnqueueCoalescer {
+    override submit(model: string, request: QueuedRequest, priority: Priority = 'interactive') {
+      return super.submit(model, request, priority, maxSequences(model));
+    }
+  }
+  return new Coalescer({
     sender: { enqueue },
-    models: { batchSize: options.maxSequences ?? (() => 32) },
     depth: { own: options.depth ?? (() => Number.POSITIVE_INFINITY) },
     graceMs: options.graceMs ?? 60_000,
   });

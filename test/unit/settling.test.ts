@@ -15,9 +15,11 @@ import {
   type ReadResultMessage,
   type RequestOutcome,
 } from '@tserve/contract';
+import { TakenJobs } from '../../apps/worker/src/transport/taken-jobs.ts';
+import type { Intake } from '../../apps/worker/src/transport/intake.ts';
 import { Settling } from '../../apps/worker/src/transport/settling.ts';
 import type { Work } from '../../apps/worker/src/transport/work.ts';
-import { Cancellations } from '../../apps/worker/src/pipeline/cancellations.ts';
+import { Cancellations } from '../../apps/worker/src/transport/cancellations.ts';
 
 const notice = (ids: string[], deadline: number) =>
   JSON.stringify({ kind: 'cancel', ids, deadline } satisfies CancelNotice);
@@ -37,7 +39,7 @@ function plain(message: ReadResultMessage | undefined): JobOutcome | JobsTaken |
   return { ...message, outcomes: message.outcomes.map(({ outputsJson: _json, ...rest }) => ({ ...rest })) };
 }
 
-/** A Settling over a publisher and jobs that record what they are asked to do. */
+/** Taken jobs, settled over a publisher, that record what they are asked to do. */
 function harness() {
   const published: Array<{ channel: string; outcome: JobOutcome }> = [];
   const taken: Array<{ channel: string; message: JobsTaken }> = [];
@@ -64,7 +66,7 @@ function harness() {
     // j3 comes from j1's gateway; j4's gateway had nothing else outstanding, and did not ask to be told.
     replyTo: id === 'j3' ? 'reply:j1' : `reply:${id}`,
     tellTaken: id !== 'j4',
-    batchClass: false,
+    bulk: false,
     keepMs: 15_000,
     job: Promise.resolve({
       moveToCompleted: async (result: JobOutcome | JobRecorded, token: string) => {
@@ -75,25 +77,27 @@ function harness() {
   });
   const silent = { debug() {}, warn() {} } as unknown as Logger;
   const cancellations = new Cancellations();
-  const sink = new Settling(
-    publisher as unknown as Redis,
+  const settling = new Settling(publisher as unknown as Redis, { prefix: 'p', model: 'm', token: 'worker-1' }, silent);
+  const sink = new TakenJobs({
+    intake: {} as Intake,
+    settling,
+    publisher: publisher as unknown as Redis,
     cancellations,
-    { prefix: 'p', model: 'm', token: 'worker-1' },
-    silent,
-  );
+    logger: silent,
+  });
   return { sink, job, published, completed, stored, taken, cancellations, steps };
 }
 
 describe('Settling', () => {
   it("settles a job once, with its last outcome, the outcomes in the job's order", async () => {
     const { sink, job, published, completed } = harness();
-    sink.hold([job('j1', ['a', 'b']), job('j2', ['c'])]);
-    assert.deepEqual(sink.heldJobIds(), ['j1', 'j2']);
-    sink.record(request('b'), answer('b'));
+    sink.track([job('j1', ['a', 'b']), job('j2', ['c'])]);
+    assert.deepEqual(sink.jobIds(), ['j1', 'j2']);
+    sink.accept(request('b'), answer('b'));
     assert.equal(published.length, 0, 'j1 still waits for a');
-    sink.record(request('a'), answer('a'));
-    sink.record(request('a'), answer('a'));
-    sink.record(request('unknown'), answer('unknown'));
+    sink.accept(request('a'), answer('a'));
+    sink.accept(request('a'), answer('a'));
+    sink.accept(request('unknown'), answer('unknown'));
     await sink.drain();
     assert.deepEqual(published, [
       {
@@ -102,7 +106,7 @@ describe('Settling', () => {
       },
     ]);
     assert.deepEqual(completed, [{ job: 'j1', token: 'worker-1' }]);
-    assert.deepEqual(sink.heldJobIds(), ['j2'], 'j2 keeps its lock');
+    assert.deepEqual(sink.jobIds(), ['j2'], 'j2 keeps its lock');
   });
 
   it('answers work started ahead of its fetch once the fetch brings its job, and drops it where the fetch did not', async () => {
@@ -110,12 +114,12 @@ describe('Settling', () => {
     const started = job('j1', ['a']);
     let bring!: (brought: boolean) => void;
     const fetch = new Promise<boolean>((resolve) => (bring = resolve));
-    sink.hold([
+    sink.track([
       { ...started, job: fetch.then((brought) => (brought ? started.job : undefined)) },
       { ...job('j2', ['b']), job: Promise.resolve(undefined) },
     ]);
-    sink.record(request('a'), answer('a'));
-    sink.record(request('b'), answer('b'));
+    sink.accept(request('a'), answer('a'));
+    sink.accept(request('b'), answer('b'));
     await new Promise((resolve) => setImmediate(resolve));
     assert.equal(published.length, 0, 'j1 waits for its fetch; j2 was not fetched');
     bring(true);
@@ -129,11 +133,11 @@ describe('Settling', () => {
 
   it('tells each gateway that asks, once per batch started, which of its jobs were taken', () => {
     const { sink, job, taken } = harness();
-    sink.hold([job('j1', ['a']), job('j2', ['b'])]);
-    sink.hold([job('j3', ['c']), job('j4', ['d'])]);
+    sink.track([job('j1', ['a']), job('j2', ['b'])]);
+    sink.track([job('j3', ['c']), job('j4', ['d'])]);
     assert.deepEqual(taken, [], 'nothing is told at fetch');
-    sink.tellTaken();
-    sink.tellTaken();
+    sink.sendTaken();
+    sink.sendTaken();
     assert.deepEqual(taken, [
       { channel: 'reply:j1', message: { kind: 'taken', jobs: ['j1', 'j3'] } },
       { channel: 'reply:j2', message: { kind: 'taken', jobs: ['j2'] } },
@@ -149,8 +153,8 @@ describe('Settling', () => {
       warnings: [],
       timing: { queue_ms: 0, inference_ms: 0, batch_size: 1 },
     });
-    sink.hold([job('j1', ['a'])]);
-    sink.record(request('a'), large('a'));
+    sink.track([job('j1', ['a'])]);
+    sink.accept(request('a'), large('a'));
     await sink.drain();
     assert.deepEqual(steps, ['set p:job-outcome:j1', 'complete j1 as recorded', 'publish recorded to reply:j1']);
     assert.deepEqual(
@@ -162,9 +166,9 @@ describe('Settling', () => {
 
   it("forgets a request's cancellation once it is answered", () => {
     const { sink, job, cancellations } = harness();
-    sink.hold([job('j', ['a'])]);
+    sink.track([job('j', ['a'])]);
     cancellations.note(notice(['a', 'elsewhere'], 10 ** 15));
-    sink.record(request('a'), answer('a'));
+    sink.accept(request('a'), answer('a'));
     assert.equal(cancellations.has('a'), false);
     assert.equal(cancellations.has('elsewhere'), true, 'held by another worker: kept until it is old');
   });

@@ -267,7 +267,7 @@ const request = (id: string): QueuedRequest => ({
 describe('a trip', () => {
   it('resolves with the outcome its job brings', async (t) => {
     const { subscriber, coalescer, trips } = await tripHarness(t);
-    const trip = trips.send({ model: 'm', request: request('r1'), priority: 'interactive' });
+    const trip = trips.send({ model: 'm', request: request('r1'), priority: 'interactive', jobSequences: 32 });
     coalescer.sent('r1', { job: 'r1' });
     await new Promise((resolve) => setImmediate(resolve));
     subscriber.say({ kind: 'outcome', job: 'r1', model: 'm', outcomes: [answer('r1')] });
@@ -280,7 +280,13 @@ describe('a trip', () => {
   it('takes back a request whose client leaves before it is sent, and counts it at the gateway', async (t) => {
     const { coalescer, cancelled, trips } = await tripHarness(t);
     const client = new AbortController();
-    const trip = trips.send({ model: 'm', request: request('r1'), priority: 'interactive', signal: client.signal });
+    const trip = trips.send({
+      model: 'm',
+      request: request('r1'),
+      priority: 'interactive',
+      signal: client.signal,
+      jobSequences: 32,
+    });
     client.abort();
     await assert.rejects(trip, { status: 499 });
     assert.deepEqual(trips.abandoned.get('m'), { gateway: 1, queue: 0 });
@@ -292,7 +298,13 @@ describe('a trip', () => {
   it('names a queued request to the workers when its client leaves, and counts it in the queue', async (t) => {
     const { coalescer, cancelled, trips } = await tripHarness(t);
     const client = new AbortController();
-    const trip = trips.send({ model: 'm', request: request('r1'), priority: 'interactive', signal: client.signal });
+    const trip = trips.send({
+      model: 'm',
+      request: request('r1'),
+      priority: 'interactive',
+      signal: client.signal,
+      jobSequences: 32,
+    });
     coalescer.sent('r1', { job: 'r1' });
     await new Promise((resolve) => setImmediate(resolve));
     client.abort();
@@ -304,7 +316,7 @@ describe('a trip', () => {
 
   it('fails with SendFailed, and stops waiting, when its job cannot be added', async (t) => {
     const { coalescer, trips } = await tripHarness(t);
-    const trip = trips.send({ model: 'm', request: request('r1'), priority: 'interactive' });
+    const trip = trips.send({ model: 'm', request: request('r1'), priority: 'interactive', jobSequences: 32 });
     coalescer.sent('r1', { error: new Error('Redis is down') });
     await assert.rejects(trip, (err: unknown) => err instanceof SendFailed && /Redis is down/.test(err.message));
     assert.equal(trips.pending, 0);

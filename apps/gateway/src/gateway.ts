@@ -5,7 +5,7 @@ import type { GatewayConfig } from '@tserve/config';
 import type { Tracing } from '@tserve/telemetry';
 import { createRedis, DepthExchange, keys, whenReady } from '@tserve/queue';
 import { ModelRegistry } from './serving/model-registry.js';
-import { QueueDepth, BodyBudget, depthLimit } from './admission/overload.js';
+import { QueueDepth, BodyBudget, depthLimit, Overload } from './admission/overload.js';
 import { createRedisBreaker } from './admission/breaker.js';
 import { Transport } from './transport/index.js';
 import { createSnapshot } from './serving/snapshot.js';
@@ -26,6 +26,7 @@ import { FileStore, OfflineKeys } from './offline/files.js';
 import { BatchStore } from './offline/batches.js';
 import { BatchRunner } from './offline/batch-runner.js';
 import { LineCallers } from './admission/line-callers.js';
+import { BULK } from '@tserve/contract';
 
 /** A start-up failure whose message says all a user needs: printed alone, no stack. */
 export class StartupError extends Error {}
@@ -65,13 +66,13 @@ function responseCache(config: GatewayConfig, queues: Redis, logger: Logger): { 
   logger.info(
     `response cache on: answers kept ${config.RESPONSE_CACHE_TTL_S} s, at most ${config.RESPONSE_CACHE_MAX_MB} MB`,
   );
-  const cache = new ResponseCache(
+  const cache = new ResponseCache({
     redis,
-    keys.responseCache(config.QUEUE_PREFIX),
-    config.RESPONSE_CACHE_TTL_S,
-    config.RESPONSE_CACHE_MAX_MB,
+    prefix: keys.responseCache(config.QUEUE_PREFIX),
+    ttlSeconds: config.RESPONSE_CACHE_TTL_S,
+    maxMb: config.RESPONSE_CACHE_MAX_MB,
     onError,
-  );
+  });
   return { cache, redis };
 }
 
@@ -97,19 +98,21 @@ function createAdmission(
 ): { admission: Admission; apiKeys?: KeyStore; lines?: LineCallers } {
   const apiKeys = loadKeys(config, logger);
   const lines = apiKeys && new LineCallers(apiKeys);
+  const limits = {
+    maxQueueDepth: config.MAX_QUEUE_DEPTH,
+    batchQueueShare: config.BATCH_QUEUE_SHARE,
+    maxInputsPerRequest: config.MAX_INPUTS_PER_REQUEST,
+  };
+  const overload = new Overload(limits, parts.depth);
+  // Only the queues of models served or configured are bounded: as the registry reads them, not per request.
+  parts.registry.watch((registry) => overload.bound(registry.servedOrConfigured()));
   const admission = new Admission({
     keys: apiKeys,
     lines,
     quotas: apiKeys ? new Quotas(redis, config.QUEUE_PREFIX) : undefined,
-    limits: {
-      maxQueueDepth: config.MAX_QUEUE_DEPTH,
-      batchQueueShare: config.BATCH_QUEUE_SHARE,
-      maxInputsPerRequest: config.MAX_INPUTS_PER_REQUEST,
-    },
-    depth: parts.depth,
+    overload,
     bodies: { budget: parts.bodies },
     breaker: parts.breaker,
-    models: parts.registry,
     requestTimeoutMs: config.REQUEST_TIMEOUT_MS,
     onQuotaRejected: parts.metrics.quotaRejected,
   });
@@ -138,10 +141,7 @@ function createOffline(
     // A gateway that died leaves its batches to the others (or to itself, restarted) after this.
     leaseMs: Math.max(10 * config.REGISTRY_REFRESH_MS, 5000),
     models: parts.registry,
-    batchDepth: depthLimit(
-      { maxQueueDepth: config.MAX_QUEUE_DEPTH, batchQueueShare: config.BATCH_QUEUE_SHARE },
-      'batch',
-    ),
+    bulkDepth: depthLimit({ maxQueueDepth: config.MAX_QUEUE_DEPTH, batchQueueShare: config.BATCH_QUEUE_SHARE }, BULK),
     headersFor: (owner): Record<string, string> => (lines ? { authorization: `Bearer ${lines.tokenFor(owner)}` } : {}),
     logger,
   });
@@ -251,7 +251,6 @@ export function createGateway(config: GatewayConfig, gatewayId: string, logger: 
   const offline = createOffline(config, { redis, gatewayId, logger, lines, registry });
   const traces = tracing && new GatewayTracing(tracing);
   const service = new InferenceService({
-    config,
     registry,
     admission,
     trips: transport.trips,

@@ -82,14 +82,14 @@ async function main(): Promise<void> {
     batchMaxWaitMs: config.BATCH_MAX_WAIT_MS,
     maxTokens: 0,
   };
-  const heartbeat = new Heartbeat(
-    publisher,
-    config.QUEUE_PREFIX,
+  const heartbeat = new Heartbeat({
+    redis: publisher,
+    prefix: config.QUEUE_PREFIX,
     info,
-    config.HEARTBEAT_MS,
-    config.WORKER_TTL_MS,
+    everyMs: config.HEARTBEAT_MS,
+    ttlMs: config.WORKER_TTL_MS,
     logger,
-  );
+  });
   await heartbeat.start();
   const worker = await loadModel({ config, memoryDefaulted, info, heartbeat, logger, started });
   const stop = await serve({ config, workerId, publisher, heartbeat, info, worker, traces, logger });

@@ -250,9 +250,15 @@ export function sequencesOf(task: Operation, input: TaskInput, parameters: TaskP
   return 1;
 }
 
-/** Who goes first: workers take interactive requests before batch ones, and batch ones are shed first. */
+/**
+ * The priority classes, who goes first: workers take interactive requests before bulk ones, and
+ * admission sheds bulk ones first. The bulk class is spelled `batch` where clients name it
+ * (`x-priority`, `options.priority`, an API key's `priority`): `BULK` is that spelling.
+ */
 export const PRIORITIES = ['interactive', 'batch'] as const;
 export type Priority = (typeof PRIORITIES)[number];
+/** The bulk class, as clients spell it. */
+export const BULK = 'batch' satisfies Priority;
 
 /** The Inference API body's `options`. */
 export const optionsSchema = z

@@ -233,7 +233,7 @@ export const workNoticeSchema = z.object({
   /** Jobs just added. */
   jobs: z.number().int().positive(),
   /**
-   * Their class: a worker running batch-class work lets interactive jobs go ahead of its next model
+   * Their class: a worker running bulk work lets interactive jobs go ahead of its next model
    * call. Optional (a gateway always sends it): a worker that does not know it is no worse off.
    */
   priority: z.enum(PRIORITIES).optional(),

@@ -4,7 +4,7 @@ import { effectivePriority, keyAllows, type ApiKey, type KeyStore } from './api-
 import { QuotaExceeded, type QuotaReason, type QuotaState, type Quotas } from './quotas.js';
 import type { RedisBreaker } from './breaker.js';
 import type { LineCallers } from './line-callers.js';
-import { depthRefusal, sizeRefusal, type BodyBudget, type OverloadLimits, type QueueDepth } from './overload.js';
+import type { BodyBudget, Overload } from './overload.js';
 import { describeRedisFailure } from '@tserve/queue';
 import { requestIdOf } from '../http/request-id.js';
 import type { CountsBodyBytes } from '../http/http-server.js';
@@ -16,7 +16,7 @@ import type { CountsBodyBytes } from '../http/http-server.js';
  * body is read, with what the headers and path say, and after, with what the body says.
  */
 
-/** What admission decided for a request; the route handler reads it from `res.locals.admitted`. */
+/** What admission decided for a request: `admit` returns it, and keeps it in `res.locals.admitted` (`admittedOf`). */
 export interface Admitted {
   key?: ApiKey;
   priority: Priority;
@@ -28,13 +28,11 @@ export interface AdmissionParts {
   /** A batch's lines, sent by this gateway as the key that owns the batch (with keys). */
   lines?: LineCallers;
   quotas?: Quotas;
-  limits: OverloadLimits;
-  depth: QueueDepth;
+  /** The queue depth limits, and the size limit, a model's requests are held to. */
+  overload: Overload;
   /** The request bodies this gateway may hold at once. */
   bodies: { budget: BodyBudget };
   breaker: RedisBreaker;
-  /** Whether a worker serves the model now, or it is configured (MODELS): only their queues can be full (the registry). */
-  models: { isServed(model: string): boolean };
   /** The longest a request may live: slots in flight expire after it. */
   requestTimeoutMs: number;
   onQuotaRejected?: (key: ApiKey, reason: QuotaReason) => void;
@@ -44,8 +42,11 @@ export interface AdmissionParts {
 export interface CallerAsks {
   /** The API key as presented; '' when presented in a form not understood. */
   key?: string;
-  /** The model, where the request names it before its body; asked once the key is known (naming it may refuse the request). */
-  model: () => string | undefined;
+  /**
+   * The model, where the request names it before its body; or why the name is refused (a path that
+   * names an unknown task), thrown once the key is known: a caller without a key hears 401 first.
+   */
+  model?: string | ApiError;
   /** The priority class asked for (`x-priority`), unchecked; it may lower the key's class, never raise it. */
   priority?: string;
 }
@@ -87,22 +88,32 @@ export class Admission {
 
   /**
    * Decided before the body is read, in order of cost: who is calling (401), may they call this
-   * model (403), is the model overloaded (503, batch class first), does the gateway have room for
+   * model (403), is the model overloaded (503, bulk class first), does the gateway have room for
    * the body (503), is the caller over its quota (429). A refused request costs no body parsing and
    * enqueues nothing: under overload, parsing a body only to shed it is the work the server can
-   * least afford. `modelOf` names the model if the path or headers do (it may throw to refuse the
-   * request); undefined if only the body will tell.
+   * least afford. `modelOf` names the model if the path or headers do; undefined if only the body
+   * will tell.
    */
   beforeBody(modelOf: (req: Request) => string | undefined): RequestHandler {
     return async (req: Request, res: Response, next: NextFunction) => {
-      const asks = { key: presentedKey(req), model: () => modelOf(req), priority: req.get('x-priority') };
-      const admitted = this.caller(asks, () => res.setHeader('WWW-Authenticate', UNKNOWN_KEY));
-      this.holdBody(req, res);
-      const quota = await this.quota(admitted, requestIdOf(res), (state) => setQuotaHeaders(res, state));
-      if (quota) res.once('close', quota);
-      res.locals.admitted = admitted satisfies Admitted;
+      await this.admit(req, res, modelOf(req));
       next();
     };
+  }
+
+  /**
+   * The first look at an HTTP request, before its body is read (as `beforeBody`, for a route that
+   * reads its body itself): what it decided (also kept for the request log: `admittedOf`), or the
+   * refusal thrown. `model` names the model where the path or headers do (CallerAsks).
+   */
+  async admit(req: Request, res: Response, model: CallerAsks['model']): Promise<Admitted> {
+    const asks = { key: presentedKey(req), model, priority: req.get('x-priority') };
+    const admitted = this.caller(asks, () => res.setHeader('WWW-Authenticate', UNKNOWN_KEY));
+    this.holdBody(req, res);
+    const quota = await this.quota(admitted, requestIdOf(res), (state) => setQuotaHeaders(res, state));
+    if (quota) res.once('close', quota);
+    res.locals.admitted = admitted satisfies Admitted;
+    return admitted;
   }
 
   /**
@@ -111,7 +122,7 @@ export class Admission {
    */
   identify(): RequestHandler {
     return (req: Request, res: Response, next: NextFunction) => {
-      const asks = { key: presentedKey(req), model: () => undefined };
+      const asks = { key: presentedKey(req) };
       res.locals.admitted = this.caller(asks, () => res.setHeader('WWW-Authenticate', UNKNOWN_KEY)) satisfies Admitted;
       next();
     };
@@ -135,11 +146,12 @@ export class Admission {
         );
       }
     }
-    const model = asked.model();
+    const model = asked.model;
+    if (model instanceof ApiError) throw model;
     if (key && model !== undefined && !keyAllows(key, model))
       throw new ApiError('forbidden', `API key ${key.name} may not call model ${model}`);
     const priority = effectivePriority(key?.priority ?? 'interactive', priorityNamed(asked.priority));
-    const overloaded = model === undefined ? undefined : this.queueFull(model, priority);
+    const overloaded = model === undefined ? undefined : this.parts.overload.beforeBody(model, priority);
     if (overloaded) throw overloaded;
     return { key, priority };
   }
@@ -180,16 +192,13 @@ export class Admission {
    * many requests would. Throws the refusal.
    */
   afterBody(model: string, priority: Priority, size: { inputs: number; sequences: number; pieces?: number }): void {
-    const refusal =
-      sizeRefusal(this.parts.limits, size.inputs, size.sequences) ??
-      this.queueFull(model, priority, size.pieces) ??
-      this.parts.breaker.refusal();
+    const refusal = this.parts.overload.afterBody(model, priority, size) ?? this.parts.breaker.refusal();
     if (refusal) throw refusal;
   }
 
   /** An admitted request is on its way to the queue: it counts towards the model's depth until `leave` is called. */
   enter(model: string): () => void {
-    return this.parts.depth.enter(model);
+    return this.parts.overload.depth.enter(model);
   }
 
   /**
@@ -220,11 +229,5 @@ export class Admission {
     const hold = budget.hold();
     (req as CountsBodyBytes).bodyBytes = (bytes) => (hold.add(bytes) ? undefined : budget.refusal());
     res.once('close', hold.release);
-  }
-
-  /** The 503 for a request, of `pieces` requests' room, that finds the model's queue full for its class. */
-  private queueFull(model: string, priority: Priority, pieces = 1): ApiError | undefined {
-    if (!this.parts.models.isServed(model)) return undefined;
-    return depthRefusal(this.parts.limits, model, this.parts.depth.of(model), priority, pieces);
   }
 }

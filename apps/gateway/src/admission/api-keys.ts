@@ -1,7 +1,7 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import fs from 'node:fs';
 import { z } from 'zod';
-import { PRIORITIES, type Priority } from '@tserve/contract';
+import { BULK, PRIORITIES, type Priority } from '@tserve/contract';
 
 /**
  * API keys: `tsk_<id>_<secret>`. Only a SHA-256 of the secret is stored: the secret is 32 random
@@ -140,5 +140,5 @@ export function keyAllows(key: ApiKey, model: string): boolean {
 
 /** The class a request runs in: its key's, or lower if the client asks for lower. */
 export function effectivePriority(keyClass: Priority, asked: Priority | undefined): Priority {
-  return keyClass === 'batch' || asked === 'batch' ? 'batch' : 'interactive';
+  return keyClass === BULK || asked === BULK ? BULK : 'interactive';
 }

@@ -1,4 +1,4 @@
-import { ApiError, type Priority } from '@tserve/contract';
+import { ApiError, BULK, type Priority } from '@tserve/contract';
 import type { DepthExchange } from '@tserve/queue';
 
 /**
@@ -10,7 +10,7 @@ import type { DepthExchange } from '@tserve/queue';
 export interface OverloadLimits {
   /** MAX_QUEUE_DEPTH: requests a model may have accepted and not yet answered, over all gateways. */
   maxQueueDepth: number;
-  /** BATCH_QUEUE_SHARE: the share of that depth open to batch-class requests. */
+  /** BATCH_QUEUE_SHARE: the share of that depth open to bulk requests. */
   batchQueueShare: number;
   /** MAX_INPUTS_PER_REQUEST: inputs, and model sequences, one request may carry. */
   maxInputsPerRequest: number;
@@ -21,7 +21,7 @@ export function depthLimit(
   limits: Pick<OverloadLimits, 'maxQueueDepth' | 'batchQueueShare'>,
   priority: Priority,
 ): number {
-  return priority === 'batch' ? Math.floor(limits.maxQueueDepth * limits.batchQueueShare) : limits.maxQueueDepth;
+  return priority === BULK ? Math.floor(limits.maxQueueDepth * limits.batchQueueShare) : limits.maxQueueDepth;
 }
 
 /**
@@ -39,7 +39,7 @@ export function depthRefusal(
   const room = pieces > 1 ? `, and this request would add ${pieces} pieces` : '';
   return new ApiError(
     'overloaded',
-    `model ${model} has ${depth} requests waiting${room}${priority === 'batch' ? ' (batch class refused first)' : ''}; retry shortly`,
+    `model ${model} has ${depth} requests waiting${room}${priority === BULK ? ' (batch class refused first)' : ''}; retry shortly`,
     1,
   );
 }
@@ -59,6 +59,47 @@ export function sizeRefusal(limits: OverloadLimits, inputs: number, sequences: n
     'payload_too_large',
     `${what} in one request; at most ${max} are accepted (MAX_INPUTS_PER_REQUEST)`,
   );
+}
+
+/**
+ * The overload limits a model's requests are held to, and the depth they are checked against: one
+ * question before a request's body is read, one after. Only the queues of models served or
+ * configured (MODELS) are bounded (`bound`, which the model registry calls as it refreshes): a
+ * request for any other model is told why by routing, not that its queue is full.
+ */
+export class Overload {
+  constructor(
+    readonly limits: OverloadLimits,
+    readonly depth: QueueDepth,
+    private bounded: { has(model: string): boolean } = new Set<string>(),
+  ) {}
+
+  /** The models whose queues are bounded from now: those served or configured. */
+  bound(models: Iterable<string>): void {
+    this.bounded = new Set(models);
+  }
+
+  /** Before the body: the 503 where the model's queue is full for the request's class. */
+  beforeBody(model: string, priority: Priority): ApiError | undefined {
+    return this.queueFull(model, priority, 1);
+  }
+
+  /**
+   * Once the body is read: the 413 for a request too large, else the 503 where the queue, which may
+   * have filled while the body arrived, has no room for it (for each of its `pieces`).
+   */
+  afterBody(
+    model: string,
+    priority: Priority,
+    size: { inputs: number; sequences: number; pieces?: number },
+  ): ApiError | undefined {
+    return sizeRefusal(this.limits, size.inputs, size.sequences) ?? this.queueFull(model, priority, size.pieces ?? 1);
+  }
+
+  private queueFull(model: string, priority: Priority, pieces: number): ApiError | undefined {
+    if (!this.bounded.has(model)) return undefined;
+    return depthRefusal(this.limits, model, this.depth.of(model), priority, pieces);
+  }
 }
 
 /**

@@ -1,4 +1,4 @@
-import express, { type Request, type RequestHandler } from 'express';
+import express, { type Request, type RequestHandler, type Response } from 'express';
 import { isUtf8 } from 'node:buffer';
 import type { GatewayConfig } from '@tserve/config';
 import { bodyRefusal } from './http-server.js';
@@ -34,4 +34,15 @@ export function textBody(config: GatewayConfig): RequestHandler {
 
 export function isJson(req: Request): boolean {
   return req.is('application/json') === 'application/json' || Boolean(req.is('+json'));
+}
+
+/** Reads the body with `parser` (`jsonBody`'s, `textBody`'s) into `req.body`: for a route that reads it itself, once admitted. */
+export function readBody(parser: RequestHandler, req: Request, res: Response): Promise<void> {
+  return new Promise((resolve, reject) => {
+    // Express's error handlers take what body-parser passes on (an Error with its status) as it is.
+    void parser(req, res, (err?: unknown) => {
+      if (err === undefined) resolve();
+      else reject(err instanceof Error ? err : new Error(`the body could not be read: ${JSON.stringify(err)}`));
+    });
+  });
 }

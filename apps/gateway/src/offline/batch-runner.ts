@@ -7,13 +7,14 @@ import { ENDED, nowS, type BatchObject } from './batch-object.js';
 import { finishBatch, type Ending } from './batch-finish.js';
 import { answerKind, answerLine, errorLine, isRefusal, lineId, parseLine } from './batch-lines.js';
 import { LineClient } from './line-client.js';
+import { BULK } from '@tserve/contract';
 
 /**
  * Runs the batches that are not yet ended, on whichever gateways are up: each gateway claims a
  * batch by a lease in Redis that it renews while it runs it, so a batch has one runner at a time,
  * and one whose gateway died is taken up by another (or by the same, restarted) once its lease
  * lapses. A runner sends the lines that have no answer stored yet, a window at a time, to this
- * gateway's own routes in the batch class, as many at once as fill the model's workers
+ * gateway's own routes in the bulk class, as many at once as fill the model's workers
  * (`linesInFlight`), and stores each answer once; lines shed, over quota or timed out go again,
  * behind interactive traffic, until the batch expires.
  */
@@ -33,8 +34,8 @@ export interface RunnerParts {
   leaseMs: number;
   /** The model registry: how many sequences the model calls of a model's workers hold. */
   models: { callSequences(model: string): number };
-  /** The most batch-class requests a model's queue takes (BATCH_QUEUE_SHARE of MAX_QUEUE_DEPTH). */
-  batchDepth: number;
+  /** The most bulk requests a model's queue takes (BATCH_QUEUE_SHARE of MAX_QUEUE_DEPTH). */
+  bulkDepth: number;
   /** The headers that send a line as the key that owns its batch. */
   headersFor: (owner: string) => Record<string, string>;
   logger: Logger;
@@ -85,7 +86,7 @@ export class BatchRunner {
   /** Starts claiming batches; lines go to this gateway's routes at `origin`. */
   start(origin: { host: string; port: number; root: string }): void {
     // A socket for each line the batches may have on their way at once, at their largest.
-    const most = linesInFlight(Number.POSITIVE_INFINITY, this.parts.batchDepth);
+    const most = linesInFlight(Number.POSITIVE_INFINITY, this.parts.bulkDepth);
     this.client = new LineClient(origin, most * BATCHES_AT_ONCE);
     this.timer = setInterval(() => this.kick(), Math.max(100, this.parts.leaseMs / 2));
     this.kick();
@@ -197,8 +198,8 @@ export class BatchRunner {
         .then((yes) => yes && halt.abort())
         .catch(() => undefined);
     }, STOP_CHECK_MS);
-    const { models, batchDepth } = this.parts;
-    const slots = new Slots(() => linesInFlight(batch.model ? models.callSequences(batch.model) : 0, batchDepth));
+    const { models, bulkDepth } = this.parts;
+    const slots = new Slots(() => linesInFlight(batch.model ? models.callSequences(batch.model) : 0, bulkDepth));
     const answers = new AnswerBuffer(
       (held) => batches.answer(batch, held),
       (err) =>
@@ -243,7 +244,7 @@ export class BatchRunner {
       const refusal = line ?? { custom_id: null, code: 'input_file_gone', message: 'the input file was deleted' };
       return { index, line: errorLine(id, refusal.custom_id, refusal.code, refusal.message), ok: false };
     }
-    const headers = { ...this.parts.headersFor(owner), 'x-priority': 'batch', 'x-wait-for-model': 'true' };
+    const headers = { ...this.parts.headersFor(owner), 'x-priority': BULK, 'x-wait-for-model': 'true' };
     for (let attempt = 0; !halt.aborted; attempt++) {
       const answer = await this.client?.send(line.url, line.body, headers, halt).catch(() => undefined);
       const kind = answer ? answerKind(answer.status) : 'retry';

@@ -12,10 +12,10 @@ const LEAST_LINES_IN_FLIGHT = 64;
  * class may hold in the model's queue, shared with other batches and gateways: a line past that
  * would only be shed and sent again.
  * @param callSequences the sequences one model call of each of the model's workers holds, together
- * @param batchDepth the most batch-class requests the model's queue takes (BATCH_QUEUE_SHARE of MAX_QUEUE_DEPTH)
+ * @param bulkDepth the most bulk requests the model's queue takes (BATCH_QUEUE_SHARE of MAX_QUEUE_DEPTH)
  */
-export function linesInFlight(callSequences: number, batchDepth: number): number {
-  return Math.max(1, Math.min(Math.max(LEAST_LINES_IN_FLIGHT, 2 * callSequences), Math.floor(batchDepth / 2)));
+export function linesInFlight(callSequences: number, bulkDepth: number): number {
+  return Math.max(1, Math.min(Math.max(LEAST_LINES_IN_FLIGHT, 2 * callSequences), Math.floor(bulkDepth / 2)));
 }
 
 /**

@@ -4,7 +4,7 @@ import type { RouteAnswer } from './batch-lines.js';
 /**
  * Sends a batch's lines to this gateway's own routes, over loopback HTTP, as a client would: each
  * line goes through the same admission (its key, quota, shedding), the same validation, the same
- * queue in the batch class, and is answered exactly as the route answers a request alone.
+ * queue in the bulk class, and is answered exactly as the route answers a request alone.
  */
 export class LineClient {
   private readonly agent: http.Agent;

@@ -5,8 +5,8 @@ import { errorHandler } from '../http/http-errors.js';
 import { requestIdOf } from '../http/request-id.js';
 import { noteIgnored } from '../http/ignored-fields.js';
 import { jsonBody } from '../http/request-body.js';
-import { httpCaller, type ProtocolParts } from '../serving/route-call.js';
-import { EMBEDDING, ModelChoice } from '../serving/model-choice.js';
+import { answerHeaders, httpEnvelope, inferenceRequest, type ProtocolParts } from '../serving/envelope.js';
+import { checkKind, EMBEDDING, ModelChoice } from '../serving/model-choice.js';
 import { ModelNames } from '../serving/model-names.js';
 import { shorten } from '../serving/embedding-dimensions.js';
 import { compactVector, EMBEDDING_TYPES, type EmbeddingType } from '../serving/compact-vectors.js';
@@ -189,22 +189,22 @@ export function cohereEmbedRoutes(router: IRouter, parts: ProtocolParts): void {
         if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
         noteIgnored(res, parsed.ignored);
         const body = parsed.data;
-        const caller = httpCaller(parts.service, req, res);
+        const envelope = httpEnvelope(req, res, parts.config.REQUEST_TIMEOUT_MS);
         const id = choice.pick(req.get('x-model'), EMBEDDING, body.model && names.resolve(body.model));
-        const model = await choice.checkKind(caller, id, EMBEDDING);
+        // Its texts and parameters depend on the model (its prompts and sizes): filled in once it is known.
+        const request = inferenceRequest(envelope, { model: id, task: 'feature-extraction', inputs: [] });
+        const model = checkKind(await parts.service.modelFor(request), EMBEDDING);
         const texts = textsOf(body);
-        const promptName = promptFor(model, body.input_type);
-        const dimensions = outputDimension(model, body.output_dimension);
-        const result = await caller.run({
-          model: id,
-          task: 'feature-extraction',
-          inputs: texts,
-          parameters: {
-            truncation: body.truncate !== 'NONE',
-            ...(body.truncate === 'START' ? { truncation_direction: 'left' } : {}),
-            ...(promptName !== undefined ? { prompt_name: promptName } : {}),
-          },
-        });
+        const promptName = promptFor(model.served, body.input_type);
+        const dimensions = outputDimension(model.served, body.output_dimension);
+        request.inputs = texts;
+        request.parameters = {
+          truncation: body.truncate !== 'NONE',
+          ...(body.truncate === 'START' ? { truncation_direction: 'left' } : {}),
+          ...(promptName !== undefined ? { prompt_name: promptName } : {}),
+        };
+        const result = await parts.service.infer(request, model);
+        answerHeaders(res, envelope, result);
         const full = result.outputs as number[][];
         // A MATRYOSHKA_DIMENSIONS larger than the model's vectors names sizes it cannot give.
         if (dimensions !== undefined && dimensions > full[0].length)

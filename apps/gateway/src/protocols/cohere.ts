@@ -4,10 +4,10 @@ import { ApiError, describeIssues, parseLenient } from '@tserve/contract';
 import { errorHandler, type ErrorFormat } from '../http/http-errors.js';
 import { requestIdOf } from '../http/request-id.js';
 import { noteIgnored } from '../http/ignored-fields.js';
-import { httpCaller, type ProtocolParts } from '../serving/route-call.js';
+import { answerHeaders, httpEnvelope, inferenceRequest, type ProtocolParts } from '../serving/envelope.js';
 import { jsonBody } from '../http/request-body.js';
-import { ModelChoice, RERANKER } from '../serving/model-choice.js';
-import { rankTexts } from '../serving/ranking.js';
+import { checkKind, ModelChoice, RERANKER } from '../serving/model-choice.js';
+import { rankingCall, ranksOf } from '../serving/ranking.js';
 
 /**
  * Cohere's rerank API (`POST /v2/rerank`, and `POST /v1/rerank`, whose shape Jina's API shares), so
@@ -94,16 +94,20 @@ export function cohereRoutes(router: IRouter, parts: ProtocolParts): void {
         if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
         noteIgnored(res, parsed.ignored);
         const body = parsed.data;
-        const caller = httpCaller(parts.service, req, res);
-        const model = choice.pick(req.get('x-model'), RERANKER, body.model);
-        await choice.checkKind(caller, model, RERANKER);
+        const envelope = httpEnvelope(req, res, parts.config.REQUEST_TIMEOUT_MS);
+        const id = choice.pick(req.get('x-model'), RERANKER, body.model);
         const texts = body.documents.map((d) => (typeof d === 'string' ? d : d.text));
         // Cohere always cuts a document to fit, and scores in [0, 1].
-        const { ranks, tokens } = await rankTexts(caller, model, body.query, texts, {
+        const call = rankingCall(id, body.query, texts, {
           truncate: true,
           rawScores: false,
           textMaxTokens: body.max_tokens_per_doc,
         });
+        const request = inferenceRequest(envelope, call);
+        const model = checkKind(await parts.service.modelFor(request), RERANKER);
+        const result = await parts.service.infer(request, model);
+        answerHeaders(res, envelope, result);
+        const [ranks, tokens] = [ranksOf(result), result.tokens];
         res.json({
           id: requestIdOf(res),
           results: ranks.slice(0, body.top_n).map(({ index, score }) => {

@@ -2,11 +2,11 @@ import type { IRouter } from 'express';
 import { z } from 'zod';
 import { ApiError, describeIssues, parseLenient } from '@tserve/contract';
 import { errorHandler, type ErrorFormat } from '../http/http-errors.js';
-import { httpCaller, type ProtocolParts } from '../serving/route-call.js';
+import { answerHeaders, httpEnvelope, inferenceRequest, type ProtocolParts } from '../serving/envelope.js';
 import { jsonBody } from '../http/request-body.js';
 import { noteIgnored } from '../http/ignored-fields.js';
 import { requestIdOf } from '../http/request-id.js';
-import { CLASSIFIER, ModelChoice } from '../serving/model-choice.js';
+import { checkKind, CLASSIFIER, ModelChoice } from '../serving/model-choice.js';
 
 /**
  * Infinity's classification route, `POST /classify`, for its clients and the frameworks' Infinity
@@ -63,16 +63,18 @@ export function infinityRoutes(router: IRouter, parts: ProtocolParts): void {
       if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
       noteIgnored(res, parsed.ignored);
       const body = parsed.data;
-      const caller = httpCaller(parts.service, req, res);
+      const envelope = httpEnvelope(req, res, parts.config.REQUEST_TIMEOUT_MS);
       const model = choice.pick(req.get('x-model'), CLASSIFIER, body.model);
-      await choice.checkKind(caller, model, CLASSIFIER);
       // Every label, best first, scored as the transformers pipeline scores them (Infinity runs it).
-      const result = await caller.run({
+      const request = inferenceRequest(envelope, {
         model,
         task: 'text-classification',
         inputs: typeof body.input === 'string' ? [body.input] : body.input,
         parameters: { top_k: null, ...(body.raw_scores ? { function_to_apply: 'none' } : {}) },
       });
+      const classifier = checkKind(await parts.service.modelFor(request), CLASSIFIER);
+      const result = await parts.service.infer(request, classifier);
+      answerHeaders(res, envelope, result);
       const data = (result.outputs as Array<Array<{ label: string; score: number }>>).map((scores) =>
         scores.map(({ label, score }) => ({ score, label })),
       );

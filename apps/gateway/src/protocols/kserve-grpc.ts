@@ -4,7 +4,7 @@ import { ApiError } from '@tserve/contract';
 import type { GrpcCall, GrpcService } from '../grpc/grpc-calls.js';
 import type { Snapshot } from '../serving/snapshot.js';
 import { admitMetadata } from '../serving/metadata-call.js';
-import type { ProtocolParts } from '../serving/route-call.js';
+import type { ProtocolParts } from '../serving/envelope.js';
 import { answerInfer, type InferAnswer } from './kserve-infer.js';
 import { decodeBytes, tensorBytes } from './kserve-binary.js';
 import { modelConfig, modelStats, tritonModel } from './kserve-triton.js';
@@ -114,10 +114,10 @@ interface KserveGrpcParts extends ProtocolParts {
 /** One inference request of a call (a stream carries many): admitted as an HTTP request is, then answered. */
 async function inferOne(parts: KserveGrpcParts, call: GrpcCall, request: InferRequestMessage, requestId: string) {
   // Admitted first, as an HTTP request is before its body is read: who calls comes before what they ask.
-  const { caller, release } = await admitMetadata(parts, call, () => request.model_name, requestId);
+  const { envelope, release } = await admitMetadata(parts, call, request.model_name, requestId);
   try {
     checkVersion(request.model_version || undefined);
-    const { answer } = await answerInfer(parts.registry, caller, request.model_name, asJson(request));
+    const { answer } = await answerInfer(parts.service, envelope, request.model_name, asJson(request));
     return asMessage(answer);
   } finally {
     release();

@@ -1,8 +1,16 @@
 import type { Request, Response } from 'express';
-import { ApiError, applyScoreFunction, describeIssues, parseLenient, type Priority } from '@tserve/contract';
+import { ApiError, applyScoreFunction, BULK, describeIssues, parseLenient, type Priority } from '@tserve/contract';
 import type { z } from 'zod';
 import type { ServedModel } from '../serving/served-models.js';
-import { httpCaller, type Caller, type ProtocolParts } from '../serving/route-call.js';
+import {
+  answerHeaders,
+  callPart,
+  httpEnvelope,
+  inferenceRequest,
+  type Envelope,
+  type ProtocolParts,
+} from '../serving/envelope.js';
+import type { InferenceResult, InferenceService } from '../serving/inference.js';
 import { HEADER_LENGTH, readInferBody, writeInferResponse, type OutputTensor } from './kserve-binary.js';
 import { inferRequest } from './kserve-schemas.js';
 import { noteIgnored } from '../http/ignored-fields.js';
@@ -75,7 +83,7 @@ function controls(params: Record<string, unknown> | undefined): { timeoutMs?: nu
   if (params?.priority !== undefined) {
     if (!Number.isInteger(params.priority) || (params.priority as number) < 0)
       throw new ApiError('validation', 'parameters.priority must be a non-negative integer (1 is the highest)');
-    if ((params.priority as number) > 1) out.priority = 'batch';
+    if ((params.priority as number) > 1) out.priority = BULK;
   }
   return out;
 }
@@ -165,57 +173,56 @@ export interface InferAnswer {
 }
 
 /**
- * Answers the infer request `request` (as JSON would have it; validated here) for model `name`,
- * whose version was checked; also returns the request as validated.
+ * Answers the infer request `json` (as JSON would have it; validated here) for model `name`, whose
+ * version was checked; also returns the request as validated, and each of its model calls' results
+ * (an HTTP answer carries their headers).
  */
 export async function answerInfer(
-  registry: ProtocolParts['registry'],
-  caller: Caller,
+  service: InferenceService,
+  envelope: Envelope,
   name: string,
-  request: unknown,
-): Promise<{ answer: InferAnswer; body: InferBody; ignored: string[] }> {
-  const parsed = parseLenient(inferRequest, request);
+  json: unknown,
+): Promise<{ answer: InferAnswer; body: InferBody; ignored: string[]; results: InferenceResult[] }> {
+  const parsed = parseLenient(inferRequest, json);
   if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
   const body = parsed.data;
   const { timeoutMs, priority } = controls(body.parameters);
-  const m = registry.get(name) ?? (await caller.whenServed(name, timeoutMs));
+  // Its task, texts and parameters depend on the model (its kind, its outputs): filled in once it is known.
+  const request = inferenceRequest(envelope, { model: name, inputs: [], timeoutMs, priority });
+  const model = await service.modelFor(request);
+  const m = model.served;
   const kind = kindOf(m);
   if (!kind)
     throw new ApiError(
       'validation',
       `model ${name} serves ${m.task}; the v2 protocol here serves classifiers and embedding models`,
     );
-  const texts = textsOf(body);
+  request.task = kind === 'classifier' ? 'text-classification' : 'feature-extraction';
+  request.inputs = textsOf(body);
   const counts = wantedOutputs(m, name, body);
-  const outputs = await outputTensors(m, counts, (output, i, parameters) =>
-    caller.run({
-      part: i > 0 ? output : undefined,
-      model: m.id,
-      task: kind === 'classifier' ? 'text-classification' : 'feature-extraction',
-      inputs: texts,
-      parameters,
-      timeoutMs,
-      priority,
-    }),
-  );
+  const results: InferenceResult[] = [];
+  const outputs = await outputTensors(m, counts, async (output, i, parameters) => {
+    // Each output's call after the first is a request of its own: its own part of the request id.
+    const call = { ...request, parameters };
+    const result = await service.infer(i > 0 ? callPart(call, output) : call, model);
+    results.push(result);
+    return result;
+  });
   const answer = {
     model_name: m.id,
     model_version: VERSION,
     ...(body.id !== undefined ? { id: body.id } : {}),
     outputs,
   };
-  return { answer, body, ignored: parsed.ignored };
+  return { answer, body, ignored: parsed.ignored, results };
 }
 
 /** Answers `POST /v2/models/<name>/infer`, whose version was checked. */
 export async function infer(parts: ProtocolParts, req: Request, res: Response, name: string): Promise<void> {
-  const request = readInferBody(Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0), req.get(HEADER_LENGTH));
-  const { answer, body, ignored } = await answerInfer(
-    parts.registry,
-    httpCaller(parts.service, req, res),
-    name,
-    request,
-  );
+  const json = readInferBody(Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0), req.get(HEADER_LENGTH));
+  const envelope = httpEnvelope(req, res, parts.config.REQUEST_TIMEOUT_MS);
+  const { answer, body, ignored, results } = await answerInfer(parts.service, envelope, name, json);
+  for (const result of results) answerHeaders(res, envelope, result);
   noteIgnored(res, ignored);
   // An output's own binary_data decides, else the request's binary_data_output (Triton's client sets it when it names no outputs).
   const binary = (output: string) =>

@@ -4,7 +4,7 @@ import { ApiError } from '@tserve/contract';
 import type { ServedModel } from '../serving/served-models.js';
 import type { Snapshot } from '../serving/snapshot.js';
 import { errorHandler, type ErrorFormat } from '../http/http-errors.js';
-import { wildcardPath, type ProtocolParts } from '../serving/route-call.js';
+import { wildcardPath, type ProtocolParts } from '../serving/envelope.js';
 import { rawBody } from '../http/request-body.js';
 import { infer } from './kserve-infer.js';
 import { errorBody, modelMetadata, serverMetadata } from './kserve-schemas.js';

@@ -5,8 +5,9 @@ import { errorHandler, type ErrorFormat } from '../http/http-errors.js';
 import { jsonBody } from '../http/request-body.js';
 import { jsonList, sendJson } from '../http/json-bytes.js';
 import { noteIgnored } from '../http/ignored-fields.js';
-import { httpCaller, type Caller, type ProtocolParts } from '../serving/route-call.js';
-import { EMBEDDING, ModelChoice } from '../serving/model-choice.js';
+import { answerHeaders, httpEnvelope, inferenceRequest, type ProtocolParts } from '../serving/envelope.js';
+import type { InferenceRequest, RequestModel } from '../serving/inference.js';
+import { checkKind, EMBEDDING } from '../serving/model-choice.js';
 import { ModelNames } from '../serving/model-names.js';
 import { shorten } from '../serving/embedding-dimensions.js';
 import type { ServedModel } from '../serving/served-models.js';
@@ -147,7 +148,6 @@ function listed(m: ServedModel, name: string): z.infer<typeof modelEntry> {
 
 export function ollamaRoutes(router: IRouter, parts: ProtocolParts): void {
   const { config, registry } = parts;
-  const choice = new ModelChoice(registry);
   const names = new ModelNames(config.MODEL_ALIASES);
   const json = jsonBody(config);
   // The model is named in the body: it is checked (and shed) once the body is read.
@@ -162,36 +162,36 @@ export function ollamaRoutes(router: IRouter, parts: ProtocolParts): void {
     return parsed.data;
   };
 
-  /** The served embedding model a name stands for; Ollama's 404 where none is served by it. */
-  const embedder = async (caller: Caller, name: string): Promise<string> => {
-    const id = names.resolve(name);
+  /** The served embedding model the request names by `name`; Ollama's 404 where none is served by it. */
+  const embedder = async (request: InferenceRequest, name: string): Promise<RequestModel> => {
     try {
-      await choice.checkKind(caller, id, EMBEDDING);
+      return checkKind(await parts.service.modelFor(request), EMBEDDING);
     } catch (err) {
       if (err instanceof ApiError && err.type === 'not_found')
         throw new ApiError('not_found', `model '${name}' not found (${err.message})`);
       throw err;
     }
-    return id;
   };
 
   router.post('/api/embed', admit, json, async (req, res) => {
     const startedAt = performance.now();
     const body = read(embedRequest, req, res);
-    const caller = httpCaller(parts.service, req, res);
-    const model = await embedder(caller, body.model);
+    const envelope = httpEnvelope(req, res, config.REQUEST_TIMEOUT_MS);
     const inputs = typeof body.input === 'string' ? (body.input ? [body.input] : []) : (body.input ?? []);
+    const request = inferenceRequest(envelope, {
+      model: names.resolve(body.model),
+      task: 'feature-extraction',
+      inputs,
+      parameters: { truncation: body.truncate },
+    });
+    const model = await embedder(request, body.model);
     // Ollama loads the model and answers no vectors.
     if (inputs.length === 0) {
       res.json({ model: body.model, embeddings: [] } satisfies z.infer<typeof embedResponse>);
       return;
     }
-    const result = await caller.run({
-      model,
-      task: 'feature-extraction',
-      inputs,
-      parameters: { truncation: body.truncate },
-    });
+    const result = await parts.service.infer(request, model);
+    answerHeaders(res, envelope, result);
     // Written around the vectors' JSON, which is the worker's own where nothing here reshaped them.
     const answer = (embeddings: Buffer) => {
       const took = Math.round((performance.now() - startedAt) * NS_PER_MS);
@@ -209,19 +209,21 @@ export function ollamaRoutes(router: IRouter, parts: ProtocolParts): void {
 
   router.post('/api/embeddings', admit, json, async (req, res) => {
     const body = read(embeddingsRequest, req, res);
-    const caller = httpCaller(parts.service, req, res);
-    const model = await embedder(caller, body.model);
-    if (!body.prompt) {
-      res.json({ embedding: [] } satisfies z.infer<typeof embeddingsResponse>);
-      return;
-    }
+    const envelope = httpEnvelope(req, res, config.REQUEST_TIMEOUT_MS);
     // Ollama's older route gives the model's vector as it comes, not normalised.
-    const result = await caller.run({
-      model,
+    const request = inferenceRequest(envelope, {
+      model: names.resolve(body.model),
       task: 'feature-extraction',
       inputs: [body.prompt],
       parameters: { normalize: false },
     });
+    const model = await embedder(request, body.model);
+    if (!body.prompt) {
+      res.json({ embedding: [] } satisfies z.infer<typeof embeddingsResponse>);
+      return;
+    }
+    const result = await parts.service.infer(request, model);
+    answerHeaders(res, envelope, result);
     res.json({ embedding: (result.outputs as number[][])[0] } satisfies z.infer<typeof embeddingsResponse>);
   });
 

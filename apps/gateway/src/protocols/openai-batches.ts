@@ -15,7 +15,7 @@ import { listBody, offlineErrors, owner, pageQuery } from './openai-files.js';
 
 /**
  * OpenAI's Batch API: `POST /v1/batches`, `GET /v1/batches`, `GET /v1/batches/{id}`,
- * `POST /v1/batches/{id}/cancel`. A batch's lines run on the queue in the batch class, each
+ * `POST /v1/batches/{id}/cancel`. A batch's lines run on the queue in the bulk class, each
  * answered as its route answers it alone (offline/batch-runner.ts).
  */
 

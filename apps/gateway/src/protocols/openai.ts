@@ -3,7 +3,13 @@ import { z } from 'zod';
 import { ApiError, describeIssues, parseLenient, type ErrorType } from '@tserve/contract';
 import type { ServedModel } from '../serving/served-models.js';
 import { errorHandler, type ErrorFormat } from '../http/http-errors.js';
-import { runRouteCall, wildcardPath, type ProtocolParts } from '../serving/route-call.js';
+import {
+  answerHeaders,
+  httpEnvelope,
+  inferenceRequest,
+  wildcardPath,
+  type ProtocolParts,
+} from '../serving/envelope.js';
 import { jsonBody } from '../http/request-body.js';
 import { sendJson } from '../http/json-bytes.js';
 import { shorten } from '../serving/embedding-dimensions.js';
@@ -171,19 +177,23 @@ export function openAiRoutes(router: IRouter, { config, service, registry, admis
       if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
       noteIgnored(res, parsed.ignored);
       const { model, input, encoding_format: format = 'float', dimensions, prompt_name } = parsed.data;
-      const served = registry.get(model);
-      if (served && !served.tasks.includes('feature-extraction')) {
-        throw new ApiError(
-          'validation',
-          `model ${model} is not an embedding model (it serves ${served.tasks.join(', ')}); see GET /v1/models`,
-        );
-      }
-      const result = await runRouteCall(service, req, res, {
+      const envelope = httpEnvelope(req, res, config.REQUEST_TIMEOUT_MS);
+      const request = inferenceRequest(envelope, {
         model,
         task: 'feature-extraction',
         inputs: await textsOf(input, tokens),
         ...(prompt_name !== undefined ? { parameters: { prompt_name } } : {}),
       });
+      const chosen = await service.modelFor(request);
+      const { tasks } = chosen.served;
+      if (!tasks.includes('feature-extraction')) {
+        throw new ApiError(
+          'validation',
+          `model ${model} is not an embedding model (it serves ${tasks.join(', ')}); see GET /v1/models`,
+        );
+      }
+      const result = await service.infer(request, chosen);
+      answerHeaders(res, envelope, result);
       if (result.outputsJson && format === 'float' && dimensions === undefined) {
         sendJson(res, floatAnswer(result.outputsJson, model, result.tokens));
         return;

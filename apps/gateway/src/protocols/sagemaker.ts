@@ -1,6 +1,6 @@
 import type { IRouter } from 'express';
 import { ApiError } from '@tserve/contract';
-import type { ProtocolParts } from '../serving/route-call.js';
+import type { ProtocolParts } from '../serving/envelope.js';
 import { CLASSIFIER, EMBEDDING, ModelChoice, RERANKER, SPARSE } from '../serving/model-choice.js';
 
 /**

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { ApiError } from '@tserve/contract';
 import type { GrpcCall, GrpcService } from '../grpc/grpc-calls.js';
 import { admitMetadata } from '../serving/metadata-call.js';
-import type { ProtocolParts } from '../serving/route-call.js';
+import type { ProtocolParts } from '../serving/envelope.js';
 import { ANY, CLASSIFIER, EMBEDDING, RERANKER, SPARSE, type RouteKind } from '../serving/model-choice.js';
 import { Tei, teiRanks, type TeiRequest, type Timing } from './tei.js';
 import {
@@ -99,14 +99,14 @@ class TeiMessages {
   private async admitted<T>(call: GrpcCall, kind: RouteKind, run: (request: TeiRequest) => Promise<T>): Promise<T> {
     const xModel = call.metadata('x-model');
     const requestId = randomUUID();
-    const { caller, release } = await admitMetadata(
+    const { envelope, release } = await admitMetadata(
       this.parts,
       call,
-      () => this.tei.choice.pickBeforeBody(xModel, kind),
+      this.tei.choice.pickBeforeBody(xModel, kind),
       requestId,
     );
     try {
-      return await run({ caller, xModel });
+      return await run({ envelope, xModel });
     } finally {
       release();
     }
@@ -121,21 +121,21 @@ class TeiMessages {
       ...(m.prompt_name !== undefined ? { prompt_name: m.prompt_name } : {}),
       ...(m.dimensions !== undefined ? { dimensions: m.dimensions } : {}),
     });
-    const [embeddings, timing] = await this.admitted(call, EMBEDDING, (request) => this.tei.embed(request, body));
+    const [embeddings, { timing }] = await this.admitted(call, EMBEDDING, (request) => this.tei.embed(request, body));
     return { embeddings: embeddings.values()[0], metadata: metadataOf(timing, String(m.inputs).length, startedAt) };
   }
 
   async embedSparse(m: Message, call: GrpcCall) {
     const startedAt = performance.now();
     const body = parse(embedSparseRequest, { inputs: m.inputs, ...truncation(m), prompt_name: m.prompt_name });
-    const [vectors, timing] = await this.admitted(call, SPARSE, (request) => this.tei.embedSparse(request, body));
+    const [vectors, { timing }] = await this.admitted(call, SPARSE, (request) => this.tei.embedSparse(request, body));
     return { sparse_embeddings: vectors.values()[0], metadata: metadataOf(timing, String(m.inputs).length, startedAt) };
   }
 
   async embedAll(m: Message, call: GrpcCall) {
     const startedAt = performance.now();
     const body = parse(embedAllRequest, { inputs: m.inputs, ...truncation(m), prompt_name: m.prompt_name });
-    const [vectors, timing] = await this.admitted(call, EMBEDDING, (request) => this.tei.embedAll(request, body));
+    const [vectors, { timing }] = await this.admitted(call, EMBEDDING, (request) => this.tei.embedAll(request, body));
     return {
       token_embeddings: vectors.values()[0].map((embeddings) => ({ embeddings })),
       metadata: metadataOf(timing, String(m.inputs).length, startedAt),
@@ -148,7 +148,7 @@ class TeiMessages {
     if (pair && (!Array.isArray(inputs) || inputs.length !== 2))
       throw new ApiError('validation', '`inputs` must be a pair: two strings, a text and its text_pair');
     const body = parse(predictRequest, { inputs, raw_scores: m.raw_scores ?? false, ...truncation(m) });
-    const [scores, timing] = await this.admitted(call, CLASSIFIER, (request) => this.tei.predict(request, body));
+    const [scores, { timing }] = await this.admitted(call, CLASSIFIER, (request) => this.tei.predict(request, body));
     const chars = ([] as string[]).concat(inputs).join('').length;
     return { predictions: scores as object[], metadata: metadataOf(timing, chars, startedAt) };
   }
@@ -164,7 +164,7 @@ class TeiMessages {
     });
     const ranked = await this.admitted(call, RERANKER, (request) => this.tei.rerank(request, body));
     const chars = body.query.length * ranked.texts.length + ranked.texts.join('').length;
-    return { ranks: teiRanks(body, ranked), metadata: metadataOf(ranked.timing, chars, startedAt) };
+    return { ranks: teiRanks(body, ranked), metadata: metadataOf(ranked.result.timing, chars, startedAt) };
   }
 
   async tokenize(m: Message, call: GrpcCall) {
@@ -173,7 +173,7 @@ class TeiMessages {
       add_special_tokens: m.add_special_tokens ?? true,
       ...(m.prompt_name !== undefined ? { prompt_name: m.prompt_name } : {}),
     });
-    const [tokens] = await this.admitted(call, ANY, (request) => this.tei.tokenize(request, body));
+    const [[tokens]] = await this.admitted(call, ANY, (request) => this.tei.tokenize(request, body));
     return {
       tokens: tokens.map(({ start, stop, ...token }) => ({
         ...token,
@@ -185,7 +185,7 @@ class TeiMessages {
 
   async decode(m: Message, call: GrpcCall) {
     const body = parse(decodeRequest, { ids: m.ids ?? [], skip_special_tokens: m.skip_special_tokens ?? false });
-    const [text] = await this.admitted(call, ANY, (request) => this.tei.decode(request, body));
+    const [[text]] = await this.admitted(call, ANY, (request) => this.tei.decode(request, body));
     return { text };
   }
 

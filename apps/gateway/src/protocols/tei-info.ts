@@ -1,6 +1,6 @@
 import type { z } from 'zod';
 import { ApiError, batchWarning, type EmbeddingHead } from '@tserve/contract';
-import type { ProtocolParts } from '../serving/route-call.js';
+import type { ProtocolParts } from '../serving/envelope.js';
 import type { ServedModel } from '../serving/served-models.js';
 import { CLASSIFIER, RERANKER } from '../serving/model-choice.js';
 import type { info } from './tei-schemas.js';

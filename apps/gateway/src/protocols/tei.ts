@@ -2,17 +2,33 @@ import type { IRouter, Request, Response } from 'express';
 import { z } from 'zod';
 import { ApiError, parseLenient, type Operation } from '@tserve/contract';
 import { errorHandler } from '../http/http-errors.js';
-import { httpCaller, type Caller, type ProtocolParts } from '../serving/route-call.js';
+import {
+  answerHeaders,
+  httpEnvelope,
+  inferenceRequest,
+  type CallBody,
+  type Envelope,
+  type ProtocolParts,
+} from '../serving/envelope.js';
 import { jsonBody } from '../http/request-body.js';
 import { noteIgnored } from '../http/ignored-fields.js';
 import { requestIdOf } from '../http/request-id.js';
 import { jsonList, sendJson } from '../http/json-bytes.js';
-import type { InferenceResult } from '../serving/inference.js';
+import type { InferenceResult, RequestModel } from '../serving/inference.js';
 import { shorten } from '../serving/embedding-dimensions.js';
 import { compactVector, type EmbeddingType } from '../serving/compact-vectors.js';
-import { ANY, CLASSIFIER, EMBEDDING, ModelChoice, RERANKER, SPARSE, type RouteKind } from '../serving/model-choice.js';
+import {
+  ANY,
+  checkKind,
+  CLASSIFIER,
+  EMBEDDING,
+  ModelChoice,
+  RERANKER,
+  SPARSE,
+  type RouteKind,
+} from '../serving/model-choice.js';
 import { teiInfo } from './tei-info.js';
-import { rankTexts, type Rank } from '../serving/ranking.js';
+import { rankingCall, ranksOf, type Rank } from '../serving/ranking.js';
 import {
   parse,
   decodeRequest,
@@ -65,10 +81,14 @@ function toByteOffsets<T extends TokenOffsets>(text: string, tokens: T[]): T[] {
   );
 }
 
-/** A TEI request's envelope: how it runs its calls, and the model its `x-model` header (or metadata) names. */
+/**
+ * A TEI request besides its body: its envelope, the model its `x-model` header (or metadata) names,
+ * and the model itself where it is known already (a Vertex instance's, chosen by its kind).
+ */
 export interface TeiRequest {
-  caller: Caller;
+  envelope: Envelope;
   xModel?: string;
+  model?: RequestModel;
 }
 
 /**
@@ -117,9 +137,8 @@ export interface Ranked {
   model: string;
   ranks: Rank[];
   texts: string[];
-  timing: Timing;
-  /** Tokens the model read. */
-  tokens: number;
+  /** The model call's result: its timing, the tokens the model read. */
+  result: InferenceResult;
 }
 
 /** TEI's answer: `{index, score}` each, and the text where asked for (`return_text`, or `return_documents`). */
@@ -144,7 +163,7 @@ function documentRanks(
       const document = body.return_documents ? { document: typeof d === 'string' ? { text: d } : d } : {};
       return { index, relevance_score: score, ...document };
     }),
-    usage: { prompt_tokens: ranked.tokens, total_tokens: ranked.tokens },
+    usage: { prompt_tokens: ranked.result.tokens, total_tokens: ranked.result.tokens },
     created: Math.floor(Date.now() / 1000),
   };
 }
@@ -160,18 +179,26 @@ export class Tei {
     this.choice = new ModelChoice(parts.registry);
   }
 
+  /**
+   * Runs a route's call on the model the request names (or the only one of `kind`), checked to be
+   * of that kind: the request's one question of the registry, unless its model is known already.
+   */
+  private async run(tei: TeiRequest, kind: RouteKind, named: string | undefined, call: Omit<CallBody, 'model'>) {
+    const { service } = this.parts;
+    const id = tei.model?.served.id ?? this.choice.pick(tei.xModel, kind, named);
+    const request = inferenceRequest(tei.envelope, { ...call, model: id });
+    return service.infer(request, checkKind(tei.model ?? (await service.modelFor(request)), kind));
+  }
+
   /** Runs an embedding route's call: the model of `kind`, each input one text, cut and prompted as the body says. */
-  private async runTexts(
-    { caller, xModel }: TeiRequest,
+  private runTexts(
+    request: TeiRequest,
     kind: RouteKind,
     task: Operation,
     body: z.output<typeof embedAllRequest>,
     parameters: Record<string, unknown> = {},
   ): Promise<InferenceResult> {
-    const id = this.choice.pick(xModel, kind, body.model);
-    await this.choice.checkKind(caller, id, kind);
-    return caller.run({
-      model: id,
+    return this.run(request, kind, body.model, {
       task,
       inputs: typeof body.inputs === 'string' ? [body.inputs] : body.inputs,
       parameters: {
@@ -183,55 +210,58 @@ export class Tei {
     });
   }
 
-  async embed(request: TeiRequest, body: z.output<typeof embedRequest>): Promise<[Vectors<number[]>, Timing]> {
+  async embed(request: TeiRequest, body: z.output<typeof embedRequest>): Promise<[Vectors<number[]>, InferenceResult]> {
     const result = await this.runTexts(request, EMBEDDING, 'feature-extraction', body, { normalize: body.normalize });
     const dimensions = body.dimensions ?? undefined;
-    if (dimensions === undefined) return [vectorsOf(result), result.timing];
+    if (dimensions === undefined) return [vectorsOf(result), result];
     const vectors = result.outputs as number[][];
     if (dimensions > vectors[0].length)
       throw new ApiError('validation', `dimensions must be at most ${vectors[0].length}`);
     const shortened = vectors.map((v) => shorten(v, dimensions, body.normalize));
-    return [{ values: () => shortened }, result.timing];
+    return [{ values: () => shortened }, result];
   }
 
   /** Each input's token vectors, unpooled and unnormalised: what /embed pools. */
-  async embedAll(request: TeiRequest, body: z.output<typeof embedAllRequest>): Promise<[Vectors<number[][]>, Timing]> {
+  async embedAll(
+    request: TeiRequest,
+    body: z.output<typeof embedAllRequest>,
+  ): Promise<[Vectors<number[][]>, InferenceResult]> {
     const result = await this.runTexts(request, EMBEDDING, 'feature-extraction', body, {
       pooling: 'none',
       normalize: false,
     });
-    return [vectorsOf(result), result.timing];
+    return [vectorsOf(result), result];
   }
 
   /** Each input's sparse vector: its non-zero vocabulary entries. */
   async embedSparse(
     request: TeiRequest,
     body: z.output<typeof embedSparseRequest>,
-  ): Promise<[Vectors<Array<{ index: number; value: number }>>, Timing]> {
+  ): Promise<[Vectors<Array<{ index: number; value: number }>>, InferenceResult]> {
     const result = await this.runTexts(request, SPARSE, 'embed-sparse', body);
-    return [vectorsOf(result), result.timing];
+    return [vectorsOf(result), result];
   }
 
   /** Each sentence's cosine similarity to the source sentence, of their embeddings unnormalised, as TEI computes it. */
-  async similarity(request: TeiRequest, body: z.output<typeof similarityRequest>): Promise<[number[], Timing]> {
+  async similarity(
+    request: TeiRequest,
+    body: z.output<typeof similarityRequest>,
+  ): Promise<[number[], InferenceResult]> {
     const { source_sentence, sentences } = body.inputs;
     const parameters = body.parameters ?? { truncate: false, prompt_name: undefined };
     const texts = { ...parameters, inputs: [source_sentence, ...sentences], model: body.model };
     const result = await this.runTexts(request, EMBEDDING, 'feature-extraction', texts, { normalize: false });
     const [source, ...others] = result.outputs as number[][];
-    return [others.map((v) => cosine(source, v)), result.timing];
+    return [others.map((v) => cosine(source, v)), result];
   }
 
   /** One input's scores, or a list's (a string or a two-string list is one input; any other list is a batch). */
-  async predict({ caller, xModel }: TeiRequest, body: z.output<typeof predictRequest>): Promise<[unknown, Timing]> {
-    const id = this.choice.pick(xModel, CLASSIFIER, body.model);
-    await this.choice.checkKind(caller, id, CLASSIFIER);
+  async predict(request: TeiRequest, body: z.output<typeof predictRequest>): Promise<[unknown, InferenceResult]> {
     const single =
       typeof body.inputs === 'string' || (body.inputs.length === 2 && body.inputs.every((x) => typeof x === 'string'));
     const sequences = (single ? [body.inputs] : body.inputs) as Array<string | [string, string]>;
     const inputs = sequences.map((s) => (typeof s === 'string' ? s : { text: s[0], text_pair: s[1] }));
-    const result = await caller.run({
-      model: id,
+    const result = await this.run(request, CLASSIFIER, body.model, {
       task: 'text-classification',
       inputs,
       parameters: {
@@ -241,48 +271,47 @@ export class Tei {
         ...(body.raw_scores ? { function_to_apply: 'none' } : {}),
       },
     });
-    return [single ? result.outputs[0] : result.outputs, result.timing];
+    return [single ? result.outputs[0] : result.outputs, result];
   }
 
   /** The texts, or documents, ranked against the query, best first: the `top_n` best where it is set. */
-  async rerank({ caller, xModel }: TeiRequest, body: z.output<typeof rerankRequest>): Promise<Ranked> {
-    const id = this.choice.pick(xModel, RERANKER, body.model);
-    await this.choice.checkKind(caller, id, RERANKER);
+  async rerank(request: TeiRequest, body: z.output<typeof rerankRequest>): Promise<Ranked> {
+    const id = this.choice.pick(request.xModel, RERANKER, body.model);
     const texts = body.texts ?? (body.documents ?? []).map((d) => (typeof d === 'string' ? d : d.text));
-    const { ranks, timing, tokens } = await rankTexts(caller, id, body.query, texts, {
+    const call = rankingCall(id, body.query, texts, {
       // TEI cuts nothing unless asked; the servers whose body has documents cut each pair to fit.
       truncate: body.truncate ?? body.documents !== undefined,
       direction: body.truncation_direction,
       rawScores: body.raw_scores,
     });
-    return { model: id, ranks: ranks.slice(0, body.top_n ?? undefined), texts, timing, tokens };
+    const result = await this.run(request, RERANKER, id, call);
+    return { model: id, ranks: ranksOf(result).slice(0, body.top_n ?? undefined), texts, result };
   }
 
-  async tokenize({ caller, xModel }: TeiRequest, body: z.output<typeof tokenizeRequest>): Promise<TokenOffsets[][]> {
-    const id = this.choice.pick(xModel, ANY, body.model);
+  async tokenize(
+    request: TeiRequest,
+    body: z.output<typeof tokenizeRequest>,
+  ): Promise<[TokenOffsets[][], InferenceResult]> {
     const texts = typeof body.inputs === 'string' ? [body.inputs] : body.inputs;
-    const result = await caller.run({
-      model: id,
+    const result = await this.run(request, ANY, body.model, {
       task: 'tokenize',
       inputs: texts,
       parameters: { add_special_tokens: body.add_special_tokens, prompt_name: body.prompt_name },
     });
     // Workers give code-point offsets; TEI's are UTF-8 byte offsets.
-    return (result.outputs as TokenOffsets[][]).map((tokens, i) => toByteOffsets(texts[i], tokens));
+    return [(result.outputs as TokenOffsets[][]).map((tokens, i) => toByteOffsets(texts[i], tokens)), result];
   }
 
   /** The text of each sequence of ids: one sequence's ids, or a list of sequences. */
-  async decode({ caller, xModel }: TeiRequest, body: z.output<typeof decodeRequest>): Promise<string[]> {
-    const id = this.choice.pick(xModel, ANY, body.model);
+  async decode(request: TeiRequest, body: z.output<typeof decodeRequest>): Promise<[string[], InferenceResult]> {
     const single = body.ids.every((x) => typeof x === 'number');
     const sequences = (single ? [body.ids] : body.ids) as number[][];
-    const result = await caller.run({
-      model: id,
+    const result = await this.run(request, ANY, body.model, {
       task: 'decode',
       inputs: sequences.map((ids) => ({ ids })),
       parameters: { skip_special_tokens: body.skip_special_tokens },
     });
-    return result.outputs as string[];
+    return [result.outputs as string[], result];
   }
 
   /**
@@ -294,22 +323,27 @@ export class Tei {
     request: TeiRequest,
     instance: unknown,
     ignored: (fields: string[]) => void,
-  ): Promise<unknown> {
+  ): Promise<[unknown, InferenceResult]> {
     const asRerank = parseLenient(rerankRequest, instance);
     if (asRerank.success && asRerank.data.texts) {
       ignored(asRerank.ignored);
-      return teiRanks(asRerank.data, await this.rerank(request, asRerank.data));
+      const ranked = await this.rerank(request, asRerank.data);
+      return [teiRanks(asRerank.data, ranked), ranked.result];
     }
     const named =
       typeof instance === 'object' && instance !== null ? (instance as { model?: unknown }).model : undefined;
     const id = this.choice.pick(request.xModel, ANY, typeof named === 'string' ? named : undefined);
-    const served = this.parts.registry.get(id) ?? (await request.caller.whenServed(id));
-    const model = { xModel: id, caller: request.caller };
-    if (CLASSIFIER.fits(served)) return (await this.predict(model, parse(predictRequest, instance, ignored)))[0];
-    if (SPARSE.fits(served))
-      return (await this.embedSparse(model, parse(embedSparseRequest, instance, ignored)))[0].values();
+    // The model's kind tells the route: asked of the registry here, and handed on.
+    const model = await this.parts.service.modelFor(inferenceRequest(request.envelope, { model: id, inputs: [] }));
+    const known = { ...request, model };
+    if (CLASSIFIER.fits(model.served)) return this.predict(known, parse(predictRequest, instance, ignored));
+    if (SPARSE.fits(model.served)) {
+      const [vectors, result] = await this.embedSparse(known, parse(embedSparseRequest, instance, ignored));
+      return [vectors.values(), result];
+    }
     const body = parse(embedRequest, instance, ignored);
-    return inType((await this.embed(model, body))[0].values(), body.embedding_type);
+    const [vectors, result] = await this.embed(known, body);
+    return [inType(vectors.values(), body.embedding_type), result];
   }
 
   /** The served model a request names (or the only one), as TEI describes itself. */
@@ -323,8 +357,8 @@ export function teiRoutes(router: IRouter, parts: ProtocolParts): void {
   const tei = new Tei(parts);
   const admit = (kind: RouteKind) =>
     parts.admission.beforeBody((req) => tei.choice.pickBeforeBody(req.get('x-model'), kind));
-  const request = (req: Request, res: Response): TeiRequest => ({
-    caller: httpCaller(parts.service, req, res),
+  const teiRequest = (req: Request, res: Response): TeiRequest => ({
+    envelope: httpEnvelope(req, res, parts.config.REQUEST_TIMEOUT_MS),
     xModel: req.get('x-model'),
   });
   /** The request's body as its route reads it; unknown fields are left out, and named in the answer. */
@@ -332,32 +366,54 @@ export function teiRoutes(router: IRouter, parts: ProtocolParts): void {
     parse(schema, req.body, (fields) => noteIgnored(res, fields), empty);
   router.post('/embed', admit(EMBEDDING), json, async (req, res) => {
     const body = read(embedRequest, req, res);
-    const [vectors] = await tei.embed(request(req, res), body);
+    const request = teiRequest(req, res);
+    const [vectors, result] = await tei.embed(request, body);
+    answerHeaders(res, request.envelope, result);
     if (body.embedding_type === 'float') sendVectors(res, vectors);
     else res.json(inType(vectors.values(), body.embedding_type));
   });
   router.post('/embed_sparse', admit(SPARSE), json, async (req, res) => {
-    sendVectors(res, (await tei.embedSparse(request(req, res), read(embedSparseRequest, req, res)))[0]);
+    const request = teiRequest(req, res);
+    const [vectors, result] = await tei.embedSparse(request, read(embedSparseRequest, req, res));
+    answerHeaders(res, request.envelope, result);
+    sendVectors(res, vectors);
   });
   router.post('/embed_all', admit(EMBEDDING), json, async (req, res) => {
-    sendVectors(res, (await tei.embedAll(request(req, res), read(embedAllRequest, req, res)))[0]);
+    const request = teiRequest(req, res);
+    const [vectors, result] = await tei.embedAll(request, read(embedAllRequest, req, res));
+    answerHeaders(res, request.envelope, result);
+    sendVectors(res, vectors);
   });
   router.post('/predict', admit(CLASSIFIER), json, async (req, res) => {
-    res.json((await tei.predict(request(req, res), read(predictRequest, req, res)))[0]);
+    const request = teiRequest(req, res);
+    const [scores, result] = await tei.predict(request, read(predictRequest, req, res));
+    answerHeaders(res, request.envelope, result);
+    res.json(scores);
   });
   router.post('/rerank', admit(RERANKER), json, async (req, res) => {
     const body = read(rerankRequest, req, res);
-    const ranked = await tei.rerank(request(req, res), body);
+    const request = teiRequest(req, res);
+    const ranked = await tei.rerank(request, body);
+    answerHeaders(res, request.envelope, ranked.result);
     res.json(body.documents ? documentRanks(body, ranked, requestIdOf(res)) : teiRanks(body, ranked));
   });
   router.post('/similarity', admit(EMBEDDING), json, async (req, res) => {
-    res.json((await tei.similarity(request(req, res), read(similarityRequest, req, res, SIMILARITY_TEXTS)))[0]);
+    const request = teiRequest(req, res);
+    const [similarities, result] = await tei.similarity(request, read(similarityRequest, req, res, SIMILARITY_TEXTS));
+    answerHeaders(res, request.envelope, result);
+    res.json(similarities);
   });
   router.post('/tokenize', admit(ANY), json, async (req, res) => {
-    res.json(await tei.tokenize(request(req, res), read(tokenizeRequest, req, res)));
+    const request = teiRequest(req, res);
+    const [tokens, result] = await tei.tokenize(request, read(tokenizeRequest, req, res));
+    answerHeaders(res, request.envelope, result);
+    res.json(tokens);
   });
   router.post('/decode', admit(ANY), json, async (req, res) => {
-    res.json(await tei.decode(request(req, res), read(decodeRequest, req, res)));
+    const request = teiRequest(req, res);
+    const [texts, result] = await tei.decode(request, read(decodeRequest, req, res));
+    answerHeaders(res, request.envelope, result);
+    res.json(texts);
   });
   router.get('/info', (req, res) => {
     res.json(tei.info(req.get('x-model'), typeof req.query.model === 'string' ? req.query.model : undefined));
@@ -374,19 +430,21 @@ export function teiRoutes(router: IRouter, parts: ProtocolParts): void {
           'payload_too_large',
           `${instances.length} instances, more than the ${parts.config.MAX_INPUTS_PER_REQUEST} a request may hold (MAX_INPUTS_PER_REQUEST)`,
         );
-      const caller = httpCaller(parts.service, req, res);
-      const predictions = await Promise.all(
+      const { envelope, xModel } = teiRequest(req, res);
+      const answers = await Promise.all(
         instances.map((instance, i) => {
           // Each instance is a request of its own to the model: its own part of the request id.
-          const part: Caller = { run: (call) => caller.run({ ...call, part: `i${i}` }), whenServed: caller.whenServed };
+          const part = { envelope: { ...envelope, id: `${envelope.id}-i${i}` }, xModel };
           const ignore = (fields: string[]) => ignored.push(...fields.map((f) => `instances.${i}.${f}`));
-          return tei.vertexPrediction({ caller: part, xModel: req.get('x-model') }, instance, ignore).catch((err) => {
+          return tei.vertexPrediction(part, instance, ignore).catch((err) => {
             // Which instance a refusal is about.
             if (err instanceof ApiError && err.type === 'validation') err.message = `instances.${i}: ${err.message}`;
             throw err;
           });
         }),
       );
+      for (const [, result] of answers) answerHeaders(res, envelope, result);
+      const predictions = answers.map(([prediction]) => prediction);
       noteIgnored(res, ignored);
       res.json({ predictions } satisfies z.infer<typeof vertexResponse>);
     });

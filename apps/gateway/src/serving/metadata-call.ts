@@ -1,9 +1,10 @@
 import { keyPresented } from '../admission/admission.js';
-import { booleanNamed, callerOf, type Caller, type ProtocolParts } from './route-call.js';
+import { booleanNamed, deadlineIn, type Envelope, type ProtocolParts } from './envelope.js';
 
 /**
  * What a gRPC call brings besides its message: the metadata that HTTP's headers carry, its deadline
- * and its cancellation, admitted and made into a caller as an HTTP request's headers are (route-call.ts).
+ * and its cancellation, admitted and made into an envelope as an HTTP request's headers are
+ * (envelope.ts).
  */
 
 /** A request that says what HTTP's headers say in metadata instead (gRPC's): the names are the headers'. */
@@ -16,30 +17,31 @@ export interface MetadataEnvelope {
 }
 
 /**
- * Admits a request that carries metadata, as `Admission.beforeBody` admits an HTTP request (key,
- * model permission, priority, shedding, quota), and gives its caller, and the release of its
+ * Admits a request that carries metadata, as `Admission.admit` admits an HTTP request (key,
+ * model permission, priority, shedding, quota), and gives its envelope, and the release of its
  * quota's slot to call once it is answered.
  */
 export async function admitMetadata(
-  { admission, service }: Pick<ProtocolParts, 'admission' | 'service'>,
-  envelope: MetadataEnvelope,
-  model: () => string | undefined,
+  { admission, config }: Pick<ProtocolParts, 'admission' | 'config'>,
+  call: MetadataEnvelope,
+  model: string | undefined,
   requestId: string,
-): Promise<{ caller: Caller; release: () => void }> {
+): Promise<{ envelope: Envelope; release: () => void }> {
   const admitted = admission.caller({
-    key: keyPresented(envelope.metadata('authorization'), envelope.metadata('x-api-key')),
+    key: keyPresented(call.metadata('authorization'), call.metadata('x-api-key')),
     model,
-    priority: envelope.metadata('x-priority'),
+    priority: call.metadata('x-priority'),
   });
   // Read before the quota's slot is taken: a refusal here holds none.
-  const caller = callerOf(service, {
-    requestId,
-    signal: envelope.signal,
+  const envelope: Envelope = {
+    id: requestId,
+    signal: call.signal,
     priority: admitted.priority,
-    timeoutMs: envelope.timeoutMs,
-    waitForModel: booleanNamed('x-wait-for-model', envelope.metadata('x-wait-for-model')),
-    useCache: booleanNamed('x-use-cache', envelope.metadata('x-use-cache')),
-  });
+    deadline: deadlineIn(call.timeoutMs, config.REQUEST_TIMEOUT_MS),
+    waitForModel: booleanNamed('x-wait-for-model', call.metadata('x-wait-for-model')),
+    useCache: booleanNamed('x-use-cache', call.metadata('x-use-cache')),
+    startedAt: performance.now(),
+  };
   const release = await admission.quota(admitted, requestId, () => undefined);
-  return { caller, release: release ?? (() => undefined) };
+  return { envelope, release: release ?? (() => undefined) };
 }

@@ -1,6 +1,5 @@
 import { ApiError } from '@tserve/contract';
 import type { ModelRegistry } from './model-registry.js';
-import type { Caller } from './route-call.js';
 import { registryUnreachable, type ServedModel } from './served-models.js';
 
 /**
@@ -100,12 +99,12 @@ export class ModelChoice {
       return undefined;
     }
   }
+}
 
-  /** The model, once a worker serves it (one still to come is waited for, or refused, as a call is), checked to be of the route's kind. */
-  async checkKind(caller: Caller, id: string, kind: RouteKind): Promise<ServedModel> {
-    const served = this.registry.get(id) ?? (await caller.whenServed(id));
-    if (!kind.fits(served))
-      throw new ApiError('validation', `model ${id} is not ${kind.what}; it serves ${served.tasks.join(', ')}`);
-    return served;
-  }
+/** The request's model (InferenceService.modelFor's), refused where it is not of the route's kind. */
+export function checkKind<M extends { served: ServedModel }>(model: M, kind: RouteKind): M {
+  const { served } = model;
+  if (!kind.fits(served))
+    throw new ApiError('validation', `model ${served.id} is not ${kind.what}; it serves ${served.tasks.join(', ')}`);
+  return model;
 }

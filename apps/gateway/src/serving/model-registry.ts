@@ -32,14 +32,6 @@ export interface RegistryParts {
   configured: readonly string[];
 }
 
-/** Before any worker of a model has announced its batch size; the worker's own default. */
-const DEFAULT_JOB_SEQUENCES = 32;
-
-/** Most sequences a job for a model served by `workers` should carry: the smallest of their batches. */
-export function jobSequences(workers: ReadonlyArray<{ batchMaxSize: number }>): number {
-  return workers.length ? Math.min(...workers.map((w) => w.batchMaxSize)) : DEFAULT_JOB_SEQUENCES;
-}
-
 /**
  * What the workers say they serve (live, loading, failed to load), read from their heartbeats in
  * Redis in the background so that the request path reads it from memory: no Redis round trip per
@@ -64,34 +56,28 @@ export class ModelRegistry {
   private loadTimes = new Map<string, number>();
   /** Called after each successful refresh (requests waiting for a model to finish loading). */
   private readonly listeners = new Set<() => void>();
+  /** Told after each successful refresh (admission's bounds: which models' queues are bounded). */
+  private readonly watchers: Array<(registry: ModelRegistry) => void> = [];
   private timer?: NodeJS.Timeout;
   lastError?: string;
   lastRefreshAt = 0;
 
-  private readonly redis: Redis;
-  private readonly prefix: string;
-  private readonly refreshMs: number;
-  private readonly failureTtlMs: number;
-  private readonly logger: Logger;
-  private readonly configuredIds: readonly string[];
-
-  constructor(parts: RegistryParts) {
-    this.redis = parts.redis;
-    this.prefix = parts.prefix;
-    this.refreshMs = parts.refreshMs;
-    this.failureTtlMs = parts.failureTtlMs;
-    this.logger = parts.logger;
-    this.configuredIds = parts.configured;
-  }
+  constructor(private readonly parts: RegistryParts) {}
 
   async start(): Promise<void> {
     await this.refresh();
-    this.timer = setInterval(() => void this.refresh(), this.refreshMs);
+    this.timer = setInterval(() => void this.refresh(), this.parts.refreshMs);
     this.timer.unref();
   }
 
   stop(): void {
     clearInterval(this.timer);
+  }
+
+  /** Tells `watcher` of the registry now, and after each refresh. */
+  watch(watcher: (registry: ModelRegistry) => void): void {
+    this.watchers.push(watcher);
+    watcher(this);
   }
 
   get(model: string): ServedModel | undefined {
@@ -117,30 +103,25 @@ export class ModelRegistry {
     return { kind: this.healthy ? 'unknown' : 'unreachable', last };
   }
 
-  /** A worker serves the model now, or it is configured (MODELS). */
-  isServed(model: string): boolean {
-    return this.models.has(model) || this.configuredIds.includes(model);
-  }
-
   served(): ServedModel[] {
     return [...this.models.values()];
   }
 
-  /** The ids of every model `isServed` names: those a worker serves now, then those configured (MODELS). */
+  /** The models a worker serves now, then those configured (MODELS): those whose queues admission bounds. */
   servedOrConfigured(): string[] {
-    return [...new Set([...this.models.keys(), ...this.configuredIds])];
+    return [...new Set([...this.models.keys(), ...this.parts.configured])];
   }
 
   /** Models that were served earlier and have no live worker now (a configured one is idle, not lost). */
   lost(): string[] {
     return [...this.known.keys()].filter(
-      (id) => !this.models.has(id) && !this.loadingModels.has(id) && !this.configuredIds.includes(id),
+      (id) => !this.models.has(id) && !this.loadingModels.has(id) && !this.parts.configured.includes(id),
     );
   }
 
   /** MODELS: the models this gateway serves whether or not a worker runs. */
   configured(): readonly string[] {
-    return this.configuredIds;
+    return this.parts.configured;
   }
 
   /**
@@ -149,7 +130,7 @@ export class ModelRegistry {
    * and start come on top: docs/operations.md).
    */
   idle(model: string): LoadingModel | undefined {
-    if (!this.configuredIds.includes(model) || this.models.has(model) || this.loadingModels.has(model))
+    if (!this.parts.configured.includes(model) || this.models.has(model) || this.loadingModels.has(model))
       return undefined;
     if (this.failures.has(model) || this.mismatched.has(model)) return undefined;
     const ms = this.loadTimes.get(model);
@@ -161,7 +142,7 @@ export class ModelRegistry {
   }
 
   idleAll(): LoadingModel[] {
-    return this.configuredIds.flatMap((id) => this.idle(id) ?? []);
+    return this.parts.configured.flatMap((id) => this.idle(id) ?? []);
   }
 
   /** The model, if its first worker is still to come: loading, or idle (scaled to zero). */
@@ -174,7 +155,7 @@ export class ModelRegistry {
   }
 
   /** Resolves true once the model is served, or false when `deadline` (epoch ms) passes or `signal` aborts first. */
-  whenServed(model: string, deadline: number, signal?: AbortSignal): Promise<boolean> {
+  untilServed(model: string, deadline: number, signal?: AbortSignal): Promise<boolean> {
     if (this.models.has(model)) return Promise.resolve(true);
     if (signal?.aborted) return Promise.resolve(false);
     return new Promise((resolve) => {
@@ -196,11 +177,6 @@ export class ModelRegistry {
     return [...this.failures.values()];
   }
 
-  /** Most sequences a job for the model should carry: its smallest worker batch. */
-  batchSize(model: string): number {
-    return jobSequences(this.models.get(model)?.workers ?? []);
-  }
-
   /** Sequences one model call of each live worker of the model holds, together (0 with none). */
   callSequences(model: string): number {
     return (this.models.get(model)?.workers ?? []).reduce((sum, w) => sum + w.batchMaxSize, 0);
@@ -216,15 +192,15 @@ export class ModelRegistry {
 
   /** Fresh: the last refresh succeeded within a few periods. */
   get healthy(): boolean {
-    return this.lastError === undefined && Date.now() - this.lastRefreshAt < Math.max(3 * this.refreshMs, 2000);
+    return this.lastError === undefined && Date.now() - this.lastRefreshAt < Math.max(3 * this.parts.refreshMs, 2000);
   }
 
   async refresh(): Promise<void> {
     try {
       const [workers, failures, loadTimes] = await Promise.all([
-        listLiveWorkers(this.redis, this.prefix),
-        listLoadFailures(this.redis, this.prefix, this.failureTtlMs),
-        listLoadTimes(this.redis, this.prefix),
+        listLiveWorkers(this.parts.redis, this.parts.prefix),
+        listLoadFailures(this.parts.redis, this.parts.prefix, this.parts.failureTtlMs),
+        listLoadTimes(this.parts.redis, this.parts.prefix),
       ]);
       const { byModel, loading, foreign } = readHeartbeats(workers, loadTimes);
       for (const w of workers) if (w.protocol !== PROTOCOL) this.reportMismatch(w);
@@ -247,12 +223,13 @@ export class ModelRegistry {
           .map((f) => [f.model, f]),
       );
       for (const listener of [...this.listeners]) listener();
-      if (this.lastError) this.logger.info('registry refresh recovered');
+      for (const watcher of this.watchers) watcher(this);
+      if (this.lastError) this.parts.logger.info('registry refresh recovered');
       this.lastError = undefined;
       this.lastRefreshAt = Date.now();
     } catch (err) {
       if (!this.lastError)
-        this.logger.warn({ err: String(err) }, `registry refresh failed: ${describeRedisFailure(err)}`);
+        this.parts.logger.warn({ err: String(err) }, `registry refresh failed: ${describeRedisFailure(err)}`);
       this.lastError = err instanceof Error ? err.message : String(err);
     }
   }
@@ -260,7 +237,7 @@ export class ModelRegistry {
   private reportMismatch(worker: WorkerInfo): void {
     if (this.reportedMismatches.has(worker.id)) return;
     this.reportedMismatches.add(worker.id);
-    this.logger.warn(
+    this.parts.logger.warn(
       { worker: worker.id, model: worker.model, protocol: worker.protocol, ours: PROTOCOL },
       mismatchOf(worker.model, [worker.protocol]).reason,
     );

@@ -1,5 +1,5 @@
 import type { InferenceResult } from './inference.js';
-import type { Caller } from './route-call.js';
+import type { CallBody } from './envelope.js';
 
 /** How texts are ranked against a query. */
 export interface RankOptions {
@@ -21,17 +21,16 @@ export interface Rank {
 
 /**
  * Texts ranked against a query by a reranker (a classifier with one label), best first: TEI's
- * `/rerank` and Cohere's rerank run this one call. Each (query, text) pair is one sequence of the
- * worker's batches.
+ * `/rerank` and Cohere's rerank make this one call (`rankingCall`) and read its answer (`ranksOf`).
+ * Each (query, text) pair is one sequence of the worker's batches.
  */
-export async function rankTexts(
-  caller: Caller,
+export function rankingCall(
   model: string,
   query: string,
   texts: string[],
   options: RankOptions,
-): Promise<{ ranks: Rank[]; timing: InferenceResult['timing']; tokens: number }> {
-  const result = await caller.run({
+): CallBody & { task: 'text-classification' } {
+  return {
     model,
     task: 'text-classification',
     inputs: texts.map((text) => ({ text: query, text_pair: text })),
@@ -41,9 +40,12 @@ export async function rankTexts(
       function_to_apply: options.rawScores ? 'none' : 'sigmoid',
       ...(options.textMaxTokens !== undefined ? { text_pair_max_tokens: options.textMaxTokens } : {}),
     },
-  });
-  const ranks = (result.outputs as Array<Array<{ score: number }>>)
+  };
+}
+
+/** A ranking call's answer: each text's rank, best first. */
+export function ranksOf(result: InferenceResult): Rank[] {
+  return (result.outputs as Array<Array<{ score: number }>>)
     .map((scores, index) => ({ index, score: scores[0].score }))
     .sort((a, b) => b.score - a.score);
-  return { ranks, timing: result.timing, tokens: result.tokens };
 }

@@ -135,6 +135,19 @@ interface StoreCommand {
   tserveResponseCacheStore(numberOfKeys: number, ...args: Array<string | Buffer | number>): Promise<number>;
 }
 
+export interface ResponseCacheParts {
+  /** Its own connection, or the queues' (RESPONSE_CACHE_REDIS_URL unset). */
+  redis: Redis;
+  /** The prefix of its keys, beside the queues' (keys.responseCache). */
+  prefix: string;
+  /** RESPONSE_CACHE_TTL_S. */
+  ttlSeconds: number;
+  /** RESPONSE_CACHE_MAX_MB. */
+  maxMb: number;
+  /** Told of a Redis failure; the request is computed afresh. */
+  onError: (err: unknown) => void;
+}
+
 /**
  * The response cache every gateway shares: one entry per input, in Redis under a prefix of its own,
  * bounded by its own count of bytes (STORE_SCRIPT) rather than Redis's maxmemory-policy, which is
@@ -151,26 +164,20 @@ export class ResponseCache {
   private readonly maxBytes: number;
   private readonly redis: Redis & StoreCommand;
 
-  constructor(
-    redis: Redis,
-    private readonly prefix: string,
-    ttlSeconds: number,
-    maxMb: number,
-    private readonly onError: (err: unknown) => void,
-  ) {
-    this.ttlMs = ttlSeconds * 1000;
-    this.maxBytes = Math.floor(maxMb * 2 ** 20);
-    redis.defineCommand('tserveResponseCacheStore', { lua: STORE_SCRIPT });
-    this.redis = redis as Redis & StoreCommand;
+  constructor(private readonly parts: ResponseCacheParts) {
+    this.ttlMs = parts.ttlSeconds * 1000;
+    this.maxBytes = Math.floor(parts.maxMb * 2 ** 20);
+    parts.redis.defineCommand('tserveResponseCacheStore', { lua: STORE_SCRIPT });
+    this.redis = parts.redis as Redis & StoreCommand;
   }
 
   /** The index of entries by age (a sorted set), and their counted bytes: for tests and operators. */
   get indexKey(): string {
-    return `${this.prefix}:index`;
+    return `${this.parts.prefix}:index`;
   }
 
   get bytesKey(): string {
-    return `${this.prefix}:bytes`;
+    return `${this.parts.prefix}:bytes`;
   }
 
   /**
@@ -182,10 +189,10 @@ export class ResponseCache {
     const head = canonical([scope.model, scope.sha256, scope.task, scope.parameters]);
     const keys = inputs.map(
       (input) =>
-        `${this.prefix}:entry:${createHash('sha256').update(head).update('\n').update(canonical(input)).digest('base64url')}`,
+        `${this.parts.prefix}:entry:${createHash('sha256').update(head).update('\n').update(canonical(input)).digest('base64url')}`,
     );
     const found = await this.redis.mgetBuffer(...keys).catch((err: unknown) => {
-      this.onError(err);
+      this.parts.onError(err);
       return keys.map(() => null);
     });
     const missing = found.flatMap((value, i) => (value ? [] : [i]));
@@ -257,7 +264,7 @@ export class ResponseCache {
       );
       this.storedBytes += bytes;
     } catch (err) {
-      this.onError(err);
+      this.parts.onError(err);
     }
   }
 }

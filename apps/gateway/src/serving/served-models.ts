@@ -33,6 +33,8 @@ export interface ServedModel {
   /** The sizes its vectors may be shortened to (MATRYOSHKA_DIMENSIONS), largest first; none: []. */
   matryoshkaDimensions: number[];
   workers: WorkerInfo[];
+  /** Most sequences one job for it carries: the smallest of its workers' batches, so that a job never spans two. */
+  jobSequences: number;
   /** The weights its workers loaded, where they all agree (a rollout may mix two for a while). */
   weights: ModelWeights;
 }
@@ -165,9 +167,11 @@ export function readHeartbeats(
       promptNames: w.promptNames ?? [],
       matryoshkaDimensions: w.matryoshkaDimensions ?? [],
       workers: [],
+      jobSequences: w.batchMaxSize,
       weights: {},
     };
     entry.workers.push(w);
+    entry.jobSequences = Math.min(entry.jobSequences, w.batchMaxSize);
     byModel.set(w.model, entry);
   }
   for (const m of byModel.values()) m.weights = agreedWeights(m.workers);

@@ -25,11 +25,10 @@ export interface TransportParts {
   /** A connection of its own for the result channel. */
   subscriber: Redis;
   /**
-   * The served models (the registry): most sequences one job carries for a model, its workers' batch
-   * size; and the models served now, whose queues are swept too where this gateway has sent nothing
-   * yet (started after traffic stopped).
+   * The served models (the registry): those served now, whose queues are swept too where this
+   * gateway has sent nothing yet (started after traffic stopped).
    */
-  models: { batchSize(model: string): number; served(): Array<{ id: string }> };
+  models: { served(): Array<{ id: string }> };
   /** This gateway's requests outstanding per model (the queue depth). */
   depth: { own(model: string): number };
   /**
@@ -72,7 +71,6 @@ export class Transport {
     });
     this.coalescer = new EnqueueCoalescer({
       sender: this.sender,
-      models: parts.models,
       depth: parts.depth,
       // A worker's word that it took a job is lost only as a result message is: the same period covers both.
       graceMs: options.resultPollMs,

@@ -1,6 +1,7 @@
 import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import {
+  BULK,
   inGroups,
   noticeCopy,
   PROTOCOL,
@@ -48,14 +49,14 @@ interface Lane {
   untaken: Set<string>;
   /** Sends the waiting requests anyway if a worker's word that it took the jobs is lost. */
   graceTimer?: NodeJS.Timeout;
+  /** Most sequences in one job: the model's workers' batch size, as the last request submitted found it. */
+  jobSequences: number;
 }
 
 /** What a coalescer works with. */
 export interface CoalescerParts {
   /** Where the jobs go: the JobSender. */
   sender: Pick<JobSender, 'enqueue'>;
-  /** Most sequences in one job: a worker's batch size (`batchSize`), so one job never spans two batches. */
-  models: { batchSize(model: string): number };
   /** This gateway's requests for a model accepted and not yet answered (the queue depth). */
   depth: { own(model: string): number };
   /** How long waiting requests stay held behind a job whose taking no worker has told of. */
@@ -88,10 +89,22 @@ export class EnqueueCoalescer {
 
   constructor(private readonly parts: CoalescerParts) {}
 
-  /** Resolves with the id of the job that carries the request, once it is in Redis. */
-  submit(model: string, request: QueuedRequest, priority: Priority = 'interactive'): Promise<string> {
+  /**
+   * Resolves with the id of the job that carries the request, once it is in Redis. `jobSequences`:
+   * most sequences one job of the model carries, its workers' batch size, so that a job never spans
+   * two batches.
+   */
+  submit(model: string, request: QueuedRequest, priority: Priority, jobSequences: number): Promise<string> {
     const key = laneKey(model, priority);
-    const lane: Lane = this.lanes.get(key) ?? { model, priority, waiting: [], sending: false, untaken: new Set() };
+    const lane: Lane = this.lanes.get(key) ?? {
+      model,
+      priority,
+      waiting: [],
+      sending: false,
+      untaken: new Set(),
+      jobSequences,
+    };
+    lane.jobSequences = jobSequences;
     this.lanes.set(key, lane);
     const sent = new Promise<string>((resolve, reject) => lane.waiting.push({ request, resolve, reject }));
     this.pump(key, lane);
@@ -162,7 +175,7 @@ export class EnqueueCoalescer {
     clearTimeout(lane.graceTimer);
     lane.graceTimer = undefined;
     const entries = lane.waiting.splice(0, oneEnqueue(lane.waiting, MOST_CHARS_PER_ENQUEUE));
-    const jobs = splitIntoJobs(entries, this.parts.models.batchSize(lane.model)).map((job) => ({
+    const jobs = splitIntoJobs(entries, lane.jobSequences).map((job) => ({
       id: job[0].request.id,
       entries: job,
     }));
@@ -194,8 +207,8 @@ export class EnqueueCoalescer {
   }
 }
 
-/** BullMQ's priority for batch-class jobs; interactive ones carry none (0), which BullMQ serves first. */
-const BATCH_JOB_PRIORITY = 1;
+/** BullMQ's priority for bulk jobs; interactive ones carry none (0), which BullMQ serves first. */
+const BULK_JOB_PRIORITY = 1;
 
 /** A job's name, which the dashboard shows: how many requests it carries. */
 const jobName = (requests: number) => `${JOB_NAME} ×${requests}`;
@@ -223,7 +236,7 @@ export class JobSender {
   /**
    * Adds jobs to a model's queue; several go in one call, one round trip. Interactive jobs go to the
    * wait list, batch jobs to BullMQ's prioritized set, which workers take from only when the wait
-   * list is empty: interactive work overtakes queued batch-class work at no extra Redis cost.
+   * list is empty: interactive work overtakes queued bulk work at no extra Redis cost.
    */
   async enqueue(model: string, priority: Priority, jobs: CoalescedJob[]): Promise<void> {
     const { redis, queues, prefix, replyTo, keepMs, breaker } = this.parts;
@@ -238,7 +251,7 @@ export class JobSender {
         tellTaken: job.tellTaken,
         keepMs,
       } satisfies JobData,
-      opts: priority === 'batch' ? { jobId: job.id, priority: BATCH_JOB_PRIORITY } : { jobId: job.id },
+      opts: priority === BULK ? { jobId: job.id, priority: BULK_JOB_PRIORITY } : { jobId: job.id },
     }));
     const added = entries.map((e) => ({ id: e.opts.jobId, data: e.data }));
     const notice: WorkNotice = { kind: 'work', jobs: entries.length, priority, ...noticeCopy(priority, added) };

@@ -18,6 +18,8 @@ export interface Trip {
   priority: Priority;
   /** Aborted when the client goes away: a request not yet run is then dropped. */
   signal?: AbortSignal;
+  /** Most sequences one job of the model carries: its workers' batch size (the coalescer's). */
+  jobSequences: number;
 }
 
 /** The request could not be put in Redis (Redis down, or the breaker open). */
@@ -85,35 +87,17 @@ export class Trips {
   /** Requests abandoned by their clients, per model and place. */
   readonly abandoned = new Map<string, Record<AbandonedAt, number>>();
 
-  readonly channel: string;
-  private readonly subscriber: Redis;
-  private readonly pollMs: number;
-  private readonly jobs: FinishedJobs;
-  private readonly logger: Logger;
-  private readonly coalescer: TripsParts['coalescer'];
-  private readonly sender: TripsParts['sender'];
-  private readonly link: TripsParts['link'];
-
-  constructor(parts: TripsParts) {
-    this.channel = parts.channel;
-    this.subscriber = parts.subscriber;
-    this.pollMs = parts.pollMs;
-    this.jobs = parts.jobs;
-    this.logger = parts.logger;
-    this.coalescer = parts.coalescer;
-    this.sender = parts.sender;
-    this.link = parts.link;
-  }
+  constructor(private readonly parts: TripsParts) {}
 
   async start(): Promise<void> {
     // As bytes: an outcome's outputs are sliced from them, never decoded here (readResultMessage).
-    this.subscriber.on('messageBuffer', (_channel: Buffer, message: Buffer) => this.onMessage(message));
-    await this.subscriber.subscribe(this.channel);
-    this.pollTimer = setInterval(() => void this.poll(), this.pollMs);
+    this.parts.subscriber.on('messageBuffer', (_channel: Buffer, message: Buffer) => this.onMessage(message));
+    await this.parts.subscriber.subscribe(this.parts.channel);
+    this.pollTimer = setInterval(() => void this.poll(), this.parts.pollMs);
     this.pollTimer.unref();
     // Back from a lost Redis (a failover): outcomes published meanwhile were lost, and a job the new
     // primary never saw will have none. Every waiting job is read at once, not a poll period later.
-    this.link.onBack(() => void this.poll(true));
+    this.parts.link.onBack(() => void this.poll(true));
   }
 
   /** Requests waiting for their outcomes. */
@@ -125,12 +109,12 @@ export class Trips {
    * Sends a request to its model's workers and resolves with its outcome. Rejects with a 504
    * ApiError at its deadline, a 499 one when its client leaves, or SendFailed.
    */
-  async send({ model, request, priority, signal }: Trip): Promise<ReadRequestOutcome> {
+  async send({ model, request, priority, signal, jobSequences }: Trip): Promise<ReadRequestOutcome> {
     // Registered before the request is sent, so even an instant answer finds its waiter. The deadline
     // may pass while the enqueue is still in flight: that rejection is awaited below.
     const answer = this.wait(request.id, request.deadline);
-    answer.catch(() => this.coalescer.withdraw(model, request.id, priority));
-    const sent = this.coalescer.submit(model, request, priority);
+    answer.catch(() => this.parts.coalescer.withdraw(model, request.id, priority));
+    const sent = this.parts.coalescer.submit(model, request, priority, jobSequences);
     const abandon = () => this.abandon(model, request, priority, sent);
     signal?.addEventListener('abort', abandon, { once: true });
     try {
@@ -180,7 +164,7 @@ export class Trips {
 
   async stop(): Promise<void> {
     clearInterval(this.pollTimer);
-    await this.subscriber.unsubscribe(this.channel).catch(() => {});
+    await this.parts.subscriber.unsubscribe(this.parts.channel).catch(() => {});
   }
 
   /**
@@ -191,12 +175,12 @@ export class Trips {
     this.cancel(request.id, new ApiError('cancelled', 'the client closed the connection'));
     const counts = this.abandoned.get(model) ?? { gateway: 0, queue: 0 };
     this.abandoned.set(model, counts);
-    if (this.coalescer.withdraw(model, request.id, priority)) {
+    if (this.parts.coalescer.withdraw(model, request.id, priority)) {
       counts.gateway++;
       return;
     }
     counts.queue++;
-    this.sender.cancel(model, request, sent);
+    this.parts.sender.cancel(model, request, sent);
   }
 
   private deliver(model: string, outcome: ReadRequestOutcome): void {
@@ -220,7 +204,7 @@ export class Trips {
    */
   private deliverJob({ job, model, outcomes }: ReadJobOutcome): void {
     for (const outcome of outcomes) this.deliver(model, outcome);
-    this.coalescer.taken([job]);
+    this.parts.coalescer.taken([job]);
   }
 
   /** Fails every request waiting on `job` with `error`; the coalescer hears of the job as taken, as for a finished one. */
@@ -231,7 +215,7 @@ export class Trips {
       this.waiters.delete(id);
       waiter.reject(error);
     }
-    this.coalescer.taken([job.id]);
+    this.parts.coalescer.taken([job.id]);
   }
 
   /** Fails every request sent to Redis as a job, with `error`. */
@@ -239,7 +223,7 @@ export class Trips {
     const jobs = new Map<string, JobRef>();
     for (const waiter of this.waiters.values())
       if (waiter.job) jobs.set(`${waiter.job.model}\n${waiter.job.id}`, waiter.job);
-    if (jobs.size > 0) this.logger.warn({ jobs: jobs.size }, `requests refused: ${error.message}`);
+    if (jobs.size > 0) this.parts.logger.warn({ jobs: jobs.size }, `requests refused: ${error.message}`);
     for (const job of jobs.values()) this.failJob(job, error);
   }
 
@@ -247,15 +231,15 @@ export class Trips {
     // Skipped, not thrown inside the subscriber's event handler.
     const data = readResultMessage(message);
     if (!data) {
-      this.logger.warn('unreadable result message');
+      this.parts.logger.warn('unreadable result message');
       return;
     }
-    if (data.kind === 'taken') this.coalescer.taken(data.jobs);
+    if (data.kind === 'taken') this.parts.coalescer.taken(data.jobs);
     else if (data.kind === 'outcome') this.deliverJob(data);
     // Too large to publish: read at once where the worker recorded it, if anyone here still waits.
     else if (data.requests.some((id) => this.waiters.get(id)?.job?.id === data.job))
       void this.read({ model: data.model, id: data.job });
-    else this.coalescer.taken([data.job]);
+    else this.parts.coalescer.taken([data.job]);
   }
 
   /**
@@ -264,7 +248,7 @@ export class Trips {
    * REDIS_FAILOVER_WAIT_MS, its requests get the link's 503, not their deadlines' 504.
    */
   private async poll(all = false): Promise<void> {
-    const link = this.link.status();
+    const link = this.parts.link.status();
     if (link !== 'up') {
       if (link instanceof ApiError) this.failSent(link);
       return;
@@ -273,7 +257,7 @@ export class Trips {
     if (this.polling) return void (this.readAllNext ||= all);
     this.polling = true;
     try {
-      const cutoff = all ? Infinity : Date.now() - this.pollMs;
+      const cutoff = all ? Infinity : Date.now() - this.parts.pollMs;
       const jobs = new Map<string, JobRef>();
       for (const waiter of this.waiters.values())
         if (waiter.job && waiter.since <= cutoff) jobs.set(`${waiter.job.model}\n${waiter.job.id}`, waiter.job);
@@ -289,7 +273,7 @@ export class Trips {
 
   private async read(job: JobRef): Promise<void> {
     try {
-      const finished = await this.jobs.finished(job.model, job.id);
+      const finished = await this.parts.jobs.finished(job.model, job.id);
       if (finished === 'lost') this.failJob(job, jobLost());
       else if (finished) this.deliverJob(finished);
     } catch {

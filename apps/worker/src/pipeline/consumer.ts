@@ -1,35 +1,14 @@
 import type { Logger } from 'pino';
 import { ApiError, sequenceCount } from '@tserve/contract';
-import type { PreparedBatch } from './prepared-batch.js';
-import type { BatchRunner } from './runner.js';
+import type { BatchReport, PreparedBatch } from './prepared-batch.js';
+import type { ModelBatchRunner } from './runner.js';
 import { Precedence, type CallPacing } from './precedence.js';
-import type { Settling } from '../transport/settling.js';
-import type { Work } from '../transport/work.js';
-
-/** Where batches are gathered from: jobs, waited for one at a time or taken several together. */
-export interface JobSource<J> {
-  /** Waits for the next job (may still return undefined, e.g. when the source is closing). */
-  next(): Promise<J | undefined>;
-  /** How many jobs are waiting now. */
-  waiting(): Promise<number>;
-  /** Up to `count` waiting jobs, fetched together. */
-  take(count: number): Promise<J[]>;
-}
-
-/** What the consumer needs of the intake (transport/intake.ts): its jobs, and its start and close. */
-export interface WorkSource extends JobSource<Work> {
-  /** Starts taking jobs; `held` names the jobs whose locks the intake renews. */
-  start(held: () => string[]): void;
-  /** Interactive jobs waiting now, which may go ahead of batch-class work; 0 when none were announced. */
-  interactiveWaiting(): Promise<number>;
-  close(): Promise<void>;
-}
+import type { Job, JobSource, TakenJobs } from './jobs.js';
 
 export interface ConsumerParts {
-  intake: WorkSource;
-  runner: BatchRunner;
-  /** Where the runner's outcomes go: told of the jobs fetched, and of each batch's report. */
-  settling: Settling;
+  /** The jobs this worker takes, until they are settled; the runner's outcomes go there too. */
+  jobs: TakenJobs;
+  runner: ModelBatchRunner;
   limits: BatchLimits;
   /** Other workers serving the model (the heartbeat): a gateway must not hold requests back for this busy one then. */
   peers: { readonly peers: number };
@@ -43,24 +22,24 @@ interface Batch {
 }
 
 /**
- * Gathers model batches of jobs from the intake (gatherBatch) and hands their requests to the
- * runner, whose outcomes go to the settling; it settles each job. The next batch is fetched and
- * tokenized while the model thread runs the current one.
+ * Gathers model batches of the jobs the worker takes (gatherBatch) and hands their requests to the
+ * runner, whose outcomes go back to the taken jobs, which settle each job. The next batch is fetched
+ * and tokenized while the model thread runs the current one.
  *
- * Interactive work goes ahead of batch-class work: the interactive jobs of a gathered batch run
- * first, and between two model calls of batch-class work the interactive work that came meanwhile
+ * Interactive work goes ahead of bulk work: the interactive jobs of a gathered batch run
+ * first, and between two model calls of bulk work the interactive work that came meanwhile
  * runs, whether gathered already or still waiting in the queue (Precedence keeps those calls short).
  */
 export class Consumer {
   private stopping = false;
   private loop?: Promise<void>;
-  /** Interactive batches gathered while batch-class work runs: they run before its next model call. */
+  /** Interactive batches gathered while bulk work runs: they run before its next model call. */
   private readonly urgent: Batch[] = [];
   /**
-   * Whether batch-class work runs, or is next once what goes ahead of it has run: interactive work
+   * Whether bulk work runs, or is next once what goes ahead of it has run: interactive work
    * gathered meanwhile goes ahead of its next call.
    */
-  private batchClassRunning = false;
+  private bulkRunning = false;
   private readonly precedence: Precedence;
   /** Interactive work's calls: run whole, and timed for Precedence. */
   private readonly interactivePacing: CallPacing = {
@@ -68,65 +47,51 @@ export class Consumer {
     between: async () => {},
     ran: (_rows, ms) => this.precedence.interactiveRan(ms),
   };
-  private readonly intake: WorkSource;
-  private readonly runner: BatchRunner;
-  private readonly settling: Settling;
-  private readonly limits: BatchLimits;
-  private readonly peers: ConsumerParts['peers'];
-  private readonly logger: Logger;
 
-  constructor(parts: ConsumerParts) {
-    this.intake = parts.intake;
-    this.runner = parts.runner;
-    this.settling = parts.settling;
-    this.limits = parts.limits;
-    this.peers = parts.peers;
-    this.logger = parts.logger;
+  constructor(private readonly parts: ConsumerParts) {
     this.precedence = new Precedence(parts.limits.maxSize);
   }
 
   start(): void {
-    this.intake.start(() => this.settling.heldJobIds());
+    this.parts.jobs.start();
     this.loop = this.run();
   }
 
   /** Stops fetching, finishes the batches in hand and their settlements, then lets go of the queue. */
   async stop(): Promise<void> {
     this.stopping = true;
-    // The intake's wait for a job ends by itself within a second; a job it brings is run too.
+    // The wait for a job ends by itself within a second; a job it brings is run too.
     await this.loop;
-    await this.settling.drain();
-    await this.intake.close();
+    await this.parts.jobs.close();
   }
 
   private async run(): Promise<void> {
     let running: Promise<void> = Promise.resolve();
     let modelBusy = false;
     while (!this.stopping) {
-      let jobs: Work[];
+      let jobs: Job[];
       try {
-        jobs = await gatherBatch(this.intake, this.limits, (work) =>
-          work.requests.reduce((n, r) => n + sequenceCount(r), 0),
+        jobs = await gatherBatch(this.parts.jobs, this.parts.limits, (job) =>
+          job.requests.reduce((n, r) => n + sequenceCount(r), 0),
         );
       } catch (err) {
         if (this.stopping) break;
-        this.logger.warn({ err: String(err) }, 'fetching jobs failed; retrying');
+        this.parts.logger.warn({ err: String(err) }, 'fetching jobs failed; retrying');
         await new Promise((r) => setTimeout(r, 250));
         continue;
       }
       if (jobs.length === 0) continue;
-      this.settling.hold(jobs);
-      // Gateways hear that their jobs were taken as the batch starts (see tellTaken); but while this
+      // Gateways hear that their jobs were taken as the batch starts (see sendTaken); but while this
       // worker's model is busy another worker may be idle, and the requests held for this one would
       // keep it waiting: then they hear now.
-      if (modelBusy && this.peers.peers > 0) this.settling.tellTaken();
+      if (modelBusy && this.parts.peers.peers > 0) this.parts.jobs.sendTaken();
       // Tokenized here while the model thread may still run the previous batch.
-      let interactive = await this.prepare(jobs.filter((job) => !job.batchClass));
-      const batchClass = await this.prepare(jobs.filter((job) => job.batchClass));
-      if (interactive && this.batchClassRunning) {
+      let interactive = await this.prepare(jobs.filter((job) => !job.bulk));
+      const bulk = await this.prepare(jobs.filter((job) => job.bulk));
+      if (interactive && this.bulkRunning) {
         this.urgent.push(interactive);
-        this.settling.tellTaken();
-        if (!batchClass) continue;
+        this.parts.jobs.sendTaken();
+        if (!bulk) continue;
         interactive = undefined;
       }
       const waitedForModel = modelBusy;
@@ -134,18 +99,18 @@ export class Consumer {
       // The batch starts as gathered: work that arrived while it waited forms the next batch, gathered
       // while this one runs. Topping it up first kept the model idle for a Redis round trip each
       // batch, several times the idle share it has without (bench/HISTORY.md). Only interactive
-      // work, which must not wait behind batch-class work, is looked for first.
-      const ahead = waitedForModel && batchClass && !this.stopping ? await this.interactiveAhead() : undefined;
-      this.settling.tellTaken();
+      // work, which must not wait behind bulk work, is looked for first.
+      const ahead = waitedForModel && bulk && !this.stopping ? await this.interactiveAhead() : undefined;
+      this.parts.jobs.sendTaken();
       modelBusy = true;
-      // Batch-class work counts as running from now, while what goes ahead of it runs: interactive
+      // Bulk work counts as running from now, while what goes ahead of it runs: interactive
       // work gathered meanwhile joins the urgent list and runs before its first call, instead of
       // waiting here for all of its calls.
-      if (batchClass) this.batchClassRunning = true;
+      if (bulk) this.bulkRunning = true;
       running = (async () => {
         if (ahead) await this.execute(ahead);
         if (interactive) await this.execute(interactive);
-        if (batchClass) await this.executeBatchClass(batchClass);
+        if (bulk) await this.executeBulk(bulk);
       })().finally(() => {
         modelBusy = false;
       });
@@ -153,63 +118,72 @@ export class Consumer {
     await running;
   }
 
-  private async prepare(jobs: Work[]): Promise<Batch | undefined> {
+  private async prepare(jobs: Job[]): Promise<Batch | undefined> {
     if (jobs.length === 0) return undefined;
-    return { prepared: await this.runner.prepare(jobs.flatMap((j) => j.requests)), jobs: jobs.length };
+    return { prepared: await this.parts.runner.prepare(jobs.flatMap((j) => j.requests)), jobs: jobs.length };
   }
 
   /**
-   * Interactive jobs waiting now, prepared as a batch of their own, to run ahead of batch-class work.
+   * Interactive jobs waiting now, prepared as a batch of their own, to run ahead of bulk work.
    * BullMQ fetches from the wait list (interactive) before the prioritized set, so the jobs taken
    * here are interactive.
    */
   private async interactiveAhead(): Promise<Batch | undefined> {
     try {
-      const waiting = await this.intake.interactiveWaiting();
+      const waiting = await this.parts.jobs.interactiveWaiting();
       if (waiting === 0) return undefined;
-      const jobs = await this.intake.take(Math.min(waiting, this.limits.maxSize));
+      const jobs = await this.parts.jobs.take(Math.min(waiting, this.parts.limits.maxSize));
       if (jobs.length === 0) return undefined;
-      this.settling.hold(jobs);
       return this.prepare(jobs);
     } catch (err) {
-      this.logger.warn({ err: String(err) }, 'fetching interactive jobs failed; running the batch in hand');
+      this.parts.logger.warn({ err: String(err) }, 'fetching interactive jobs failed; running the batch in hand');
       return undefined;
     }
   }
 
   /**
-   * Batch-class work, its model calls paced by Precedence; what is interactive runs before and
+   * Bulk work, its model calls paced by Precedence; what is interactive runs before and
    * between them, and what was gathered meanwhile before it ends.
    */
-  private async executeBatchClass(batch: Batch): Promise<void> {
+  private async executeBulk(batch: Batch): Promise<void> {
     await this.runUrgent();
     await this.execute(batch, {
-      rows: () => this.precedence.batchRows(),
+      rows: () => this.precedence.bulkRows(),
       between: async () => {
         await this.runUrgent();
         const ahead = this.stopping ? undefined : await this.interactiveAhead();
         if (ahead) await this.execute(ahead);
       },
-      ran: (rows, ms) => this.precedence.batchRan(rows, ms),
+      ran: (rows, ms) => this.precedence.bulkRan(rows, ms),
     });
     // Cleared in the same turn as the last look at the urgent list: anything pushed to it runs.
     for (let next = this.urgent.shift(); next; next = this.urgent.shift()) await this.execute(next);
-    this.batchClassRunning = false;
+    this.bulkRunning = false;
   }
 
   private async runUrgent(): Promise<void> {
     for (let next = this.urgent.shift(); next; next = this.urgent.shift()) await this.execute(next);
   }
 
-  /** Runs a batch; interactive unless `pacing` is given (batch-class work's). */
+  /** Runs a batch; interactive unless `pacing` is given (bulk work's). */
   private async execute(batch: Batch, pacing: CallPacing = this.interactivePacing): Promise<void> {
     try {
-      this.settling.batchDone(await this.runner.execute(batch.prepared, pacing), batch.jobs);
+      this.done(await this.parts.runner.execute(batch.prepared, pacing), batch.jobs);
     } catch (err) {
       // The runner isolates input errors itself; reaching here is a bug, and its requests must not hang.
-      this.logger.error({ err: String(err) }, 'batch failed unexpectedly');
-      this.runner.failUnanswered(batch.prepared, new ApiError('internal', 'internal error while running the model'));
+      this.parts.logger.error({ err: String(err) }, 'batch failed unexpectedly');
+      this.parts.runner.failUnanswered(
+        batch.prepared,
+        new ApiError('internal', 'internal error while running the model'),
+      );
     }
+  }
+
+  private done(report: BatchReport, jobs: number): void {
+    this.parts.logger.debug(
+      { jobs, calls: report.callSizes, expired: report.expired, abandoned: report.abandoned },
+      'batch done',
+    );
   }
 }
 
@@ -222,7 +196,7 @@ export interface BatchLimits {
  * Deadline-bounded dynamic batch formation: waits for the first job, then gathers more until the
  * batch holds `maxSize` sequences or one deadline, `maxWaitMs` after the first job, has passed (the
  * deadline is never extended). The source is asked how many jobs wait before any is fetched (the
- * intake knows that from the work notices it heard, without asking Redis), so an empty queue costs
+ * transport's intake knows that from the work notices it heard, without asking Redis), so an empty queue costs
  * no fetch (a fetch is one of BullMQ's scripts, about ten commands inside Redis); an empty queue also
  * ends the gathering at once, so a lone request never waits for company. The jobs of one round are
  * fetched together, in one round trip.

@@ -1,7 +1,7 @@
 /**
  * How long interactive work counts as present after it last ran (ms): a few of its usual gaps
- * between calls, within these bounds. While it is present, batch-class model calls are kept short;
- * past it, a batch-class call is as large as the limits allow, and only the first interactive
+ * between calls, within these bounds. While it is present, bulk model calls are kept short;
+ * past it, a bulk call is as large as the limits allow, and only the first interactive
  * request to come back waits for a whole one. A fixed ten seconds kept a batch that followed a burst
  * of interactive traffic in the short calls sized for that burst's last trickle long after it ended
  * (bench/HISTORY.md); sparse interactive traffic still keeps the calls short between its requests.
@@ -17,7 +17,7 @@ const WEIGHT = 0.2;
 const averaged = (average: number | undefined, sample: number) =>
   average === undefined ? sample : average + WEIGHT * (sample - average);
 
-/** How a batch's model calls make way for more urgent work (the consumer's, for batch-class work). */
+/** How a batch's model calls make way for more urgent work (the consumer's, for bulk work). */
 export interface CallPacing {
   /** The most rows the next call may hold. */
   rows(): number | undefined;
@@ -28,18 +28,18 @@ export interface CallPacing {
 }
 
 /**
- * Interactive work's precedence over batch-class work inside a worker. A model call is not
- * interrupted, so an interactive request that arrives while a batch-class call runs waits for the
- * rest of it. While interactive work is present, batch-class calls are cut to about as many rows as
+ * Interactive work's precedence over bulk work inside a worker. A model call is not
+ * interrupted, so an interactive request that arrives while a bulk call runs waits for the
+ * rest of it. While interactive work is present, bulk calls are cut to about as many rows as
  * take one interactive call's time: the wait stays within an interactive call on any device, and
- * batch-class work runs at full size when nothing interactive is about.
+ * bulk work runs at full size when nothing interactive is about.
  */
 export class Precedence {
   private interactiveAt = Number.NEGATIVE_INFINITY;
   private interactiveCallMs?: number;
   /** The usual time from one interactive call's end to the next's. */
   private interactiveGapMs?: number;
-  private batchRowMs?: number;
+  private bulkRowMs?: number;
 
   constructor(
     /** BATCH_MAX_SIZE: the most rows any call may hold. */
@@ -56,15 +56,15 @@ export class Precedence {
     this.interactiveCallMs = averaged(this.interactiveCallMs, ms);
   }
 
-  /** A batch-class model call of `rows` rows took `ms`. */
-  batchRan(rows: number, ms: number): void {
-    if (rows > 0) this.batchRowMs = averaged(this.batchRowMs, ms / rows);
+  /** A bulk model call of `rows` rows took `ms`. */
+  bulkRan(rows: number, ms: number): void {
+    if (rows > 0) this.bulkRowMs = averaged(this.bulkRowMs, ms / rows);
   }
 
-  /** The most rows the next batch-class call may hold. */
-  batchRows(): number {
-    if (!this.present() || this.interactiveCallMs === undefined || this.batchRowMs === undefined) return this.maxRows;
-    const rows = Math.floor(this.interactiveCallMs / Math.max(this.batchRowMs, Number.EPSILON));
+  /** The most rows the next bulk call may hold. */
+  bulkRows(): number {
+    if (!this.present() || this.interactiveCallMs === undefined || this.bulkRowMs === undefined) return this.maxRows;
+    const rows = Math.floor(this.interactiveCallMs / Math.max(this.bulkRowMs, Number.EPSILON));
     return Math.min(this.maxRows, Math.max(1, rows));
   }
 

@@ -23,10 +23,10 @@ export interface ModelCall {
   sequences: number;
   /** Rows × the longest row: what the model computed over. */
   paddedTokens: number;
-  /** The forward pass alone. */
+  /** The model's own time: the forward pass alone. */
   modelMs: number;
-  /** The forward pass and the decoding of its rows. */
-  callMs: number;
+  /** The call's time: the forward pass and the decoding of its rows (a request's `inference_ms`). */
+  inferenceMs: number;
 }
 
 export interface ModelCallObserver {
@@ -60,12 +60,13 @@ export interface Pending {
   warnings: string[];
   /** From enqueue to its first model call; gateway and worker clocks must agree (NTP) for this across machines. */
   queueMs?: number;
+  /** Its model calls' time (ModelCall.inferenceMs), once each: its `inference_ms`, `x-inference-time`. */
   inferenceMs: number;
   batchSize: number;
   failed: boolean;
-  /** Its phases, for the statistics: tokenizing, its share of model calls, and decoding. */
+  /** Its phases, for the statistics: tokenizing, the model's own time in its calls, and decoding. */
   inputMs: number;
-  inferMs: number;
+  modelMs: number;
   outputMs: number;
   /** Sequences its inputs ran as: its tokenizing is shared among them in each call's statistics. */
   sequenceCount: number;
@@ -85,7 +86,7 @@ export function pendingRequest(request: QueuedRequest, head: TaskHead): Pending 
     batchSize: 0,
     failed: false,
     inputMs: 0,
-    inferMs: 0,
+    modelMs: 0,
     outputMs: 0,
     sequenceCount: 0,
   };

@@ -1,8 +1,9 @@
-import { ApiError, type QueuedRequest, type RequestOutcome, type TaskInput } from '@tserve/contract';
+import { ApiError, type QueuedRequest, type TaskInput } from '@tserve/contract';
 import type { Encoded, Engine } from '../model/engine.js';
 import type { LoopTurns } from './loop-turns.js';
 import type { BatchReport, Owner, Pending, Sequence } from './prepared-batch.js';
 import type { InferenceStatistics } from './stats.js';
+import type { OutcomeSink } from './jobs.js';
 
 /**
  * A request's own steps in the worker, around the model calls its batch makes (runner.ts): its
@@ -95,7 +96,7 @@ export class InputEncoder {
           if (!pending.warnings.includes(warning)) pending.warnings.push(warning);
         }
         // Past the model's position table its call surely fails, and halving that call to find the
-        // culprit (BatchRunner's runIsolated) would cost every other input in it several calls:
+        // culprit (ModelBatchRunner's runIsolated) would cost every other input in it several calls:
         // refused before any.
         const { positions } = this.engine.loaded;
         if (positions !== undefined && encoded.ids.length > positions) throw this.tooLong(encoded);
@@ -149,11 +150,6 @@ export class InputEncoder {
   }
 }
 
-/** Where the runner sends each request's outcome, once per request (transport/settling.ts gathers them by job). */
-export interface OutcomeSink {
-  record(request: QueuedRequest, outcome: RequestOutcome): void;
-}
-
 /**
  * Each request's outcome, sent to the sink and counted in the statistics: its answer, its failure,
  * or its finish unrun where its deadline passed or its client left.
@@ -191,11 +187,11 @@ export class RequestOutcomes {
     this.stats.succeeded(this.now(), queueMs, {
       queueMs,
       inputMs,
-      inferMs: 0,
+      modelMs: 0,
       outputMs: 0,
       inputs: request.inputs.length,
     });
-    this.sink.record(request, {
+    this.sink.accept(request, {
       id: request.id,
       ok: true,
       outputs,
@@ -207,7 +203,7 @@ export class RequestOutcomes {
   /** The answer of a request whose every sequence ran: `outputs`, one per input. */
   private succeeded(pending: Pending, outputs: unknown[]): void {
     const { request } = pending;
-    this.sink.record(request, {
+    this.sink.accept(request, {
       id: request.id,
       ok: true,
       outputs,
@@ -219,11 +215,11 @@ export class RequestOutcomes {
       },
       tokens: pending.tokens,
     });
-    const { queueMs = 0, inputMs, inferMs, outputMs } = pending;
+    const { queueMs = 0, inputMs, modelMs, outputMs } = pending;
     this.stats.succeeded(this.now(), Math.max(0, this.now() - request.enqueuedAt), {
       queueMs,
       inputMs,
-      inferMs,
+      modelMs,
       outputMs,
       inputs: request.inputs.length,
     });
@@ -251,7 +247,7 @@ export class RequestOutcomes {
   }
 
   fail(request: QueuedRequest, error: ApiError): void {
-    this.sink.record(request, { id: request.id, ok: false, error: error.toBody() });
+    this.sink.accept(request, { id: request.id, ok: false, error: error.toBody() });
     this.stats.failed(Math.max(0, this.now() - request.enqueuedAt));
   }
 }

@@ -2,7 +2,8 @@ import { ApiError, type QueuedRequest } from '@tserve/contract';
 import type { Engine, Encoded, BatchOutput } from '../model/engine.js';
 import type { TaskHeads } from '../tasks/index.js';
 import { LoopTurns } from './loop-turns.js';
-import { firstLine, InputEncoder, RequestOutcomes, type OutcomeSink } from './requests.js';
+import { firstLine, InputEncoder, RequestOutcomes } from './requests.js';
+import type { OutcomeSink } from './jobs.js';
 import {
   pendingRequest,
   type BatchReport,
@@ -14,16 +15,19 @@ import {
 import type { CallPacing } from './precedence.js';
 import { InferenceStatistics } from './stats.js';
 
-/** Where a model call's time went, over the calls that isolating a culprit may split it into. */
+/**
+ * Where a model call's time went, over the calls that isolating a culprit may split it into: the
+ * model's own (its forward passes) and its rows' decoding.
+ */
 interface CallTiming {
-  forwardMs: number;
-  decodeMs: number;
+  modelMs: number;
+  outputMs: number;
 }
 
 type Result = { ok: true; value: unknown } | { ok: false; error: ApiError };
 
-/** What a BatchRunner runs with; the optional parts have defaults for tests. */
-export interface BatchRunnerParts {
+/** What a ModelBatchRunner runs with; the optional parts have defaults for tests. */
+export interface ModelBatchRunnerParts {
   engine: Engine;
   heads: TaskHeads;
   /** `longest`: the longest sequence the memory budget takes (a longer one is refused 413); absent without a budget. */
@@ -44,25 +48,17 @@ export interface BatchRunnerParts {
  * alone, plans model calls by length and tokens, and isolates a failing input by splitting its call
  * until only the culprit fails. Each request's outcome goes to the sink as soon as its last input is done.
  */
-export class BatchRunner {
-  private readonly engine: Engine;
-  private readonly heads: TaskHeads;
-  private readonly limits: BatchRunnerParts['limits'];
+export class ModelBatchRunner {
   private readonly outcomes: RequestOutcomes;
   private readonly encoder: InputEncoder;
   private readonly now: () => number;
   private readonly stats: InferenceStatistics;
-  private readonly calls?: ModelCallObserver;
 
-  constructor(parts: BatchRunnerParts) {
-    this.engine = parts.engine;
-    this.heads = parts.heads;
-    this.limits = parts.limits;
+  constructor(private readonly parts: ModelBatchRunnerParts) {
     this.now = parts.now ?? Date.now;
     this.stats = parts.stats ?? new InferenceStatistics();
-    this.calls = parts.calls;
     this.outcomes = new RequestOutcomes(parts.outcomes, this.stats, parts.abandoned ?? new Set(), this.now);
-    this.encoder = new InputEncoder(this.engine, this.limits, parts.maxAnswerValues ?? Number.POSITIVE_INFINITY);
+    this.encoder = new InputEncoder(parts.engine, parts.limits, parts.maxAnswerValues ?? Number.POSITIVE_INFINITY);
   }
 
   async run(requests: QueuedRequest[]): Promise<BatchReport> {
@@ -81,7 +77,7 @@ export class BatchRunner {
       await turns.take();
       if (this.outcomes.dropIfDead(request, batch.report)) continue;
       try {
-        const pending = pendingRequest(request, this.heads(request.task));
+        const pending = pendingRequest(request, this.parts.heads(request.task));
         if (pending.head.answer) {
           this.outcomes.answered(request, await this.encoder.answer(pending, turns), pending.inputMs);
           continue;
@@ -102,7 +98,7 @@ export class BatchRunner {
    */
   async execute(batch: PreparedBatch, pacing?: CallPacing): Promise<BatchReport> {
     let first = true;
-    for (const planned of planBatches(batch.sequences, this.limits)) {
+    for (const planned of planCalls(batch.sequences, this.parts.limits)) {
       for (let at = 0; at < planned.length;) {
         if (!first) await pacing?.between();
         first = false;
@@ -126,22 +122,22 @@ export class BatchRunner {
     if (live.length === 0) return;
     const started = performance.now();
     const startedAt = this.now();
-    const timing: CallTiming = { forwardMs: 0, decodeMs: 0 };
+    const timing: CallTiming = { modelMs: 0, outputMs: 0 };
     const results = await this.runIsolated(live, report, timing);
     const elapsed = performance.now() - started;
     pacing?.ran(live.length, elapsed);
-    this.calls?.ran({
+    this.parts.calls?.ran({
       requests: [...new Set(live.map(({ owner }) => owner.pending.request))],
       sequences: live.length,
       paddedTokens: live.length * live.reduce((n, { encoded }) => Math.max(n, encoded.ids.length), 0),
-      modelMs: timing.forwardMs,
-      callMs: elapsed,
+      modelMs: timing.modelMs,
+      inferenceMs: elapsed,
     });
     // A request with several inputs in this call spent the call's time once, not once per input.
     for (const pending of new Set(live.map(({ owner }) => owner.pending))) {
       pending.inferenceMs += elapsed;
-      pending.inferMs += timing.forwardMs;
-      pending.outputMs += timing.decodeMs;
+      pending.modelMs += timing.modelMs;
+      pending.outputMs += timing.outputMs;
       pending.batchSize = Math.max(pending.batchSize, live.length);
       pending.queueMs ??= Math.max(0, startedAt - pending.request.enqueuedAt);
     }
@@ -149,7 +145,7 @@ export class BatchRunner {
       (ms, { owner }) => ms + owner.pending.inputMs / Math.max(1, owner.pending.sequenceCount),
       0,
     );
-    this.stats.executed(live.length, inputMs, timing.forwardMs, timing.decodeMs);
+    this.stats.executed(live.length, inputMs, timing.modelMs, timing.outputMs);
     const turns = new LoopTurns();
     for (const [i, { owner }] of live.entries()) await this.recordResult(owner, results[i], turns);
   }
@@ -169,16 +165,16 @@ export class BatchRunner {
     const started = performance.now();
     try {
       report.callSizes.push(chunk.length);
-      output = await this.engine.forward(chunk.map((s) => s.encoded));
+      output = await this.parts.engine.forward(chunk.map((s) => s.encoded));
     } catch (err) {
-      timing.forwardMs += performance.now() - started;
+      timing.modelMs += performance.now() - started;
       if (chunk.length === 1) return [{ ok: false, error: this.culpritError(chunk[0].encoded, err) }];
       const middle = Math.ceil(chunk.length / 2);
       const left = await this.runIsolated(chunk.slice(0, middle), report, timing);
       const right = await this.runIsolated(chunk.slice(middle), report, timing);
       return [...left, ...right];
     }
-    timing.forwardMs += performance.now() - started;
+    timing.modelMs += performance.now() - started;
     const turns = new LoopTurns();
     const results: Result[] = [];
     for (const [row, { owner }] of chunk.entries()) {
@@ -203,13 +199,13 @@ export class BatchRunner {
           error: new ApiError('internal', `post-processing failed: ${firstLine(String(err))}`),
         });
       }
-      timing.decodeMs += performance.now() - decoding;
+      timing.outputMs += performance.now() - decoding;
     }
     return results;
   }
 
   private culpritError(encoded: Encoded, err: unknown): ApiError {
-    if (encoded.ids.length > this.engine.loaded.maxLength) return this.encoder.tooLong(encoded);
+    if (encoded.ids.length > this.parts.engine.loaded.maxLength) return this.encoder.tooLong(encoded);
     return new ApiError(
       'inference',
       `the model could not run this input: ${firstLine(err instanceof Error ? err.message : String(err))}`,
@@ -249,7 +245,7 @@ export interface PlanLimits {
  * (one long input must not pad many short ones).
  * Shortest calls come first: they finish first, so short requests are answered first.
  */
-export function planBatches<T>(sequences: Sequence<T>[], limits: PlanLimits): Sequence<T>[][] {
+export function planCalls<T>(sequences: Sequence<T>[], limits: PlanLimits): Sequence<T>[][] {
   const sorted = [...sequences].sort((a, b) => a.encoded.ids.length - b.encoded.ids.length);
   const chunks: Sequence<T>[][] = [];
   let current: Sequence<T>[] = [];

@@ -20,12 +20,12 @@ export class InferenceStatistics {
   succeeded(
     at: number,
     totalMs: number,
-    phases: { queueMs: number; inputMs: number; inferMs: number; outputMs: number; inputs: number },
+    phases: { queueMs: number; inputMs: number; modelMs: number; outputMs: number; inputs: number },
   ): void {
     add(this.stats.success, totalMs);
     add(this.stats.queue, phases.queueMs);
     add(this.stats.computeInput, phases.inputMs);
-    add(this.stats.computeInfer, phases.inferMs);
+    add(this.stats.computeInfer, phases.modelMs);
     add(this.stats.computeOutput, phases.outputMs);
     this.stats.inferenceCount += phases.inputs;
     this.stats.lastInference = at;
@@ -36,8 +36,8 @@ export class InferenceStatistics {
     add(this.stats.fail, totalMs);
   }
 
-  /** One model call of `size` sequences: tokenizing its sequences, running it, and decoding its rows. */
-  executed(size: number, inputMs: number, inferMs: number, outputMs: number): void {
+  /** One model call of `size` sequences: tokenizing its sequences, the model's own time, and decoding its rows. */
+  executed(size: number, inputMs: number, modelMs: number, outputMs: number): void {
     this.stats.executionCount++;
     const batch = (this.stats.batches[size] ??= {
       computeInput: noDuration(),
@@ -45,7 +45,7 @@ export class InferenceStatistics {
       computeOutput: noDuration(),
     });
     add(batch.computeInput, inputMs);
-    add(batch.computeInfer, inferMs);
+    add(batch.computeInfer, modelMs);
     add(batch.computeOutput, outputMs);
   }
 

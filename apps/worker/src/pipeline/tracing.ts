@@ -1,6 +1,6 @@
 import type { QueuedRequest, RequestOutcome } from '@tserve/contract';
 import type { TraceContext, TraceSpan, Tracing } from '@tserve/telemetry';
-import type { OutcomeSink } from './requests.js';
+import type { OutcomeSink } from './jobs.js';
 import type { ModelCall, ModelCallObserver } from './prepared-batch.js';
 
 /** A traced request's spans open on this worker. */
@@ -29,7 +29,7 @@ export class WorkerTracing implements ModelCallObserver {
     const traced = call.requests.filter((r) => r.trace !== undefined);
     if (traced.length === 0) return;
     const end = now();
-    const start = end - call.callMs;
+    const start = end - call.inferenceMs;
     const modelEnd = start + call.modelMs;
     const attributes = {
       'tserve.batch.size': call.sequences,
@@ -46,12 +46,12 @@ export class WorkerTracing implements ModelCallObserver {
     }
   }
 
-  /** Ends a request's spans as its outcome is recorded. */
+  /** Ends a request's spans as its outcome is handed on. */
   sink(outcomes: OutcomeSink): OutcomeSink {
     return {
-      record: (request, outcome) => {
+      accept: (request, outcome) => {
         if (request.trace !== undefined) this.finished(request, outcome);
-        outcomes.record(request, outcome);
+        outcomes.accept(request, outcome);
       },
     };
   }

@@ -13,7 +13,7 @@ import { startModelThread } from '../model/model-thread.js';
 import type { SessionNames } from '../model/model-thread-protocol.js';
 import { Engine, type Encoded } from '../model/engine.js';
 import { InferenceStatistics } from '../pipeline/stats.js';
-import type { BatchRunnerParts } from '../pipeline/runner.js';
+import type { ModelBatchRunnerParts } from '../pipeline/runner.js';
 import type { Heartbeat } from '../transport/heartbeat.js';
 import { boundedCalls, memoryBudget } from './budget.js';
 import { locateModel, weightsToLoad, type ModelSource } from './weights.js';
@@ -37,7 +37,7 @@ export interface LoadedWorker {
   thread: Worker;
   engine: Engine;
   stats: InferenceStatistics;
-  batchLimits: BatchRunnerParts['limits'];
+  batchLimits: ModelBatchRunnerParts['limits'];
   /** The load's time, a download's excluded. */
   loadMs: number;
 }

@@ -6,10 +6,11 @@ import { clearLoadFailure, createRedis, keys, queueNameFor, recordLoadTime } fro
 import type { LoadedModel } from '../model/model.js';
 import { stopModelThread } from '../model/model-thread.js';
 import { headsFor } from '../tasks/index.js';
-import { BatchRunner } from '../pipeline/runner.js';
+import { ModelBatchRunner } from '../pipeline/runner.js';
 import { Consumer } from '../pipeline/consumer.js';
-import { Cancellations } from '../pipeline/cancellations.js';
 import type { WorkerTracing } from '../pipeline/tracing.js';
+import { Cancellations } from '../transport/cancellations.js';
+import { TakenJobs } from '../transport/taken-jobs.js';
 import { Intake } from '../transport/intake.js';
 import { Settling } from '../transport/settling.js';
 import type { Heartbeat } from '../transport/heartbeat.js';
@@ -18,7 +19,7 @@ import type { LoadedWorker } from './load.js';
 export interface ServeParts {
   config: WorkerConfig;
   workerId: string;
-  /** Publishes outcomes and records them, and carries the heartbeat. */
+  /** Publishes outcomes and records them, tells gateways their jobs are taken, and carries the heartbeat. */
   publisher: Redis;
   heartbeat: Heartbeat;
   info: WorkerInfo;
@@ -64,13 +65,13 @@ export async function serve(parts: ServeParts): Promise<() => Promise<void>> {
   };
 }
 
-/** The intake, the runner, the settling and the consumer that drives them, on `connection`. */
+/** The taken jobs (fetched by the intake, settled by the settling), the runner and the consumer that drives them, on `connection`. */
 function buildPipeline(
   { config, workerId, publisher, heartbeat, worker, traces, logger }: ServeParts,
   connection: Redis,
 ): { intake: Intake; cancelled: Cancellations; consumer: Consumer } {
   const { loaded, engine, stats, batchLimits } = worker;
-  // Data flows one way: the intake fetches jobs, the runner runs their requests, the settling settles the jobs.
+  // Data flows one way: jobs are taken, the runner runs their requests, and each job is settled.
   const intake = new Intake(
     connection,
     {
@@ -86,24 +87,23 @@ function buildPipeline(
   const cancelled = new Cancellations();
   const settling = new Settling(
     publisher,
-    cancelled,
     { prefix: config.QUEUE_PREFIX, model: config.MODEL, token: workerId },
     logger,
   );
-  const runner = new BatchRunner({
+  const jobs = new TakenJobs({ intake, settling, publisher, cancellations: cancelled, logger });
+  const runner = new ModelBatchRunner({
     engine,
     heads: headsFor(loaded),
     limits: batchLimits,
-    outcomes: traces ? traces.sink(settling) : settling,
+    outcomes: traces ? traces.sink(jobs) : jobs,
     abandoned: cancelled,
     maxAnswerValues: config.MAX_ANSWER_VALUES,
     stats,
     calls: traces,
   });
   const consumer = new Consumer({
-    intake,
+    jobs,
     runner,
-    settling,
     limits: { maxSize: batchLimits.maxSize, maxWaitMs: config.BATCH_MAX_WAIT_MS },
     peers: heartbeat,
     logger,

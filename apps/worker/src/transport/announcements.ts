@@ -10,7 +10,7 @@ export class Announcements {
   private unannounced = true;
   private interactive = false;
 
-  /** A notice of `jobs` added, `interactive` or in the batch class. */
+  /** A notice of `jobs` added, `interactive` or in the bulk class. */
   heard(jobs: number, interactive: boolean): void {
     this.announced += jobs;
     if (interactive) this.interactive = true;
@@ -18,7 +18,7 @@ export class Announcements {
 
   /**
    * Whether interactive jobs were announced since the last time this was asked. Only then may
-   * interactive work wait for a worker busy with batch-class work, which asks the queue how much.
+   * interactive work wait for a worker busy with bulk work, which asks the queue how much.
    */
   interactiveSinceAsked(): boolean {
     const heard = this.interactive;

@@ -3,6 +3,20 @@ import type { WorkerInfo } from '@tserve/contract';
 import { announceWorker, withdrawWorker } from '@tserve/queue';
 import type { Logger } from 'pino';
 
+export interface HeartbeatParts {
+  /** Carries the beats; its commands are pipelined. */
+  redis: Redis;
+  /** QUEUE_PREFIX: where the workers' heartbeats are. */
+  prefix: string;
+  /** What each beat announces; the worker changes it as it loads, serves and stops. */
+  info: WorkerInfo;
+  /** HEARTBEAT_MS. */
+  everyMs: number;
+  /** WORKER_TTL_MS: a beat expires after it. */
+  ttlMs: number;
+  logger: Logger;
+}
+
 /**
  * Keeps this worker's announcement alive in Redis; the gateway routes to models that have one. Each
  * beat also counts the other ready workers of the same model, as of that beat.
@@ -13,18 +27,11 @@ export class Heartbeat {
   private peerCount = 0;
   private usage?: () => Partial<WorkerInfo>;
 
-  constructor(
-    private readonly redis: Redis,
-    private readonly prefix: string,
-    private readonly info: WorkerInfo,
-    private readonly everyMs: number,
-    private readonly ttlMs: number,
-    private readonly logger: Logger,
-  ) {}
+  constructor(private readonly parts: HeartbeatParts) {}
 
   async start(): Promise<void> {
     await this.beat();
-    this.timer = setInterval(() => void this.beat(), this.everyMs);
+    this.timer = setInterval(() => void this.beat(), this.parts.everyMs);
     this.timer.unref();
   }
 
@@ -33,7 +40,7 @@ export class Heartbeat {
    * while it finishes the jobs it holds. The beats go on until `stop`.
    */
   async drain(): Promise<void> {
-    this.info.state = 'draining';
+    this.parts.info.state = 'draining';
     await this.beat();
   }
 
@@ -41,7 +48,7 @@ export class Heartbeat {
   async stop(timeoutMs = 2000): Promise<void> {
     clearInterval(this.timer);
     await Promise.race([
-      withdrawWorker(this.redis, this.prefix, this.info).catch(() => {}),
+      withdrawWorker(this.parts.redis, this.parts.prefix, this.parts.info).catch(() => {}),
       new Promise((r) => setTimeout(r, timeoutMs).unref()),
     ]);
   }
@@ -58,14 +65,14 @@ export class Heartbeat {
 
   /** Announces at once (after the announcement changed, e.g. loading → ready). */
   async beat(): Promise<void> {
-    if (this.usage) Object.assign(this.info, this.usage());
+    if (this.usage) Object.assign(this.parts.info, this.usage());
     try {
-      const ready = await announceWorker(this.redis, this.prefix, this.info, this.ttlMs);
-      this.peerCount = Math.max(0, ready - (this.info.state === 'ready' ? 1 : 0));
-      if (this.failing) this.logger.info('heartbeat restored');
+      const ready = await announceWorker(this.parts.redis, this.parts.prefix, this.parts.info, this.parts.ttlMs);
+      this.peerCount = Math.max(0, ready - (this.parts.info.state === 'ready' ? 1 : 0));
+      if (this.failing) this.parts.logger.info('heartbeat restored');
       this.failing = false;
     } catch (err) {
-      if (!this.failing) this.logger.warn({ err: String(err) }, 'heartbeat failed; retrying');
+      if (!this.failing) this.parts.logger.warn({ err: String(err) }, 'heartbeat failed; retrying');
       this.failing = true;
     }
   }

@@ -12,7 +12,6 @@ import {
 } from '@tserve/contract';
 import { QUEUE_STREAMS, queueNameFor } from '@tserve/queue';
 import { Announcements } from './announcements.js';
-import type { WorkSource } from '../pipeline/consumer.js';
 import type { Work } from './work.js';
 
 export interface IntakeOptions {
@@ -47,7 +46,7 @@ const IDLE_POLL_MS = 1000;
  * wait cost two more fetches per job, both finding nothing: one because its worker had just taken
  * a job, one for the wake-up marker that taking a job leaves for the next worker.
  */
-export class Intake implements WorkSource {
+export class Intake {
   private readonly worker: Worker<JobData>;
   /** The same queue, for counting what waits. */
   private readonly queue: Queue<JobData>;
@@ -60,8 +59,8 @@ export class Intake implements WorkSource {
   private ahead?: { id: string; data: unknown };
   /** Jobs that a fetch for work started ahead brought instead of that work's own: handed out first. */
   private readonly fetchedInstead: Work[] = [];
-  /** The jobs this worker holds (the settling's), named at start. */
-  private held: () => string[] = () => [];
+  /** The jobs this worker took and has not settled (taken-jobs.ts), named at start. */
+  private taken: () => string[] = () => [];
 
   constructor(
     connection: Redis,
@@ -84,11 +83,11 @@ export class Intake implements WorkSource {
     this.queue.on('error', () => {});
   }
 
-  /** Starts looking for dead workers' jobs, and renewing the locks of the jobs `held` names, in one call for all. */
-  start(held: () => string[]): void {
-    this.held = held;
+  /** Starts looking for dead workers' jobs, and renewing the locks of the jobs `taken` names, in one call for all. */
+  start(taken: () => string[]): void {
+    this.taken = taken;
     void this.worker.startStalledCheckTimer();
-    this.renewTimer = setInterval(() => void this.renewLocks(held()), Math.max(100, this.options.lockMs / 2));
+    this.renewTimer = setInterval(() => void this.renewLocks(taken()), Math.max(100, this.options.lockMs / 2));
   }
 
   /**
@@ -101,7 +100,7 @@ export class Intake implements WorkSource {
     const notice = readMessage(workNoticeSchema, message);
     if (!notice) return false;
     this.announcements.heard(notice.jobs, notice.priority === 'interactive');
-    const alone = () => this.options.peers.peers === 0 && this.held().length === 0;
+    const alone = () => this.options.peers.peers === 0 && this.taken().length === 0;
     if (notice.job && this.wake && !this.ahead && alone()) this.ahead = notice.job;
     this.wake?.();
     return true;
@@ -121,7 +120,7 @@ export class Intake implements WorkSource {
   }
 
   /**
-   * Jobs waiting (interactive and batch class). None where none was announced. Otherwise the
+   * Jobs waiting (interactive and bulk class). None where none was announced. Otherwise the
    * announced count where this worker is the model's only one; with peers, the queue's own count:
    * each worker hears every notice, and a count the peers already took from would send each of
    * them fetching for all of it.
@@ -136,7 +135,7 @@ export class Intake implements WorkSource {
 
   /**
    * Interactive jobs waiting: none unless a notice announced some since the last call; then the
-   * queue's own count (a peer may have taken them). So batch-class work that looks before each of its
+   * queue's own count (a peer may have taken them). So bulk work that looks before each of its
    * model calls costs Redis nothing while no interactive work comes. A job whose notice was lost is
    * found by the next gathering instead, which takes interactive jobs first.
    */
@@ -145,7 +144,7 @@ export class Intake implements WorkSource {
     return this.queue.getJobCountByTypes('wait');
   }
 
-  /** Up to `count` waiting jobs, interactive before batch class (BullMQ's order), fetched together. */
+  /** Up to `count` waiting jobs, interactive before bulk class (BullMQ's order), fetched together. */
   async take(count: number): Promise<Work[]> {
     const instead = this.fetchedInstead.splice(0, count);
     return instead.length < count ? [...instead, ...(await this.fetch(count - instead.length))] : instead;
@@ -164,8 +163,8 @@ export class Intake implements WorkSource {
   private async read(job: Job<JobData>): Promise<Work | undefined> {
     const read = readJobData(job.data);
     if (!('problem' in read)) {
-      const batchClass = (job.opts.priority ?? 0) > 0;
-      return { ...read, id: job.id!, batchClass, job: Promise.resolve(job) };
+      const bulk = (job.opts.priority ?? 0) > 0;
+      return { ...read, id: job.id!, bulk, job: Promise.resolve(job) };
     }
     const { problem } = read;
     this.logger.warn({ jobId: job.id, problem }, 'job failed unread');
@@ -192,7 +191,7 @@ export class Intake implements WorkSource {
     if ('problem' in read) return undefined;
     // Counted as fetched from now: the consumer's look for more work must not fetch it too.
     this.announcements.fetched(1, 1);
-    return { ...read, id: ahead.id, batchClass: false, job: this.fetchAhead(ahead.id) };
+    return { ...read, id: ahead.id, bulk: false, job: this.fetchAhead(ahead.id) };
   }
 
   /**

@@ -10,8 +10,8 @@ export interface Work {
   replyTo: string;
   /** The gateway holds later requests back until told this job was taken (`JobsTaken`). */
   tellTaken: boolean;
-  /** Batch-class work, which interactive work may overtake. */
-  batchClass: boolean;
+  /** Bulk work, which interactive work may overtake. */
+  bulk: boolean;
   /** How long an outcome recorded apart from the job is kept for the gateway's fallback read (ms). */
   keepMs: number;
   /**

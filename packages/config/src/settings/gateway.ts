@@ -94,7 +94,7 @@ export const gatewayShape = {
   MAX_QUEUE_DEPTH: int(1000, 1, 'requests in flight per model (all gateways) before new ones get 503'),
   BATCH_QUEUE_SHARE: setting(
     z.coerce.number().min(0).max(1).default(0.5),
-    'batch-class requests get 503 once the depth reaches this share of MAX_QUEUE_DEPTH',
+    'bulk-class requests (x-priority: batch) get 503 once the depth reaches this share of MAX_QUEUE_DEPTH',
   ).meta(ADVANCED),
   API_KEYS_FILE: optionalString('JSON file of hashed API keys (npm run keys -- create); re-read on change'),
   // For deployments that pass secrets as variables.
