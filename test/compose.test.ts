@@ -342,6 +342,26 @@ describe('docker-compose.yml', () => {
     }
   });
 
+  it("gives each setting the program's own default, where it names one, but for the few it sets on purpose", () => {
+    // Set on purpose for containers, each said in docker-compose.yml: the hub model with no settings,
+    // the niceness of a worker beside its gateway, the thread count that follows the CPU quota.
+    const chosen = new Set(['MODEL', 'WORKER_NICE', 'INTRA_OP_THREADS', 'HF_HOME', 'REDIS_URL']);
+    const defaults = new Map(
+      Object.values(SETTINGS)
+        .flatMap((shape) => Object.entries(shape))
+        .map(([name, schema]) => [name, settingHelp(name, schema)[1]]),
+    );
+    const differ: string[] = [];
+    for (const [name, s] of built)
+      for (const [key, value] of Object.entries(env(s))) {
+        const m = /^\$\{[A-Za-z_][A-Za-z0-9_]*:-([^}]+)\}$/.exec(value);
+        // A default the help describes rather than states ("32 cpu / 128 gpu") is the program's to derive.
+        if (!m || chosen.has(key) || !defaults.has(key) || defaults.get(key)!.includes(' ')) continue;
+        if (m[1] !== defaults.get(key)) differ.push(`${name}: ${key} ${m[1]}, the program's ${defaults.get(key)}`);
+      }
+    assert.deepEqual(differ, []);
+  });
+
   it('leaves each derived setting to its derivation unless .env sets it, and the settings its containers get load', () => {
     const derived = Object.values(SETTINGS)
       .flatMap((shape) => Object.entries(shape))

@@ -11,6 +11,7 @@ import { once } from 'node:events';
 import { readFile } from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';
+import os from 'node:os';
 import type { ReadyBody } from '@tserve/contract';
 import {
   MODEL_DIR,
@@ -386,12 +387,15 @@ describe('npm start (launcher)', () => {
     );
     const url = `http://127.0.0.1:${port}`;
     await waitFor('the system to be ready', async () => (await fetch(`${url}/ready`)).status === 200, 60_000, 250);
-    // A lone worker's threads spin between the steps of a model call, niced below the gateway.
+    // A lone worker, niced below the gateway, leaves one core to the gateway and Redis and does not spin.
     const [worker] = await childrenRunning(launcher.pid, 'worker');
     const workerEnv = await environOf(worker);
+    const threads = Math.max(1, os.availableParallelism() - 1);
     assert.ok(
-      workerEnv.includes('WORKER_NICE=19') && workerEnv.includes('INTRA_OP_SPINNING=true'),
-      workerEnv.filter((e) => /NICE|SPIN/.test(e)).join(' '),
+      workerEnv.includes('WORKER_NICE=19') &&
+        workerEnv.includes(`INTRA_OP_THREADS=${threads}`) &&
+        !workerEnv.some((e) => e.startsWith('INTRA_OP_SPINNING=')),
+      workerEnv.filter((e) => /NICE|SPIN|INTRA_OP/.test(e)).join(' '),
     );
     const gatewayPid = async (): Promise<number | undefined> => (await childrenRunning(launcher.pid, 'gateway'))[0];
     const crashed = (await gatewayPid())!;
