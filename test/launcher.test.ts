@@ -387,10 +387,10 @@ describe('npm start (launcher)', () => {
     );
     const url = `http://127.0.0.1:${port}`;
     await waitFor('the system to be ready', async () => (await fetch(`${url}/ready`)).status === 200, 60_000, 250);
-    // A lone worker, niced below the gateway, leaves one core to the gateway and Redis and does not spin.
+    // A lone worker, niced below the gateway, runs a thread per core and does not spin.
     const [worker] = await childrenRunning(launcher.pid, 'worker');
     const workerEnv = await environOf(worker);
-    const threads = Math.max(1, os.availableParallelism() - 1);
+    const threads = os.availableParallelism();
     assert.ok(
       workerEnv.includes('WORKER_NICE=19') &&
         workerEnv.includes(`INTRA_OP_THREADS=${threads}`) &&

@@ -114,9 +114,9 @@ export const workerShape = {
     z.coerce.number().int().min(0).default(0),
     [
       'ONNX Runtime threads per model call; 0: the CPUs this process may use',
-      "0 is the cgroup CPU quota (cpu.max) rounded down, at least 1, where one is set, else the affinity mask; --help shows this container's. npm start, whose workers share the host with the gateway and Redis, leaves them one core: each worker runs (cores - 1) / workers threads, at least 1 (bench/README.md, Threads on a shared host)",
+      "0 is the cgroup CPU quota (cpu.max) rounded down, at least 1, where one is set, else the affinity mask; --help shows this container's. npm start's workers share the cores: each runs cores / workers threads, at least 1 (bench/README.md, Threads on a shared host)",
     ],
-    '0 (npm start: (cores - 1) / workers)',
+    '0 (npm start: cores / workers)',
   ),
   INTRA_OP_SPINNING: bool(
     false,
