@@ -1,4 +1,6 @@
-import type { Response } from 'express';
+import type { Request, Response } from 'express';
+import type { z } from 'zod';
+import { ApiError, describeIssues, parseLenient } from '@tserve/contract';
 
 /**
  * The fields of a request that were left out, unknown (`parseLenient`): named to the client in
@@ -12,6 +14,23 @@ const IGNORED_FIELDS_HEADER = 'x-ignored-fields';
 const MOST_NAMED = 20;
 /** A field's name is cut to this: the header quotes what a client sent. */
 const NAME_CHARS_AT_MOST = 64;
+
+/**
+ * A route's JSON body parsed against its schema: a missing body or a known field's bad value is a
+ * 400 `validation` error; fields the schema does not know are left out and named in the answer.
+ */
+export function readLenient<T extends z.ZodType>(
+  schema: T,
+  req: Request,
+  res: Response,
+  missing = 'send a JSON body with Content-Type: application/json',
+): z.output<T> {
+  if (req.body === undefined) throw new ApiError('validation', missing);
+  const parsed = parseLenient(schema, req.body);
+  if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
+  noteIgnored(res, parsed.ignored);
+  return parsed.data;
+}
 
 /** Adds `fields` to those the answer names as ignored. */
 export function noteIgnored(res: Response, fields: readonly string[]): void {

@@ -1,9 +1,9 @@
 import type { IRouter } from 'express';
 import { z } from 'zod';
-import { ApiError, describeIssues, parseLenient } from '@tserve/contract';
+import { ApiError } from '@tserve/contract';
 import { errorHandler } from '../http/http-errors.js';
 import { requestIdOf } from '../http/request-id.js';
-import { noteIgnored } from '../http/ignored-fields.js';
+import { readLenient } from '../http/ignored-fields.js';
 import { jsonBody } from '../http/request-body.js';
 import { answerHeaders, httpEnvelope, inferenceRequest, type ProtocolParts } from '../serving/envelope.js';
 import { checkKind, EMBEDDING, ModelChoice } from '../serving/model-choice.js';
@@ -183,12 +183,7 @@ export function cohereEmbedRoutes(router: IRouter, parts: ProtocolParts): void {
       parts.admission.beforeBody((req) => choice.pickBeforeBody(req.get('x-model'), EMBEDDING)),
       json,
       async (req, res) => {
-        if (req.body === undefined)
-          throw new ApiError('validation', 'send a JSON body with Content-Type: application/json');
-        const parsed = parseLenient(embedRequest, req.body);
-        if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
-        noteIgnored(res, parsed.ignored);
-        const body = parsed.data;
+        const body = readLenient(embedRequest, req, res);
         const envelope = httpEnvelope(req, res, parts.config.REQUEST_TIMEOUT_MS);
         const id = choice.pick(req.get('x-model'), EMBEDDING, body.model && names.resolve(body.model));
         // Its texts and parameters depend on the model (its prompts and sizes): filled in once it is known.

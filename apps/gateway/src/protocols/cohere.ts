@@ -1,9 +1,8 @@
 import type { IRouter } from 'express';
 import { z } from 'zod';
-import { ApiError, describeIssues, parseLenient } from '@tserve/contract';
 import { errorHandler, type ErrorFormat } from '../http/http-errors.js';
 import { requestIdOf } from '../http/request-id.js';
-import { noteIgnored } from '../http/ignored-fields.js';
+import { readLenient } from '../http/ignored-fields.js';
 import { answerHeaders, httpEnvelope, inferenceRequest, type ProtocolParts } from '../serving/envelope.js';
 import { jsonBody } from '../http/request-body.js';
 import { checkKind, ModelChoice, RERANKER } from '../serving/model-choice.js';
@@ -88,12 +87,7 @@ export function cohereRoutes(router: IRouter, parts: ProtocolParts): void {
       parts.admission.beforeBody((req) => choice.pickBeforeBody(req.get('x-model'), RERANKER)),
       json,
       async (req, res) => {
-        if (req.body === undefined)
-          throw new ApiError('validation', 'send a JSON body with Content-Type: application/json');
-        const parsed = parseLenient(rerankRequest, req.body);
-        if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
-        noteIgnored(res, parsed.ignored);
-        const body = parsed.data;
+        const body = readLenient(rerankRequest, req, res);
         const envelope = httpEnvelope(req, res, parts.config.REQUEST_TIMEOUT_MS);
         const id = choice.pick(req.get('x-model'), RERANKER, body.model);
         const texts = body.documents.map((d) => (typeof d === 'string' ? d : d.text));

@@ -1,10 +1,9 @@
 import type { IRouter } from 'express';
 import { z } from 'zod';
-import { ApiError, describeIssues, parseLenient } from '@tserve/contract';
 import { errorHandler, type ErrorFormat } from '../http/http-errors.js';
 import { answerHeaders, httpEnvelope, inferenceRequest, type ProtocolParts } from '../serving/envelope.js';
 import { jsonBody } from '../http/request-body.js';
-import { noteIgnored } from '../http/ignored-fields.js';
+import { readLenient } from '../http/ignored-fields.js';
 import { requestIdOf } from '../http/request-id.js';
 import { checkKind, CLASSIFIER, ModelChoice } from '../serving/model-choice.js';
 
@@ -57,12 +56,7 @@ export function infinityRoutes(router: IRouter, parts: ProtocolParts): void {
     parts.admission.beforeBody((req) => choice.pickBeforeBody(req.get('x-model'), CLASSIFIER)),
     jsonBody(parts.config),
     async (req, res) => {
-      if (req.body === undefined)
-        throw new ApiError('validation', 'send a JSON body with Content-Type: application/json');
-      const parsed = parseLenient(classifyRequest, req.body);
-      if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
-      noteIgnored(res, parsed.ignored);
-      const body = parsed.data;
+      const body = readLenient(classifyRequest, req, res);
       const envelope = httpEnvelope(req, res, parts.config.REQUEST_TIMEOUT_MS);
       const model = choice.pick(req.get('x-model'), CLASSIFIER, body.model);
       // Every label, best first, scored as the transformers pipeline scores them (Infinity runs it).

@@ -1,10 +1,10 @@
 import type { IRouter, Request, Response } from 'express';
 import { z } from 'zod';
-import { ApiError, describeIssues, parseLenient } from '@tserve/contract';
+import { ApiError } from '@tserve/contract';
 import { errorHandler, type ErrorFormat } from '../http/http-errors.js';
 import { jsonBody } from '../http/request-body.js';
 import { jsonList, sendJson } from '../http/json-bytes.js';
-import { noteIgnored } from '../http/ignored-fields.js';
+import { readLenient } from '../http/ignored-fields.js';
 import { answerHeaders, httpEnvelope, inferenceRequest, type ProtocolParts } from '../serving/envelope.js';
 import type { InferenceRequest, RequestModel } from '../serving/inference.js';
 import { checkKind, EMBEDDING } from '../serving/model-choice.js';
@@ -153,14 +153,9 @@ export function ollamaRoutes(router: IRouter, parts: ProtocolParts): void {
   // The model is named in the body: it is checked (and shed) once the body is read.
   const admit = parts.admission.beforeBody(() => undefined);
 
-  /** A request's body parsed against `schema`; unknown fields are left out, and named in the answer. */
-  const read = <T extends z.ZodType>(schema: T, req: Request, res: Response): z.output<T> => {
-    if (req.body === undefined) throw new ApiError('validation', 'missing request body');
-    const parsed = parseLenient(schema, req.body);
-    if (!parsed.success) throw new ApiError('validation', describeIssues(parsed.error));
-    noteIgnored(res, parsed.ignored);
-    return parsed.data;
-  };
+  /** A request's body parsed against `schema`, with Ollama's words for a missing one. */
+  const read = <T extends z.ZodType>(schema: T, req: Request, res: Response): z.output<T> =>
+    readLenient(schema, req, res, 'missing request body');
 
   /** The served embedding model the request names by `name`; Ollama's 404 where none is served by it. */
   const embedder = async (request: InferenceRequest, name: string): Promise<RequestModel> => {
