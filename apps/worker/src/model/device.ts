@@ -55,7 +55,7 @@ export interface DtypeChoice {
 }
 
 /**
- * What DTYPE=auto on a CPU chooses and what it costs (docs/models.md, "What each dtype costs"): on
+ * What DTYPE=auto on a CPU chooses and what it costs (docs/models.md, "int8 per row"): on
  * this project's VMs int8-row ran 1.12-1.29x q8's CPU per model call at 16 tokens (a batch of 32, of
  * one) and 0.99-1.05x at 128 (ONNX Runtime 1.30, one thread), for answers that never depend on
  * their batch mates.
